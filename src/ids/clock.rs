@@ -1,0 +1,237 @@
+//! Injected time, and the lock-free monotonic state shared by the
+//! time-first UUID minters (iUID and UUIDv7).
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A source of wall-clock time. Minters take one so tests can fix the time.
+pub trait Clock: Send + Sync {
+    /// Microseconds since the Unix epoch (UTC).
+    fn unix_micros(&self) -> u64;
+
+    /// Milliseconds since the Unix epoch (UTC).
+    fn unix_millis(&self) -> u64 {
+        self.unix_micros() / 1000
+    }
+}
+
+/// The system's real-time clock. A clock before 1970 reads as 0.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn unix_micros(&self) -> u64 {
+        SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
+    }
+}
+
+/// A clock that only moves when told to; for tests and reproducible output.
+#[derive(Debug, Default)]
+pub struct ManualClock(AtomicU64);
+
+impl ManualClock {
+    /// A clock showing `unix_micros`.
+    pub fn new(unix_micros: u64) -> Self {
+        ManualClock(AtomicU64::new(unix_micros))
+    }
+
+    /// A clock showing `unix_millis` (at the start of that millisecond).
+    pub fn from_millis(unix_millis: u64) -> Self {
+        Self::new(unix_millis.saturating_mul(1000))
+    }
+
+    /// Sets the time.
+    pub fn set_micros(&self, unix_micros: u64) {
+        self.0.store(unix_micros, Ordering::SeqCst);
+    }
+
+    /// Moves the clock forward (or backward, with a negative step).
+    pub fn advance_micros(&self, delta: i64) {
+        let _ = self.0.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |t| Some(t.saturating_add_signed(delta)));
+    }
+}
+
+impl Clock for ManualClock {
+    fn unix_micros(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+impl<C: Clock + ?Sized> Clock for std::sync::Arc<C> {
+    fn unix_micros(&self) -> u64 {
+        (**self).unix_micros()
+    }
+}
+
+impl<C: Clock + ?Sized> Clock for &C {
+    fn unix_micros(&self) -> u64 {
+        (**self).unix_micros()
+    }
+}
+
+/// Number of counter bits kept beside the millisecond in [`Monotonic`].
+pub(crate) const COUNTER_BITS: u32 = 22;
+const COUNTER_MASK: u64 = (1 << COUNTER_BITS) - 1;
+/// Largest millisecond [`Monotonic`] can hold: 2^42 - 1 ms is in the year 2109.
+pub(crate) const MAX_MS: u64 = (1 << (64 - COUNTER_BITS)) - 1;
+
+/// RFC 9562 §6.2 "Method 1" state: a millisecond and a 22-bit counter packed
+/// in one `AtomicU64`, advanced with a compare-and-swap loop (no lock).
+///
+/// At a new millisecond the counter is seeded with 21 random bits (its top
+/// bit is a guard bit left at zero, so at least 2^21 ids fit in every
+/// millisecond); within the same millisecond it is incremented by one. When
+/// it overflows, the carry moves the timestamp one millisecond ahead of real
+/// time (the RFC's "increment the timestamp" option), so values stay strictly
+/// increasing and unique for the life of the process, even if the wall clock
+/// steps backwards.
+///
+/// Why method 1: it keeps the full 48-bit timestamp exact (method 3 would
+/// spend the counter bits on sub-millisecond time that the clock may not
+/// have), it needs one atomic word, and the remaining 32 random bits per id
+/// keep ids from different processes apart.
+#[derive(Debug, Default)]
+pub(crate) struct Monotonic(AtomicU64);
+
+impl Monotonic {
+    /// Returns the next `(unix_ms, counter)` pair, strictly greater than every
+    /// pair returned before by this state.
+    pub(crate) fn next(&self, now_ms: u64, seed: u32) -> (u64, u32) {
+        let fresh = (now_ms.min(MAX_MS) << COUNTER_BITS) | (u64::from(seed) & (COUNTER_MASK >> 1));
+        let mut cur = self.0.load(Ordering::Relaxed);
+        loop {
+            let next = if fresh > cur { fresh } else { cur.wrapping_add(1) };
+            match self.0.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return (next >> COUNTER_BITS, (next & COUNTER_MASK) as u32),
+                Err(seen) => cur = seen,
+            }
+        }
+    }
+}
+
+/// Writes a Unix time in microseconds as ISO-8601 UTC (`2024-03-15T14:27:33.183Z`)
+/// with 3 (milliseconds) or 6 (microseconds) fraction digits. Returns `None`
+/// when the year would exceed 9999.
+pub fn iso8601(unix_micros: u64, fraction_digits: u8) -> Option<Iso8601> {
+    let secs = unix_micros / 1_000_000;
+    let days = secs / 86_400;
+    let (y, m, d) = civil_from_days(days);
+    if y > 9999 {
+        return None;
+    }
+    let sod = secs % 86_400;
+    Some(Iso8601 {
+        year: y as u16,
+        month: m,
+        day: d,
+        hour: (sod / 3600) as u8,
+        minute: (sod / 60 % 60) as u8,
+        second: (sod % 60) as u8,
+        micros: (unix_micros % 1_000_000) as u32,
+        fraction_digits,
+    })
+}
+
+/// A broken-down UTC time that displays as ISO-8601 (see [`iso8601`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Iso8601 {
+    year: u16,
+    month: u8,
+    day: u8,
+    hour: u8,
+    minute: u8,
+    second: u8,
+    micros: u32,
+    fraction_digits: u8,
+}
+
+impl Iso8601 {
+    /// The `yyyyMMddHHm` string of this time (the Locality sequential-mode window).
+    pub(crate) fn ten_minute_window(&self) -> [u8; 11] {
+        let mut out = [0u8; 11];
+        let digits = [
+            self.year / 1000,
+            self.year / 100 % 10,
+            self.year / 10 % 10,
+            self.year % 10,
+            u16::from(self.month / 10),
+            u16::from(self.month % 10),
+            u16::from(self.day / 10),
+            u16::from(self.day % 10),
+            u16::from(self.hour / 10),
+            u16::from(self.hour % 10),
+            u16::from(self.minute / 10),
+        ];
+        for (o, d) in out.iter_mut().zip(digits) {
+            *o = b'0' + d as u8;
+        }
+        out
+    }
+}
+
+impl fmt::Display for Iso8601 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
+            self.year, self.month, self.day, self.hour, self.minute, self.second
+        )?;
+        match self.fraction_digits {
+            0 => f.write_str("Z"),
+            6 => write!(f, ".{:06}Z", self.micros),
+            _ => write!(f, ".{:03}Z", self.micros / 1000),
+        }
+    }
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian
+/// (Howard Hinnant's `civil_from_days`, unsigned form).
+fn civil_from_days(days: u64) -> (u64, u8, u8) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u8;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iso_formats_known_instants() {
+        let t = iso8601(1_710_512_853_183_000, 3).map(|t| t.to_string());
+        assert_eq!(t.as_deref(), Some("2024-03-15T14:27:33.183Z"));
+        let t = iso8601(0, 6).map(|t| t.to_string());
+        assert_eq!(t.as_deref(), Some("1970-01-01T00:00:00.000000Z"));
+        let t = iso8601(951_782_400_000_000, 3).map(|t| t.to_string());
+        assert_eq!(t.as_deref(), Some("2000-02-29T00:00:00.000Z"));
+        assert_eq!(iso8601((1u64 << 48) * 1000, 3), None);
+    }
+
+    #[test]
+    fn monotonic_is_strictly_increasing_and_carries() {
+        let m = Monotonic::default();
+        let a = m.next(1000, 5);
+        assert_eq!(a, (1000, 5));
+        assert_eq!(m.next(1000, 0), (1000, 6));
+        // clock going backwards keeps increasing
+        assert_eq!(m.next(999, 0), (1000, 7));
+        // a new millisecond reseeds
+        assert_eq!(m.next(1001, 3), (1001, 3));
+        // the seed's guard bit is cleared
+        let m = Monotonic::default();
+        let (_, c) = m.next(7, u32::MAX);
+        assert_eq!(c, (1 << 21) - 1);
+        // overflow carries into the timestamp
+        let m = Monotonic::default();
+        m.0.store((7 << COUNTER_BITS) | COUNTER_MASK, Ordering::SeqCst);
+        assert_eq!(m.next(7, 0), (8, 0));
+    }
+}

@@ -1,0 +1,3 @@
+//! Integration tests, compiled into one binary.
+
+mod vectors;
