@@ -30,5 +30,7 @@
 //! * [`decode`]: the `decode` and `mint` commands' output (human table and JSON lines).
 
 pub mod cli;
+pub mod config;
 pub mod decode;
 pub mod ids;
+pub mod routing;

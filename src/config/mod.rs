@@ -1,0 +1,192 @@
+//! The routing table file: schema, loading, validation and `shardgate check`.
+//!
+//! Loading is one pipeline with no shortcuts:
+//!
+//! 1. [`spans`] walks the YAML events once: it caps size, nesting and alias
+//!    expansion, records the line and column of every node under its YAML
+//!    path, reports every duplicate and unknown key, and builds a
+//!    [`yaml_serde::Value`] tree;
+//! 2. each section, and each item of a map or list section, is deserialized
+//!    on its own into the [`raw`] structs, so one bad item does not hide the
+//!    others;
+//! 3. [`validate`] checks what types cannot (references, ranges, coverage,
+//!    route conflicts, failover cycles).
+//!
+//! Every problem found by any step is collected into [`ConfigErrors`], each
+//! with its YAML path, 1-based line and column and a fix hint. A file with any
+//! problem never produces a [`Config`].
+
+pub mod check;
+pub mod duration;
+pub mod raw;
+pub mod spans;
+pub mod validate;
+
+use std::fmt;
+use std::path::Path;
+
+pub use raw::Config;
+
+/// One problem in a routing table file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// YAML path of the offending node, e.g. `regions.kz.failover` or
+    /// `routes[2].id.formats[1]`; empty for the document itself.
+    pub path: String,
+    /// 1-based line of the offending node (or key).
+    pub line: usize,
+    /// 1-based column of the offending node (or key).
+    pub col: usize,
+    /// Lowercase, specific description naming the offending value.
+    pub message: String,
+    /// A one-line suggestion for fixing it.
+    pub hint: Option<String>,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let path = if self.path.is_empty() { "(document)" } else { &self.path };
+        write!(f, "{}:{}: {}: {}", self.line, self.col, path, self.message)?;
+        if let Some(hint) = &self.hint {
+            write!(f, " (hint: {hint})")?;
+        }
+        Ok(())
+    }
+}
+
+/// Every problem found in one file, in file order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigErrors {
+    /// The name the file was loaded under (shown at the start of each line).
+    pub source_name: String,
+    /// The problems, sorted by line and column.
+    pub errors: Vec<ConfigError>,
+}
+
+impl ConfigErrors {
+    /// A single error that is not tied to a node (e.g. an unreadable file).
+    pub fn single(source_name: &str, message: String, hint: Option<String>) -> Self {
+        ConfigErrors {
+            source_name: source_name.to_owned(),
+            errors: vec![ConfigError { path: String::new(), line: 1, col: 1, message, hint }],
+        }
+    }
+
+    /// Number of problems.
+    pub fn len(&self) -> usize {
+        self.errors.len()
+    }
+
+    /// Whether there are none (never true for a returned error).
+    pub fn is_empty(&self) -> bool {
+        self.errors.is_empty()
+    }
+
+    /// Whether some error has exactly this path.
+    pub fn has_path(&self, path: &str) -> bool {
+        self.errors.iter().any(|e| e.path == path)
+    }
+}
+
+impl fmt::Display for ConfigErrors {
+    /// One line per problem: `file:line:col: path: message (hint: ...)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.errors.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            write!(f, "{}:{e}", self.source_name)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+/// Parses and validates a routing table from text.
+///
+/// `source_name` is only used in error messages (usually the file path).
+pub fn load_str(text: &str, source_name: &str) -> Result<Config, ConfigErrors> {
+    let walked = spans::walk(text).map_err(|errors| finish(source_name, errors))?;
+    let mut ctx = validate::Ctx::new(&walked.index);
+    ctx.errors.extend(walked.errors);
+    let config = raw::from_value(&walked.root, &mut ctx);
+    validate::check(&config, &mut ctx);
+    if ctx.errors.is_empty() {
+        Ok(config)
+    } else {
+        Err(finish(source_name, ctx.errors))
+    }
+}
+
+/// Reads, parses and validates a routing table file; also returns its text
+/// (for hashing and `/config`).
+pub fn load_file(path: &Path) -> Result<(Config, String), ConfigErrors> {
+    let name = path.display().to_string();
+    let text = read_text(path).map_err(|m| ConfigErrors::single(&name, m, None))?;
+    let config = load_str(&text, &name)?;
+    Ok((config, text))
+}
+
+/// Reads a config file with the size cap applied before reading it whole.
+pub(crate) fn read_text(path: &Path) -> Result<String, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot open config file {}: {e}", path.display()))?;
+    let mut bytes = Vec::new();
+    file.take(spans::MAX_INPUT_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
+    if bytes.len() > spans::MAX_INPUT_BYTES {
+        return Err(format!("config file {} is larger than {} bytes", path.display(), spans::MAX_INPUT_BYTES));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        format!("config file {} is not valid utf-8 (at byte {})", path.display(), e.utf8_error().valid_up_to())
+    })
+}
+
+fn finish(source_name: &str, mut errors: Vec<ConfigError>) -> ConfigErrors {
+    errors.sort_by(|a, b| (a.line, a.col).cmp(&(b.line, b.col)));
+    errors.dedup();
+    ConfigErrors { source_name: source_name.to_owned(), errors }
+}
+
+/// Shortens and escapes a user value for an error message.
+pub(crate) fn show(value: &str) -> String {
+    const MAX: usize = 60;
+    let mut out = String::with_capacity(value.len().min(MAX) + 8);
+    out.push('"');
+    for (n, c) in value.chars().enumerate() {
+        if n == MAX {
+            out.push('…');
+            break;
+        }
+        out.extend(c.escape_debug());
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_tables_are_valid() -> Result<(), ConfigErrors> {
+        let example = load_str(include_str!("../../config/example.yaml"), "example.yaml")?;
+        assert_eq!(example.routes.len(), 6);
+        let demo = load_str(include_str!("../../config/demo.yaml"), "demo.yaml")?;
+        assert_eq!(demo.regions.len(), 3);
+        Ok(())
+    }
+
+    #[test]
+    fn errors_display_one_per_line() {
+        let Err(errs) = load_str("version: 2\nregions: {}\nbogus: 1\n", "t.yaml") else {
+            panic!("accepted a bad table");
+        };
+        let text = errs.to_string();
+        assert!(text.lines().all(|l| l.starts_with("t.yaml:")), "{text}");
+        assert!(text.contains("t.yaml:1:10: version: unsupported version 2 (hint: "), "{text}");
+        assert!(text.contains("t.yaml:3:1: bogus: unknown key \"bogus\""), "{text}");
+    }
+}

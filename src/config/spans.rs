@@ -1,0 +1,707 @@
+//! One pass over the YAML events: positions, duplicate and unknown keys, limits.
+//!
+//! `yaml_serde` keeps its libyaml events private and records no positions for
+//! values, so the loader reads the events itself with `saphyr-parser` (pure
+//! Rust, exposes a span per event) and builds the [`yaml_serde::Value`] tree
+//! that the typed structs are then deserialized from. Doing both in one walk
+//! means the tree and the positions can never disagree, duplicate keys are all
+//! reported (the first value is kept so the rest of the file is still
+//! checked), and unknown keys are reported against the schema below and left
+//! out of the tree (so they are reported once, with a "did you mean" hint).
+//!
+//! Hostile input is bounded: the text is capped at [`MAX_INPUT_BYTES`],
+//! nesting at [`MAX_DEPTH`], and the number of nodes, aliases expanded
+//! included, at [`MAX_NODES`] (a "billion laughs" document stops there).
+
+use std::collections::HashMap;
+use std::fmt;
+
+use saphyr_parser::{Event, Parser, ScalarStyle, Span, StrInput};
+use yaml_serde::{Mapping, Number, Value};
+
+use super::ConfigError;
+
+/// Largest accepted config text.
+pub const MAX_INPUT_BYTES: usize = 4 << 20;
+/// Deepest accepted nesting of mappings and sequences.
+pub const MAX_DEPTH: usize = 64;
+/// Most nodes a document may expand to, aliases included.
+pub const MAX_NODES: usize = 1_000_000;
+
+/// One step of a YAML path.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Seg {
+    /// A mapping key.
+    Key(String),
+    /// A sequence index.
+    Index(usize),
+}
+
+/// A YAML path such as `routes[2].id.formats[1]`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct YamlPath(pub Vec<Seg>);
+
+impl YamlPath {
+    /// The document root.
+    pub fn root() -> Self {
+        YamlPath(Vec::new())
+    }
+
+    /// This path extended by a key.
+    pub fn k(&self, key: &str) -> Self {
+        let mut p = self.clone();
+        p.0.push(Seg::Key(key.to_owned()));
+        p
+    }
+
+    /// This path extended by an index.
+    pub fn i(&self, index: usize) -> Self {
+        let mut p = self.clone();
+        p.0.push(Seg::Index(index));
+        p
+    }
+}
+
+impl fmt::Display for YamlPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (n, seg) in self.0.iter().enumerate() {
+            match seg {
+                Seg::Index(i) => write!(f, "[{i}]")?,
+                Seg::Key(k) if is_plain_key(k) => {
+                    if n > 0 {
+                        f.write_str(".")?;
+                    }
+                    f.write_str(k)?;
+                }
+                Seg::Key(k) => write!(f, "[{:?}]", k)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+fn is_plain_key(k: &str) -> bool {
+    !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// A 1-based position.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Pos {
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column (in characters).
+    pub col: usize,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    key: Option<Pos>,
+    value: Pos,
+}
+
+/// Where each node of the document is, by YAML path.
+#[derive(Debug, Default)]
+pub struct SpanIndex {
+    map: HashMap<YamlPath, Entry>,
+}
+
+impl SpanIndex {
+    /// Position of the value at `path`, or of its nearest recorded ancestor
+    /// (nodes inside an alias expansion have no position of their own).
+    pub fn value_pos(&self, path: &YamlPath) -> Pos {
+        self.lookup(path).map(|e| e.value).unwrap_or(Pos { line: 1, col: 1 })
+    }
+
+    /// Position of the key that introduced `path` (falls back like [`Self::value_pos`]).
+    pub fn key_pos(&self, path: &YamlPath) -> Pos {
+        self.lookup(path).map(|e| e.key.unwrap_or(e.value)).unwrap_or(Pos { line: 1, col: 1 })
+    }
+
+    fn lookup(&self, path: &YamlPath) -> Option<&Entry> {
+        let mut p = path.clone();
+        loop {
+            if let Some(e) = self.map.get(&p) {
+                return Some(e);
+            }
+            p.0.pop()?;
+        }
+    }
+}
+
+/// What the walk produced: the tree, the positions and the key problems.
+#[derive(Debug)]
+pub struct Walked {
+    /// The document as a value tree (unknown keys and repeated keys left out).
+    pub root: Value,
+    /// Positions by path.
+    pub index: SpanIndex,
+    /// Duplicate keys, unknown keys, unsupported tags.
+    pub errors: Vec<ConfigError>,
+}
+
+/// The expected shape of a node, for unknown-key detection.
+#[derive(Debug)]
+pub enum Shape {
+    /// Anything (checked later by serde).
+    Any,
+    /// A mapping with exactly these keys allowed.
+    Struct(&'static [(&'static str, Shape)]),
+    /// A mapping with free keys whose values have this shape.
+    Map(&'static Shape),
+    /// A sequence whose items have this shape.
+    Seq(&'static Shape),
+}
+
+use Shape::{Any, Map as MapOf, Seq as SeqOf, Struct};
+
+const REGION: Shape = Struct(&[("upstreams", Any), ("peer", Any), ("failover", Any)]);
+const COUNTRY: Shape = Struct(&[("id", Any), ("region", Any)]);
+const OVERRIDE: Shape = Struct(&[("country", Any), ("entity", Any), ("region", Any)]);
+const SHARDS: Shape = Struct(&[("count", Any), ("regions", MapOf(&Any))]);
+const NODES: Shape = Struct(&[
+    ("locality_mac", MapOf(&Any)),
+    ("locality_pid", MapOf(&Any)),
+    ("snowflake_datacenter", MapOf(&Any)),
+    ("snowflake_worker", MapOf(&Any)),
+    ("sonyflake_machine", MapOf(&Any)),
+    ("instagram_shard", MapOf(&Any)),
+]);
+const KEY_RANGE: Shape = Struct(&[("start", Any), ("region", Any)]);
+const HASH: Shape = Struct(&[("regions", SeqOf(&Any)), ("weights", MapOf(&Any))]);
+const TIME_RANGE: Shape = Struct(&[("until", Any), ("region", Any)]);
+const IDS: Shape = Struct(&[
+    ("uniqid", Struct(&[("total_shards", Any), ("strict", Any)])),
+    ("snowflake", Struct(&[("epoch_ms", Any), ("datacenter_bits", Any), ("worker_bits", Any), ("sequence_bits", Any)])),
+    ("sonyflake", Struct(&[("flavor", Any)])),
+    ("instagram", Struct(&[("epoch_ms", Any)])),
+    ("locality", Struct(&[("mode", Any), ("pid", Any), ("mac_fragment", Any)])),
+]);
+const SERVER: Shape = Struct(&[
+    ("header_read_timeout", Any),
+    ("idle_timeout", Any),
+    ("max_header_bytes", Any),
+    ("max_headers", Any),
+    ("max_uri_bytes", Any),
+    ("trusted_hops", SeqOf(&Any)),
+    ("debug_headers", Any),
+]);
+const UPSTREAM: Shape = Struct(&[
+    ("connect_timeout", Any),
+    ("attempt_timeout", Any),
+    ("request_timeout", Any),
+    ("pool_idle_timeout", Any),
+    ("retries", Any),
+    ("retry_budget", Struct(&[("ratio", Any), ("min_per_second", Any)])),
+]);
+const MESH: Shape = Struct(&[("max_hops", Any)]);
+const ROUTE: Shape = Struct(&[
+    ("name", Any),
+    ("match", Struct(&[("path", Any), ("methods", SeqOf(&Any))])),
+    ("id", Struct(&[("path_param", Any), ("header", Any), ("query", Any), ("formats", SeqOf(&Any))])),
+    ("placement", Any),
+    ("allow_failover_writes", Any),
+    (
+        "mint",
+        Struct(&[
+            ("format", Any),
+            ("entity", Any),
+            ("country", Struct(&[("header", Any), ("query", Any), ("fixed", Any), ("local", Any)])),
+            ("header", Any),
+            ("location", Any),
+        ]),
+    ),
+]);
+
+/// The schema of the whole file (keys only; types are serde's job).
+pub const SCHEMA: Shape = Struct(&[
+    ("version", Any),
+    ("listen", Any),
+    ("admin", Any),
+    ("region", Any),
+    ("instance", Any),
+    ("default_region", Any),
+    ("regions", MapOf(&REGION)),
+    ("countries", MapOf(&COUNTRY)),
+    ("entities", MapOf(&Any)),
+    ("overrides", SeqOf(&OVERRIDE)),
+    ("shards", SHARDS),
+    ("nodes", NODES),
+    ("key_ranges", SeqOf(&KEY_RANGE)),
+    ("hash", HASH),
+    ("time_ranges", SeqOf(&TIME_RANGE)),
+    ("ids", IDS),
+    ("server", SERVER),
+    ("upstream", UPSTREAM),
+    ("mesh", MESH),
+    ("routes", SeqOf(&ROUTE)),
+]);
+
+/// Walks `text`. `Err` holds the errors that stopped the walk (syntax error,
+/// size or nesting limit); they include any key errors found before it.
+pub fn walk(text: &str) -> Result<Walked, Vec<ConfigError>> {
+    if text.len() > MAX_INPUT_BYTES {
+        return Err(vec![err(
+            &YamlPath::root(),
+            Pos { line: 1, col: 1 },
+            format!("config is {} bytes, more than the limit of {MAX_INPUT_BYTES}", text.len()),
+            Some("split the table or remove unused entries"),
+        )]);
+    }
+    let mut w = Walker {
+        parser: Parser::new(StrInput::new(text)),
+        anchors: HashMap::new(),
+        nodes: 0,
+        index: SpanIndex::default(),
+        errors: Vec::new(),
+    };
+    match w.document() {
+        Ok(root) => Ok(Walked { root, index: w.index, errors: w.errors }),
+        Err(fatal) => {
+            w.errors.push(fatal);
+            Err(w.errors)
+        }
+    }
+}
+
+fn err(path: &YamlPath, pos: Pos, message: String, hint: Option<&str>) -> ConfigError {
+    ConfigError { path: path.to_string(), line: pos.line, col: pos.col, message, hint: hint.map(str::to_owned) }
+}
+
+fn pos(span: &Span) -> Pos {
+    Pos { line: span.start.line(), col: span.start.col() + 1 }
+}
+
+struct Walker<'a> {
+    parser: Parser<'a, StrInput<'a>>,
+    anchors: HashMap<usize, (Value, usize)>,
+    nodes: usize,
+    index: SpanIndex,
+    errors: Vec<ConfigError>,
+}
+
+type Fatal = ConfigError;
+
+impl<'a> Walker<'a> {
+    fn next(&mut self) -> Result<(Event<'a>, Span), Fatal> {
+        match self.parser.next_event() {
+            Some(Ok(ev)) => Ok(ev),
+            Some(Err(e)) => {
+                let m = e.marker();
+                Err(err(
+                    &YamlPath::root(),
+                    Pos { line: m.line(), col: m.col() + 1 },
+                    format!("yaml syntax error: {}", e.info()),
+                    Some("check indentation, quoting and that every `key:` has a space after the colon"),
+                ))
+            }
+            None => Err(err(&YamlPath::root(), Pos { line: 1, col: 1 }, "unexpected end of yaml input".into(), None)),
+        }
+    }
+
+    fn document(&mut self) -> Result<Value, Fatal> {
+        let mut root = Value::Null;
+        let mut docs = 0usize;
+        loop {
+            let (ev, span) = self.next()?;
+            match ev {
+                Event::StreamStart | Event::DocumentEnd | Event::Nothing => {}
+                Event::StreamEnd => return Ok(root),
+                Event::DocumentStart(_) => {
+                    docs += 1;
+                    let (ev, span) = self.next()?;
+                    if matches!(ev, Event::DocumentEnd) {
+                        continue;
+                    }
+                    let path = YamlPath::root();
+                    self.index.map.insert(path.clone(), Entry { key: None, value: pos(&span) });
+                    let mut path = path;
+                    let value = self.node(ev, span, &mut path, &SCHEMA, 0)?.0;
+                    if docs > 1 {
+                        return Err(err(
+                            &YamlPath::root(),
+                            pos(&span),
+                            "more than one yaml document in the file".into(),
+                            Some("keep one table per file; remove the extra `---`"),
+                        ));
+                    }
+                    root = value;
+                }
+                _ => {
+                    return Err(err(&YamlPath::root(), pos(&span), "unexpected yaml event".into(), None));
+                }
+            }
+        }
+    }
+
+    fn count(&mut self, n: usize, span: &Span) -> Result<(), Fatal> {
+        self.nodes = self.nodes.saturating_add(n);
+        if self.nodes > MAX_NODES {
+            return Err(err(
+                &YamlPath::root(),
+                pos(span),
+                format!("document expands to more than {MAX_NODES} nodes (aliases included)"),
+                Some("remove deeply repeated aliases"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Builds the node that starts with `ev`; returns it and its node count.
+    fn node(
+        &mut self,
+        ev: Event<'a>,
+        span: Span,
+        path: &mut YamlPath,
+        shape: &Shape,
+        depth: usize,
+    ) -> Result<(Value, usize), Fatal> {
+        match ev {
+            Event::Scalar(text, style, anchor, tag) => {
+                self.count(1, &span)?;
+                let force_str = match &tag {
+                    None => false,
+                    Some(t) if t.handle == "tag:yaml.org,2002:" && t.suffix == "str" => true,
+                    Some(t) => {
+                        self.errors.push(err(
+                            path,
+                            pos(&span),
+                            format!("yaml tag {t} is not supported"),
+                            Some("remove the tag; values are typed by their key"),
+                        ));
+                        false
+                    }
+                };
+                let value = if force_str || style != ScalarStyle::Plain {
+                    Value::String(text.into_owned())
+                } else {
+                    resolve_plain(&text)
+                };
+                if anchor > 0 {
+                    self.anchors.insert(anchor, (value.clone(), 1));
+                }
+                Ok((value, 1))
+            }
+            Event::Alias(id) => {
+                let Some((value, n)) = self.anchors.get(&id).cloned() else {
+                    return Err(err(path, pos(&span), "alias to an unknown anchor".into(), None));
+                };
+                self.count(n, &span)?;
+                Ok((value, n))
+            }
+            Event::SequenceStart(anchor, tag) => {
+                self.check_depth(depth, &span, path)?;
+                self.check_tag(tag.is_some(), path, &span);
+                self.count(1, &span)?;
+                let item_shape = match shape {
+                    Shape::Seq(inner) => inner,
+                    _ => &Any,
+                };
+                let mut items = Vec::new();
+                let mut total = 1usize;
+                loop {
+                    let (ev, span) = self.next()?;
+                    if matches!(ev, Event::SequenceEnd) {
+                        break;
+                    }
+                    path.0.push(Seg::Index(items.len()));
+                    self.index.map.insert(path.clone(), Entry { key: None, value: pos(&span) });
+                    let (v, n) = self.node(ev, span, path, item_shape, depth + 1)?;
+                    path.0.pop();
+                    total = total.saturating_add(n);
+                    items.push(v);
+                }
+                let value = Value::Sequence(items);
+                if anchor > 0 {
+                    self.anchors.insert(anchor, (value.clone(), total));
+                }
+                Ok((value, total))
+            }
+            Event::MappingStart(anchor, tag) => {
+                self.check_depth(depth, &span, path)?;
+                self.check_tag(tag.is_some(), path, &span);
+                self.count(1, &span)?;
+                let mut map = Mapping::new();
+                let mut seen: HashMap<String, Pos> = HashMap::new();
+                let mut total = 1usize;
+                loop {
+                    let (kev, kspan) = self.next()?;
+                    if matches!(kev, Event::MappingEnd) {
+                        break;
+                    }
+                    let kpos = pos(&kspan);
+                    let key = match kev {
+                        Event::Scalar(text, ..) => Some(text.into_owned()),
+                        other => {
+                            self.errors.push(err(
+                                path,
+                                kpos,
+                                "mapping keys must be plain strings".into(),
+                                Some("write the key as a plain word"),
+                            ));
+                            // Consume the complex key so the walk stays in step.
+                            self.node(other, kspan, path, &Any, depth + 1)?;
+                            None
+                        }
+                    };
+                    let (vev, vspan) = self.next()?;
+                    let Some(key) = key else {
+                        self.node(vev, vspan, path, &Any, depth + 1)?;
+                        continue;
+                    };
+                    let child_path = path.k(&key);
+                    let child_shape: Option<&Shape> = match shape {
+                        Shape::Struct(fields) => fields.iter().find(|(n, _)| *n == key).map(|(_, s)| s),
+                        Shape::Map(inner) => Some(inner),
+                        _ => Some(&Any),
+                    };
+                    if let Some(first) = seen.get(&key) {
+                        self.errors.push(err(
+                            &child_path,
+                            kpos,
+                            format!("duplicate key {} (first defined at line {})", super::show(&key), first.line),
+                            Some("remove or merge one of the two entries"),
+                        ));
+                        self.node(vev, vspan, path, &Any, depth + 1)?;
+                        continue;
+                    }
+                    seen.insert(key.clone(), kpos);
+                    let Some(child_shape) = child_shape else {
+                        let hint = unknown_key_hint(&key, shape);
+                        self.errors.push(err(
+                            &child_path,
+                            kpos,
+                            format!("unknown key {}", super::show(&key)),
+                            Some(&hint),
+                        ));
+                        self.node(vev, vspan, path, &Any, depth + 1)?;
+                        continue;
+                    };
+                    self.index.map.insert(child_path, Entry { key: Some(kpos), value: pos(&vspan) });
+                    path.0.push(Seg::Key(key.clone()));
+                    let (v, n) = self.node(vev, vspan, path, child_shape, depth + 1)?;
+                    path.0.pop();
+                    total = total.saturating_add(n);
+                    map.insert(Value::String(key), v);
+                }
+                let value = Value::Mapping(map);
+                if anchor > 0 {
+                    self.anchors.insert(anchor, (value.clone(), total));
+                }
+                Ok((value, total))
+            }
+            _ => Err(err(path, pos(&span), "unexpected yaml event".into(), None)),
+        }
+    }
+
+    fn check_depth(&self, depth: usize, span: &Span, path: &YamlPath) -> Result<(), Fatal> {
+        if depth >= MAX_DEPTH {
+            return Err(err(
+                path,
+                pos(span),
+                format!("nesting deeper than {MAX_DEPTH} levels"),
+                Some("the routing table needs at most a few levels of nesting"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_tag(&mut self, tagged: bool, path: &YamlPath, span: &Span) {
+        if tagged {
+            self.errors.push(err(
+                path,
+                pos(span),
+                "yaml tags are not supported".into(),
+                Some("remove the tag; values are typed by their key"),
+            ));
+        }
+    }
+}
+
+fn unknown_key_hint(key: &str, shape: &Shape) -> String {
+    if key == "<<" {
+        return "merge keys are not supported; repeat the keys or use a plain alias".into();
+    }
+    let Shape::Struct(fields) = shape else {
+        return "remove it".into();
+    };
+    let best = fields.iter().map(|(n, _)| (edit_distance(key, n), *n)).filter(|(d, n)| *d <= 2.max(n.len() / 3)).min();
+    match best {
+        Some((_, name)) => format!("did you mean `{name}`?"),
+        None => {
+            let names: Vec<&str> = fields.iter().map(|(n, _)| *n).collect();
+            let mut list = names.join(", ");
+            if list.len() > 120 {
+                list.truncate(117);
+                list.push_str("...");
+            }
+            format!("allowed keys here: {list}")
+        }
+    }
+}
+
+/// Levenshtein distance on characters (short keys only).
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().take(64).collect();
+    let b: Vec<char> = b.chars().take(64).collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut cur = vec![0; b.len() + 1];
+    for (i, ca) in a.iter().enumerate() {
+        cur[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != cb);
+            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    prev[b.len()]
+}
+
+/// YAML 1.2 core-schema resolution of a plain scalar.
+fn resolve_plain(text: &str) -> Value {
+    match text {
+        "" | "~" | "null" | "Null" | "NULL" => return Value::Null,
+        "true" | "True" | "TRUE" => return Value::Bool(true),
+        "false" | "False" | "FALSE" => return Value::Bool(false),
+        ".inf" | ".Inf" | ".INF" | "+.inf" | "+.Inf" | "+.INF" => return Value::Number(Number::from(f64::INFINITY)),
+        "-.inf" | "-.Inf" | "-.INF" => return Value::Number(Number::from(f64::NEG_INFINITY)),
+        ".nan" | ".NaN" | ".NAN" => return Value::Number(Number::from(f64::NAN)),
+        _ => {}
+    }
+    if let Some(hex) = text.strip_prefix("0x") {
+        if !hex.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            if let Ok(n) = u64::from_str_radix(hex, 16) {
+                return Value::Number(Number::from(n));
+            }
+        }
+        return Value::String(text.to_owned());
+    }
+    if let Some(oct) = text.strip_prefix("0o") {
+        if !oct.is_empty() && oct.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
+            if let Ok(n) = u64::from_str_radix(oct, 8) {
+                return Value::Number(Number::from(n));
+            }
+        }
+        return Value::String(text.to_owned());
+    }
+    let body = text.strip_prefix(['-', '+']).unwrap_or(text);
+    if !body.is_empty() && body.bytes().all(|b| b.is_ascii_digit()) {
+        if text.starts_with('-') {
+            if let Ok(n) = text.parse::<i64>() {
+                return Value::Number(Number::from(n));
+            }
+        } else if let Ok(n) = body.parse::<u64>() {
+            return Value::Number(Number::from(n));
+        }
+        return Value::String(text.to_owned());
+    }
+    if is_float(body) {
+        if let Ok(f) = text.parse::<f64>() {
+            return Value::Number(Number::from(f));
+        }
+    }
+    Value::String(text.to_owned())
+}
+
+/// `(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?` (sign already stripped).
+fn is_float(s: &str) -> bool {
+    let b = s.as_bytes();
+    let mut i = 0;
+    let int_digits = b.iter().take_while(|c| c.is_ascii_digit()).count();
+    i += int_digits;
+    let mut frac_digits = 0;
+    if b.get(i) == Some(&b'.') {
+        i += 1;
+        frac_digits = b[i..].iter().take_while(|c| c.is_ascii_digit()).count();
+        i += frac_digits;
+    }
+    if int_digits == 0 && frac_digits == 0 {
+        return false;
+    }
+    if matches!(b.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        if matches!(b.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        let exp = b[i..].iter().take_while(|c| c.is_ascii_digit()).count();
+        if exp == 0 {
+            return false;
+        }
+        i += exp;
+    }
+    i == b.len()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_positions_and_paths() {
+        let w = walk("version: 1\nregions:\n  eu:\n    upstreams: [\"http://a:1\", \"http://b:2\"]\n").unwrap();
+        assert!(w.errors.is_empty());
+        let p = YamlPath::root().k("regions").k("eu").k("upstreams").i(1);
+        assert_eq!(p.to_string(), "regions.eu.upstreams[1]");
+        assert_eq!(w.index.value_pos(&p), Pos { line: 4, col: 31 });
+        assert_eq!(w.index.key_pos(&YamlPath::root().k("regions").k("eu")), Pos { line: 3, col: 3 });
+    }
+
+    #[test]
+    fn reports_every_duplicate_and_unknown_key() {
+        let w =
+            walk("version: 1\nversion: 2\nregoins: {}\nregions:\n  eu: { upstream: [], peer: x, peer: y }\n").unwrap();
+        let msgs: Vec<String> = w.errors.iter().map(|e| format!("{}:{} {}", e.line, e.path, e.message)).collect();
+        assert_eq!(msgs.len(), 4, "{msgs:?}");
+        assert!(msgs[0].starts_with("2:version duplicate key"));
+        assert!(msgs[1].starts_with("3:regoins unknown key"));
+        assert_eq!(w.errors[1].hint.as_deref(), Some("did you mean `regions`?"));
+        assert!(msgs[2].starts_with("5:regions.eu.upstream unknown key"));
+        assert!(msgs[3].starts_with("5:regions.eu.peer duplicate key"));
+    }
+
+    #[test]
+    fn resolves_scalars_like_yaml_1_2() {
+        assert_eq!(resolve_plain("16"), Value::Number(Number::from(16u64)));
+        assert_eq!(resolve_plain("-3"), Value::Number(Number::from(-3i64)));
+        assert_eq!(resolve_plain("0x10"), Value::Number(Number::from(16u64)));
+        assert_eq!(resolve_plain("0-7"), Value::String("0-7".into()));
+        assert_eq!(resolve_plain("yes"), Value::String("yes".into()));
+        assert_eq!(resolve_plain("~"), Value::Null);
+        assert_eq!(resolve_plain("1.5"), Value::Number(Number::from(1.5)));
+        assert_eq!(resolve_plain("1e3"), Value::Number(Number::from(1e3)));
+        assert_eq!(resolve_plain("c110002"), Value::String("c110002".into()));
+    }
+
+    #[test]
+    fn stops_billion_laughs_and_deep_nesting() {
+        let mut doc = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..12 {
+            let p = i - 1;
+            doc.push_str(&format!(
+                "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+            ));
+        }
+        let errs = walk(&doc).unwrap_err();
+        assert!(errs.iter().any(|e| e.message.contains("nodes")), "{errs:?}");
+
+        // Flow nesting: the scanner's own recursion limit or ours, either way an error.
+        let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+        let errs = walk(&deep).unwrap_err();
+        assert!(errs.iter().any(|e| e.message.contains("nesting") || e.message.contains("recursion")), "{errs:?}");
+        // Block nesting below the scanner's limit: ours.
+        let mut block = String::new();
+        for depth in 0..100 {
+            block.push_str(&"  ".repeat(depth));
+            block.push_str("a:\n");
+        }
+        let errs = walk(&block).unwrap_err();
+        assert!(errs.iter().any(|e| e.message.contains("nesting deeper than 64")), "{errs:?}");
+    }
+
+    #[test]
+    fn syntax_errors_have_positions() {
+        let errs = walk("version: 1\nregions: [a, b\n").unwrap_err();
+        assert!(errs[0].message.starts_with("yaml syntax error"));
+        assert!(errs[0].line >= 2);
+    }
+}

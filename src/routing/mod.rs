@@ -1,0 +1,22 @@
+//! Routing: the compiled table, placement, and its live replacement.
+//!
+//! * [`table`]: [`Table`] compiled from a validated [`crate::config::Config`]:
+//!   flat arrays and small maps, immutable once built;
+//! * [`place`]: [`Table::place`], decoded id → [`Placement`] (region and rule);
+//! * [`shared`]: [`SharedTable`], the `ArcSwap` every request takes one
+//!   snapshot from;
+//! * [`reload`]: [`Reloader`], read → parse → validate → compile → swap, from
+//!   a file watch, SIGHUP or the admin listener.
+
+pub mod place;
+pub mod reload;
+pub mod shared;
+pub mod table;
+
+pub use place::{Missing, NoOwner, Placement, Rule, Strategy};
+pub use reload::{ReloadError, ReloadOutcome, Reloader, WatchOptions};
+pub use shared::{Loaded, SharedTable};
+pub use table::{
+    CountrySource, IdRule, IdSource, MintRule, Region, RegionId, Route, RouteMatch, ServerSettings, Settings, Table,
+    Upstream, UpstreamSettings,
+};
