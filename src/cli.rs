@@ -4,6 +4,8 @@
 //! 2 usage error (clap), 78 invalid configuration (EX_CONFIG).
 
 use std::io::{self, BufRead, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -26,14 +28,50 @@ pub const EXIT_CONFIG: i32 = 78;
 #[derive(Debug, Parser)]
 #[command(name = "shardgate", version, about)]
 pub struct Cli {
-    /// What to do.
+    /// Routing table to serve when no subcommand is given (same as `serve -c FILE`).
+    #[arg(short = 'c', long = "config", global = false)]
+    pub config: Option<PathBuf>,
+    /// Log as JSON lines instead of text.
+    #[arg(long, global = true)]
+    pub log_json: bool,
+    /// What to do (default: serve).
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
 }
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the proxy with a routing table (the default command).
+    Serve {
+        /// The routing table (YAML).
+        #[arg(short = 'c', long = "config")]
+        config: PathBuf,
+    },
+    /// Validate a routing table: every problem with file:line:col, exit 78 if any.
+    Check {
+        /// The routing table (YAML).
+        #[arg(short = 'c', long = "config")]
+        config: PathBuf,
+        /// Print the effective table with defaults filled in.
+        #[arg(long)]
+        print: bool,
+    },
+    /// Run the proxy on an embedded demo table with three in-process regional backends.
+    Demo {
+        /// Where the demo proxy listens.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: SocketAddr,
+    },
+    /// Run a demo regional backend that echoes requests as JSON naming its region.
+    Backend {
+        /// The region name it reports.
+        #[arg(long)]
+        region: String,
+        /// Where it listens.
+        #[arg(long, default_value = "127.0.0.1:9000")]
+        listen: SocketAddr,
+    },
     /// Decode ids (arguments, or one per line on standard input) and show their fields.
     Decode(DecodeArgs),
     /// Mint fresh ids, one per line.
@@ -153,9 +191,47 @@ fn parse_mac_fragment(s: &str) -> Result<u32, String> {
 
 /// Runs a parsed command line and returns the process exit code.
 pub fn run(cli: Cli) -> i32 {
-    let result = match cli.command {
+    let command = match (cli.command, cli.config) {
+        (Some(c), _) => c,
+        (None, Some(config)) => Command::Serve { config },
+        (None, None) => {
+            eprintln!("shardgate: nothing to do: give a routing table with -c FILE, or a subcommand (see --help)");
+            return EXIT_USAGE;
+        }
+    };
+    let result = match command {
         Command::Decode(args) => run_decode(args),
         Command::Mint(args) => run_mint(args),
+        Command::Check { config, print } => {
+            let stdout = io::stdout();
+            let stderr = io::stderr();
+            Ok(crate::config::check::run_check(&config, print, &mut stdout.lock(), &mut stderr.lock()))
+        }
+        Command::Serve { config } => {
+            crate::telemetry::init(cli.log_json);
+            block_on(crate::app::serve(config))
+        }
+        Command::Demo { listen } => {
+            crate::telemetry::init(cli.log_json);
+            block_on(crate::app::demo(listen))
+        }
+        Command::Backend { region, listen } => {
+            crate::telemetry::init(cli.log_json);
+            block_on(async move {
+                let listener = match tokio::net::TcpListener::bind(listen).await {
+                    Ok(l) => l,
+                    Err(e) => {
+                        eprintln!("shardgate: cannot listen on {listen}: {e}");
+                        return EXIT_FAILURE;
+                    }
+                };
+                tracing::info!(%listen, %region, "demo backend serving");
+                match crate::backend::serve(listener, region, crate::app::shutdown_signal()).await {
+                    Ok(()) => EXIT_OK,
+                    Err(_) => EXIT_FAILURE,
+                }
+            })
+        }
     };
     match result {
         Ok(code) => code,
@@ -270,4 +346,10 @@ fn run_mint(args: MintArgs) -> io::Result<i32> {
     }
     out.flush()?;
     Ok(EXIT_OK)
+}
+
+/// Runs `fut` on a multi-threaded tokio runtime.
+fn block_on(fut: impl std::future::Future<Output = i32>) -> Result<i32, io::Error> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    Ok(rt.block_on(fut))
 }

@@ -8,29 +8,42 @@
 //!
 //! ```text
 //!  accept ─► match route ─► extract id ─► decode id ─► place ─► (mint) ─► dispatch ─► forward ─► respond
-//!  proxy::   routing::      proxy::        ids::        routing:: ids::    local pool  proxy::     metrics,
-//!  server    Table snapshot extract        parse_any    place()   *Minter  or peer     forward     access log
+//!  proxy::   routing::      proxy::        ids::        routing:: ids::    local pool  proxy::     proxy::
+//!  server    Table snapshot extract        parse_any    place()   *Minter  or peer     forward     error
 //! ```
 //!
 //! * A request loads the routing table once (an `Arc` snapshot taken from an
-//!   `ArcSwap`) and uses that snapshot to the end, so a reload never mixes
-//!   old and new tables within one request.
+//!   `ArcSwap`, [`routing::shared`]) and uses that snapshot to the end, so a
+//!   reload never mixes old and new tables within one request.
 //! * Matching, extraction, decoding and placement are pure, synchronous
 //!   functions without I/O; that is where the routing logic lives and where
 //!   it is tested without sockets.
-//! * Errors the proxy itself produces become HTTP responses in one place
-//!   (RFC 9457 problem+json plus an RFC 9209 `Proxy-Status` header).
+//! * Errors the proxy itself produces become HTTP responses in one place,
+//!   [`proxy::error`] (RFC 9457 problem+json plus an RFC 9209 `Proxy-Status`).
 //!
 //! ## Modules
 //!
 //! * [`ids`]: the id codecs (iUID, Locality UUID, uniqid with shard,
 //!   UUIDv7, Snowflake, Sonyflake, Instagram): parse, fields, format, mint.
 //!   Pure code, no network or configuration types.
-//! * [`cli`]: the command line (`serve`, `check`, `decode`, `mint`, `demo`).
-//! * [`decode`]: the `decode` and `mint` commands' output (human table and JSON lines).
+//! * [`config`]: the routing table file: schema, spans, validation with every
+//!   error at once, `check`.
+//! * [`routing`]: the compiled table, placement, the shared snapshot and live reload.
+//! * [`proxy`]: server, extract, forward, headers, errors.
+//! * [`app`]: assembly of listener, table, reload triggers and signals; `demo`.
+//! * [`cli`]: the command line (`serve`, `check`, `decode`, `mint`, `demo`, `backend`).
+//! * [`decode`]: the `decode` command's output (human table and JSON lines).
+//! * [`backend`]: the demo regional backend (echoes requests as JSON).
+//! * [`demo`]: the demo's example requests.
+//! * [`telemetry`]: logging setup.
 
+pub mod app;
+pub mod backend;
 pub mod cli;
 pub mod config;
 pub mod decode;
+pub mod demo;
 pub mod ids;
+pub mod proxy;
 pub mod routing;
+pub mod telemetry;

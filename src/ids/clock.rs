@@ -26,6 +26,13 @@ impl Clock for SystemClock {
     }
 }
 
+impl SystemClock {
+    /// Whole Unix seconds (for once-per-second bookkeeping).
+    pub fn unix_secs(&self) -> u64 {
+        self.unix_micros() / 1_000_000
+    }
+}
+
 /// A clock that only moves when told to; for tests and reproducible output.
 #[derive(Debug, Default)]
 pub struct ManualClock(AtomicU64);

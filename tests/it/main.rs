@@ -1,5 +1,12 @@
 //! Integration tests, compiled into one binary.
 
 mod cli;
+mod config;
 mod ids_props;
 mod vectors;
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod proxy;
+mod routing;

@@ -1,0 +1,96 @@
+//! A small regional backend: answers every request with JSON naming its
+//! region and echoing the request line, the headers it received and a
+//! digest of the body. Used by `shardgate demo`, `shardgate backend` (the
+//! compose topology) and the tests.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Request, Response};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use sha2::{Digest, Sha256};
+use tokio::net::TcpListener;
+
+/// Serves the echo backend for `region` on `listener` until `shutdown`.
+pub async fn serve(listener: TcpListener, region: String, shutdown: impl Future<Output = ()>) -> io::Result<()> {
+    let region: Arc<str> = region.into();
+    let builder = auto::Builder::new(TokioExecutor::new());
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, _) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(pair) => pair,
+                Err(_) => continue,
+            },
+            () = &mut shutdown => return Ok(()),
+        };
+        let _ = stream.set_nodelay(true);
+        let region = Arc::clone(&region);
+        let service = service_fn(move |req| {
+            let region = Arc::clone(&region);
+            async move { Ok::<_, Infallible>(answer(&region, req).await) }
+        });
+        let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
+        tokio::spawn(conn);
+    }
+}
+
+/// What the backend answers, in this field order (region first, for people).
+#[derive(serde::Serialize)]
+struct Echo<'a> {
+    region: &'a str,
+    method: &'a str,
+    path: &'a str,
+    query: Option<&'a str>,
+    request_line: String,
+    headers: serde_json::Map<String, serde_json::Value>,
+    body_bytes: u64,
+    body_sha256: String,
+}
+
+/// The echo answer for one request (public for test backends).
+pub async fn answer(region: &str, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let (parts, mut body) = req.into_parts();
+    let mut hasher = Sha256::new();
+    let mut len: u64 = 0;
+    while let Some(frame) = body.frame().await {
+        match frame {
+            Ok(f) => {
+                if let Some(data) = f.data_ref() {
+                    len += data.len() as u64;
+                    hasher.update(data);
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    let headers: serde_json::Map<String, serde_json::Value> = parts
+        .headers
+        .iter()
+        .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned().into()))
+        .collect();
+    let digest: String = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let body = Echo {
+        region,
+        method: parts.method.as_str(),
+        path: parts.uri.path(),
+        query: parts.uri.query(),
+        request_line: format!("{} {} {:?}", parts.method, parts.uri, parts.version),
+        headers,
+        body_bytes: len,
+        body_sha256: digest,
+    };
+    let mut resp = Response::new(Full::new(Bytes::from(serde_json::to_vec_pretty(&body).unwrap_or_default())));
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if let Ok(v) = HeaderValue::from_str(region) {
+        resp.headers_mut().insert("x-backend-region", v);
+    }
+    resp
+}

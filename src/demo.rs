@@ -1,0 +1,121 @@
+//! `shardgate demo`'s ready-to-paste curl commands: for every region of the
+//! table, one id of each routable kind that the table places there, found by
+//! asking the compiled table itself (so the examples stay right when the
+//! demo table changes).
+
+use std::net::SocketAddr;
+
+use http::Method;
+
+use crate::config::Config;
+use crate::ids::{self, Decoded, Format, Iuid, LocalityUuid, ManualClock, SystemClock, UniqidMinter};
+use crate::routing::Table;
+
+/// One example request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Example {
+    /// Region the table places the id in (`None` for the bad-id example).
+    pub region: Option<String>,
+    /// The id's format.
+    pub format: Format,
+    /// The curl command line.
+    pub curl: String,
+}
+
+/// Builds the examples: an iUID, a uniqid id and a Locality id per region
+/// (where the table has a GET route and an owner for them), and a bad id.
+pub fn examples(table: &Table, cfg: &Config, listen: SocketAddr) -> Vec<Example> {
+    let now = ids::Clock::unix_millis(&SystemClock);
+    let mut out = Vec::new();
+    let mut bad_done = false;
+    for route in &cfg.routes {
+        let Some(spec) = &route.id else { continue };
+        if route.matcher.methods.as_ref().is_some_and(|m| !m.iter().any(|m| m.eq_ignore_ascii_case("GET"))) {
+            continue;
+        }
+        for format in spec.formats.iter().filter_map(|f| Format::from_name(f)) {
+            let mut seen = std::collections::BTreeSet::new();
+            for id in candidate_ids(format, cfg, now) {
+                let Some(curl) = curl_for(route, spec, &id.to_string(), listen) else { continue };
+                let Some(path) = path_for(route, spec, &id.to_string()) else { continue };
+                let Some(m) = table.match_route(&Method::GET, &path) else { continue };
+                let Ok(p) = table.place(&id, m.route.strategy) else { continue };
+                let region = table.region(p.region).name.clone();
+                if seen.insert(region.clone()) {
+                    out.push(Example { region: Some(region), format, curl });
+                }
+            }
+        }
+        let format = spec.formats.first().and_then(|f| Format::from_name(f)).unwrap_or(Format::Iuid);
+        if !bad_done && format == Format::Iuid && spec.path_param.is_some() {
+            if let Some(curl) = curl_for(route, spec, "not-an-id", listen) {
+                out.push(Example { region: None, format, curl });
+                bad_done = true;
+            }
+        }
+    }
+    out
+}
+
+/// The lines `demo` prints.
+pub fn curl_examples(table: &Table, cfg: &Config, listen: SocketAddr) -> Vec<String> {
+    let mut lines = Vec::new();
+    for e in examples(table, cfg, listen) {
+        match &e.region {
+            Some(r) => lines.push(format!("# {} id owned by region {r}", e.format)),
+            None => lines.push("# a malformed id: 400 problem+json".to_string()),
+        }
+        lines.push(e.curl);
+    }
+    lines
+}
+
+fn candidate_ids(format: Format, cfg: &Config, now: u64) -> Vec<Decoded> {
+    let entity = cfg.entities.values().next().copied().and_then(|e| u8::try_from(e).ok()).unwrap_or(0);
+    let mut rng = rand::rng();
+    match format {
+        Format::Iuid => cfg
+            .countries
+            .values()
+            .filter_map(|c| u8::try_from(c.id).ok())
+            .map(|c| Decoded::Iuid(Iuid::from_fields(now, c, entity, rand::random())))
+            .collect(),
+        Format::Uniqid => {
+            let total = cfg.shards.as_ref().map_or(16, |s| s.count).max(1);
+            let clock = ManualClock::from_millis(now);
+            let m = UniqidMinter::new(&clock, total);
+            (0..total).filter_map(|s| m.mint_for_shard(s, &mut rng)).map(Decoded::Uniqid).collect()
+        }
+        Format::Locality => cfg
+            .nodes
+            .locality_mac
+            .keys()
+            .filter_map(|mac| u32::from_str_radix(mac, 16).ok())
+            .map(|mac| Decoded::Locality(LocalityUuid::from_fields(rand::random(), 1, mac, now)))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn path_for(route: &crate::config::raw::Route, spec: &crate::config::raw::IdSpec, id: &str) -> Option<String> {
+    let template = &route.matcher.path;
+    match &spec.path_param {
+        Some(p) => Some(template.replace(&format!("{{{p}}}"), id)),
+        None if !template.contains('{') => Some(template.clone()),
+        None => None,
+    }
+}
+
+fn curl_for(
+    route: &crate::config::raw::Route,
+    spec: &crate::config::raw::IdSpec,
+    id: &str,
+    listen: SocketAddr,
+) -> Option<String> {
+    let path = path_for(route, spec, id)?;
+    Some(match (&spec.header, &spec.query) {
+        (Some(h), _) => format!("curl -s -H '{h}: {id}' http://{listen}{path}"),
+        (None, Some(q)) => format!("curl -s 'http://{listen}{path}?{q}={id}'"),
+        (None, None) => format!("curl -s http://{listen}{path}"),
+    })
+}

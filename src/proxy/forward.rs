@@ -1,0 +1,245 @@
+//! Forward: send the request to one of the chosen region's endpoints
+//! through a pooled client, with per-attempt and whole-request timeouts,
+//! safe retries under a budget, streaming bodies and upgrade tunnelling.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, Uri};
+use http_body_util::{Either, Empty};
+use hyper::body::{Body, Incoming};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+
+use super::error::ProxyError;
+
+/// Body sent upstream: the client's streamed body, or nothing (which can be
+/// sent again on a retry).
+pub type UpstreamBody = Either<Incoming, Empty<Bytes>>;
+
+/// The pooled upstream client and its round-robin cursor.
+#[derive(Debug)]
+pub struct Upstreams {
+    client: Client<HttpConnector, UpstreamBody>,
+    cursor: AtomicUsize,
+    budget: RetryBudget,
+}
+
+/// Client settings fixed at start-up (changing them needs a restart).
+#[derive(Clone, Copy, Debug)]
+pub struct ClientSettings {
+    /// TCP connect timeout.
+    pub connect_timeout: Duration,
+    /// How long idle pooled connections are kept.
+    pub pool_idle_timeout: Duration,
+}
+
+/// Per-request forwarding settings (taken from the table snapshot, so they
+/// reload live).
+#[derive(Clone, Copy, Debug)]
+pub struct AttemptSettings {
+    /// Timeout of one attempt, until the response headers arrive.
+    pub attempt_timeout: Duration,
+    /// Deadline of the whole request, retries included.
+    pub deadline: Instant,
+    /// Retries allowed after the first attempt.
+    pub retries: u32,
+    /// Retry budget ratio.
+    pub budget_ratio: f64,
+    /// Retries always allowed per second.
+    pub budget_min_per_second: u32,
+}
+
+impl Upstreams {
+    /// A client with keep-alive pooling.
+    pub fn new(settings: ClientSettings) -> Upstreams {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(settings.connect_timeout));
+        connector.set_nodelay(true);
+        connector.enforce_http(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(settings.pool_idle_timeout)
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            .pool_max_idle_per_host(256)
+            .build(connector);
+        Upstreams { client, cursor: AtomicUsize::new(0), budget: RetryBudget::new() }
+    }
+
+    /// Retries refused by the budget so far.
+    pub fn budget_exhausted(&self) -> u64 {
+        self.budget.exhausted.load(Ordering::Relaxed)
+    }
+
+    /// Sends `parts` + `body` to one of `endpoints` (base URIs such as
+    /// `http://10.0.0.1:8080`), moving to the next endpoint when a connection
+    /// cannot be made. The request's path and query are kept; the authority
+    /// comes only from the table.
+    ///
+    /// Retries happen only when safe: the request has no body (so it can be
+    /// sent again) and either nothing was sent (connect failure) or the
+    /// method is idempotent (RFC 9110 §9.2.2); at most `retries` times and
+    /// only while the retry budget allows.
+    pub async fn send(
+        &self,
+        parts: &http::request::Parts,
+        body: Incoming,
+        endpoints: &[Uri],
+        region: &str,
+        s: AttemptSettings,
+        attempts: &mut u32,
+    ) -> Result<Response<Incoming>, ProxyError> {
+        if endpoints.is_empty() {
+            return Err(ProxyError::RegionUnavailable { region: region.to_string() });
+        }
+        self.budget.deposit(s.budget_ratio);
+        let replayable = body.is_end_stream();
+        let mut body = if replayable { None } else { Some(body) };
+        let start = self.cursor.fetch_add(1, Ordering::Relaxed);
+        // One pass over the endpoints for connect failures, plus the retries.
+        let max_attempts = endpoints.len() as u32 + s.retries;
+        let mut last_err = ProxyError::UpstreamConnect { region: region.to_string() };
+        let mut retries_used = 0;
+        for i in 0..max_attempts {
+            let endpoint = &endpoints[(start + i as usize) % endpoints.len()];
+            let uri = upstream_uri(endpoint, parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"))
+                .map_err(|_| ProxyError::UpstreamFailed { region: region.to_string() })?;
+            let b = match body.take() {
+                Some(b) => Either::Left(b),
+                None => Either::Right(Empty::new()),
+            };
+            let mut req = Request::new(b);
+            *req.method_mut() = parts.method.clone();
+            *req.uri_mut() = uri;
+            *req.version_mut() = http::Version::HTTP_11;
+            *req.headers_mut() = parts.headers.clone();
+            let now = Instant::now();
+            if now >= s.deadline {
+                return Err(ProxyError::RequestTimeout);
+            }
+            let timeout = s.attempt_timeout.min(s.deadline - now);
+            *attempts += 1;
+            let outcome = tokio::time::timeout(timeout, self.client.request(req)).await;
+            let (err, retry_ok) = match outcome {
+                Ok(Ok(resp)) => return Ok(resp),
+                Ok(Err(e)) if e.is_connect() => {
+                    (ProxyError::UpstreamConnect { region: region.to_string() }, replayable)
+                }
+                Ok(Err(_)) => (
+                    ProxyError::UpstreamFailed { region: region.to_string() },
+                    replayable && is_idempotent(&parts.method),
+                ),
+                Err(_) if Instant::now() >= s.deadline => return Err(ProxyError::RequestTimeout),
+                Err(_) => (
+                    ProxyError::UpstreamTimeout { region: region.to_string() },
+                    replayable && is_idempotent(&parts.method),
+                ),
+            };
+            let connect_failure = matches!(err, ProxyError::UpstreamConnect { .. });
+            last_err = err;
+            if !retry_ok {
+                break;
+            }
+            // Skipping a refusing endpoint is free while endpoints remain;
+            // anything else spends a retry, which the budget must allow.
+            let free = connect_failure && (i as usize) + 1 < endpoints.len();
+            if !free {
+                if retries_used >= s.retries || !self.budget.withdraw(s.budget_min_per_second) {
+                    break;
+                }
+                retries_used += 1;
+            }
+        }
+        Err(last_err)
+    }
+}
+
+/// `endpoint` (scheme and authority) joined with the request's path and query.
+fn upstream_uri(endpoint: &Uri, path_and_query: &str) -> Result<Uri, http::Error> {
+    let mut b = Uri::builder();
+    if let Some(s) = endpoint.scheme() {
+        b = b.scheme(s.clone());
+    }
+    if let Some(a) = endpoint.authority() {
+        b = b.authority(a.clone());
+    }
+    b.path_and_query(path_and_query).build()
+}
+
+/// RFC 9110 §9.2.2 idempotent methods.
+pub fn is_idempotent(m: &Method) -> bool {
+    matches!(*m, Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE)
+}
+
+/// A retry budget in the style of Finagle and Linkerd: every request
+/// deposits `ratio` of a retry, every retry withdraws one; in addition
+/// `min_per_second` retries are always allowed each second. It keeps
+/// retries from multiplying load when an upstream is failing.
+#[derive(Debug)]
+struct RetryBudget {
+    /// Balance in thousandths of a retry, capped.
+    milli_tokens: AtomicI64,
+    /// The current second (Unix) and retries spent from its free reserve.
+    second: AtomicU64,
+    reserve_used: AtomicU64,
+    exhausted: AtomicU64,
+}
+
+const BUDGET_CAP: i64 = 1_000_000; // at most 1000 banked retries
+
+impl RetryBudget {
+    fn new() -> Self {
+        RetryBudget {
+            milli_tokens: AtomicI64::new(0),
+            second: AtomicU64::new(0),
+            reserve_used: AtomicU64::new(0),
+            exhausted: AtomicU64::new(0),
+        }
+    }
+
+    fn deposit(&self, ratio: f64) {
+        let add = (ratio.clamp(0.0, 1.0) * 1000.0) as i64;
+        if add > 0 && self.milli_tokens.load(Ordering::Relaxed) < BUDGET_CAP {
+            self.milli_tokens.fetch_add(add, Ordering::Relaxed);
+        }
+    }
+
+    fn withdraw(&self, min_per_second: u32) -> bool {
+        let now = crate::ids::SystemClock.unix_secs();
+        if self.second.swap(now, Ordering::Relaxed) != now {
+            self.reserve_used.store(0, Ordering::Relaxed);
+        }
+        if self.reserve_used.fetch_add(1, Ordering::Relaxed) < u64::from(min_per_second) {
+            return true;
+        }
+        if self.milli_tokens.fetch_sub(1000, Ordering::Relaxed) >= 1000 {
+            return true;
+        }
+        self.milli_tokens.fetch_add(1000, Ordering::Relaxed);
+        self.exhausted.fetch_add(1, Ordering::Relaxed);
+        false
+    }
+}
+
+/// Tunnels an upgraded connection (WebSocket) between client and upstream
+/// once both sides have switched protocols.
+pub fn spawn_tunnel(client: hyper::upgrade::OnUpgrade, upstream: hyper::upgrade::OnUpgrade) {
+    tokio::spawn(async move {
+        let (Ok(c), Ok(u)) = (client.await, upstream.await) else {
+            tracing::debug!("upgrade failed on one side; tunnel not opened");
+            return;
+        };
+        let mut c = TokioIo::new(c);
+        let mut u = TokioIo::new(u);
+        if let Err(e) = tokio::io::copy_bidirectional(&mut c, &mut u).await {
+            tracing::debug!(error = %e, "upgraded tunnel closed with an error");
+        }
+    });
+}
+
+/// Whether an upstream answered `101 Switching Protocols`.
+pub fn is_switching(resp: &Response<Incoming>) -> bool {
+    resp.status() == StatusCode::SWITCHING_PROTOCOLS
+}

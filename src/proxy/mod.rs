@@ -1,0 +1,188 @@
+//! The proxy: one request through match → extract → decode → place →
+//! dispatch → forward, with errors turned into responses in one place
+//! ([`error`]).
+//!
+//! * [`server`]: accept loop, HTTP/1.1 and h2c on one port, graceful shutdown.
+//! * [`extract`]: where the route's id is (path parameter, header, query).
+//! * [`headers`]: hop-by-hop removal, `X-Forwarded-*`, `Via`, request ids.
+//! * [`forward`]: pooled client, timeouts, safe retries, upgrades.
+//! * [`error`]: every proxy-made failure → problem+json + `Proxy-Status`.
+
+pub mod error;
+pub mod extract;
+pub mod forward;
+pub mod headers;
+pub mod server;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response};
+use http_body_util::{Either, Full};
+use hyper::body::Incoming;
+
+use crate::ids::{self, SystemClock, Uuid7Minter};
+use crate::routing::shared::SharedTable;
+use crate::routing::{Placement, Table};
+
+use error::ProxyError;
+use forward::{AttemptSettings, ClientSettings, Upstreams};
+
+/// Response body: an upstream's streamed body or a proxy-made one.
+pub type ProxyBody = Either<Incoming, Full<Bytes>>;
+
+/// Everything a request needs, shared by all connections.
+#[derive(Debug)]
+pub struct Proxy {
+    shared: Arc<SharedTable>,
+    upstreams: Upstreams,
+    request_ids: Uuid7Minter<SystemClock>,
+    via: HeaderValue,
+    name: String,
+}
+
+/// What the router decided for one request, for logs and debug headers.
+#[derive(Debug, Default)]
+pub struct Decision {
+    /// Route name, when one matched.
+    pub route: Option<String>,
+    /// Region name, when the id was placed.
+    pub region: Option<String>,
+    /// Why that region (the table's rule).
+    pub rule: Option<String>,
+    /// Upstream attempts made.
+    pub attempts: u32,
+}
+
+impl Proxy {
+    /// A proxy serving the tables published in `shared`. `name` identifies
+    /// this instance in `Via` and `Proxy-Status`.
+    pub fn new(shared: Arc<SharedTable>, client: ClientSettings, name: &str) -> Proxy {
+        let via = HeaderValue::from_str(&format!("1.1 {name}")).unwrap_or(HeaderValue::from_static("1.1 shardgate"));
+        Proxy {
+            shared,
+            upstreams: Upstreams::new(client),
+            request_ids: Uuid7Minter::new(SystemClock),
+            via,
+            name: name.to_string(),
+        }
+    }
+
+    /// The shared table this proxy reads.
+    pub fn shared(&self) -> &Arc<SharedTable> {
+        &self.shared
+    }
+
+    /// Handles one request end to end. Never fails: errors become responses.
+    pub async fn handle(&self, mut req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
+        let request_id = match req.headers().get(headers::X_REQUEST_ID) {
+            Some(v) if headers::acceptable_request_id(v) => v.clone(),
+            _ => {
+                let id = self.request_ids.mint(&mut rand::rng()).to_string();
+                let v = HeaderValue::from_str(&id).unwrap_or(HeaderValue::from_static("-"));
+                req.headers_mut().insert(headers::X_REQUEST_ID, v.clone());
+                v
+            }
+        };
+        let path = req.uri().path().to_string();
+        let mut decision = Decision::default();
+        let snapshot = self.shared.snapshot();
+        let table = &snapshot.table;
+        let mut resp = match self.route_and_forward(table, req, peer, &mut decision).await {
+            Ok(resp) => resp.map(Either::Left),
+            Err(err) => {
+                tracing::debug!(error = %err, reason = err.reason(), "proxy error");
+                let id = request_id.to_str().unwrap_or("-");
+                error::problem_response(&err, &path, id, &self.name).map(Either::Right)
+            }
+        };
+        let h = resp.headers_mut();
+        h.insert(headers::X_REQUEST_ID, request_id);
+        if table.settings().server.debug_headers {
+            for (name, value) in [
+                ("x-shardgate-route", &decision.route),
+                ("x-shardgate-region", &decision.region),
+                ("x-shardgate-rule", &decision.rule),
+            ] {
+                if let Some(v) = value.as_deref().and_then(|v| HeaderValue::from_str(v).ok()) {
+                    h.insert(name, v);
+                }
+            }
+        }
+        resp
+    }
+
+    async fn route_and_forward(
+        &self,
+        table: &Table,
+        req: Request<Incoming>,
+        peer: SocketAddr,
+        decision: &mut Decision,
+    ) -> Result<Response<Incoming>, ProxyError> {
+        let settings = table.settings();
+        let started = Instant::now();
+        let uri_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+        if uri_len > settings.server.max_uri_bytes {
+            return Err(ProxyError::UriTooLong { limit: settings.server.max_uri_bytes });
+        }
+        if req.headers().len() > settings.server.max_headers {
+            return Err(ProxyError::HeadersTooLarge { limit: settings.server.max_headers });
+        }
+        let (mut parts, body) = req.into_parts();
+        let placement = {
+            let m = table.match_route(&parts.method, parts.uri.path()).ok_or(ProxyError::NoRoute)?;
+            decision.route = Some(m.route.name.clone());
+            let rule = m.route.id.as_ref().ok_or(ProxyError::NoRoute)?;
+            let raw = extract::extract(&rule.source, &m.params, &parts.headers, parts.uri.query())?;
+            let id = ids::parse_any(&rule.formats, &raw, table.id_params()).map_err(|error| ProxyError::BadId {
+                param: extract::describe(&rule.source),
+                error,
+                input: raw.to_string(),
+            })?;
+            table.place(&id, m.route.strategy).map_err(|e| ProxyError::NoOwner { detail: e.to_string() })?
+        };
+        let Placement { region, rule } = placement;
+        let region = table.region(region);
+        decision.region = Some(region.name.clone());
+        decision.rule = Some(rule.to_string());
+
+        // Request headers for the upstream leg.
+        let upgrade = headers::is_upgrade_request(&parts.headers) && parts.version == http::Version::HTTP_11;
+        let client_upgrade = if upgrade { parts.extensions.remove::<hyper::upgrade::OnUpgrade>() } else { None };
+        let host = parts
+            .headers
+            .get(http::header::HOST)
+            .cloned()
+            .or_else(|| parts.uri.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok()));
+        headers::remove_hop_by_hop(&mut parts.headers, upgrade);
+        parts.headers.remove(http::header::HOST);
+        let trusted = settings.server.trusted_hops.iter().any(|c| c.contains(peer.ip()));
+        headers::set_forwarded(&mut parts.headers, peer.ip(), trusted, host.as_ref());
+        headers::append_via(&mut parts.headers, &self.via);
+
+        let s = AttemptSettings {
+            attempt_timeout: settings.upstream.attempt_timeout.0,
+            deadline: started + settings.upstream.request_timeout.0,
+            retries: settings.upstream.retries,
+            budget_ratio: settings.upstream.retry_budget.ratio,
+            budget_min_per_second: settings.upstream.retry_budget.min_per_second,
+        };
+        let endpoints: Vec<http::Uri> = region.upstreams.iter().map(|u| u.uri.clone()).collect();
+        let mut resp = self.upstreams.send(&parts, body, &endpoints, &region.name, s, &mut decision.attempts).await?;
+
+        if forward::is_switching(&resp) {
+            if let (Some(client), Some(up)) =
+                (client_upgrade, resp.extensions_mut().remove::<hyper::upgrade::OnUpgrade>())
+            {
+                forward::spawn_tunnel(client, up);
+            }
+            headers::remove_hop_by_hop(resp.headers_mut(), true);
+        } else {
+            headers::remove_hop_by_hop(resp.headers_mut(), false);
+        }
+        headers::append_via(resp.headers_mut(), &self.via);
+        Ok(resp)
+    }
+}

@@ -1,0 +1,11 @@
+//! Logging setup: `tracing` with text or JSON lines on standard error,
+//! filtered by `RUST_LOG` (default `info`).
+
+use tracing_subscriber::EnvFilter;
+
+/// Installs the global subscriber (once; later calls do nothing).
+pub fn init(json: bool) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = if json { builder.json().try_init() } else { builder.try_init() };
+}

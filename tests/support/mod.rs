@@ -1,0 +1,285 @@
+//! Test helpers: real backends and a real proxy on 127.0.0.1 port 0, and a
+//! small HTTP client. Everything stops when its handle is dropped.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::service::service_fn;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+pub type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A running server that stops when dropped.
+pub struct Running {
+    pub addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    /// Requests the server has received.
+    pub hits: Arc<AtomicUsize>,
+}
+
+impl Running {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+    pub fn hits(&self) -> usize {
+        self.hits.load(Ordering::SeqCst)
+    }
+    pub fn stop(&self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+fn stop_signal(rx: &watch::Receiver<bool>) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let mut rx = rx.clone();
+    async move {
+        let _ = rx.wait_for(|s| *s).await;
+    }
+}
+
+/// A backend for `region`. Paths starting `/t/<mode>/` select a behaviour:
+/// `slow` (answers after 2 s), `chunked` (5 chunks), `status204`,
+/// `status304`, `truncated` (promises 1000 bytes, sends 10, then fails),
+/// `ws` (101 upgrade, then echoes bytes); anything else echoes the request
+/// as JSON (shardgate's demo backend).
+pub async fn backend(region: &str) -> Result<Running, BoxError> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let (stop, rx) = watch::channel(false);
+    let hits = Arc::new(AtomicUsize::new(0));
+    let region: Arc<str> = region.into();
+    let h = Arc::clone(&hits);
+    let mut shutdown = rx.clone();
+    tokio::spawn(async move {
+        let builder = auto::Builder::new(TokioExecutor::new());
+        loop {
+            let (stream, _) = tokio::select! {
+                r = listener.accept() => match r { Ok(p) => p, Err(_) => continue },
+                _ = shutdown.wait_for(|s| *s) => return,
+            };
+            let region = Arc::clone(&region);
+            let h = Arc::clone(&h);
+            let svc = service_fn(move |req| {
+                h.fetch_add(1, Ordering::SeqCst);
+                let region = Arc::clone(&region);
+                async move { Ok::<_, Infallible>(behave(&region, req).await) }
+            });
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc).into_owned();
+            tokio::spawn(conn);
+        }
+    });
+    Ok(Running { addr, stop, hits })
+}
+
+type TestBody = http_body_util::combinators::BoxBody<Bytes, BoxError>;
+
+fn full(b: impl Into<Bytes>) -> TestBody {
+    Full::new(b.into()).map_err(|e: Infallible| -> BoxError { match e {} }).boxed()
+}
+
+async fn behave(region: &str, mut req: Request<Incoming>) -> Response<TestBody> {
+    let path = req.uri().path().to_string();
+    let mode = path.strip_prefix("/t/").and_then(|p| p.split('/').next()).unwrap_or("");
+    let mut resp = match mode {
+        "slow" => {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            Response::new(full("slow"))
+        }
+        "chunked" => {
+            let chunks = (0..5).map(|i| Ok::<_, BoxError>(Frame::data(Bytes::from(format!("chunk{i};")))));
+            let stream = futures_stream(chunks.collect());
+            Response::new(StreamBody::new(stream).boxed())
+        }
+        "status204" => {
+            let mut r = Response::new(full(""));
+            *r.status_mut() = StatusCode::NO_CONTENT;
+            r
+        }
+        "status304" => {
+            let mut r = Response::new(full(""));
+            *r.status_mut() = StatusCode::NOT_MODIFIED;
+            r.headers_mut().insert("etag", http::HeaderValue::from_static("\"v1\""));
+            r
+        }
+        "truncated" => {
+            let frames: Vec<Result<Frame<Bytes>, BoxError>> =
+                vec![Ok(Frame::data(Bytes::from_static(b"0123456789"))), Err("backend gave up".into())];
+            let mut r = Response::new(StreamBody::new(futures_stream(frames)).boxed());
+            r.headers_mut().insert("content-length", http::HeaderValue::from_static("1000"));
+            r
+        }
+        "ws" => {
+            let on_upgrade = hyper::upgrade::on(&mut req);
+            tokio::spawn(async move {
+                if let Ok(up) = on_upgrade.await {
+                    let mut io = TokioIo::new(up);
+                    let (mut r, mut w) = tokio::io::split(&mut io);
+                    let _ = tokio::io::copy(&mut r, &mut w).await;
+                }
+            });
+            let mut r = Response::new(full(""));
+            *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+            r.headers_mut().insert("upgrade", http::HeaderValue::from_static("websocket"));
+            r.headers_mut().insert("connection", http::HeaderValue::from_static("upgrade"));
+            r
+        }
+        _ => shardgate::backend::answer(region, req).await.map(|b| b.map_err(|e| match e {}).boxed()),
+    };
+    if let Ok(v) = http::HeaderValue::from_str(region) {
+        resp.headers_mut().insert("x-backend-region", v);
+    }
+    resp
+}
+
+/// A stream over ready items, yielding each after a short pause (so chunks
+/// really travel separately).
+fn futures_stream<T: Send + 'static>(items: Vec<T>) -> impl futures_core::Stream<Item = T> + Send {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tokio::spawn(async move {
+        for item in items {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            if tx.send(item).await.is_err() {
+                return;
+            }
+        }
+    });
+    ReceiverStream(rx)
+}
+
+struct ReceiverStream<T>(tokio::sync::mpsc::Receiver<T>);
+
+impl<T> futures_core::Stream for ReceiverStream<T> {
+    type Item = T;
+    fn poll_next(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<T>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+/// A proxy serving `yaml` (a routing table) on 127.0.0.1 port 0.
+pub async fn proxy(yaml: &str) -> Result<Running, BoxError> {
+    let cfg = shardgate::config::load_str(yaml, "test.yaml").map_err(|e| format!("test table invalid:\n{e}"))?;
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let (stop, rx) = watch::channel(false);
+    let (_shared, proxy) = shardgate::app::build_proxy(&cfg, yaml);
+    let opts = shardgate::app::server_options(&cfg);
+    let shutdown = stop_signal(&rx);
+    tokio::spawn(async move {
+        let _ = shardgate::proxy::server::serve(listener, proxy, opts, shutdown).await;
+    });
+    Ok(Running { addr, stop, hits: Arc::new(AtomicUsize::new(0)) })
+}
+
+/// A response read to the end.
+#[derive(Debug)]
+pub struct Got {
+    pub status: StatusCode,
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+}
+
+impl Got {
+    pub fn json(&self) -> Result<serde_json::Value, BoxError> {
+        Ok(serde_json::from_slice(&self.body)?)
+    }
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+pub fn client() -> Client<HttpConnector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// Sends `req` and reads the whole response (with a 10 s safety limit).
+pub async fn send(req: Request<Full<Bytes>>) -> Result<Got, BoxError> {
+    let fut = async {
+        let resp = client().request(req).await?;
+        let (parts, body) = resp.into_parts();
+        let body = body.collect().await?.to_bytes();
+        Ok::<_, BoxError>(Got { status: parts.status, headers: parts.headers, body })
+    };
+    tokio::time::timeout(Duration::from_secs(10), fut).await.map_err(|_| "request timed out")?
+}
+
+pub async fn get(url: &str) -> Result<Got, BoxError> {
+    send(Request::get(url).body(Full::new(Bytes::new()))?).await
+}
+
+/// A fixed table of three regions whose upstreams are the given backends.
+pub fn table(eu: SocketAddr, kz: SocketAddr, us: SocketAddr, extra: &str) -> String {
+    format!(
+        r#"version: 1
+listen: 127.0.0.1:18080
+admin: 127.0.0.1:19901
+regions:
+  eu: {{ upstreams: ["http://{eu}"] }}
+  kz: {{ upstreams: ["http://{kz}"] }}
+  us: {{ upstreams: ["http://{us}"] }}
+countries:
+  KZ: {{ id: 7, region: kz }}
+  DE: {{ id: 49, region: eu }}
+  US: {{ id: 1, region: us }}
+entities: {{ IntercityOrder: 3, WalletAccount: 4 }}
+overrides:
+  - {{ country: KZ, entity: WalletAccount, region: eu }}
+shards: {{ count: 16, regions: {{ eu: "0-5", kz: "6-10", us: "11-15" }} }}
+nodes:
+  locality_mac: {{ "c110002": eu, "d537a50": kz, "0000001": us }}
+  snowflake_datacenter: {{ 1: eu, 2: kz, 3: us }}
+  sonyflake_machine: {{ 258: kz }}
+  instagram_shard: {{ "0-99": us }}
+hash: {{ regions: [eu, kz, us] }}
+{extra}
+routes:
+  - name: orders
+    match: {{ path: "/v1/orders/{{id}}" }}
+    id: {{ path_param: id, formats: [iuid, uniqid] }}
+  - name: by-header
+    match: {{ path: "/v1/wallet" }}
+    id: {{ header: X-Entity-Id, formats: [iuid] }}
+  - name: by-query
+    match: {{ path: "/v1/search" }}
+    id: {{ query: id, formats: [iuid] }}
+  - name: sessions
+    match: {{ path: "/v1/sessions/{{id}}" }}
+    id: {{ path_param: id, formats: [locality] }}
+  - name: events
+    match: {{ path: "/v1/events/{{id}}" }}
+    id: {{ path_param: id, formats: [uuidv7] }}
+    placement: hash
+  - name: tweets
+    match: {{ path: "/v1/tweets/{{id}}" }}
+    id: {{ path_param: id, formats: [snowflake] }}
+  - name: flakes
+    match: {{ path: "/v1/flakes/{{id}}" }}
+    id: {{ path_param: id, formats: [sonyflake] }}
+  - name: media
+    match: {{ path: "/v1/media/{{id}}" }}
+    id: {{ path_param: id, formats: [instagram] }}
+  - name: behaviours
+    match: {{ path: "/t/{{mode}}/{{id}}" }}
+    id: {{ path_param: id, formats: [iuid] }}
+"#
+    )
+}
