@@ -811,6 +811,11 @@ pub(crate) fn from_value(root: &Value, ctx: &mut Ctx<'_>) -> Config {
             &empty
         }
     };
+    for k in map.keys() {
+        if let Value::String(k) = k {
+            ctx.section(k);
+        }
+    }
     let get = |k: &str| map.get(k);
 
     let version = match get("version") {

@@ -108,8 +108,16 @@ pub struct SpanIndex {
 impl SpanIndex {
     /// Position of the value at `path`, or of its nearest recorded ancestor
     /// (nodes inside an alias expansion have no position of their own).
+    ///
+    /// A value that starts on a later line than its key (a block mapping or
+    /// list) is reported at its key, the line a reader looks for.
     pub fn value_pos(&self, path: &YamlPath) -> Pos {
-        self.lookup(path).map(|e| e.value).unwrap_or(Pos { line: 1, col: 1 })
+        self.lookup(path)
+            .map(|e| match e.key {
+                Some(k) if k.line < e.value.line => k,
+                _ => e.value,
+            })
+            .unwrap_or(Pos { line: 1, col: 1 })
     }
 
     /// Position of the key that introduced `path` (falls back like [`Self::value_pos`]).

@@ -28,12 +28,13 @@ pub struct Ctx<'a> {
     /// Problems found so far.
     pub errors: Vec<ConfigError>,
     defined: HashSet<(u8, String)>,
+    sections: HashSet<String>,
 }
 
 impl<'a> Ctx<'a> {
     /// A collector over `index`.
     pub fn new(index: &'a SpanIndex) -> Self {
-        Ctx { index, errors: Vec::new(), defined: HashSet::new() }
+        Ctx { index, errors: Vec::new(), defined: HashSet::new(), sections: HashSet::new() }
     }
 
     /// Records a problem at the value at `path`.
@@ -60,6 +61,15 @@ impl<'a> Ctx<'a> {
 
     pub(crate) fn defined(&mut self, kind: NameKind, name: &str) {
         self.defined.insert((kind as u8, name.to_owned()));
+    }
+
+    /// Records that the file has this top-level section (even if it failed to parse).
+    pub(crate) fn section(&mut self, key: &str) {
+        self.sections.insert(key.to_owned());
+    }
+
+    fn has_section(&self, key: &str) -> bool {
+        self.sections.contains(key)
     }
 
     fn is_defined(&self, kind: NameKind, name: &str) -> bool {
@@ -344,7 +354,8 @@ pub fn check(cfg: &Config, ctx: &mut Ctx<'_>) {
                     i += 1;
                 }
             }
-            if !gaps.is_empty() {
+            let ranges_broken = ctx.errors.iter().any(|e| e.path.starts_with("shards.regions."));
+            if !gaps.is_empty() && !ranges_broken {
                 let mut list = gaps.iter().take(8).cloned().collect::<Vec<_>>().join(", ");
                 if gaps.len() > 8 {
                     list.push_str(", ...");
@@ -645,17 +656,19 @@ fn closest<'n>(name: &str, candidates: impl Iterator<Item = &'n str>) -> Option<
 }
 
 /// Whether the table has what the natural strategy of `format` needs.
-fn natural_configured(cfg: &Config, format: Format) -> Option<&'static str> {
+fn natural_configured(cfg: &Config, ctx: &Ctx<'_>, format: Format) -> Option<&'static str> {
     let n = &cfg.nodes;
+    // A section that is present but failed to parse was reported already.
+    let broken = |key: &str| ctx.has_section(key) && ctx.errors.iter().any(|e| e.path.starts_with(key));
     let ok = match format {
-        Format::Iuid => !cfg.countries.is_empty(),
-        Format::Uniqid => cfg.shards.is_some(),
+        Format::Iuid => !cfg.countries.is_empty() || broken("countries"),
+        Format::Uniqid => cfg.shards.is_some() || broken("shards"),
         Format::Locality => !n.locality_mac.is_empty() || !n.locality_pid.is_empty(),
         Format::Snowflake => !n.snowflake_datacenter.is_empty() || !n.snowflake_worker.is_empty(),
         Format::Sonyflake => !n.sonyflake_machine.is_empty(),
         Format::Instagram => !n.instagram_shard.is_empty(),
         Format::Uuidv7 => !cfg.time_ranges.is_empty() || !cfg.key_ranges.is_empty() || cfg.hash.is_some(),
-    };
+    } || (format != Format::Iuid && format != Format::Uniqid && format != Format::Uuidv7 && broken("nodes"));
     if ok {
         return None;
     }
@@ -919,7 +932,7 @@ fn check_routes(cfg: &Config, ctx: &mut Ctx<'_>) {
 fn check_strategy(cfg: &Config, ctx: &mut Ctx<'_>, path: &YamlPath, route: &str, format: Format, s: Strategy) {
     let fits = match s {
         Strategy::Auto => {
-            if let Some(missing) = natural_configured(cfg, format) {
+            if let Some(missing) = natural_configured(cfg, ctx, format) {
                 if cfg.default_region.is_none() {
                     ctx.at(
                         path,
@@ -946,10 +959,10 @@ fn check_strategy(cfg: &Config, ctx: &mut Ctx<'_>, path: &YamlPath, route: &str,
         return;
     }
     let missing = match s {
-        Strategy::KeyRange if cfg.key_ranges.is_empty() => Some("`key_ranges`"),
-        Strategy::Hash if cfg.hash.is_none() => Some("`hash`"),
-        Strategy::TimeRange if cfg.time_ranges.is_empty() => Some("`time_ranges`"),
-        Strategy::Country | Strategy::Shard | Strategy::Node => natural_configured(cfg, format),
+        Strategy::KeyRange if cfg.key_ranges.is_empty() && !ctx.has_section("key_ranges") => Some("`key_ranges`"),
+        Strategy::Hash if cfg.hash.is_none() && !ctx.has_section("hash") => Some("`hash`"),
+        Strategy::TimeRange if cfg.time_ranges.is_empty() && !ctx.has_section("time_ranges") => Some("`time_ranges`"),
+        Strategy::Country | Strategy::Shard | Strategy::Node => natural_configured(cfg, ctx, format),
         _ => None,
     };
     if let (Some(m), None) = (missing, &cfg.default_region) {

@@ -59,11 +59,13 @@ pub struct WatchOptions {
     /// Also re-read the file this often (for bind mounts and NFS, where
     /// inotify events never arrive); `None` disables polling.
     pub poll_interval: Option<Duration>,
+    /// Use file-system events (inotify); `false` leaves polling alone.
+    pub events: bool,
 }
 
 impl Default for WatchOptions {
     fn default() -> Self {
-        WatchOptions { debounce: Duration::from_millis(250), poll_interval: None }
+        WatchOptions { debounce: Duration::from_millis(250), poll_interval: None, events: true }
     }
 }
 
@@ -217,18 +219,21 @@ pub async fn watch_with(reloader: Arc<Reloader>, options: WatchOptions, shutdown
             let _ = tx.send(());
         }
     };
-    let _watcher = match notify::recommended_watcher(handler) {
-        Ok(mut w) => match w.watch(&dir, notify::RecursiveMode::NonRecursive) {
-            Ok(()) => Some(w),
+    let _watcher = match options.events.then(|| notify::recommended_watcher(handler)) {
+        None => None,
+        Some(w) => match w {
+            Ok(mut w) => match w.watch(&dir, notify::RecursiveMode::NonRecursive) {
+                Ok(()) => Some(w),
+                Err(e) => {
+                    tracing::warn!(dir = %dir.display(), error = %e, "cannot watch config directory; relying on polling and SIGHUP");
+                    None
+                }
+            },
             Err(e) => {
-                tracing::warn!(dir = %dir.display(), error = %e, "cannot watch config directory; relying on polling and SIGHUP");
+                tracing::warn!(error = %e, "cannot create file watcher; relying on polling and SIGHUP");
                 None
             }
         },
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot create file watcher; relying on polling and SIGHUP");
-            None
-        }
     };
     let mut poll = options.poll_interval.map(|d| {
         let mut i = tokio::time::interval(d.max(Duration::from_millis(10)));

@@ -485,6 +485,14 @@ impl Table {
         self.entity_names.get(usize::from(code)).and_then(|n| n.as_deref())
     }
 
+    /// The region owning uniqid `shard`, if any (used to mint into a region).
+    pub fn shard_owner(&self, shard: u32) -> Option<RegionId> {
+        match self.shards.get(shard as usize) {
+            Some(&r) if r != NONE => Some(RegionId(r)),
+            _ => None,
+        }
+    }
+
     /// Settings with defaults filled in.
     pub fn settings(&self) -> &Settings {
         &self.settings

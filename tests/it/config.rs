@@ -1,0 +1,151 @@
+//! Config loader: one fixture per validation error class, each asserting the
+//! exact YAML path and line of every problem it contains, and a file with
+//! many problems reported in one run.
+//!
+//! Fixtures mark each expected problem with a trailing `# error: <path>`
+//! comment on the line where it must be reported; the test asserts that the
+//! set of (path, line) pairs reported is exactly the set marked.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use shardgate::config::{self, check::run_check, ConfigErrors};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/config").join(name)
+}
+
+/// (path, line) pairs marked in a fixture.
+fn marked(text: &str) -> BTreeSet<(String, usize)> {
+    text.lines()
+        .enumerate()
+        .filter_map(|(n, l)| l.split_once("# error:").map(|(_, p)| (p.trim().to_owned(), n + 1)))
+        .collect()
+}
+
+fn reported(errors: &ConfigErrors) -> BTreeSet<(String, usize)> {
+    errors.errors.iter().map(|e| (e.path.clone(), e.line)).collect()
+}
+
+fn check_fixture(name: &str) -> Result<ConfigErrors, String> {
+    let path = fixture(name);
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{name}: {e}"))?;
+    let expected = marked(&text);
+    assert!(!expected.is_empty(), "{name} marks no error");
+    let errors = match config::load_file(&path) {
+        Ok(_) => return Err(format!("{name}: accepted")),
+        Err(e) => e,
+    };
+    assert_eq!(reported(&errors), expected, "{name}:\n{errors}");
+    for e in &errors.errors {
+        assert!(e.col >= 1, "{name}: column {e:?}");
+        assert!(e.hint.as_deref().is_some_and(|h| !h.is_empty()), "{name}: no hint: {e:?}");
+        assert!(!e.message.is_empty() && e.message.chars().next().is_some_and(|c| !c.is_uppercase()), "{name}: {e:?}");
+    }
+    Ok(errors)
+}
+
+macro_rules! fixtures {
+    ($($test:ident => $file:literal),* $(,)?) => {
+        $(
+            #[test]
+            fn $test() -> Result<(), String> {
+                check_fixture($file).map(|_| ())
+            }
+        )*
+    };
+}
+
+fixtures! {
+    config_unknown_key => "unknown_key.yaml",
+    config_duplicate_key => "duplicate_key.yaml",
+    config_bad_type => "bad_type.yaml",
+    config_dangling_region => "dangling_region.yaml",
+    config_dangling_country_and_entity => "dangling_country_entity.yaml",
+    config_duplicate_country_id => "duplicate_country_id.yaml",
+    config_duplicate_entity_code => "duplicate_entity_code.yaml",
+    config_id_out_of_range => "id_out_of_range.yaml",
+    config_shard_overlap => "shard_overlap.yaml",
+    config_shard_gap => "shard_gap.yaml",
+    config_key_ranges_out_of_order => "key_ranges.yaml",
+    config_time_ranges_out_of_order => "time_ranges.yaml",
+    config_route_unreachable => "route_unreachable.yaml",
+    config_route_conflict => "route_conflict.yaml",
+    config_route_without_rule => "route_without_rule.yaml",
+    config_unknown_format => "unknown_format.yaml",
+    config_mint_not_mintable => "mint_not_mintable.yaml",
+    config_failover_cycle => "failover_cycle.yaml",
+    config_region_without_endpoints => "region_without_endpoints.yaml",
+    config_bad_upstream_url => "bad_upstream_url.yaml",
+    config_unknown_local_region => "unknown_local_region.yaml",
+    config_bad_duration => "bad_duration.yaml",
+    config_syntax_error => "syntax_error.yaml",
+    config_missing_version => "missing_version.yaml",
+    config_many_errors => "many_errors.yaml",
+}
+
+#[test]
+fn config_messages_name_the_offending_value() -> Result<(), String> {
+    let errors = check_fixture("unknown_format.yaml")?;
+    let e = &errors.errors[0];
+    assert_eq!(e.message, "unknown id format \"uuid7\"");
+    assert_eq!(e.hint.as_deref(), Some("did you mean `uuidv7`?"));
+    let errors = check_fixture("unknown_key.yaml")?;
+    assert_eq!(errors.errors[0].hint.as_deref(), Some("did you mean `failover`?"));
+    let errors = check_fixture("failover_cycle.yaml")?;
+    assert_eq!(errors.errors[0].message, "failover cycle: eu -> kz -> us -> eu");
+    Ok(())
+}
+
+#[test]
+fn config_check_command_exit_codes() {
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = run_check(&fixture("many_errors.yaml"), false, &mut out, &mut err);
+    assert_eq!(code, 78);
+    let err = String::from_utf8_lossy(&err);
+    let first = err.lines().next().unwrap_or("");
+    assert!(first.contains("many_errors.yaml:4:1: admn: unknown key \"admn\" (hint: "), "{err}");
+    assert!(out.is_empty());
+
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/example.yaml");
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = run_check(&example, true, &mut out, &mut err);
+    let out = String::from_utf8_lossy(&out);
+    assert_eq!(code, 0, "{}", String::from_utf8_lossy(&err));
+    let summary = out.lines().next().unwrap_or("");
+    assert!(summary.contains(": ok: 3 regions, 4 countries"), "{summary}");
+    // --print: the effective table, defaults filled in, loads again.
+    let printed: String = out.lines().skip(1).map(|l| format!("{l}\n")).collect();
+    assert!(printed.contains("request_timeout: 15s"), "{printed}");
+    assert!(printed.contains("instance: gw-eu-1"), "{printed}");
+    let again = config::load_str(&printed, "printed.yaml");
+    assert!(again.is_ok(), "{:?}", again.err().map(|e| e.to_string()));
+}
+
+#[test]
+fn config_hostile_inputs_are_rejected_quickly() {
+    let mut laughs = String::from("version: 1\na0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+    for i in 1..10 {
+        let p = i - 1;
+        laughs
+            .push_str(&format!("a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"));
+    }
+    assert!(config::load_str(&laughs, "laughs.yaml").is_err());
+    let deep = format!("version: 1\nregions: {}{}\n", "{a: ".repeat(5000), "}".repeat(5000));
+    assert!(config::load_str(&deep, "deep.yaml").is_err());
+    let big = "#".repeat(5 << 20);
+    let e = config::load_str(&big, "big.yaml").err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(e.contains("more than the limit"), "{e}");
+    for weird in [
+        "",
+        "---",
+        "[]",
+        "42",
+        "version: 1\n---\nversion: 1\n",
+        "!!map {}",
+        "? [a]\n: b\n",
+        "version: &v 1\nlisten: *v\n",
+    ] {
+        assert!(config::load_str(weird, "weird.yaml").is_err(), "{weird:?}");
+    }
+}
