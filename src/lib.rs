@@ -29,7 +29,8 @@
 //! * [`config`]: the routing table file: schema, spans, validation with every
 //!   error at once, `check`.
 //! * [`routing`]: the compiled table, placement, the shared snapshot and live reload.
-//! * [`proxy`]: server, extract, forward, headers, errors.
+//! * [`proxy`]: server, extract, mint, forward, headers, errors.
+//! * [`mesh`]: hop and loop headers between regional shardgates.
 //! * [`app`]: assembly of listener, table, reload triggers and signals; `demo`.
 //! * [`cli`]: the command line (`serve`, `check`, `decode`, `mint`, `demo`, `backend`).
 //! * [`decode`]: the `decode` command's output (human table and JSON lines).
@@ -44,6 +45,7 @@ pub mod config;
 pub mod decode;
 pub mod demo;
 pub mod ids;
+pub mod mesh;
 pub mod proxy;
 pub mod routing;
 pub mod telemetry;

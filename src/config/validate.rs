@@ -974,6 +974,54 @@ fn check_strategy(cfg: &Config, ctx: &mut Ctx<'_>, path: &YamlPath, route: &str,
     }
 }
 
+fn check_country_source(cfg: &Config, ctx: &mut Ctx<'_>, mp: &YamlPath, c: &super::raw::CountrySource) {
+    let cp = mp.k("country");
+    let n =
+        [c.header.is_some(), c.query.is_some(), c.fixed.is_some(), c.local.is_some()].iter().filter(|b| **b).count();
+    if n != 1 {
+        ctx.at(
+            &cp,
+            format!("country source needs exactly one of header, query, fixed or local (found {n})"),
+            Some("e.g. `country: { header: X-Country }`"),
+        );
+    }
+    if let Some(h) = &c.header {
+        if http::HeaderName::from_bytes(h.as_bytes()).is_err() {
+            ctx.at(
+                &cp.k("header"),
+                format!("invalid header name {}", show(h)),
+                Some("header names are tokens such as X-Country"),
+            );
+        }
+    }
+    if let Some(fx) = &c.fixed {
+        if !cfg.countries.contains_key(fx) && !ctx.is_defined(NameKind::Country, fx) {
+            ctx.at(&cp.k("fixed"), format!("unknown country {}", show(fx)), Some("define it under `countries`"));
+        }
+    }
+    match c.local {
+        Some(false) => ctx.at(
+            &cp.k("local"),
+            "`local: false` is not a country source".into(),
+            Some("write `local: true` or use header, query or fixed"),
+        ),
+        Some(true) => match &cfg.region {
+            None => ctx.at(
+                &cp.k("local"),
+                "`local: true` needs this instance's `region`".into(),
+                Some("set the top-level `region:`"),
+            ),
+            Some(r) if !cfg.countries.values().any(|c| &c.region == r) => ctx.at(
+                &cp.k("local"),
+                format!("no country is owned by the local region {}", show(r)),
+                Some("assign a country to this region or use another source"),
+            ),
+            _ => {}
+        },
+        None => {}
+    }
+}
+
 fn check_mint(cfg: &Config, ctx: &mut Ctx<'_>, mp: &YamlPath, m: &super::raw::MintSpec, f: Format) {
     if f == Format::Iuid {
         match &m.entity {
@@ -994,66 +1042,21 @@ fn check_mint(cfg: &Config, ctx: &mut Ctx<'_>, mp: &YamlPath, m: &super::raw::Mi
                 "iuid mint rule needs `country`".into(),
                 Some("add `country: { header: X-Country }`, `{ query: q }`, `{ fixed: KZ }` or `{ local: true }`"),
             ),
-            Some(c) => {
-                let cp = mp.k("country");
-                let n = [c.header.is_some(), c.query.is_some(), c.fixed.is_some(), c.local.is_some()]
-                    .iter()
-                    .filter(|b| **b)
-                    .count();
-                if n != 1 {
-                    ctx.at(
-                        &cp,
-                        format!("country source needs exactly one of header, query, fixed or local (found {n})"),
-                        Some("e.g. `country: { header: X-Country }`"),
-                    );
-                }
-                if let Some(h) = &c.header {
-                    if http::HeaderName::from_bytes(h.as_bytes()).is_err() {
-                        ctx.at(
-                            &cp.k("header"),
-                            format!("invalid header name {}", show(h)),
-                            Some("header names are tokens such as X-Country"),
-                        );
-                    }
-                }
-                if let Some(fx) = &c.fixed {
-                    if !cfg.countries.contains_key(fx) && !ctx.is_defined(NameKind::Country, fx) {
-                        ctx.at(
-                            &cp.k("fixed"),
-                            format!("unknown country {}", show(fx)),
-                            Some("define it under `countries`"),
-                        );
-                    }
-                }
-                match c.local {
-                    Some(false) => ctx.at(
-                        &cp.k("local"),
-                        "`local: false` is not a country source".into(),
-                        Some("write `local: true` or use header, query or fixed"),
-                    ),
-                    Some(true) => match &cfg.region {
-                        None => ctx.at(
-                            &cp.k("local"),
-                            "`local: true` needs this instance's `region`".into(),
-                            Some("set the top-level `region:`"),
-                        ),
-                        Some(r) if !cfg.countries.values().any(|c| &c.region == r) => ctx.at(
-                            &cp.k("local"),
-                            format!("no country is owned by the local region {}", show(r)),
-                            Some("assign a country to this region or use another source"),
-                        ),
-                        _ => {}
-                    },
-                    None => {}
-                }
-            }
+            Some(c) => check_country_source(cfg, ctx, mp, c),
         }
     } else {
         if m.entity.is_some() {
             ctx.at(&mp.k("entity"), format!("`entity` only applies to iuid, not {f}"), Some("remove it"));
         }
-        if m.country.is_some() {
-            ctx.at(&mp.k("country"), format!("`country` only applies to iuid, not {f}"), Some("remove it"));
+        match &m.country {
+            // A uniqid create lands on a shard owned by the country's region.
+            Some(c) if f == Format::Uniqid => check_country_source(cfg, ctx, mp, c),
+            Some(_) => ctx.at(
+                &mp.k("country"),
+                format!("`country` only applies to iuid and uniqid, not {f}"),
+                Some("remove it"),
+            ),
+            None => {}
         }
         if f == Format::Uniqid && cfg.ids.uniqid.total_shards.is_none() && cfg.shards.is_none() {
             ctx.at(

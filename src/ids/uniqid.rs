@@ -180,6 +180,18 @@ impl<C: Clock> UniqidMinter<C> {
         Some(self.build(us, rng))
     }
 
+    /// Like [`mint_for_shard`](Self::mint_for_shard) for another shard count
+    /// (a reloaded table may change it): the (seconds, microseconds)
+    /// uniqueness holds across counts because the state is shared.
+    pub fn mint_in<R: RngCore + ?Sized>(&self, total_shards: u32, shard: u32, rng: &mut R) -> Option<UniqidShard> {
+        if shard >= total_shards {
+            return None;
+        }
+        let us = self.next_us(|us| (us % 1_000_000) as u32 % total_shards == shard);
+        let micros = (us % 1_000_000) as u32;
+        Some(UniqidShard { shard, random_prefix: rng.next_u32() as u16, seconds: (us / 1_000_000) as u32, micros })
+    }
+
     fn next_us(&self, fits: impl Fn(u64) -> bool) -> u64 {
         let now = self.clock.unix_micros();
         let mut cur = self.last_us.load(Ordering::Relaxed);

@@ -86,7 +86,7 @@ impl Upstreams {
         &self,
         parts: &http::request::Parts,
         body: Incoming,
-        endpoints: &[Uri],
+        endpoints: &[crate::routing::Upstream],
         region: &str,
         s: AttemptSettings,
         attempts: &mut u32,
@@ -103,7 +103,7 @@ impl Upstreams {
         let mut last_err = ProxyError::UpstreamConnect { region: region.to_string() };
         let mut retries_used = 0;
         for i in 0..max_attempts {
-            let endpoint = &endpoints[(start + i as usize) % endpoints.len()];
+            let endpoint = &endpoints[(start + i as usize) % endpoints.len()].uri;
             let uri = upstream_uri(endpoint, parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"))
                 .map_err(|_| ProxyError::UpstreamFailed { region: region.to_string() })?;
             let b = match body.take() {

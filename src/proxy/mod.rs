@@ -5,6 +5,7 @@
 //! * [`server`]: accept loop, HTTP/1.1 and h2c on one port, graceful shutdown.
 //! * [`extract`]: where the route's id is (path parameter, header, query).
 //! * [`headers`]: hop-by-hop removal, `X-Forwarded-*`, `Via`, request ids.
+//! * [`mint`]: ids minted for create routes.
 //! * [`forward`]: pooled client, timeouts, safe retries, upgrades.
 //! * [`error`]: every proxy-made failure → problem+json + `Proxy-Status`.
 
@@ -12,6 +13,7 @@ pub mod error;
 pub mod extract;
 pub mod forward;
 pub mod headers;
+pub mod mint;
 pub mod server;
 
 use std::net::SocketAddr;
@@ -24,6 +26,7 @@ use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 
 use crate::ids::{self, SystemClock, Uuid7Minter};
+use crate::mesh;
 use crate::routing::shared::SharedTable;
 use crate::routing::{Placement, Table};
 
@@ -39,8 +42,13 @@ pub struct Proxy {
     shared: Arc<SharedTable>,
     upstreams: Upstreams,
     request_ids: Uuid7Minter<SystemClock>,
+    minters: mint::Minters,
     via: HeaderValue,
     name: String,
+    /// `by=` node name in `Forwarded` (RFC 7239 obfuscated form).
+    node: String,
+    /// Requests handled so far.
+    handled: std::sync::atomic::AtomicU64,
 }
 
 /// What the router decided for one request, for logs and debug headers.
@@ -54,6 +62,8 @@ pub struct Decision {
     pub rule: Option<String>,
     /// Upstream attempts made.
     pub attempts: u32,
+    /// Whether the request went to another region's shardgate.
+    pub peer: bool,
 }
 
 impl Proxy {
@@ -61,12 +71,18 @@ impl Proxy {
     /// this instance in `Via` and `Proxy-Status`.
     pub fn new(shared: Arc<SharedTable>, client: ClientSettings, name: &str) -> Proxy {
         let via = HeaderValue::from_str(&format!("1.1 {name}")).unwrap_or(HeaderValue::from_static("1.1 shardgate"));
+        let settings = shared.snapshot();
+        let settings = settings.table.settings();
+        let minters = mint::Minters::new(settings.locality_node, settings.locality_mode);
         Proxy {
             shared,
             upstreams: Upstreams::new(client),
             request_ids: Uuid7Minter::new(SystemClock),
+            minters,
             via,
             name: name.to_string(),
+            node: crate::mesh::node_name(name),
+            handled: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -75,8 +91,14 @@ impl Proxy {
         &self.shared
     }
 
+    /// Requests handled since start.
+    pub fn handled(&self) -> u64 {
+        self.handled.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Handles one request end to end. Never fails: errors become responses.
     pub async fn handle(&self, mut req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
+        self.handled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let request_id = match req.headers().get(headers::X_REQUEST_ID) {
             Some(v) if headers::acceptable_request_id(v) => v.clone(),
             _ => {
@@ -131,22 +153,62 @@ impl Proxy {
             return Err(ProxyError::HeadersTooLarge { limit: settings.server.max_headers });
         }
         let (mut parts, body) = req.into_parts();
-        let placement = {
+        let hops = mesh::inspect(&parts.headers, &self.node);
+        if hops.seen_self {
+            return Err(ProxyError::Loop {
+                detail: format!("this instance ({}) already forwarded the request", self.name),
+            });
+        }
+        let (placement, minted) = {
             let m = table.match_route(&parts.method, parts.uri.path()).ok_or(ProxyError::NoRoute)?;
             decision.route = Some(m.route.name.clone());
-            let rule = m.route.id.as_ref().ok_or(ProxyError::NoRoute)?;
-            let raw = extract::extract(&rule.source, &m.params, &parts.headers, parts.uri.query())?;
-            let id = ids::parse_any(&rule.formats, &raw, table.id_params()).map_err(|error| ProxyError::BadId {
-                param: extract::describe(&rule.source),
-                error,
-                input: raw.to_string(),
-            })?;
-            table.place(&id, m.route.strategy).map_err(|e| ProxyError::NoOwner { detail: e.to_string() })?
+            let (id, minted) = match (&m.route.id, &m.route.mint) {
+                (Some(rule), _) => {
+                    let raw = extract::extract(&rule.source, &m.params, &parts.headers, parts.uri.query())?;
+                    let id = ids::parse_any(&rule.formats, &raw, table.id_params()).map_err(|error| {
+                        ProxyError::BadId { param: extract::describe(&rule.source), error, input: raw.to_string() }
+                    })?;
+                    (id, None)
+                }
+                (None, Some(rule)) => {
+                    let id = mint::mint(rule, &parts, table, &self.minters)?;
+                    (id, Some((rule.header.clone(), id.to_string(), rule.location.clone())))
+                }
+                (None, None) => return Err(ProxyError::NoRoute),
+            };
+            let placement =
+                table.place(&id, m.route.strategy).map_err(|e| ProxyError::NoOwner { detail: e.to_string() })?;
+            (placement, minted)
         };
-        let Placement { region, rule } = placement;
-        let region = table.region(region);
+        let Placement { region: region_id, rule } = placement;
+        let region = table.region(region_id);
         decision.region = Some(region.name.clone());
         decision.rule = Some(rule.to_string());
+
+        // Local backends, or the owner's shardgate when it is another region.
+        let remote = table.local_region().is_some_and(|local| local != region_id);
+        let via_peer = match (&region.peer, remote || region.upstreams.is_empty()) {
+            (Some(peer), true) => Some(peer),
+            _ => None,
+        };
+        if via_peer.is_some() {
+            let next = hops.count.saturating_add(1);
+            if next > settings.max_hops {
+                return Err(ProxyError::Loop {
+                    detail: format!(
+                        "forwarding to region {} would exceed the hop limit of {}",
+                        region.name, settings.max_hops
+                    ),
+                });
+            }
+            mesh::mark_forwarded(&mut parts.headers, &self.node, next);
+            decision.peer = true;
+        }
+        if let Some((header, id, _)) = &minted {
+            if let Ok(v) = HeaderValue::from_str(id) {
+                parts.headers.insert(header.clone(), v);
+            }
+        }
 
         // Request headers for the upstream leg.
         let upgrade = headers::is_upgrade_request(&parts.headers) && parts.version == http::Version::HTTP_11;
@@ -169,8 +231,11 @@ impl Proxy {
             budget_ratio: settings.upstream.retry_budget.ratio,
             budget_min_per_second: settings.upstream.retry_budget.min_per_second,
         };
-        let endpoints: Vec<http::Uri> = region.upstreams.iter().map(|u| u.uri.clone()).collect();
-        let mut resp = self.upstreams.send(&parts, body, &endpoints, &region.name, s, &mut decision.attempts).await?;
+        let endpoints = match via_peer {
+            Some(peer) => std::slice::from_ref(peer),
+            None => &region.upstreams[..],
+        };
+        let mut resp = self.upstreams.send(&parts, body, endpoints, &region.name, s, &mut decision.attempts).await?;
 
         if forward::is_switching(&resp) {
             if let (Some(client), Some(up)) =
@@ -181,6 +246,15 @@ impl Proxy {
             headers::remove_hop_by_hop(resp.headers_mut(), true);
         } else {
             headers::remove_hop_by_hop(resp.headers_mut(), false);
+        }
+        mesh::strip_from_response(resp.headers_mut());
+        if let Some((header, id, location)) = minted {
+            if let Ok(v) = HeaderValue::from_str(&id) {
+                if let Some(loc) = location.and_then(|l| HeaderValue::from_str(&l.replace("{id}", &id)).ok()) {
+                    resp.headers_mut().insert(http::header::LOCATION, loc);
+                }
+                resp.headers_mut().insert(header, v);
+            }
         }
         headers::append_via(resp.headers_mut(), &self.via);
         Ok(resp)

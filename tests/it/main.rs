@@ -8,5 +8,6 @@ mod vectors;
 #[path = "../support/mod.rs"]
 mod support;
 
+mod mesh;
 mod proxy;
 mod routing;

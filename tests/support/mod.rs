@@ -30,6 +30,8 @@ pub struct Running {
     stop: watch::Sender<bool>,
     /// Requests the server has received.
     pub hits: Arc<AtomicUsize>,
+    /// The proxy, when this is one.
+    pub proxy: Option<Arc<shardgate::proxy::Proxy>>,
 }
 
 impl Running {
@@ -88,7 +90,7 @@ pub async fn backend(region: &str) -> Result<Running, BoxError> {
             tokio::spawn(conn);
         }
     });
-    Ok(Running { addr, stop, hits })
+    Ok(Running { addr, stop, hits, proxy: None })
 }
 
 type TestBody = http_body_util::combinators::BoxBody<Bytes, BoxError>;
@@ -177,17 +179,30 @@ impl<T> futures_core::Stream for ReceiverStream<T> {
 
 /// A proxy serving `yaml` (a routing table) on 127.0.0.1 port 0.
 pub async fn proxy(yaml: &str) -> Result<Running, BoxError> {
+    proxy_on(TcpListener::bind("127.0.0.1:0").await?, yaml).await
+}
+
+/// A proxy serving `yaml` on an already bound listener (to know peers'
+/// addresses before their tables are written).
+pub async fn proxy_on(listener: TcpListener, yaml: &str) -> Result<Running, BoxError> {
     let cfg = shardgate::config::load_str(yaml, "test.yaml").map_err(|e| format!("test table invalid:\n{e}"))?;
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let (stop, rx) = watch::channel(false);
     let (_shared, proxy) = shardgate::app::build_proxy(&cfg, yaml);
     let opts = shardgate::app::server_options(&cfg);
     let shutdown = stop_signal(&rx);
+    let p = Arc::clone(&proxy);
     tokio::spawn(async move {
-        let _ = shardgate::proxy::server::serve(listener, proxy, opts, shutdown).await;
+        let _ = shardgate::proxy::server::serve(listener, p, opts, shutdown).await;
     });
-    Ok(Running { addr, stop, hits: Arc::new(AtomicUsize::new(0)) })
+    Ok(Running { addr, stop, hits: Arc::new(AtomicUsize::new(0)), proxy: Some(proxy) })
+}
+
+impl Running {
+    /// Requests the proxy has handled (0 for backends).
+    pub fn handled(&self) -> u64 {
+        self.proxy.as_ref().map_or(0, |p| p.handled())
+    }
 }
 
 /// A response read to the end.

@@ -1,0 +1,87 @@
+//! The regional mesh: hop and loop headers between shardgate peers.
+//!
+//! When the owner of an entity is another region, this instance forwards the
+//! request to that region's shardgate, appending `Forwarded: by=_<instance>`
+//! (RFC 7239, an obfuscated node name) and incrementing
+//! `X-Shardgate-Hops`. A request that already names this instance in
+//! `Forwarded`, or that would exceed the hop limit, is answered 508.
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+
+/// The hop counter header.
+pub const HOPS: HeaderName = HeaderName::from_static("x-shardgate-hops");
+/// RFC 7239 `Forwarded`.
+pub const FORWARDED: HeaderName = HeaderName::from_static("forwarded");
+
+/// Mesh state of an incoming request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hops {
+    /// Peer hops the request has taken so far.
+    pub count: u32,
+    /// Whether `Forwarded` already names this instance.
+    pub seen_self: bool,
+}
+
+/// The `by=` node name for an instance: `_` + the name with characters
+/// outside RFC 7239's obfnode alphabet replaced by `-`.
+pub fn node_name(instance: &str) -> String {
+    let mut out = String::with_capacity(instance.len() + 1);
+    out.push('_');
+    out.extend(
+        instance.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '-' }),
+    );
+    out
+}
+
+/// Reads the hop count and looks for `by=<node>` in every `Forwarded` element.
+/// A malformed hop count counts as the maximum (fail closed).
+pub fn inspect(headers: &HeaderMap, node: &str) -> Hops {
+    let count = match headers.get(&HOPS) {
+        None => 0,
+        Some(v) => v.to_str().ok().and_then(|s| s.parse::<u32>().ok()).unwrap_or(u32::MAX),
+    };
+    let seen_self = headers
+        .get_all(&FORWARDED)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split([',', ';']))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .any(|(k, v)| k.trim().eq_ignore_ascii_case("by") && v.trim().trim_matches('"').eq_ignore_ascii_case(node));
+    Hops { count, seen_self }
+}
+
+/// Marks a request that this instance forwards to a peer.
+pub fn mark_forwarded(headers: &mut HeaderMap, node: &str, hops: u32) {
+    if let Ok(v) = HeaderValue::from_str(&format!("by={node}")) {
+        headers.append(FORWARDED, v);
+    }
+    headers.insert(HOPS, HeaderValue::from(hops));
+}
+
+/// Removes mesh headers a peer put on its response before it reaches a client.
+pub fn strip_from_response(headers: &mut HeaderMap) {
+    headers.remove(HOPS);
+    headers.remove(FORWARDED);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_itself_in_forwarded() {
+        let mut h = HeaderMap::new();
+        h.append(FORWARDED, HeaderValue::from_static("for=1.2.3.4;by=_gw-kz"));
+        h.append(FORWARDED, HeaderValue::from_static("by=\"_gw-eu\", for=5.6.7.8"));
+        h.insert(HOPS, HeaderValue::from_static("2"));
+        assert_eq!(inspect(&h, "_gw-eu"), Hops { count: 2, seen_self: true });
+        assert_eq!(inspect(&h, "_gw-us"), Hops { count: 2, seen_self: false });
+        h.insert(HOPS, HeaderValue::from_static("+1"));
+        assert_eq!(inspect(&h, "_gw-us").count, u32::MAX);
+    }
+
+    #[test]
+    fn node_names_are_obfuscated_tokens() {
+        assert_eq!(node_name("gw eu/1"), "_gw-eu-1");
+    }
+}

@@ -1,0 +1,118 @@
+//! Mint: for a create route, the proxy mints the new entity's id itself, in
+//! the country the request asks for, so the entity is born in the region
+//! that will own it. The id travels to the upstream in the rule's header and
+//! back to the client in the same header (and `Location`).
+
+use http::request::Parts;
+use rand::Rng;
+
+use crate::ids::{self, Format};
+use crate::ids::{
+    Decoded, Iuid, IuidMinter, LocalityMinter, LocalityMode, NodeIdentity, SystemClock, UniqidMinter, Uuid7Minter,
+};
+use crate::routing::{CountrySource, MintRule, Strategy, Table};
+
+use super::error::ProxyError;
+use super::extract;
+
+/// The process's minters: one shared state per format, so ids are unique
+/// across all connections and strictly increasing where the format is
+/// time-first.
+#[derive(Debug)]
+pub struct Minters {
+    iuid: IuidMinter<SystemClock>,
+    uuid7: Uuid7Minter<SystemClock>,
+    uniqid: UniqidMinter<SystemClock>,
+    locality: LocalityMinter<SystemClock>,
+}
+
+impl Minters {
+    /// Minters; the Locality node identity comes from the table at start-up
+    /// (restart to change it: it names this process).
+    pub fn new(locality_node: Option<NodeIdentity>, locality_mode: LocalityMode) -> Minters {
+        let locality = LocalityMinter::new(SystemClock, locality_node.unwrap_or_default(), rand::random());
+        locality.set_mode(locality_mode);
+        Minters {
+            iuid: IuidMinter::new(SystemClock),
+            uuid7: Uuid7Minter::new(SystemClock),
+            uniqid: UniqidMinter::new(SystemClock, 1),
+            locality,
+        }
+    }
+}
+
+/// Where the rule reads its country, for messages.
+fn describe(source: &CountrySource) -> String {
+    match source {
+        CountrySource::Header(h) => format!("header '{h}'"),
+        CountrySource::Query(q) => format!("query parameter '{q}'"),
+        CountrySource::Fixed(_) => "the route's fixed country".to_string(),
+        CountrySource::Local(_) => "this instance's region".to_string(),
+    }
+}
+
+/// The country a create request asks for: a country name from the table
+/// (`KZ`) or its numeric id (`7`), from the rule's source.
+pub fn country(source: &CountrySource, parts: &Parts, table: &Table) -> Result<u8, ProxyError> {
+    let raw = match source {
+        CountrySource::Fixed(c) | CountrySource::Local(c) => return Ok(*c),
+        CountrySource::Header(h) => parts.headers.get(h).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()),
+        CountrySource::Query(q) => {
+            extract::query_param(parts.uri.query().unwrap_or(""), q).map(|v| extract::percent_decode(v).into_owned())
+        }
+    };
+    let bad = |value| ProxyError::BadCountry { param: describe(source), value };
+    let raw = raw.filter(|r| !r.is_empty()).ok_or_else(|| bad(None))?;
+    table
+        .country_by_name(&raw)
+        .or_else(|| ids::text_decimal_u8(&raw).filter(|&c| table.country_name(c).is_some()))
+        .ok_or_else(|| bad(Some(raw)))
+}
+
+/// The id for a create request: the one already in the rule's header when it
+/// is a valid id of the rule's format (a client retrying its create, or a
+/// peer shardgate that minted it before forwarding), else a fresh one.
+pub fn mint(rule: &MintRule, parts: &Parts, table: &Table, minters: &Minters) -> Result<Decoded, ProxyError> {
+    if let Some(existing) = parts.headers.get(&rule.header).and_then(|v| v.to_str().ok()) {
+        if let Ok(id) = ids::parse(rule.format, existing, table.id_params()) {
+            return Ok(id);
+        }
+    }
+    let mut rng = rand::rng();
+    let country = rule.country.as_ref().map(|source| country(source, parts, table)).transpose()?;
+    Ok(match rule.format {
+        Format::Iuid => {
+            let c = country.unwrap_or(0);
+            Decoded::Iuid(minters.iuid.mint(c, rule.entity.unwrap_or(0), &mut rng))
+        }
+        Format::Uuidv7 => Decoded::Uuidv7(minters.uuid7.mint(&mut rng)),
+        Format::Locality => Decoded::Locality(minters.locality.mint()),
+        Format::Uniqid => {
+            let total = table.settings().uniqid_mint_shards.unwrap_or(1).max(1);
+            let shard = match country {
+                Some(c) => {
+                    // A shard owned by the region that owns the country.
+                    let probe = Decoded::Iuid(Iuid::from_fields(0, c, rule.entity.unwrap_or(0), 0));
+                    let region = table
+                        .place(&probe, Strategy::Country)
+                        .map_err(|e| ProxyError::NoOwner { detail: e.to_string() })?
+                        .region;
+                    let owned: Vec<u32> = (0..total).filter(|&s| table.shard_owner(s) == Some(region)).collect();
+                    if owned.is_empty() {
+                        return Err(ProxyError::NoOwner {
+                            detail: format!("no shard is owned by region {}", table.region(region).name),
+                        });
+                    }
+                    owned[rng.random_range(0..owned.len())]
+                }
+                None => rng.random_range(0..total),
+            };
+            let id = minters.uniqid.mint_in(total, shard, &mut rng);
+            Decoded::Uniqid(id.ok_or(ProxyError::NoOwner { detail: format!("shard {shard} out of range") })?)
+        }
+        Format::Snowflake | Format::Sonyflake | Format::Instagram => {
+            // Validation rejects mint rules for read-only formats.
+            return Err(ProxyError::NoOwner { detail: format!("{} ids cannot be minted", rule.format) });
+        }
+    })
+}

@@ -1,0 +1,186 @@
+//! Three regional shardgates as mesh peers, each with its own table and
+//! backend: any request to any instance reaches the owner in at most one peer
+//! hop, creates are minted in the country's owner region, and tables that
+//! disagree end in 508 within the hop limit.
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use http::Request;
+use http_body_util::Full;
+use shardgate::ids::{Iuid, LocalityUuid, ManualClock, UniqidMinter};
+use tokio::net::TcpListener;
+
+use crate::support::{backend, get, proxy_on, send, BoxError, Running, TestResult};
+
+const REGIONS: [&str; 3] = ["eu", "kz", "us"];
+
+/// A mesh table for the instance of `local`, with `owner_of_kz` as the owner
+/// of country KZ (to make tables disagree on purpose).
+fn mesh_table(local: &str, gw: &[SocketAddr; 3], be: &[SocketAddr; 3], owner_of_kz: &str, max_hops: u32) -> String {
+    format!(
+        r#"version: 1
+listen: 127.0.0.1:18080
+admin: 127.0.0.1:19901
+region: {local}
+instance: gw-{local}
+mesh: {{ max_hops: {max_hops} }}
+regions:
+  eu: {{ upstreams: ["http://{be0}"], peer: "http://{gw0}" }}
+  kz: {{ upstreams: ["http://{be1}"], peer: "http://{gw1}" }}
+  us: {{ upstreams: ["http://{be2}"], peer: "http://{gw2}" }}
+countries:
+  KZ: {{ id: 7, region: {owner_of_kz} }}
+  DE: {{ id: 49, region: eu }}
+  US: {{ id: 1, region: us }}
+entities: {{ IntercityOrder: 3 }}
+shards: {{ count: 16, regions: {{ eu: "0-5", kz: "6-10", us: "11-15" }} }}
+nodes:
+  locality_mac: {{ "c110002": eu, "c110003": kz, "c110004": us }}
+routes:
+  - name: orders
+    match: {{ path: "/v1/orders/{{id}}", methods: [GET] }}
+    id: {{ path_param: id, formats: [iuid, uniqid] }}
+  - name: couriers
+    match: {{ path: "/v1/couriers/{{id}}", methods: [GET] }}
+    id: {{ path_param: id, formats: [locality] }}
+  - name: create-order
+    match: {{ path: "/v1/orders", methods: [POST] }}
+    mint: {{ format: iuid, entity: IntercityOrder, country: {{ header: X-Country }}, header: X-Entity-Id, location: "/v1/orders/{{id}}" }}
+  - name: create-ticket
+    match: {{ path: "/v1/tickets", methods: [POST] }}
+    mint: {{ format: uniqid, country: {{ query: country }}, header: X-Ticket-Id }}
+"#,
+        gw0 = gw[0],
+        gw1 = gw[1],
+        gw2 = gw[2],
+        be0 = be[0],
+        be1 = be[1],
+        be2 = be[2],
+    )
+}
+
+struct Mesh {
+    backends: Vec<Running>,
+    gateways: Vec<Running>,
+}
+
+async fn mesh(owners_of_kz: [&str; 3], max_hops: u32) -> Result<Mesh, BoxError> {
+    let mut backends = Vec::new();
+    for r in REGIONS {
+        backends.push(backend(r).await?);
+    }
+    let be = [backends[0].addr, backends[1].addr, backends[2].addr];
+    let listeners = [
+        TcpListener::bind("127.0.0.1:0").await?,
+        TcpListener::bind("127.0.0.1:0").await?,
+        TcpListener::bind("127.0.0.1:0").await?,
+    ];
+    let gw = [listeners[0].local_addr()?, listeners[1].local_addr()?, listeners[2].local_addr()?];
+    let mut gateways = Vec::new();
+    for (i, l) in listeners.into_iter().enumerate() {
+        gateways.push(proxy_on(l, &mesh_table(REGIONS[i], &gw, &be, owners_of_kz[i], max_hops)).await?);
+    }
+    Ok(Mesh { backends, gateways })
+}
+
+fn total_handled(m: &Mesh) -> u64 {
+    m.gateways.iter().map(Running::handled).sum()
+}
+
+#[tokio::test]
+async fn any_instance_reaches_the_owner_in_one_hop() -> TestResult {
+    let m = mesh(["kz", "kz", "kz"], 2).await?;
+    let clock = ManualClock::from_millis(1_700_000_000_000);
+    let uniq = UniqidMinter::new(&clock, 16);
+    let mut rng = rand::rng();
+    let ids: Vec<(String, &str)> = vec![
+        (format!("/v1/orders/{}", Iuid::from_fields(1_700_000_000_000, 7, 3, 1)), "kz"),
+        (format!("/v1/orders/{}", Iuid::from_fields(1_700_000_000_000, 49, 3, 1)), "eu"),
+        (format!("/v1/orders/{}", Iuid::from_fields(1_700_000_000_000, 1, 3, 1)), "us"),
+        (format!("/v1/orders/{}", uniq.mint_for_shard(2, &mut rng).ok_or("shard")?), "eu"),
+        (format!("/v1/orders/{}", uniq.mint_for_shard(8, &mut rng).ok_or("shard")?), "kz"),
+        (format!("/v1/orders/{}", uniq.mint_for_shard(13, &mut rng).ok_or("shard")?), "us"),
+        (format!("/v1/couriers/{}", LocalityUuid::from_fields(1, 1, 0x0c11_0003, 1_700_000_000_000)), "kz"),
+        (format!("/v1/couriers/{}", LocalityUuid::from_fields(1, 1, 0x0c11_0004, 1_700_000_000_000)), "us"),
+    ];
+    for gw in &m.gateways {
+        for (path, owner) in &ids {
+            let before = total_handled(&m);
+            let got = get(&gw.url(path)).await?;
+            assert_eq!(got.status, 200, "{path} via {}: {}", gw.addr, String::from_utf8_lossy(&got.body));
+            assert_eq!(got.header("x-backend-region"), Some(*owner), "{path} via {}", gw.addr);
+            let body = got.json()?;
+            let hops: u32 = body["headers"]["x-shardgate-hops"].as_str().map_or(Ok(0), str::parse)?;
+            assert!(hops <= 1, "{path}: {hops} hops");
+            // The client never sees the mesh headers.
+            assert!(got.header("x-shardgate-hops").is_none() && got.header("forwarded").is_none());
+            // One request at the entry instance, plus one at the owner's when it forwarded.
+            assert_eq!(total_handled(&m) - before, u64::from(hops) + 1);
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn creates_are_minted_in_the_countrys_region() -> TestResult {
+    let m = mesh(["kz", "kz", "kz"], 2).await?;
+    for gw in &m.gateways {
+        for (country, id, owner) in [("KZ", 7u8, "kz"), ("DE", 49, "eu"), ("US", 1, "us")] {
+            let req =
+                Request::post(gw.url("/v1/orders")).header("x-country", country).body(Full::new(Bytes::from("{}")))?;
+            let got = send(req).await?;
+            assert_eq!(got.status, 200, "{}", String::from_utf8_lossy(&got.body));
+            assert_eq!(got.header("x-backend-region"), Some(owner), "create for {country} via {}", gw.addr);
+            let minted = got.header("x-entity-id").ok_or("minted id echoed")?;
+            let iuid = Iuid::parse(minted)?;
+            assert_eq!((iuid.country(), iuid.service_entity()), (id, 3));
+            assert_eq!(got.header("location").map(str::to_string), Some(format!("/v1/orders/{minted}")));
+            // The backend received the same id the client got.
+            assert_eq!(got.json()?["headers"]["x-entity-id"], minted);
+            // Reading it back by its id reaches the same backend.
+            let back = get(&gw.url(&format!("/v1/orders/{minted}"))).await?;
+            assert_eq!(back.header("x-backend-region"), Some(owner));
+        }
+        // uniqid creates land on a shard of the country's region.
+        let got = send(Request::post(gw.url("/v1/tickets?country=US")).body(Full::new(Bytes::new()))?).await?;
+        assert_eq!(got.header("x-backend-region"), Some("us"));
+        let id = shardgate::ids::UniqidShard::parse(got.header("x-ticket-id").ok_or("ticket id")?)?;
+        assert!((11..=15).contains(&id.shard()));
+    }
+    // Unknown and missing countries are 400 problem+json, and reach no backend.
+    let gw = &m.gateways[0];
+    let got =
+        send(Request::post(gw.url("/v1/orders")).header("x-country", "XX").body(Full::new(Bytes::new()))?).await?;
+    assert_eq!(
+        (got.status.as_u16(), got.json()?["reason"].as_str().map(str::to_string)),
+        (400, Some("unknown_country".into()))
+    );
+    let got = send(Request::post(gw.url("/v1/orders")).body(Full::new(Bytes::new()))?).await?;
+    assert_eq!(
+        (got.status.as_u16(), got.json()?["reason"].as_str().map(str::to_string)),
+        (400, Some("missing_country".into()))
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn disagreeing_tables_end_in_508_within_the_hop_limit() -> TestResult {
+    // eu thinks kz owns KZ; kz thinks eu owns it.
+    for max_hops in [1u32, 2, 3] {
+        let m = mesh(["kz", "eu", "kz"], max_hops).await?;
+        let path = format!("/v1/orders/{}", Iuid::from_fields(1_700_000_000_000, 7, 3, 1));
+        let got = get(&m.gateways[0].url(&path)).await?;
+        assert_eq!(got.status, 508, "max_hops {max_hops}");
+        let body = got.json()?;
+        assert_eq!(body["reason"], "loop_detected");
+        assert!(got.header("proxy-status").is_some_and(|p| p.contains("proxy_loop_detected")));
+        // No backend saw it, and no request travelled more than the limit
+        // (each instance handled it at most once: the loop guard or the hop
+        // limit stops it at its second visit).
+        assert_eq!(m.backends.iter().map(Running::hits).sum::<usize>(), 0);
+        let handled = total_handled(&m);
+        assert!(handled <= u64::from(max_hops) + 1 && handled >= 2, "max_hops {max_hops}: {handled} handlings");
+    }
+    Ok(())
+}
