@@ -372,8 +372,7 @@ pub fn check(cfg: &Config, ctx: &mut Ctx<'_>) {
     // Node tables.
     let np = root.k("nodes");
     let sf = &cfg.ids.snowflake;
-    let node_key_checks: [(&str, &std::collections::BTreeMap<String, String>, Box<dyn Fn(&str) -> Option<u64>>, String);
-        5] = [
+    let node_key_checks: [NodeKeyCheck<'_>; 5] = [
         (
             "locality_mac",
             &cfg.nodes.locality_mac,
@@ -635,6 +634,12 @@ pub fn check(cfg: &Config, ctx: &mut Ctx<'_>) {
     check_routes(cfg, ctx);
 }
 
+/// A node table, its key parser and the hint for a bad key.
+type NodeKeyCheck<'a> = (&'static str, &'a BTreeMap<String, String>, Box<dyn Fn(&str) -> Option<u64> + 'a>, String);
+
+/// A route's methods; `None` means all.
+type MethodSet = Option<BTreeSet<String>>;
+
 fn max_for_bits(bits: u8) -> u64 {
     if bits >= 64 {
         u64::MAX
@@ -687,7 +692,7 @@ fn check_routes(cfg: &Config, ctx: &mut Ctx<'_>) {
     let root = YamlPath::root();
     let mut names: HashMap<&str, usize> = HashMap::new();
     // template -> (route index, methods or None for all)
-    let mut by_template: HashMap<&str, Vec<(&Route, Option<BTreeSet<String>>)>> = HashMap::new();
+    let mut by_template: HashMap<&str, Vec<(&Route, MethodSet)>> = HashMap::new();
     let mut router: matchit::Router<usize> = matchit::Router::new();
     let mut template_owner: HashMap<String, &Route> = HashMap::new();
 
