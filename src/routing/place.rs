@@ -289,6 +289,7 @@ impl Table {
     /// Pure and allocation-free. When the strategy finds no owner, the
     /// `default_region` is used (rule [`Rule::Default`]); without one the
     /// result is a typed [`NoOwner`].
+    #[inline]
     pub fn place(&self, id: &Decoded, strategy: Strategy) -> Result<Placement, NoOwner> {
         let strategy = match strategy {
             Strategy::Auto => self.natural_strategy(id.format()),
@@ -305,6 +306,7 @@ impl Table {
     }
 
     /// The strategy `auto` resolves to for `format`.
+    #[inline]
     pub fn natural_strategy(&self, format: Format) -> Strategy {
         match format {
             Format::Iuid => Strategy::Country,

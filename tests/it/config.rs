@@ -149,3 +149,44 @@ fn config_hostile_inputs_are_rejected_quickly() {
         assert!(config::load_str(weird, "weird.yaml").is_err(), "{weird:?}");
     }
 }
+
+/// A cheap stand-in for the fuzz target that runs with the test suite:
+/// thousands of byte-level mutations of the example table must never panic,
+/// and every error must carry a position.
+#[test]
+fn config_mutated_tables_never_panic() {
+    let base = include_str!("../../config/example.yaml").as_bytes().to_vec();
+    let pieces: [&[u8]; 10] = [b"{", b"}", b"[", b"]", b": ", b"\n  ", b"&a ", b"*a", b"- ", b"\"\\u0000"];
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for _ in 0..1000 {
+        let mut text = base.clone();
+        for _ in 0..(1 + next() % 4) {
+            let at = (next() as usize) % text.len().max(1);
+            match next() % 4 {
+                0 => {
+                    text.remove(at);
+                }
+                1 => {
+                    let p = pieces[(next() as usize) % pieces.len()];
+                    text.splice(at..at, p.iter().copied());
+                }
+                2 => {
+                    let len = ((next() % 40) as usize).min(text.len() - at);
+                    let chunk: Vec<u8> = text[at..at + len].to_vec();
+                    text.splice(at..at, chunk);
+                }
+                _ => text[at] = b"x:-# 0\"'"[(next() % 8) as usize],
+            }
+        }
+        let Ok(text) = String::from_utf8(text) else { continue };
+        if let Err(errors) = config::load_str(&text, "mutated.yaml") {
+            assert!(errors.errors.iter().all(|e| e.line >= 1 && e.col >= 1), "{errors}");
+        }
+    }
+}
