@@ -67,6 +67,8 @@ pub struct Config {
     pub upstream: UpstreamSettings,
     /// Mesh settings.
     pub mesh: Mesh,
+    /// Access-log settings.
+    pub log: Log,
     /// Routes, in file order.
     pub routes: Vec<Route>,
 }
@@ -512,6 +514,11 @@ pub struct Server {
     pub trusted_hops: Vec<Cidr>,
     /// Add `X-Shardgate-*` explanation headers to responses.
     pub debug_headers: bool,
+    /// After SIGTERM or `POST /drain`: how long to keep accepting new
+    /// connections (with `/ready` answering 503) before closing the listener.
+    pub drain_delay: Dur,
+    /// After the listener closes: how long in-flight requests may take to finish.
+    pub shutdown_timeout: Dur,
 }
 
 impl Default for Server {
@@ -524,7 +531,25 @@ impl Default for Server {
             max_uri_bytes: 8 * 1024,
             trusted_hops: Vec::new(),
             debug_headers: false,
+            drain_delay: Dur(Duration::from_secs(5)),
+            shutdown_timeout: Dur(Duration::from_secs(30)),
         }
+    }
+}
+
+/// `log`: what the access log contains.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Log {
+    /// One structured line per request (target `shardgate::access`).
+    pub access: bool,
+    /// Include the entity id (canonical form) in access-log lines; ids can be personal data.
+    pub ids: bool,
+}
+
+impl Default for Log {
+    fn default() -> Self {
+        Log { access: true, ids: false }
     }
 }
 
@@ -954,6 +979,7 @@ pub(crate) fn from_value(root: &Value, ctx: &mut Ctx<'_>) -> Config {
     let server = get("server").and_then(|v| item(ctx, v, &top.k("server"))).unwrap_or_default();
     let upstream = get("upstream").and_then(|v| item(ctx, v, &top.k("upstream"))).unwrap_or_default();
     let mesh = get("mesh").and_then(|v| item(ctx, v, &top.k("mesh"))).unwrap_or_default();
+    let log = get("log").and_then(|v| item(ctx, v, &top.k("log"))).unwrap_or_default();
     let routes = seq_items::<Route>(ctx, get("routes"), &top.k("routes"))
         .into_iter()
         .map(|(i, mut r)| {
@@ -982,6 +1008,7 @@ pub(crate) fn from_value(root: &Value, ctx: &mut Ctx<'_>) -> Config {
         server,
         upstream,
         mesh,
+        log,
         routes,
     }
 }
@@ -1090,7 +1117,7 @@ fn hint_for(path: &YamlPath, message: &str) -> Option<String> {
     });
     let hint = match last? {
         "upstreams" | "peer" => "write urls as http://host:port or https://host:port",
-        k if k.ends_with("_timeout") => "durations look like 250ms, 15s or 2m",
+        k if k.ends_with("_timeout") || k.ends_with("_delay") => "durations look like 250ms, 15s or 2m",
         "id" => "use the 8-bit id stored in iuids, 0-255",
         "region" | "failover" | "default_region" => "use the name of a region defined under `regions`",
         "start" => "write 16 hex digits in quotes, e.g. \"8000000000000000\"",

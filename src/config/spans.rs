@@ -192,6 +192,8 @@ const SERVER: Shape = Struct(&[
     ("max_uri_bytes", Any),
     ("trusted_hops", SeqOf(&Any)),
     ("debug_headers", Any),
+    ("drain_delay", Any),
+    ("shutdown_timeout", Any),
 ]);
 const UPSTREAM: Shape = Struct(&[
     ("connect_timeout", Any),
@@ -202,6 +204,7 @@ const UPSTREAM: Shape = Struct(&[
     ("retry_budget", Struct(&[("ratio", Any), ("min_per_second", Any)])),
 ]);
 const MESH: Shape = Struct(&[("max_hops", Any)]);
+const LOG: Shape = Struct(&[("access", Any), ("ids", Any)]);
 const ROUTE: Shape = Struct(&[
     ("name", Any),
     ("match", Struct(&[("path", Any), ("methods", SeqOf(&Any))])),
@@ -241,6 +244,7 @@ pub const SCHEMA: Shape = Struct(&[
     ("server", SERVER),
     ("upstream", UPSTREAM),
     ("mesh", MESH),
+    ("log", LOG),
     ("routes", SeqOf(&ROUTE)),
 ]);
 

@@ -6,7 +6,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::net::SocketAddr;
 
 use crate::config::raw::{Config, Flavor, LocalityModeName};
-pub use crate::config::raw::{Server as ServerSettings, UpstreamSettings};
+pub use crate::config::raw::{Log as LogSettings, Server as ServerSettings, UpstreamSettings};
 use crate::config::validate::{parse_decimal, parse_mac_fragment};
 use crate::ids::{self, Format, LocalityMode, NodeIdentity};
 
@@ -150,6 +150,8 @@ pub struct Settings {
     pub locality_mode: LocalityMode,
     /// Shard count for minting uniqid ids (`ids.uniqid.total_shards` or `shards.count`).
     pub uniqid_mint_shards: Option<u32>,
+    /// Access-log settings (`log:`, defaults filled in).
+    pub log: LogSettings,
 }
 
 /// Multiply-shift hasher for integer keys of the node tables.
@@ -375,6 +377,7 @@ impl Table {
                 LocalityModeName::Sequential => LocalityMode::Sequential,
             },
             uniqid_mint_shards: ip.uniqid.total_shards.or(shard_count),
+            log: cfg.log.clone(),
         };
         let counts = Counts {
             overrides: cfg.overrides.len(),
