@@ -76,6 +76,14 @@ pub enum Command {
     Decode(DecodeArgs),
     /// Mint fresh ids, one per line.
     Mint(MintArgs),
+    /// GET a URL and exit 0 on a 2xx answer, 1 otherwise (health checks in the container image).
+    Probe {
+        /// The URL (plain http), e.g. http://127.0.0.1:9901/ready.
+        url: String,
+        /// Give up after this long (e.g. 2s, 500ms).
+        #[arg(long, default_value = "2s", value_parser = crate::config::duration::parse_duration)]
+        timeout: std::time::Duration,
+    },
 }
 
 /// A format name on the command line.
@@ -202,6 +210,7 @@ pub fn run(cli: Cli) -> i32 {
     let result = match command {
         Command::Decode(args) => run_decode(args),
         Command::Mint(args) => run_mint(args),
+        Command::Probe { url, timeout } => Ok(crate::probe::run(&url, timeout)),
         Command::Check { config, print } => {
             let stdout = io::stdout();
             let stderr = io::stderr();

@@ -35,6 +35,7 @@
 //! * [`cli`]: the command line (`serve`, `check`, `decode`, `mint`, `demo`, `backend`).
 //! * [`decode`]: the `decode` command's output (human table and JSON lines).
 //! * [`backend`]: the demo regional backend (echoes requests as JSON).
+//! * [`probe`]: `shardgate probe URL`, the container image's health check.
 //! * [`demo`]: the demo's example requests.
 //! * [`telemetry`]: logging setup.
 
@@ -46,6 +47,7 @@ pub mod decode;
 pub mod demo;
 pub mod ids;
 pub mod mesh;
+pub mod probe;
 pub mod proxy;
 pub mod routing;
 pub mod telemetry;
