@@ -1,7 +1,21 @@
 //! Assembly: load the table, publish it, start the reload triggers, bind the
-//! listener and serve until a signal. Also the in-process `demo`.
+//! proxy and admin listeners and serve until a signal. Also the in-process
+//! `demo`.
+//!
+//! Signals (Unix):
+//!
+//! * SIGHUP: reload the table file now (as `POST /reload`).
+//! * SIGTERM (and SIGQUIT, which containers also send): graceful drain, as
+//!   `POST /drain`. `/ready` answers 503 at once and HTTP/1.1 responses carry
+//!   `Connection: close`; the proxy keeps accepting for `server.drain_delay`
+//!   (so load balancers see the 503 and stop sending), then closes its
+//!   listener, waits up to `server.shutdown_timeout` for in-flight requests
+//!   and exits 0. A second SIGTERM during the drain exits at once (0).
+//! * SIGINT (Ctrl-C): fast exit, code 130 (128 + SIGINT, the shell
+//!   convention), without waiting for in-flight requests.
 
 use std::future::Future;
+use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -10,10 +24,11 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::cli::{EXIT_CONFIG, EXIT_FAILURE, EXIT_OK};
+use crate::admin::{self, AdminState};
+use crate::cli::{EXIT_CONFIG, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK};
 use crate::config::{self, Config};
 use crate::proxy::forward::ClientSettings;
-use crate::proxy::server::{self, ServerOptions};
+use crate::proxy::server::{self, Drain, ServerOptions};
 use crate::proxy::Proxy;
 use crate::routing::reload::{self, Reloader};
 use crate::routing::shared::SharedTable;
@@ -66,6 +81,95 @@ pub async fn run_proxy(
     Ok(shared)
 }
 
+/// A proxy with everything around it: the table, its reloader, the admin state.
+#[derive(Debug)]
+pub struct Instance {
+    /// The live table.
+    pub shared: Arc<SharedTable>,
+    /// The proxy (its metrics and drain are the instance's).
+    pub proxy: Arc<Proxy>,
+    /// Reloads the table file (`None` when the table did not come from a file).
+    pub reloader: Option<Arc<Reloader>>,
+    /// What the admin listener serves.
+    pub admin: Arc<AdminState>,
+}
+
+impl Instance {
+    /// Publishes a validated table (loaded from `path`, when given) and builds
+    /// the proxy, reloader and admin state. `token`: the admin bearer token.
+    pub fn new(cfg: &Config, text: &str, path: Option<PathBuf>, token: Option<String>) -> Instance {
+        let (shared, proxy) = build_proxy(cfg, text);
+        let reloader = path.map(|p| Arc::new(Reloader::new(p, Arc::clone(&shared))));
+        let admin = Arc::new(AdminState::new(Arc::clone(&proxy), reloader.clone()).with_token(token));
+        Instance { shared, proxy, reloader, admin }
+    }
+
+    /// The drain shared by the proxy, `/ready`, `POST /drain` and the signal handlers.
+    pub fn drain(&self) -> &Drain {
+        self.proxy.drain()
+    }
+
+    /// Starts the graceful drain (what SIGTERM and `POST /drain` do).
+    /// Returns `false` when it had already started.
+    pub fn start_drain(&self) -> bool {
+        start_drain(self.drain())
+    }
+
+    /// Serves the proxy on `listener` and the admin endpoints on `admin`
+    /// until the drain completes: after the drain starts, `drain_delay`
+    /// more of accepting, then the listener closes and in-flight requests
+    /// get up to `shutdown_timeout` (both read from the table in force at
+    /// that moment). The admin listener stays up until the proxy is done.
+    /// Returns whether every in-flight request finished in time.
+    pub async fn run(
+        &self,
+        listener: TcpListener,
+        admin: Option<TcpListener>,
+        opts: ServerOptions,
+    ) -> io::Result<bool> {
+        let (stop_tx, mut stop_rx) = watch::channel(false);
+        let admin_task = admin.map(|l| {
+            let state = Arc::clone(&self.admin);
+            tokio::spawn(async move {
+                let stop = async move {
+                    let _ = stop_rx.wait_for(|s| *s).await;
+                };
+                if let Err(e) = admin::serve_admin(l, state, stop).await {
+                    tracing::error!(error = %e, "admin listener failed");
+                }
+            })
+        });
+        let sequence = drain_sequence(self.drain().clone(), Arc::clone(&self.shared));
+        let result = server::serve_counted(listener, Arc::clone(&self.proxy), opts, sequence).await;
+        let _ = stop_tx.send(true);
+        if let Some(task) = admin_task {
+            let _ = task.await;
+        }
+        result
+    }
+}
+
+/// Starts `drain` and logs it once. Returns `false` when it had already started.
+pub fn start_drain(drain: &Drain) -> bool {
+    let first = drain.start();
+    if first {
+        tracing::info!("drain started: /ready answers 503; the listener closes after server.drain_delay");
+    }
+    first
+}
+
+/// Waits for the drain to start, then for `server.drain_delay`; yields
+/// `server.shutdown_timeout`. Both are read from the table in force when
+/// they are needed, so a reload before the drain changes them.
+pub async fn drain_sequence(drain: Drain, shared: Arc<SharedTable>) -> Duration {
+    drain.started().await;
+    let delay = shared.snapshot().table.settings().server.drain_delay.0;
+    tokio::time::sleep(delay).await;
+    let grace = shared.snapshot().table.settings().server.shutdown_timeout.0;
+    tracing::info!(shutdown_timeout = ?grace, "drain delay over: listener closed, finishing in-flight requests");
+    grace
+}
+
 /// `shardgate serve -c FILE`: returns the process exit code.
 pub async fn serve(path: PathBuf) -> i32 {
     let (cfg, text) = match config::load_file(&path) {
@@ -83,20 +187,89 @@ pub async fn serve(path: PathBuf) -> i32 {
             return EXIT_FAILURE;
         }
     };
-    let (shared, proxy) = build_proxy(&cfg, &text);
-    let reloader = Arc::new(Reloader::new(path.clone(), Arc::clone(&shared)));
-    let (stop_tx, stop_rx) = watch::channel(false);
-    spawn_reload_triggers(&reloader, stop_rx.clone());
-    tracing::info!(listen = %cfg.listen, table = %path.display(), "shardgate serving");
-    let shutdown = async move {
-        shutdown_signal().await;
-        let _ = stop_tx.send(true);
-    };
-    match server::serve(listener, proxy, server_options(&cfg), shutdown).await {
-        Ok(()) => EXIT_OK,
+    let admin_listener = match TcpListener::bind(cfg.admin).await {
+        Ok(l) => l,
         Err(e) => {
-            eprintln!("shardgate: {e}");
-            EXIT_FAILURE
+            eprintln!("shardgate: cannot listen on {} (admin): {e}", cfg.admin);
+            return EXIT_FAILURE;
+        }
+    };
+    let token = admin::token_from_env();
+    let inst = Instance::new(&cfg, &text, Some(path.clone()), token.clone());
+    let (stop_tx, stop_rx) = watch::channel(false);
+    if let Some(reloader) = &inst.reloader {
+        spawn_reload_triggers(reloader, stop_rx.clone());
+    }
+    let fast_exit = spawn_drain_signals(inst.drain().clone(), stop_rx);
+    tracing::info!(
+        listen = %cfg.listen,
+        admin = %cfg.admin,
+        admin_token = token.is_some(),
+        table = %path.display(),
+        "shardgate serving"
+    );
+    let code = tokio::select! {
+        result = inst.run(listener, Some(admin_listener), server_options(&cfg)) => match result {
+            Ok(_) => EXIT_OK,
+            Err(e) => {
+                eprintln!("shardgate: {e}");
+                EXIT_FAILURE
+            }
+        },
+        code = fast_exit => code,
+    };
+    let _ = stop_tx.send(true);
+    tracing::info!(code, "shardgate stopped");
+    code
+}
+
+/// SIGTERM and SIGQUIT start the drain (a second one exits at once with 0);
+/// SIGINT resolves the returned future with [`EXIT_INTERRUPTED`].
+fn spawn_drain_signals(drain: Drain, mut stop: watch::Receiver<bool>) -> impl Future<Output = i32> {
+    let (tx, rx) = tokio::sync::oneshot::channel::<i32>();
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let (Ok(mut term), Ok(mut quit)) = (signal(SignalKind::terminate()), signal(SignalKind::quit())) else {
+                tracing::warn!(
+                    "cannot install the SIGTERM/SIGQUIT handlers; only Ctrl-C and POST /drain stop shardgate"
+                );
+                let _ = tokio::signal::ctrl_c().await;
+                let _ = tx.send(EXIT_INTERRUPTED);
+                return;
+            };
+            loop {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = quit.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {
+                        let _ = tx.send(EXIT_INTERRUPTED);
+                        return;
+                    }
+                    _ = stop.wait_for(|s| *s) => return,
+                }
+                if !start_drain(&drain) {
+                    tracing::warn!("second termination signal during the drain: exiting now");
+                    let _ = tx.send(EXIT_OK);
+                    return;
+                }
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = drain;
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => { let _ = tx.send(EXIT_INTERRUPTED); }
+                _ = stop.wait_for(|s| *s) => {}
+            }
+        }
+    });
+    async move {
+        match rx.await {
+            Ok(code) => code,
+            // The signal task ended without a verdict (shutdown): never resolve.
+            Err(_) => std::future::pending().await,
         }
     }
 }

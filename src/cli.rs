@@ -1,7 +1,8 @@
 //! The command line: `decode`, `mint` (and, as they land, `serve`, `check`, `demo`).
 //!
-//! Exit codes: 0 success, 1 runtime failure (or an id that did not decode),
-//! 2 usage error (clap), 78 invalid configuration (EX_CONFIG).
+//! Exit codes: 0 success (also after a graceful drain), 1 runtime failure
+//! (or an id that did not decode), 2 usage error (clap), 78 invalid
+//! configuration (EX_CONFIG), 130 interrupted by SIGINT.
 
 use std::io::{self, BufRead, Write};
 use std::net::SocketAddr;
@@ -23,6 +24,8 @@ pub const EXIT_FAILURE: i32 = 1;
 pub const EXIT_USAGE: i32 = 2;
 /// Exit code for an invalid configuration (sysexits.h EX_CONFIG).
 pub const EXIT_CONFIG: i32 = 78;
+/// Exit code after SIGINT (Ctrl-C): 128 + 2, the shell convention.
+pub const EXIT_INTERRUPTED: i32 = 130;
 
 /// shardgate: a reverse proxy that routes HTTP requests by the entity id they carry.
 #[derive(Debug, Parser)]

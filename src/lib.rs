@@ -39,6 +39,7 @@
 //! * [`demo`]: the demo's example requests.
 //! * [`telemetry`]: logging setup.
 
+pub mod admin;
 pub mod app;
 pub mod backend;
 pub mod cli;
@@ -47,6 +48,7 @@ pub mod decode;
 pub mod demo;
 pub mod ids;
 pub mod mesh;
+pub mod metrics;
 pub mod probe;
 pub mod proxy;
 pub mod routing;

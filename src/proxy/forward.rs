@@ -25,6 +25,8 @@ pub struct Upstreams {
     client: Client<HttpConnector, UpstreamBody>,
     cursor: AtomicUsize,
     budget: RetryBudget,
+    /// Retries sent so far (for `shardgate_retries_total`).
+    retries: AtomicU64,
 }
 
 /// Client settings fixed at start-up (changing them needs a restart).
@@ -65,12 +67,17 @@ impl Upstreams {
             .timer(TokioTimer::new())
             .pool_max_idle_per_host(256)
             .build(connector);
-        Upstreams { client, cursor: AtomicUsize::new(0), budget: RetryBudget::new() }
+        Upstreams { client, cursor: AtomicUsize::new(0), budget: RetryBudget::new(), retries: AtomicU64::new(0) }
     }
 
     /// Retries refused by the budget so far.
     pub fn budget_exhausted(&self) -> u64 {
         self.budget.exhausted.load(Ordering::Relaxed)
+    }
+
+    /// Retries sent so far (attempts beyond the first that spent a retry).
+    pub fn retries(&self) -> u64 {
+        self.retries.load(Ordering::Relaxed)
     }
 
     /// Sends `parts` + `body` to one of `endpoints` (base URIs such as
@@ -150,6 +157,7 @@ impl Upstreams {
                     break;
                 }
                 retries_used += 1;
+                self.retries.fetch_add(1, Ordering::Relaxed);
             }
         }
         Err(last_err)

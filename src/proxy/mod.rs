@@ -25,8 +25,9 @@ use http::{HeaderValue, Request, Response};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 
-use crate::ids::{self, SystemClock, Uuid7Minter};
+use crate::ids::{self, Format, SystemClock, Uuid7Minter};
 use crate::mesh;
+use crate::metrics::{self, Metrics, RequestRecord};
 use crate::routing::shared::SharedTable;
 use crate::routing::{Placement, Table};
 
@@ -49,6 +50,10 @@ pub struct Proxy {
     node: String,
     /// Requests handled so far.
     handled: std::sync::atomic::AtomicU64,
+    /// Request, id and upstream metrics.
+    metrics: Arc<Metrics>,
+    /// Set once draining starts: HTTP/1.1 responses then carry `Connection: close`.
+    drain: server::Drain,
 }
 
 /// What the router decided for one request, for logs and debug headers.
@@ -64,6 +69,14 @@ pub struct Decision {
     pub attempts: u32,
     /// Whether the request went to another region's shardgate.
     pub peer: bool,
+    /// Format of the id the request was routed by (decoded or minted).
+    pub format: Option<Format>,
+    /// Whether that id was minted by a create route.
+    pub minted: bool,
+    /// The id in canonical form, kept only when `log.ids` is on.
+    pub id: Option<String>,
+    /// When the first upstream attempt started.
+    pub upstream_started: Option<Instant>,
 }
 
 impl Proxy {
@@ -83,7 +96,35 @@ impl Proxy {
             name: name.to_string(),
             node: crate::mesh::node_name(name),
             handled: std::sync::atomic::AtomicU64::new(0),
+            metrics: Arc::new(Metrics::new()),
+            drain: server::Drain::new(),
         }
+    }
+    /// Records into `metrics` instead of a private registry.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Proxy {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Follows `drain` (responses carry `Connection: close` once it starts).
+    pub fn with_drain(mut self, drain: server::Drain) -> Proxy {
+        self.drain = drain;
+        self
+    }
+
+    /// The metrics this proxy records into.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The drain this proxy follows.
+    pub fn drain(&self) -> &server::Drain {
+        &self.drain
+    }
+
+    /// Upstream retries sent and retries refused by the budget, so far.
+    pub fn retry_counts(&self) -> (u64, u64) {
+        (self.upstreams.retries(), self.upstreams.budget_exhausted())
     }
 
     /// The shared table this proxy reads.
@@ -97,7 +138,9 @@ impl Proxy {
     }
 
     /// Handles one request end to end. Never fails: errors become responses.
+    /// Records its metrics and writes its access-log line.
     pub async fn handle(&self, mut req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
+        let started = Instant::now();
         self.handled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let request_id = match req.headers().get(headers::X_REQUEST_ID) {
             Some(v) if headers::acceptable_request_id(v) => v.clone(),
@@ -108,21 +151,47 @@ impl Proxy {
                 v
             }
         };
-        let path = req.uri().path().to_string();
+        // Cheap clones (shared bytes), kept for the log, metrics and problem `instance`.
+        let uri = req.uri().clone();
+        let method = req.method().clone();
+        let version = req.version();
         let mut decision = Decision::default();
         let snapshot = self.shared.snapshot();
         let table = &snapshot.table;
-        let mut resp = match self.route_and_forward(table, req, peer, &mut decision).await {
-            Ok(resp) => resp.map(Either::Left),
+        let result = self.route_and_forward(table, req, peer, &mut decision).await;
+        let upstream = decision.upstream_started.map(|t| t.elapsed());
+        let (mut resp, reason, outcome, upstream_ok) = match result {
+            Ok(resp) => {
+                let outcome = if decision.peer {
+                    "forwarded_to_peer"
+                } else if decision.minted {
+                    "minted"
+                } else {
+                    "proxied"
+                };
+                (resp.map(Either::Left), None, outcome, true)
+            }
             Err(err) => {
+                let outcome = match &err {
+                    ProxyError::BadId { error, .. } => {
+                        self.metrics.id_decode_failed(error.format.name(), error.reason.code());
+                        "bad_id"
+                    }
+                    other => metrics::outcome_for_reason(other.reason()),
+                };
                 tracing::debug!(error = %err, reason = err.reason(), "proxy error");
                 let id = request_id.to_str().unwrap_or("-");
-                error::problem_response(&err, &path, id, &self.name).map(Either::Right)
+                let resp = error::problem_response(&err, uri.path(), id, &self.name).map(Either::Right);
+                (resp, Some(err.reason()), outcome, false)
             }
         };
+        let settings = table.settings();
         let h = resp.headers_mut();
-        h.insert(headers::X_REQUEST_ID, request_id);
-        if table.settings().server.debug_headers {
+        h.insert(headers::X_REQUEST_ID, request_id.clone());
+        if self.drain.is_draining() && version <= http::Version::HTTP_11 {
+            h.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        if settings.server.debug_headers {
             for (name, value) in [
                 ("x-shardgate-route", &decision.route),
                 ("x-shardgate-region", &decision.region),
@@ -132,6 +201,47 @@ impl Proxy {
                     h.insert(name, v);
                 }
             }
+        }
+        let status = resp.status().as_u16();
+        let duration = started.elapsed();
+
+        let labels = self.metrics.labels(&snapshot);
+        match decision.format {
+            Some(f) if decision.minted => self.metrics.id_minted(&labels, f.name(), decision.region.as_deref()),
+            Some(f) => self.metrics.id_decoded(f.name()),
+            None => {}
+        }
+        self.metrics.observe_request(
+            &labels,
+            &RequestRecord {
+                method: &method,
+                route: decision.route.as_deref(),
+                region: decision.region.as_deref(),
+                status,
+                outcome,
+                duration,
+                upstream: upstream.filter(|_| upstream_ok),
+            },
+        );
+        if settings.log.access {
+            tracing::info!(
+                target: "shardgate::access",
+                request_id = request_id.to_str().unwrap_or("-"),
+                method = method.as_str(),
+                route = decision.route.as_deref(),
+                status,
+                duration_s = duration.as_secs_f64(),
+                upstream_duration_s = upstream.map(|d| d.as_secs_f64()),
+                region = decision.region.as_deref(),
+                rule = decision.rule.as_deref(),
+                attempts = decision.attempts,
+                peer_forwarded = decision.peer,
+                outcome,
+                reason,
+                id_format = decision.format.map(Format::name),
+                id = decision.id.as_deref(),
+                "request"
+            );
         }
         resp
     }
@@ -176,6 +286,11 @@ impl Proxy {
                 }
                 (None, None) => return Err(ProxyError::NoRoute),
             };
+            decision.format = Some(id.format());
+            decision.minted = minted.is_some();
+            if settings.log.ids {
+                decision.id = Some(id.to_string());
+            }
             let placement =
                 table.place(&id, m.route.strategy).map_err(|e| ProxyError::NoOwner { detail: e.to_string() })?;
             (placement, minted)
@@ -235,6 +350,7 @@ impl Proxy {
             Some(peer) => std::slice::from_ref(peer),
             None => &region.upstreams[..],
         };
+        decision.upstream_started = Some(Instant::now());
         let mut resp = self.upstreams.send(&parts, body, endpoints, &region.name, s, &mut decision.attempts).await?;
 
         if forward::is_switching(&resp) {

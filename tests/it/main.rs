@@ -9,5 +9,6 @@ mod vectors;
 mod support;
 
 mod mesh;
+mod ops;
 mod proxy;
 mod routing;

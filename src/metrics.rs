@@ -1,0 +1,456 @@
+//! Prometheus metrics (prometheus-client, typed label sets).
+//!
+//! Labels carry route *names* and region names from the table, HTTP methods
+//! from a fixed list, status codes, and fixed outcome and reason tokens;
+//! never raw paths, ids or client addresses, so the number of series is
+//! bounded by the table, not by the traffic.
+//!
+//! Hot-path cost: the label values for routes and regions are `Arc<str>`s
+//! cached once per table version ([`TableLabels`]), so recording a request
+//! clones two reference counts and allocates nothing once its series exists.
+//!
+//! Values that other parts already count (reloads, retries, the retry
+//! budget, endpoint health, the active table) are copied into the registry
+//! when `/metrics` is scraped ([`Metrics::refresh`]), so they cannot drift.
+
+use std::collections::HashMap;
+use std::fmt::{self, Write as _};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicI64, AtomicU64};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use arc_swap::ArcSwap;
+use http::Method;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::routing::shared::Loaded;
+
+/// The metric name prefix.
+pub const PREFIX: &str = "shardgate";
+
+/// Content type of the `/metrics` response (OpenMetrics text 1.0.0; Prometheus reads it natively).
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Histogram buckets for request and upstream durations, in seconds.
+const DURATION_BUCKETS: [f64; 14] =
+    [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+
+/// A label value shared without copying (a route or region name).
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct Label(Arc<str>);
+
+impl Label {
+    /// A label value from text (allocates once).
+    pub fn new(text: &str) -> Label {
+        Label(Arc::from(text))
+    }
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl EncodeLabelValue for Label {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), fmt::Error> {
+        encoder.write_str(&self.0)
+    }
+}
+
+/// Labels of `shardgate_http_server_request_duration_seconds`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    http_request_method: &'static str,
+    http_route: Label,
+    http_response_status_code: u16,
+    region: Label,
+    outcome: &'static str,
+}
+
+/// Labels of `shardgate_http_client_request_duration_seconds`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UpstreamLabels {
+    region: Label,
+    http_response_status_code: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FormatLabels {
+    format: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DecodeFailureLabels {
+    format: &'static str,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MintLabels {
+    format: &'static str,
+    region: Label,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HealthLabels {
+    region: String,
+    endpoint: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ListenerLabels {
+    listener: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TableInfoLabels {
+    version: u64,
+    sha256: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+}
+
+/// Builds histograms with [`DURATION_BUCKETS`].
+#[derive(Clone, Copy, Debug)]
+struct DurationHistogram;
+
+impl MetricConstructor<Histogram> for DurationHistogram {
+    fn new_metric(&self) -> Histogram {
+        Histogram::new(DURATION_BUCKETS.iter().copied())
+    }
+}
+
+/// Route and region label values of one table version.
+#[derive(Debug)]
+pub struct TableLabels {
+    version: u64,
+    routes: HashMap<Box<str>, Label>,
+    regions: HashMap<Box<str>, Label>,
+    none: Label,
+}
+
+impl TableLabels {
+    fn build(loaded: &Loaded) -> TableLabels {
+        let t = &loaded.table;
+        let label = |n: &str| (Box::from(n), Label::new(n));
+        TableLabels {
+            version: loaded.version,
+            routes: t.routes().iter().map(|r| label(&r.name)).collect(),
+            regions: t.regions().iter().map(|r| label(&r.name)).collect(),
+            none: Label::new(""),
+        }
+    }
+
+    /// The label for a route name (empty when no route matched). A name the
+    /// table does not know gets a fresh label (never expected).
+    pub fn route(&self, name: Option<&str>) -> Label {
+        Self::find(&self.routes, &self.none, name)
+    }
+
+    /// The label for a region name (empty when the request was not placed).
+    pub fn region(&self, name: Option<&str>) -> Label {
+        Self::find(&self.regions, &self.none, name)
+    }
+
+    fn find(map: &HashMap<Box<str>, Label>, none: &Label, name: Option<&str>) -> Label {
+        match name {
+            None => none.clone(),
+            Some(n) => map.get(n).cloned().unwrap_or_else(|| Label::new(n)),
+        }
+    }
+}
+
+/// One finished request, as the proxy saw it.
+#[derive(Debug)]
+pub struct RequestRecord<'a> {
+    /// Request method.
+    pub method: &'a Method,
+    /// Matched route name.
+    pub route: Option<&'a str>,
+    /// Region the request was sent to.
+    pub region: Option<&'a str>,
+    /// Response status.
+    pub status: u16,
+    /// Outcome token ([`outcome_for_reason`] or `proxied`, `forwarded_to_peer`, `minted`).
+    pub outcome: &'static str,
+    /// Whole request, until the response head was ready.
+    pub duration: Duration,
+    /// Upstream leg, when one answered.
+    pub upstream: Option<Duration>,
+}
+
+/// Values counted elsewhere, copied into the registry at scrape time.
+#[derive(Debug, Default)]
+pub struct ScrapeInputs {
+    /// Successful and rejected reloads (from `Reloader`), when the table comes from a file.
+    pub reloads: Option<(u64, u64)>,
+    /// Retries sent upstream.
+    pub retries: u64,
+    /// Retries refused by the retry budget.
+    pub budget_exhausted: u64,
+    /// Every known endpoint: (region, endpoint, usable).
+    pub endpoints: Option<Vec<(String, String, bool)>>,
+}
+
+/// Every metric shardgate exports, and the registry that renders them.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Histogram, DurationHistogram>,
+    upstream: Family<UpstreamLabels, Histogram, DurationHistogram>,
+    decoded: Family<FormatLabels, Counter>,
+    decode_failures: Family<DecodeFailureLabels, Counter>,
+    minted: Family<MintLabels, Counter>,
+    retries: Counter,
+    budget_exhausted: Counter,
+    upstream_health: Family<HealthLabels, Gauge>,
+    open_connections: Family<ListenerLabels, Gauge>,
+    reloads: Family<ResultLabels, Counter>,
+    last_reload_success: Gauge<f64, AtomicU64>,
+    table_info: Family<TableInfoLabels, Gauge>,
+    labels: ArcSwap<TableLabels>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh registry with every metric registered (and build info set).
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix(PREFIX);
+        let requests = Family::new_with_constructor(DurationHistogram);
+        registry.register_with_unit(
+            "http_server_request_duration",
+            "Requests by method, route name, status, region and outcome, until the response head",
+            Unit::Seconds,
+            requests.clone(),
+        );
+        let upstream = Family::new_with_constructor(DurationHistogram);
+        registry.register_with_unit(
+            "http_client_request_duration",
+            "Upstream leg of proxied requests (all attempts, until response head) by region and status",
+            Unit::Seconds,
+            upstream.clone(),
+        );
+        let decoded = Family::default();
+        registry.register("ids_decoded", "Ids decoded from requests, by format", decoded.clone());
+        let decode_failures = Family::default();
+        registry.register(
+            "id_decode_failures",
+            "Ids rejected, by the route's first format and the reason",
+            decode_failures.clone(),
+        );
+        let minted = Family::default();
+        registry.register("ids_minted", "Ids minted for create routes, by format and region", minted.clone());
+        let retries = Counter::default();
+        registry.register("retries", "Upstream retries sent", retries.clone());
+        let budget_exhausted = Counter::default();
+        registry.register("retry_budget_exhausted", "Retries refused by the retry budget", budget_exhausted.clone());
+        let upstream_health = Family::default();
+        registry.register(
+            "upstream_health",
+            "Whether an endpoint receives traffic (1) or is down or ejected (0)",
+            upstream_health.clone(),
+        );
+        let open_connections = Family::default();
+        registry.register("open_connections", "Open client connections, by listener", open_connections.clone());
+        let reloads = Family::default();
+        registry.register("config_reloads", "Routing table reloads, by result", reloads.clone());
+        let last_reload_success = Gauge::<f64, AtomicU64>::default();
+        registry.register_with_unit(
+            "config_last_reload_success_timestamp",
+            "When the active routing table was published (Unix time)",
+            Unit::Seconds,
+            last_reload_success.clone(),
+        );
+        let table_info = Family::default();
+        registry.register("config_info", "The active routing table: version counter and sha256", table_info.clone());
+        let build = Family::<BuildLabels, Gauge>::default();
+        build.get_or_create(&BuildLabels { version: env!("CARGO_PKG_VERSION") }).set(1);
+        registry.register("build_info", "Build information", build);
+        // Both results exist from the start, so rate() sees the first failure.
+        for result in ["success", "failure"] {
+            let _ = reloads.get_or_create(&ResultLabels { result });
+        }
+        let empty = TableLabels { version: 0, routes: HashMap::new(), regions: HashMap::new(), none: Label::new("") };
+        Metrics {
+            registry,
+            requests,
+            upstream,
+            decoded,
+            decode_failures,
+            minted,
+            retries,
+            budget_exhausted,
+            upstream_health,
+            open_connections,
+            reloads,
+            last_reload_success,
+            table_info,
+            labels: ArcSwap::from_pointee(empty),
+        }
+    }
+
+    /// Label values for `loaded`'s routes and regions, rebuilt once per table version.
+    pub fn labels(&self, loaded: &Loaded) -> Arc<TableLabels> {
+        let current = self.labels.load_full();
+        if current.version == loaded.version {
+            return current;
+        }
+        let fresh = Arc::new(TableLabels::build(loaded));
+        self.labels.store(Arc::clone(&fresh));
+        fresh
+    }
+
+    /// Records one finished request.
+    pub fn observe_request(&self, labels: &TableLabels, r: &RequestRecord<'_>) {
+        let region = labels.region(r.region);
+        if let Some(up) = r.upstream {
+            self.upstream
+                .get_or_create(&UpstreamLabels { region: region.clone(), http_response_status_code: r.status })
+                .observe(up.as_secs_f64());
+        }
+        let key = RequestLabels {
+            http_request_method: method_label(r.method),
+            http_route: labels.route(r.route),
+            http_response_status_code: r.status,
+            region,
+            outcome: r.outcome,
+        };
+        self.requests.get_or_create(&key).observe(r.duration.as_secs_f64());
+    }
+
+    /// Counts an id decoded in `format`.
+    pub fn id_decoded(&self, format: &'static str) {
+        self.decoded.get_or_create(&FormatLabels { format }).inc();
+    }
+
+    /// Counts an id rejected by `format` for `reason` (both stable tokens).
+    pub fn id_decode_failed(&self, format: &'static str, reason: &'static str) {
+        self.decode_failures.get_or_create(&DecodeFailureLabels { format, reason }).inc();
+    }
+
+    /// Counts an id minted in `format` for `region`.
+    pub fn id_minted(&self, labels: &TableLabels, format: &'static str, region: Option<&str>) {
+        self.minted.get_or_create(&MintLabels { format, region: labels.region(region) }).inc();
+    }
+
+    /// The health hook: sets `shardgate_upstream_health{region, endpoint}` to 1 (up) or 0.
+    pub fn set_upstream_health(&self, region: &str, endpoint: &str, up: bool) {
+        let key = HealthLabels { region: region.to_owned(), endpoint: endpoint.to_owned() };
+        self.upstream_health.get_or_create(&key).set(i64::from(up));
+    }
+
+    /// A connection opened on `listener` (`proxy` or `admin`); the gauge goes
+    /// down when the returned guard is dropped.
+    pub fn connection_opened(self: &Arc<Self>, listener: &'static str) -> ConnectionGuard {
+        let gauge = self.open_connections.get_or_create(&ListenerLabels { listener }).clone();
+        gauge.inc();
+        ConnectionGuard { gauge }
+    }
+
+    /// Current open connections on `listener`.
+    pub fn open_connections(&self, listener: &'static str) -> i64 {
+        self.open_connections.get_or_create(&ListenerLabels { listener }).get()
+    }
+
+    /// Copies values counted elsewhere (and the active table) into the registry.
+    pub fn refresh(&self, loaded: &Loaded, inputs: &ScrapeInputs) {
+        if let Some((ok, failed)) = inputs.reloads {
+            self.reloads.get_or_create(&ResultLabels { result: "success" }).inner().store(ok, Relaxed);
+            self.reloads.get_or_create(&ResultLabels { result: "failure" }).inner().store(failed, Relaxed);
+        }
+        self.retries.inner().store(inputs.retries, Relaxed);
+        self.budget_exhausted.inner().store(inputs.budget_exhausted, Relaxed);
+        self.last_reload_success.set(unix_seconds(loaded.loaded_at));
+        let info = TableInfoLabels { version: loaded.version, sha256: loaded.sha256.clone() };
+        if self.table_info.get(&info).is_none() {
+            self.table_info.clear();
+            self.table_info.get_or_create(&info).set(1);
+        }
+        if let Some(endpoints) = &inputs.endpoints {
+            self.upstream_health.clear();
+            for (region, endpoint, up) in endpoints {
+                self.set_upstream_health(region, endpoint, *up);
+            }
+        }
+    }
+
+    /// The whole registry in OpenMetrics text.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(16 * 1024);
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+            out.push_str("# EOF\n");
+        }
+        out
+    }
+}
+
+/// Decrements the open-connections gauge when dropped.
+#[derive(Debug)]
+pub struct ConnectionGuard {
+    gauge: Gauge<i64, AtomicI64>,
+}
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        self.gauge.dec();
+    }
+}
+
+/// The method label: the registered methods as themselves, anything else
+/// `_OTHER` (OpenTelemetry's convention), so clients cannot add series.
+pub fn method_label(m: &Method) -> &'static str {
+    match *m {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::OPTIONS => "OPTIONS",
+        Method::CONNECT => "CONNECT",
+        Method::TRACE => "TRACE",
+        _ => "_OTHER",
+    }
+}
+
+/// The `outcome` label of a request the proxy answered itself, from the
+/// problem's `reason` (unknown reasons: `proxy_error`).
+pub fn outcome_for_reason(reason: &str) -> &'static str {
+    match reason {
+        "no_route" => "no_route",
+        "no_owner" => "no_owner",
+        "missing_id" => "bad_id",
+        "missing_country" | "unknown_country" => "bad_request",
+        "region_unavailable" => "unavailable",
+        "upstream_timeout" | "request_timeout" => "timeout",
+        "upstream_connect_failed" | "upstream_failed" => "upstream_error",
+        "uri_too_long" | "headers_too_large" => "too_large",
+        "loop_detected" => "loop",
+        _ => "proxy_error",
+    }
+}
+
+/// Seconds since the Unix epoch of `t` (0 before 1970).
+pub fn unix_seconds(t: SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64()
+}
