@@ -83,11 +83,13 @@ impl AdminState {
     pub fn render_metrics(&self) -> String {
         let m = self.proxy.metrics();
         let (retries, budget_exhausted) = self.proxy.retry_counts();
+        let endpoints =
+            self.proxy.health().report().into_iter().map(|(region, uri, up, ejected)| (region, uri, up && !ejected));
         let inputs = ScrapeInputs {
             reloads: self.reloader.as_ref().map(|r| (r.successes(), r.failures())),
             retries,
             budget_exhausted,
-            endpoints: None,
+            endpoints: Some(endpoints.collect()),
         };
         m.refresh(&self.shared().snapshot(), &inputs);
         m.render()

@@ -65,6 +65,8 @@ pub fn instance_name(cfg: &Config) -> String {
 pub fn build_proxy(cfg: &Config, text: &str) -> (Arc<SharedTable>, Arc<Proxy>) {
     let shared = Arc::new(SharedTable::new(Table::compile(cfg), text));
     let proxy = Arc::new(Proxy::new(Arc::clone(&shared), client_settings(cfg), &instance_name(cfg)));
+    proxy.health().track(&shared);
+    crate::mesh::health::spawn_checker(Arc::downgrade(proxy.health()), Arc::downgrade(&shared));
     (shared, proxy)
 }
 

@@ -37,6 +37,10 @@ pub struct Cli {
     /// Log as JSON lines instead of text.
     #[arg(long, global = true)]
     pub log_json: bool,
+    /// Runtime worker threads (default: one per core). `1` runs everything on
+    /// one thread, like a single nginx worker.
+    #[arg(long, global = true)]
+    pub threads: Option<usize>,
     /// What to do (default: serve).
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -221,15 +225,15 @@ pub fn run(cli: Cli) -> i32 {
         }
         Command::Serve { config } => {
             crate::telemetry::init(cli.log_json);
-            block_on(crate::app::serve(config))
+            block_on(cli.threads, crate::app::serve(config))
         }
         Command::Demo { listen } => {
             crate::telemetry::init(cli.log_json);
-            block_on(crate::app::demo(listen))
+            block_on(cli.threads, crate::app::demo(listen))
         }
         Command::Backend { region, listen } => {
             crate::telemetry::init(cli.log_json);
-            block_on(async move {
+            block_on(cli.threads, async move {
                 let listener = match tokio::net::TcpListener::bind(listen).await {
                     Ok(l) => l,
                     Err(e) => {
@@ -360,8 +364,12 @@ fn run_mint(args: MintArgs) -> io::Result<i32> {
     Ok(EXIT_OK)
 }
 
-/// Runs `fut` on a multi-threaded tokio runtime.
-fn block_on(fut: impl std::future::Future<Output = i32>) -> Result<i32, io::Error> {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+/// Runs `fut` on a tokio runtime with `threads` workers (current-thread for 1).
+fn block_on(threads: Option<usize>, fut: impl std::future::Future<Output = i32>) -> Result<i32, io::Error> {
+    let rt = match threads {
+        Some(1) => tokio::runtime::Builder::new_current_thread().enable_all().build()?,
+        Some(n) => tokio::runtime::Builder::new_multi_thread().worker_threads(n.max(1)).enable_all().build()?,
+        None => tokio::runtime::Builder::new_multi_thread().enable_all().build()?,
+    };
     Ok(rt.block_on(fut))
 }

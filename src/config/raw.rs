@@ -569,6 +569,41 @@ pub struct UpstreamSettings {
     pub retries: u32,
     /// Retry budget.
     pub retry_budget: RetryBudget,
+    /// Active health checks of every upstream endpoint and peer.
+    pub health: HealthChecks,
+    /// Consecutive connection failures or 5xx answers after which an endpoint
+    /// is ejected (passive health); 0 disables passive ejection.
+    pub eject_after: u32,
+    /// How long an ejected endpoint receives no traffic.
+    pub eject_for: Dur,
+}
+
+/// `upstream.health`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HealthChecks {
+    /// Time between checks of one endpoint; `0s` disables active checks.
+    pub interval: Dur,
+    /// Timeout of one check.
+    pub timeout: Dur,
+    /// Path requested with GET; any 2xx or 3xx answer is a success.
+    pub path: String,
+    /// Consecutive successes that bring a down endpoint back.
+    pub rise: u32,
+    /// Consecutive failures that take an endpoint down.
+    pub fall: u32,
+}
+
+impl Default for HealthChecks {
+    fn default() -> Self {
+        HealthChecks {
+            interval: Dur(Duration::from_secs(5)),
+            timeout: Dur(Duration::from_secs(1)),
+            path: "/healthz".to_string(),
+            rise: 2,
+            fall: 3,
+        }
+    }
 }
 
 impl Default for UpstreamSettings {
@@ -580,6 +615,9 @@ impl Default for UpstreamSettings {
             pool_idle_timeout: Dur(Duration::from_secs(90)),
             retries: 1,
             retry_budget: RetryBudget::default(),
+            health: HealthChecks::default(),
+            eject_after: 5,
+            eject_for: Dur(Duration::from_secs(10)),
         }
     }
 }

@@ -202,6 +202,9 @@ const UPSTREAM: Shape = Struct(&[
     ("pool_idle_timeout", Any),
     ("retries", Any),
     ("retry_budget", Struct(&[("ratio", Any), ("min_per_second", Any)])),
+    ("health", Struct(&[("interval", Any), ("timeout", Any), ("path", Any), ("rise", Any), ("fall", Any)])),
+    ("eject_after", Any),
+    ("eject_for", Any),
 ]);
 const MESH: Shape = Struct(&[("max_hops", Any)]);
 const LOG: Shape = Struct(&[("access", Any), ("ids", Any)]);

@@ -412,6 +412,12 @@ pub fn escape_for_display(input: &str, max: usize) -> String {
     out
 }
 
+/// Parses a canonical unsigned decimal (`0` or `[1-9][0-9]*`, no sign, no
+/// spaces) that fits in a `u64`. The standard parsers accept a leading `+`.
+pub fn parse_canonical_u64(s: &str) -> Option<u64> {
+    text::parse_decimal_u64(s)
+}
+
 /// Parses a canonical decimal `u8` (`0` or `[1-9][0-9]{0,2}`, at most 255).
 pub fn text_decimal_u8(s: &str) -> Option<u8> {
     text::parse_decimal_u64(s).and_then(|v| u8::try_from(v).ok())

@@ -6,7 +6,14 @@
 //! `X-Shardgate-Hops`. A request that already names this instance in
 //! `Forwarded`, or that would exceed the hop limit, is answered 508.
 
+pub mod health;
+
 use http::{HeaderMap, HeaderName, HeaderValue};
+
+/// The path on the proxy listener that a shardgate answers itself, for
+/// its peers' health checks (the admin listener is usually loopback-only).
+/// Requests to it never reach a backend.
+pub const READY_PATH: &str = "/.shardgate/ready";
 
 /// The hop counter header.
 pub const HOPS: HeaderName = HeaderName::from_static("x-shardgate-hops");
@@ -38,7 +45,12 @@ pub fn node_name(instance: &str) -> String {
 pub fn inspect(headers: &HeaderMap, node: &str) -> Hops {
     let count = match headers.get(&HOPS) {
         None => 0,
-        Some(v) => v.to_str().ok().and_then(|s| s.parse::<u32>().ok()).unwrap_or(u32::MAX),
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(crate::ids::parse_canonical_u64)
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(u32::MAX),
     };
     let seen_self = headers
         .get_all(&FORWARDED)

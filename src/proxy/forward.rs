@@ -14,6 +14,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 
 use super::error::ProxyError;
+use crate::mesh::health::Health;
 
 /// Body sent upstream: the client's streamed body, or nothing (which can be
 /// sent again on a retry).
@@ -52,6 +53,10 @@ pub struct AttemptSettings {
     pub budget_ratio: f64,
     /// Retries always allowed per second.
     pub budget_min_per_second: u32,
+    /// Passive health: failures in a row that eject an endpoint (0: never).
+    pub eject_after: u32,
+    /// How long an ejected endpoint is left out.
+    pub eject_for: Duration,
 }
 
 impl Upstreams {
@@ -89,6 +94,7 @@ impl Upstreams {
     /// sent again) and either nothing was sent (connect failure) or the
     /// method is idempotent (RFC 9110 §9.2.2); at most `retries` times and
     /// only while the retry budget allows.
+    #[allow(clippy::too_many_arguments)]
     pub async fn send(
         &self,
         parts: &http::request::Parts,
@@ -97,21 +103,30 @@ impl Upstreams {
         region: &str,
         s: AttemptSettings,
         attempts: &mut u32,
+        health: &Health,
     ) -> Result<Response<Incoming>, ProxyError> {
-        if endpoints.is_empty() {
+        let usable = endpoints.iter().filter(|e| health.usable(&e.uri)).count();
+        if usable == 0 {
             return Err(ProxyError::RegionUnavailable { region: region.to_string() });
         }
         self.budget.deposit(s.budget_ratio);
         let replayable = body.is_end_stream();
         let mut body = if replayable { None } else { Some(body) };
-        let start = self.cursor.fetch_add(1, Ordering::Relaxed);
-        // One pass over the endpoints for connect failures, plus the retries.
-        let max_attempts = endpoints.len() as u32 + s.retries;
+        let mut cursor = self.cursor.fetch_add(1, Ordering::Relaxed);
+        // One pass over the usable endpoints for connect failures, plus the retries.
+        let max_attempts = usable as u32 + s.retries;
         let mut last_err = ProxyError::UpstreamConnect { region: region.to_string() };
         let mut retries_used = 0;
         for i in 0..max_attempts {
-            let endpoint = &endpoints[(start + i as usize) % endpoints.len()].uri;
-            let uri = upstream_uri(endpoint, parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"))
+            // The next endpoint in rotation that is up and not ejected.
+            let Some(endpoint) = (0..endpoints.len()).find_map(|_| {
+                let e = &endpoints[cursor % endpoints.len()];
+                cursor = cursor.wrapping_add(1);
+                health.usable(&e.uri).then_some(e)
+            }) else {
+                return Err(ProxyError::RegionUnavailable { region: region.to_string() });
+            };
+            let uri = upstream_uri(&endpoint.uri, parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"))
                 .map_err(|_| ProxyError::UpstreamFailed { region: region.to_string() })?;
             let b = match body.take() {
                 Some(b) => Either::Left(b),
@@ -129,21 +144,23 @@ impl Upstreams {
             let timeout = s.attempt_timeout.min(s.deadline - now);
             *attempts += 1;
             let outcome = tokio::time::timeout(timeout, self.client.request(req)).await;
+            let idempotent = is_idempotent(&parts.method);
             let (err, retry_ok) = match outcome {
-                Ok(Ok(resp)) => return Ok(resp),
+                Ok(Ok(resp)) => {
+                    health.record(&endpoint.uri, resp.status().is_server_error(), s.eject_after, s.eject_for);
+                    return Ok(resp);
+                }
                 Ok(Err(e)) if e.is_connect() => {
                     (ProxyError::UpstreamConnect { region: region.to_string() }, replayable)
                 }
-                Ok(Err(_)) => (
-                    ProxyError::UpstreamFailed { region: region.to_string() },
-                    replayable && is_idempotent(&parts.method),
-                ),
-                Err(_) if Instant::now() >= s.deadline => return Err(ProxyError::RequestTimeout),
-                Err(_) => (
-                    ProxyError::UpstreamTimeout { region: region.to_string() },
-                    replayable && is_idempotent(&parts.method),
-                ),
+                Ok(Err(_)) => (ProxyError::UpstreamFailed { region: region.to_string() }, replayable && idempotent),
+                Err(_) if Instant::now() >= s.deadline => {
+                    health.record(&endpoint.uri, true, s.eject_after, s.eject_for);
+                    return Err(ProxyError::RequestTimeout);
+                }
+                Err(_) => (ProxyError::UpstreamTimeout { region: region.to_string() }, replayable && idempotent),
             };
+            health.record(&endpoint.uri, true, s.eject_after, s.eject_for);
             let connect_failure = matches!(err, ProxyError::UpstreamConnect { .. });
             last_err = err;
             if !retry_ok {
@@ -151,7 +168,7 @@ impl Upstreams {
             }
             // Skipping a refusing endpoint is free while endpoints remain;
             // anything else spends a retry, which the budget must allow.
-            let free = connect_failure && (i as usize) + 1 < endpoints.len();
+            let free = connect_failure && (i as usize) + 1 < usable;
             if !free {
                 if retries_used >= s.retries || !self.budget.withdraw(s.budget_min_per_second) {
                     break;

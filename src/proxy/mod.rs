@@ -27,9 +27,10 @@ use hyper::body::Incoming;
 
 use crate::ids::{self, Format, SystemClock, Uuid7Minter};
 use crate::mesh;
+use crate::mesh::health::Health;
 use crate::metrics::{self, Metrics, RequestRecord};
 use crate::routing::shared::SharedTable;
-use crate::routing::{Placement, Table};
+use crate::routing::{Placement, RegionId, Table};
 
 use error::ProxyError;
 use forward::{AttemptSettings, ClientSettings, Upstreams};
@@ -50,10 +51,21 @@ pub struct Proxy {
     node: String,
     /// Requests handled so far.
     handled: std::sync::atomic::AtomicU64,
+    /// Health of every endpoint (active checks and passive ejection).
+    health: Arc<Health>,
     /// Request, id and upstream metrics.
     metrics: Arc<Metrics>,
     /// Set once draining starts: HTTP/1.1 responses then carry `Connection: close`.
     drain: server::Drain,
+}
+
+/// The endpoints a request is sent to.
+#[derive(Debug)]
+struct Target<'t> {
+    region: &'t crate::routing::Region,
+    endpoints: &'t [crate::routing::Upstream],
+    via_peer: bool,
+    failover_from: Option<&'t str>,
 }
 
 /// What the router decided for one request, for logs and debug headers.
@@ -96,10 +108,12 @@ impl Proxy {
             name: name.to_string(),
             node: crate::mesh::node_name(name),
             handled: std::sync::atomic::AtomicU64::new(0),
+            health: Arc::new(Health::default()),
             metrics: Arc::new(Metrics::new()),
             drain: server::Drain::new(),
         }
     }
+
     /// Records into `metrics` instead of a private registry.
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Proxy {
         self.metrics = metrics;
@@ -132,6 +146,25 @@ impl Proxy {
         &self.shared
     }
 
+    /// The answer to a peer's health check on [`crate::mesh::READY_PATH`].
+    /// `503` while draining, so peers stop sending before this instance goes.
+    fn mesh_ready(&self) -> Response<ProxyBody> {
+        let (status, body) = if self.drain().is_draining() {
+            (http::StatusCode::SERVICE_UNAVAILABLE, &b"draining\n"[..])
+        } else {
+            (http::StatusCode::OK, &b"ready\n"[..])
+        };
+        let mut resp = Response::new(Either::Right(Full::new(Bytes::from_static(body))));
+        *resp.status_mut() = status;
+        resp.headers_mut().insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        resp
+    }
+
+    /// Health of the endpoints this proxy sends to.
+    pub fn health(&self) -> &Arc<Health> {
+        &self.health
+    }
+
     /// Requests handled since start.
     pub fn handled(&self) -> u64 {
         self.handled.load(std::sync::atomic::Ordering::Relaxed)
@@ -140,6 +173,9 @@ impl Proxy {
     /// Handles one request end to end. Never fails: errors become responses.
     /// Records its metrics and writes its access-log line.
     pub async fn handle(&self, mut req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
+        if req.uri().path() == crate::mesh::READY_PATH {
+            return self.mesh_ready();
+        }
         let started = Instant::now();
         self.handled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let request_id = match req.headers().get(headers::X_REQUEST_ID) {
@@ -246,6 +282,37 @@ impl Proxy {
         resp
     }
 
+    /// Where a request placed in `owner` goes: this region's backends, or the
+    /// owner's shardgate when the owner is another region (or has no
+    /// backends of its own); when none of those endpoints is healthy, the
+    /// owner's failover region (reads always, writes only where the route
+    /// allows), else 503.
+    fn dispatch<'t>(&self, table: &'t Table, owner: RegionId, can_fail_over: bool) -> Result<Target<'t>, ProxyError> {
+        let mut id = owner;
+        let mut failover_from = None;
+        for _ in 0..=table.regions().len() {
+            let region = table.region(id);
+            let remote = table.local_region().is_some_and(|local| local != id);
+            if remote || region.upstreams.is_empty() {
+                if let Some(peer) = region.peer.as_ref().filter(|p| self.health.usable(&p.uri)) {
+                    let endpoints = std::slice::from_ref(peer);
+                    return Ok(Target { region, endpoints, via_peer: true, failover_from });
+                }
+            }
+            if region.upstreams.iter().any(|u| self.health.usable(&u.uri)) {
+                return Ok(Target { region, endpoints: &region.upstreams, via_peer: false, failover_from });
+            }
+            match region.failover {
+                Some(next) if can_fail_over => {
+                    failover_from.get_or_insert(table.region(owner).name.as_str());
+                    id = next;
+                }
+                _ => break,
+            }
+        }
+        Err(ProxyError::RegionUnavailable { region: table.region(owner).name.clone() })
+    }
+
     async fn route_and_forward(
         &self,
         table: &Table,
@@ -269,7 +336,7 @@ impl Proxy {
                 detail: format!("this instance ({}) already forwarded the request", self.name),
             });
         }
-        let (placement, minted) = {
+        let (placement, minted, allow_failover_writes) = {
             let m = table.match_route(&parts.method, parts.uri.path()).ok_or(ProxyError::NoRoute)?;
             decision.route = Some(m.route.name.clone());
             let (id, minted) = match (&m.route.id, &m.route.mint) {
@@ -293,26 +360,24 @@ impl Proxy {
             }
             let placement =
                 table.place(&id, m.route.strategy).map_err(|e| ProxyError::NoOwner { detail: e.to_string() })?;
-            (placement, minted)
+            (placement, minted, m.route.allow_failover_writes)
         };
         let Placement { region: region_id, rule } = placement;
-        let region = table.region(region_id);
-        decision.region = Some(region.name.clone());
         decision.rule = Some(rule.to_string());
 
-        // Local backends, or the owner's shardgate when it is another region.
-        let remote = table.local_region().is_some_and(|local| local != region_id);
-        let via_peer = match (&region.peer, remote || region.upstreams.is_empty()) {
-            (Some(peer), true) => Some(peer),
-            _ => None,
-        };
-        if via_peer.is_some() {
+        let can_fail_over = forward::is_idempotent(&parts.method) || allow_failover_writes;
+        let target = self.dispatch(table, region_id, can_fail_over)?;
+        if let Some(from) = target.failover_from {
+            decision.rule = Some(format!("{rule}; failover from {from}"));
+        }
+        decision.region = Some(target.region.name.clone());
+        if target.via_peer {
             let next = hops.count.saturating_add(1);
             if next > settings.max_hops {
                 return Err(ProxyError::Loop {
                     detail: format!(
                         "forwarding to region {} would exceed the hop limit of {}",
-                        region.name, settings.max_hops
+                        target.region.name, settings.max_hops
                     ),
                 });
             }
@@ -345,13 +410,14 @@ impl Proxy {
             retries: settings.upstream.retries,
             budget_ratio: settings.upstream.retry_budget.ratio,
             budget_min_per_second: settings.upstream.retry_budget.min_per_second,
-        };
-        let endpoints = match via_peer {
-            Some(peer) => std::slice::from_ref(peer),
-            None => &region.upstreams[..],
+            eject_after: settings.upstream.eject_after,
+            eject_for: settings.upstream.eject_for.0,
         };
         decision.upstream_started = Some(Instant::now());
-        let mut resp = self.upstreams.send(&parts, body, endpoints, &region.name, s, &mut decision.attempts).await?;
+        let mut resp = self
+            .upstreams
+            .send(&parts, body, target.endpoints, &target.region.name, s, &mut decision.attempts, &self.health)
+            .await?;
 
         if forward::is_switching(&resp) {
             if let (Some(client), Some(up)) =

@@ -8,6 +8,7 @@ mod vectors;
 #[path = "../support/mod.rs"]
 mod support;
 
+mod health;
 mod mesh;
 mod ops;
 mod proxy;

@@ -25,6 +25,7 @@ admin: 127.0.0.1:19901
 region: {local}
 instance: gw-{local}
 mesh: {{ max_hops: {max_hops} }}
+upstream: {{ health: {{ interval: 100ms, timeout: 500ms, fall: 1, rise: 1 }} }}
 regions:
   eu: {{ upstreams: ["http://{be0}"], peer: "http://{gw0}" }}
   kz: {{ upstreams: ["http://{be1}"], peer: "http://{gw1}" }}
@@ -91,6 +92,14 @@ fn total_handled(m: &Mesh) -> u64 {
 #[tokio::test]
 async fn any_instance_reaches_the_owner_in_one_hop() -> TestResult {
     let m = mesh(["kz", "kz", "kz"], 2).await?;
+    // Peers answer each other's health checks themselves: after a few
+    // check rounds every peer and backend is still up.
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    for gw in &m.gateways {
+        let report = gw.proxy.as_ref().ok_or("proxy")?.health().report();
+        assert_eq!(report.len(), 6, "{report:?}");
+        assert!(report.iter().all(|(_, _, up, ejected)| *up && !ejected), "{report:?}");
+    }
     let clock = ManualClock::from_millis(1_700_000_000_000);
     let uniq = UniqidMinter::new(&clock, 16);
     let mut rng = rand::rng();

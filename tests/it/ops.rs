@@ -505,6 +505,10 @@ async fn ops_metrics_parse_with_expected_series_and_labels() -> TestResult {
     assert_eq!(value(&m, "shardgate_build_info", &[("version", env!("CARGO_PKG_VERSION"))])?, 1.0);
     assert!(value(&m, "shardgate_open_connections", &[("listener", "admin")])? >= 1.0);
     assert!(value(&m, "shardgate_open_connections", &[("listener", "proxy")])? >= 0.0);
+    let kz_endpoint = format!("http://{}", o.kz.addr);
+    let health = value(&m, "shardgate_upstream_health", &[("region", "kz"), ("endpoint", &kz_endpoint)]);
+    let health = health.or_else(|_| value(&m, "shardgate_upstream_health", &[("region", "kz")]))?;
+    assert!(health == 0.0 || health == 1.0);
     Ok(())
 }
 

@@ -65,7 +65,13 @@ fn stop_signal(rx: &watch::Receiver<bool>) -> impl std::future::Future<Output = 
 /// `ws` (101 upgrade, then echoes bytes); anything else echoes the request
 /// as JSON (shardgate's demo backend).
 pub async fn backend(region: &str) -> Result<Running, BoxError> {
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    backend_on(TcpListener::bind("127.0.0.1:0").await?, region).await
+}
+
+/// Like [`backend`], on a given listener (to bring a backend back on the
+/// same address). Stopping it closes the listener and every open connection.
+/// Health-check requests (`user-agent: shardgate-health`) are not counted.
+pub async fn backend_on(listener: TcpListener, region: &str) -> Result<Running, BoxError> {
     let addr = listener.local_addr()?;
     let (stop, rx) = watch::channel(false);
     let hits = Arc::new(AtomicUsize::new(0));
@@ -74,6 +80,8 @@ pub async fn backend(region: &str) -> Result<Running, BoxError> {
     let mut shutdown = rx.clone();
     tokio::spawn(async move {
         let builder = auto::Builder::new(TokioExecutor::new());
+        // Dropped when this task ends: aborts every connection.
+        let mut conns = tokio::task::JoinSet::new();
         loop {
             let (stream, _) = tokio::select! {
                 r = listener.accept() => match r { Ok(p) => p, Err(_) => continue },
@@ -81,13 +89,16 @@ pub async fn backend(region: &str) -> Result<Running, BoxError> {
             };
             let region = Arc::clone(&region);
             let h = Arc::clone(&h);
-            let svc = service_fn(move |req| {
-                h.fetch_add(1, Ordering::SeqCst);
+            let svc = service_fn(move |req: Request<Incoming>| {
+                let probe = req.headers().get("user-agent").is_some_and(|v| v.as_bytes() == b"shardgate-health");
+                if !probe {
+                    h.fetch_add(1, Ordering::SeqCst);
+                }
                 let region = Arc::clone(&region);
                 async move { Ok::<_, Infallible>(behave(&region, req).await) }
             });
             let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc).into_owned();
-            tokio::spawn(conn);
+            conns.spawn(conn);
         }
     });
     Ok(Running { addr, stop, hits, proxy: None })

@@ -1,0 +1,107 @@
+//! Health checks and failover: a region whose backends die is taken out
+//! within the check interval and its reads fail over (writes only where the
+//! route allows); with no failover region the answer is 503 + Retry-After;
+//! when the backends return, routing returns. No request hangs meanwhile.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::Request;
+use http_body_util::Full;
+use shardgate::ids::Iuid;
+use tokio::net::TcpListener;
+
+use crate::support::{backend, backend_on, get, proxy, send, BoxError, Got, TestResult};
+
+const HEALTH: &str =
+    "upstream: { health: { interval: 100ms, timeout: 200ms, rise: 1, fall: 1 }, retries: 0, eject_after: 0 }";
+
+fn iuid(country: u8) -> String {
+    Iuid::from_fields(1_700_000_000_000, country, 3, 9).to_string()
+}
+
+/// GET that must finish within 5 s (a hang fails the test).
+async fn get_bounded(url: &str) -> Result<Got, BoxError> {
+    tokio::time::timeout(Duration::from_secs(5), get(url)).await.map_err(|_| "request hung")?
+}
+
+/// Polls `url` until the answering region is `want` (or the status is
+/// `want_status` when given), asserting that no request hangs.
+async fn until(url: &str, want: &str, want_status: u16) -> Result<Got, BoxError> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = get_bounded(url).await?;
+        if got.status.as_u16() == want_status && (want.is_empty() || got.header("x-backend-region") == Some(want)) {
+            return Ok(got);
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{url}: still {} from {:?}", got.status, got.header("x-backend-region")).into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_dead_region_fails_over_and_comes_back() -> TestResult {
+    let (eu, kz, us) = (backend("eu").await?, backend("kz").await?, backend("us").await?);
+    let kz_addr = kz.addr;
+    let yaml = crate::support::table(eu.addr, kz.addr, us.addr, HEALTH)
+        .replace(&format!("kz: {{ upstreams: [\"http://{}\"] }}", kz.addr), &format!("kz: {{ upstreams: [\"http://{}\"], failover: eu }}", kz.addr))
+        .replace("  - name: by-header", "  - name: writes\n    match: { path: \"/v1/w/{id}\", methods: [POST] }\n    id: { path_param: id, formats: [iuid] }\n  - name: by-header");
+    let p = proxy(&yaml).await?;
+    let read = p.url(&format!("/v1/orders/{}", iuid(7)));
+    assert_eq!(get_bounded(&read).await?.header("x-backend-region"), Some("kz"));
+
+    kz.stop();
+    drop(kz);
+    until(&read, "eu", 200).await?;
+    // The health report shows the kz endpoint down.
+    let report = p.proxy.as_ref().ok_or("proxy")?.health().report();
+    assert!(report.iter().any(|(r, _, up, _)| r == "kz" && !up), "{report:?}");
+    // Writes do not fail over on a route that does not allow it: 503.
+    let w = send(Request::post(p.url(&format!("/v1/w/{}", iuid(7)))).body(Full::new(Bytes::new()))?).await?;
+    assert_eq!(w.status, 503);
+    assert_eq!(w.json()?["reason"], "region_unavailable");
+    assert!(w.header("retry-after").is_some());
+
+    // Bring kz back on the same address: routing returns to it.
+    let kz = backend_on(TcpListener::bind(kz_addr).await?, "kz").await?;
+    until(&read, "kz", 200).await?;
+    assert!(kz.hits() > 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_dead_region_without_failover_answers_503() -> TestResult {
+    let (eu, kz, us) = (backend("eu").await?, backend("kz").await?, backend("us").await?);
+    let p = proxy(&crate::support::table(eu.addr, kz.addr, us.addr, HEALTH)).await?;
+    let url = p.url(&format!("/v1/orders/{}", iuid(1)));
+    assert_eq!(get_bounded(&url).await?.header("x-backend-region"), Some("us"));
+    us.stop();
+    drop(us);
+    let got = until(&url, "", 503).await?;
+    assert_eq!(got.json()?["reason"], "region_unavailable");
+    assert_eq!(got.header("retry-after"), Some("5"));
+    assert!(got.header("proxy-status").is_some_and(|v| v.contains("destination_unavailable")));
+    // Other regions are unaffected.
+    assert_eq!(get_bounded(&p.url(&format!("/v1/orders/{}", iuid(49)))).await?.header("x-backend-region"), Some("eu"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn passive_ejection_takes_a_failing_endpoint_out() -> TestResult {
+    let (eu, kz, us) = (backend("eu").await?, backend("kz").await?, backend("us").await?);
+    let dead = TcpListener::bind("127.0.0.1:0").await?.local_addr()?;
+    // Active checks off; two endpoints for kz, one refusing connections.
+    let extra = "upstream: { health: { interval: 0s }, retries: 0, eject_after: 2, eject_for: 60s }";
+    let yaml = crate::support::table(eu.addr, kz.addr, us.addr, extra)
+        .replace(&format!("[\"http://{}\"]", kz.addr), &format!("[\"http://{dead}\", \"http://{}\"]", kz.addr));
+    let p = proxy(&yaml).await?;
+    let url = p.url(&format!("/v1/orders/{}", iuid(7)));
+    for _ in 0..10 {
+        assert_eq!(get_bounded(&url).await?.status, 200);
+    }
+    let report = p.proxy.as_ref().ok_or("proxy")?.health().report();
+    assert!(report.iter().any(|(_, e, _, ejected)| e.contains(&dead.to_string()) && *ejected), "{report:?}");
+    Ok(())
+}
