@@ -15,6 +15,8 @@ COPY config/example.yaml /etc/shardgate/shardgate.yaml
 COPY target/image/shardgate /shardgate
 
 USER 65532:65532
+# Plain log lines: container logs are rarely a terminal.
+ENV NO_COLOR=1
 # Proxy listener of the example table (its admin listener is loopback-only).
 EXPOSE 8080
 ENTRYPOINT ["/shardgate"]

@@ -2,7 +2,8 @@
 # Builds a statically linked release binary of shardgate and stages what the
 # container image needs (see Dockerfile):
 #
-#   target/x86_64-unknown-linux-gnu/release/shardgate   the static binary
+#   target/x86_64-unknown-linux-gnu/release/shardgate   the static binary (under
+#                                                       $CARGO_TARGET_DIR if set)
 #   target/image/shardgate                              the same, stripped of debug info
 #   target/image/ca-certificates.crt                    the build host's CA bundle
 #
@@ -21,7 +22,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TARGET=x86_64-unknown-linux-gnu
-BIN="target/$TARGET/release/shardgate"
+BIN="${CARGO_TARGET_DIR:-target}/$TARGET/release/shardgate"
 STAGE=target/image
 CA_BUNDLE=${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 
