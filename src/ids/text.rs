@@ -92,9 +92,11 @@ const HIGH: u64 = 0x8080_8080_8080_8080;
 fn hex8(x: u64) -> (u64, u64) {
     let digit = (x + ONES * (0x80 - b'0' as u64)) & !(x + ONES * (0x80 - b':' as u64));
     let lower = x | (ONES * 0x20); // 'A'..='F' -> 'a'..='f'; nothing else lands in that range
-    let letter = (lower + ONES * (0x80 - b'a' as u64)) & !(lower + ONES * (0x80 - b'g' as u64)) & HIGH;
+    let letter = (lower + ONES * (0x80 - b'a' as u64)) & !(lower + ONES * (0x80 - b'g' as u64));
     // '0'..='9' -> 0..=9 from the low nibble; 'a'/'A' (low nibble 1) ..= 'f'/'F' (6) -> +9.
-    let l = letter >> 7;
+    // Of the valid characters, exactly the letters have bit 6 set; reading
+    // it instead of `letter` keeps the two computations independent.
+    let l = (x >> 6) & ONES;
     let mut n = (x & (ONES * 0x0f)) + (l << 3) + l;
     // One nibble per byte -> 32 bits, earlier characters more significant:
     // merge neighbouring bytes, then pairs, then quads.
