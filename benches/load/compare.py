@@ -1,0 +1,350 @@
+#!/usr/bin/env python3
+"""Routed-workload comparison: direct backend vs nginx vs HAProxy vs shardgate.
+
+Workload: HTTP/1.1 keep-alive, N connections, GET /v1/orders/{iUID} with ids
+drawn at random from a generated list spanning three regions, and the same
+with the id in the X-Entity-Id header. nginx and HAProxy route with regex
+captures on the iUID's country digits (the only way they can); shardgate
+decodes the id. Proxy pinned to core 1, load generator and backends to core 0,
+for every proxy alike. Each configuration is repeated (alternating) and the
+table shows medians.
+"""
+import argparse
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SHARDGATE = os.path.join(ROOT, "target", "release", "shardgate")
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
+WRK = shutil.which("wrk") or "/usr/bin/wrk"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+REGIONS = {"eu": 49, "kz": 7, "us": 1}  # region -> country id (hex 31, 07, 01)
+BACKEND_PORTS = {"eu": 19101, "kz": 19102, "us": 19103}
+PROXY_PORT = 19100
+PROXY_CORE = "1"
+LOAD_CORE = "0"
+
+
+def free(port):
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def wait_port(port, proc, timeout=10):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+            raise RuntimeError(f"{' '.join(proc.args)} exited with {proc.returncode}: {err}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"port {port} did not open")
+
+
+def pids_of(proc):
+    """The process and its children (nginx master + workers)."""
+    pids = [proc.pid]
+    try:
+        out = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout
+        pids += [int(p) for p in out.split()]
+    except OSError:
+        pass
+    return pids
+
+
+def cpu_ticks(pids):
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime + stime
+        except OSError:
+            pass
+    return total
+
+
+def rss_kib(pids):
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+def start(cmd, core, **kw):
+    return subprocess.Popen(["taskset", "-c", core] + cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)
+
+
+def stop(proc):
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def mint_ids(n):
+    ids = {}
+    for region, country in REGIONS.items():
+        out = subprocess.run([SHARDGATE, "mint", "--format", "iuid", "-n", str(n), "--country", str(country),
+                              "--entity", "3"], check=True, capture_output=True, text=True).stdout
+        ids[region] = out.split()
+    return ids
+
+
+def backend_conf(tmp):
+    servers = "\n".join(
+        f"  server {{ listen 127.0.0.1:{port} backlog=4096; keepalive_requests 1000000;\n"
+        f"    location / {{ add_header X-Backend-Region {region}; return 200 '{region}\\n'; }} }}"
+        for region, port in BACKEND_PORTS.items())
+    return f"""daemon off; master_process off; worker_processes 1; pid {tmp}/backend.pid; error_log {tmp}/backend.err;
+events {{ worker_connections 4096; }}
+http {{ access_log off; {servers} }}
+"""
+
+
+ID_RE = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-80"
+
+
+def nginx_conf(tmp):
+    ups = "\n".join(f"  upstream {r} {{ server 127.0.0.1:{p}; keepalive 64; }}" for r, p in BACKEND_PORTS.items())
+    path_map = "\n".join(f'    "~^/v1/orders/{ID_RE}{c:02x}-" {r};' for r, c in REGIONS.items())
+    hdr_map = "\n".join(f'    "~^{ID_RE}{c:02x}-" {r};' for r, c in REGIONS.items())
+    return f"""daemon off; worker_processes 1; pid {tmp}/nginx.pid; error_log {tmp}/nginx.err;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+{ups}
+  map $uri $by_path {{
+    default "";
+{path_map}
+  }}
+  map $http_x_entity_id $by_header {{
+    default "";
+{hdr_map}
+  }}
+  server {{
+    listen 127.0.0.1:{PROXY_PORT} backlog=4096; keepalive_requests 1000000;
+    location = /v1/orders {{
+      if ($by_header = "") {{ return 400; }}
+      proxy_pass http://$by_header; proxy_http_version 1.1; proxy_set_header Connection "";
+    }}
+    location /v1/orders/ {{
+      if ($by_path = "") {{ return 400; }}
+      proxy_pass http://$by_path; proxy_http_version 1.1; proxy_set_header Connection "";
+    }}
+  }}
+}}
+"""
+
+
+def haproxy_conf(tmp):
+    acls = []
+    for r, c in REGIONS.items():
+        acls.append(f"  acl p_{r} path_reg ^/v1/orders/{ID_RE}{c:02x}-")
+        acls.append(f"  acl h_{r} req.hdr(x-entity-id) -m reg ^{ID_RE}{c:02x}-")
+        acls.append(f"  use_backend {r} if p_{r} or h_{r}")
+    backends = "\n".join(
+        f"backend {r}\n  http-reuse always\n  server s1 127.0.0.1:{p} maxconn 1000" for r, p in BACKEND_PORTS.items())
+    return f"""global
+  nbthread 1
+  maxconn 4000
+defaults
+  mode http
+  option http-keep-alive
+  timeout connect 5s
+  timeout client 30s
+  timeout server 30s
+frontend fe
+  bind 127.0.0.1:{PROXY_PORT}
+{chr(10).join(acls)}
+  default_backend none
+backend none
+  http-request deny deny_status 400
+{backends}
+"""
+
+
+def shardgate_conf():
+    regions = "\n".join(f'  {r}: {{ upstreams: ["http://127.0.0.1:{p}"] }}' for r, p in BACKEND_PORTS.items())
+    countries = "\n".join(f"  C{c}: {{ id: {c}, region: {r} }}" for r, c in REGIONS.items())
+    return f"""version: 1
+listen: 127.0.0.1:{PROXY_PORT}
+admin: 127.0.0.1:{PROXY_PORT + 50}
+regions:
+{regions}
+countries:
+{countries}
+entities: {{ IntercityOrder: 3 }}
+upstream: {{ health: {{ interval: 0s }} }}
+log: {{ access: false }}
+routes:
+  - name: orders
+    match: {{ path: "/v1/orders/{{id}}", methods: [GET] }}
+    id: {{ path_param: id, formats: [iuid] }}
+  - name: orders-by-header
+    match: {{ path: "/v1/orders", methods: [GET] }}
+    id: {{ header: X-Entity-Id, formats: [iuid] }}
+"""
+
+
+def lua_script(tmp, ids, mode):
+    flat = [i for lst in ids.values() for i in lst]
+    random.Random(7).shuffle(flat)
+    path = os.path.join(tmp, f"wrk-{mode}.lua")
+    with open(path, "w") as f:
+        f.write("local ids = {" + ",".join(f'"{i}"' for i in flat) + "}\n")
+        f.write("local n = #ids\nmath.randomseed(42)\n")
+        if mode == "path":
+            f.write('request = function() return wrk.format("GET", "/v1/orders/" .. ids[math.random(n)]) end\n')
+        else:
+            f.write('request = function() return wrk.format("GET", "/v1/orders", '
+                    '{["X-Entity-Id"] = ids[math.random(n)]}) end\n')
+        f.write("""done = function(summary, latency, requests)
+  io.write(string.format("RESULT requests=%d errors=%d non2xx=%d p50=%d p99=%d\\n",
+    summary.requests, summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout,
+    summary.errors.status, latency:percentile(50), latency:percentile(99)))
+end
+""")
+    return path
+
+
+def check_routing(port, ids, mode, direct_region=None):
+    """Every sampled id must reach the backend of its region."""
+    for region, lst in ids.items():
+        for i in lst[:20]:
+            if mode == "path":
+                req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/orders/{i}")
+            else:
+                req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/orders", headers={"X-Entity-Id": i})
+            with urllib.request.urlopen(req, timeout=5) as resp:
+                got = resp.headers.get("X-Backend-Region")
+            want = direct_region or region
+            if got != want:
+                raise RuntimeError(f"routing check failed on port {port} ({mode}): {i} went to {got}, want {want}")
+
+
+def run_wrk(port, script, duration, conns):
+    cmd = ["taskset", "-c", LOAD_CORE, WRK, "-t", "1", "-c", str(conns), "-d", f"{duration}s", "--timeout", "5s",
+           "-s", script, f"http://127.0.0.1:{port}"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 30).stdout
+    m = re.search(r"RESULT requests=(\d+) errors=(\d+) non2xx=(\d+) p50=(\d+) p99=(\d+)", out)
+    if not m:
+        raise RuntimeError(f"wrk output not understood:\n{out}")
+    req, err, non2xx, p50, p99 = map(int, m.groups())
+    return {"requests": req, "errors": err + non2xx, "rps": req / duration, "p50_us": p50, "p99_us": p99}
+
+
+def measure(name, port, pids, script, duration, conns):
+    run_wrk(port, script, 2, conns)  # warm-up: connections, pools, caches
+    t0 = cpu_ticks(pids)
+    r = run_wrk(port, script, duration, conns)
+    t1 = cpu_ticks(pids)
+    r["cpu_us_per_req"] = (t1 - t0) / CLK_TCK * 1e6 / max(r["requests"], 1) if pids else 0.0
+    r["rss_mib"] = rss_kib(pids) / 1024 if pids else 0.0
+    return r
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--duration", type=int, default=10)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--connections", type=int, default=64)
+    ap.add_argument("--ids-per-region", type=int, default=1000)
+    ap.add_argument("--only", default="direct,nginx,haproxy,shardgate")
+    args = ap.parse_args()
+    for p in [PROXY_PORT, PROXY_PORT + 50, *BACKEND_PORTS.values()]:
+        if not free(p):
+            sys.exit(f"load: port {p} is busy")
+    tmp = tempfile.mkdtemp(prefix="shardgate-load-")
+    ids = mint_ids(args.ids_per_region)
+    scripts = {m: lua_script(tmp, ids, m) for m in ("path", "header")}
+    with open(f"{tmp}/backend.conf", "w") as f:
+        f.write(backend_conf(tmp))
+    with open(f"{tmp}/nginx.conf", "w") as f:
+        f.write(nginx_conf(tmp))
+    with open(f"{tmp}/haproxy.cfg", "w") as f:
+        f.write(haproxy_conf(tmp))
+    with open(f"{tmp}/shardgate.yaml", "w") as f:
+        f.write(shardgate_conf())
+    proxies = {
+        "nginx": [NGINX, "-c", f"{tmp}/nginx.conf", "-p", tmp],
+        "haproxy": [HAPROXY, "-f", f"{tmp}/haproxy.cfg", "-db"],
+        "shardgate": [SHARDGATE, "--threads", "1", "serve", "-c", f"{tmp}/shardgate.yaml"],
+    }
+    only = args.only.split(",")
+    backend = start([NGINX, "-c", f"{tmp}/backend.conf", "-p", tmp], LOAD_CORE)
+    results = {}
+    try:
+        for port in BACKEND_PORTS.values():
+            wait_port(port, backend)
+        for rep in range(args.reps):
+            order = [n for n in ["direct", "nginx", "haproxy", "shardgate"] if n in only]
+            if rep % 2:
+                order.reverse()  # alternate, so drift hurts no proxy in particular
+            for name in order:
+                for mode in ("path", "header"):
+                    if name == "direct":
+                        if mode == "header":
+                            continue
+                        port, pids, proc = BACKEND_PORTS["eu"], [], None
+                        check_routing(port, {"eu": ids["eu"]}, "path", direct_region="eu")
+                    else:
+                        proc = start(proxies[name], PROXY_CORE)
+                        wait_port(PROXY_PORT, proc)
+                        port, pids = PROXY_PORT, pids_of(proc)
+                        check_routing(port, ids, mode)
+                    try:
+                        r = measure(name, port, pids, scripts[mode], args.duration, args.connections)
+                    finally:
+                        if proc is not None:
+                            stop(proc)
+                            time.sleep(0.3)
+                    results.setdefault((name, mode), []).append(r)
+                    print(f"rep {rep + 1} {name:<9} {mode:<6} {r['rps']:>9.0f} req/s  p50 {r['p50_us']:>5} us  "
+                          f"p99 {r['p99_us']:>6} us  cpu/req {r['cpu_us_per_req']:>6.2f} us  "
+                          f"rss {r['rss_mib']:>5.1f} MiB  errors {r['errors']}", flush=True)
+    finally:
+        stop(backend)
+    med = {k: {f: statistics.median(x[f] for x in v) for f in v[0]} for k, v in results.items()}
+    print()
+    print(f"Medians over {args.reps} repetitions, {args.duration}s each, {args.connections} connections, "
+          f"proxy on core {PROXY_CORE}, wrk and backends on core {LOAD_CORE}")
+    print(f"{'proxy':<10}{'ids in':<8}{'req/s':>10}{'p50 us':>9}{'p99 us':>9}{'cpu us/req':>12}{'rss MiB':>9}"
+          f"{'errors':>8}{'rps/nginx':>11}{'cpu/nginx':>11}{'rps/direct':>12}")
+    direct = med.get(("direct", "path"))
+    for (name, mode), m in sorted(med.items(), key=lambda kv: (["direct", "nginx", "haproxy", "shardgate"].index(kv[0][0]), kv[0][1])):
+        ng = med.get(("nginx", mode))
+        rps_ng = f"{m['rps'] / ng['rps']:.2f}" if ng and name != "direct" else "-"
+        cpu_ng = f"{m['cpu_us_per_req'] / ng['cpu_us_per_req']:.2f}" if ng and ng["cpu_us_per_req"] and name != "direct" else "-"
+        rps_d = f"{m['rps'] / direct['rps']:.2f}" if direct else "-"
+        print(f"{name:<10}{mode:<8}{m['rps']:>10.0f}{m['p50_us']:>9.0f}{m['p99_us']:>9.0f}{m['cpu_us_per_req']:>12.2f}"
+              f"{m['rss_mib']:>9.1f}{m['errors']:>8.0f}{rps_ng:>11}{cpu_ng:>11}{rps_d:>12}")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
