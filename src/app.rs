@@ -41,6 +41,8 @@ pub fn server_options(cfg: &Config) -> ServerOptions {
         max_header_bytes: cfg.server.max_header_bytes,
         max_headers: cfg.server.max_headers,
         shutdown_timeout: Duration::from_secs(30),
+        idle_timeout: cfg.server.idle_timeout.0,
+        max_connections: cfg.server.max_connections,
     }
 }
 

@@ -219,6 +219,7 @@ pub struct Metrics {
     budget_exhausted: Counter,
     upstream_health: Family<HealthLabels, Gauge>,
     open_connections: Family<ListenerLabels, Gauge>,
+    refused_connections: Family<ListenerLabels, Counter>,
     reloads: Family<ResultLabels, Counter>,
     last_reload_success: Gauge<f64, AtomicU64>,
     table_info: Family<TableInfoLabels, Gauge>,
@@ -271,6 +272,12 @@ impl Metrics {
         );
         let open_connections = Family::default();
         registry.register("open_connections", "Open client connections, by listener", open_connections.clone());
+        let refused_connections = Family::default();
+        registry.register(
+            "connections_refused",
+            "Client connections refused at server.max_connections, by listener",
+            refused_connections.clone(),
+        );
         let reloads = Family::default();
         registry.register("config_reloads", "Routing table reloads, by result", reloads.clone());
         let last_reload_success = Gauge::<f64, AtomicU64>::default();
@@ -301,6 +308,7 @@ impl Metrics {
             budget_exhausted,
             upstream_health,
             open_connections,
+            refused_connections,
             reloads,
             last_reload_success,
             table_info,
@@ -369,6 +377,16 @@ impl Metrics {
     /// Current open connections on `listener`.
     pub fn open_connections(&self, listener: &'static str) -> i64 {
         self.open_connections.get_or_create(&ListenerLabels { listener }).get()
+    }
+
+    /// A connection refused on `listener` because of the connection limit.
+    pub fn connection_refused(&self, listener: &'static str) {
+        self.refused_connections.get_or_create(&ListenerLabels { listener }).inc();
+    }
+
+    /// Connections refused on `listener` so far.
+    pub fn connections_refused(&self, listener: &'static str) -> u64 {
+        self.refused_connections.get_or_create(&ListenerLabels { listener }).get()
     }
 
     /// Copies values counted elsewhere (and the active table) into the registry.
@@ -446,6 +464,7 @@ pub fn outcome_for_reason(reason: &str) -> &'static str {
         "upstream_connect_failed" | "upstream_failed" => "upstream_error",
         "uri_too_long" | "headers_too_large" => "too_large",
         "loop_detected" => "loop",
+        "too_many_connections" => "refused",
         _ => "proxy_error",
     }
 }

@@ -510,6 +510,8 @@ pub struct Server {
     pub max_headers: usize,
     /// Longest request target.
     pub max_uri_bytes: usize,
+    /// Most client connections open at once (beyond it: 503 and close).
+    pub max_connections: usize,
     /// Peers whose `X-Forwarded-*`/`Forwarded` headers are trusted.
     pub trusted_hops: Vec<Cidr>,
     /// Add `X-Shardgate-*` explanation headers to responses.
@@ -529,6 +531,7 @@ impl Default for Server {
             max_header_bytes: 16 * 1024,
             max_headers: 100,
             max_uri_bytes: 8 * 1024,
+            max_connections: 10_000,
             trusted_hops: Vec::new(),
             debug_headers: false,
             drain_delay: Dur(Duration::from_secs(5)),

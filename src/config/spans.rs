@@ -190,6 +190,7 @@ const SERVER: Shape = Struct(&[
     ("max_header_bytes", Any),
     ("max_headers", Any),
     ("max_uri_bytes", Any),
+    ("max_connections", Any),
     ("trusted_hops", SeqOf(&Any)),
     ("debug_headers", Any),
     ("drain_delay", Any),

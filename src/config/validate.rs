@@ -590,6 +590,7 @@ pub fn check(cfg: &Config, ctx: &mut Ctx<'_>) {
         ("max_header_bytes", cfg.server.max_header_bytes),
         ("max_headers", cfg.server.max_headers),
         ("max_uri_bytes", cfg.server.max_uri_bytes),
+        ("max_connections", cfg.server.max_connections),
     ] {
         if v == 0 {
             ctx.at(&root.k("server").k(key), format!("{key} must be positive"), Some("a positive whole number"));

@@ -82,6 +82,12 @@ pub enum ProxyError {
         /// Explanation.
         detail: String,
     },
+    /// The listener is at `server.max_connections`; the connection is refused
+    /// before any request is read.
+    TooManyConnections {
+        /// The configured limit.
+        limit: usize,
+    },
 }
 
 impl ProxyError {
@@ -95,7 +101,9 @@ impl ProxyError {
             ProxyError::NoOwner { .. } | ProxyError::UpstreamConnect { .. } | ProxyError::UpstreamFailed { .. } => {
                 StatusCode::BAD_GATEWAY
             }
-            ProxyError::RegionUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::RegionUnavailable { .. } | ProxyError::TooManyConnections { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ProxyError::UpstreamTimeout { .. } | ProxyError::RequestTimeout => StatusCode::GATEWAY_TIMEOUT,
             ProxyError::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
             ProxyError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
@@ -120,6 +128,7 @@ impl ProxyError {
             ProxyError::BadCountry { value: None, .. } => "missing_country",
             ProxyError::BadCountry { .. } => "unknown_country",
             ProxyError::Loop { .. } => "loop_detected",
+            ProxyError::TooManyConnections { .. } => "too_many_connections",
         }
     }
 
@@ -137,6 +146,7 @@ impl ProxyError {
             ProxyError::UpstreamConnect { .. } => "connection_refused",
             ProxyError::UpstreamFailed { .. } => "proxy_internal_response",
             ProxyError::Loop { .. } => "proxy_loop_detected",
+            ProxyError::TooManyConnections { .. } => "connection_limit_reached",
         }
     }
 
@@ -155,6 +165,7 @@ impl ProxyError {
             ProxyError::HeadersTooLarge { .. } => "Request headers too large",
             ProxyError::BadCountry { .. } => "Invalid country",
             ProxyError::Loop { .. } => "Loop detected",
+            ProxyError::TooManyConnections { .. } => "Too many connections",
         }
     }
 
@@ -169,6 +180,7 @@ impl ProxyError {
             ProxyError::UriTooLong { .. } | ProxyError::HeadersTooLarge { .. } => "request-too-large",
             ProxyError::BadCountry { .. } => "invalid-country",
             ProxyError::Loop { .. } => "loop-detected",
+            ProxyError::TooManyConnections { .. } => "too-many-connections",
         }
     }
 
@@ -207,6 +219,9 @@ impl fmt::Display for ProxyError {
                 write!(f, "{param} names an unknown country: {}", quote(v))
             }
             ProxyError::Loop { detail } => write!(f, "mesh loop: {detail}"),
+            ProxyError::TooManyConnections { limit } => {
+                write!(f, "this proxy already has {limit} open connections (server.max_connections)")
+            }
         }
     }
 }
@@ -249,11 +264,36 @@ pub fn problem_response(err: &ProxyError, instance: &str, request_id: &str, prox
     if let Ok(v) = HeaderValue::from_str(&ps) {
         h.insert("proxy-status", v);
     }
-    if matches!(err, ProxyError::RegionUnavailable { .. }) {
-        h.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+    match err {
+        ProxyError::RegionUnavailable { .. } => {
+            h.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+        }
+        ProxyError::TooManyConnections { .. } => {
+            h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        _ => {}
     }
     if let Ok(v) = HeaderValue::from_str(request_id) {
         h.insert("x-request-id", v);
     }
     resp
+}
+
+/// `err` as a complete HTTP/1.1 response with `Connection: close`, for
+/// answers written straight to a socket before hyper serves it (the
+/// connection-limit refusal).
+pub fn problem_http1_bytes(err: &ProxyError, proxy_name: &str) -> Vec<u8> {
+    let resp = problem_response(err, "", "-", proxy_name);
+    let status = resp.status();
+    let mut out = format!("HTTP/1.1 {} {}\r\n", status.as_u16(), status.canonical_reason().unwrap_or("")).into_bytes();
+    for (name, value) in resp.headers() {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    let body = resp.into_body().into_inner().unwrap_or_default();
+    out.extend_from_slice(format!("content-length: {}\r\nconnection: close\r\n\r\n", body.len()).as_bytes());
+    out.extend_from_slice(&body);
+    out
 }

@@ -141,6 +141,11 @@ impl Proxy {
         (self.upstreams.retries(), self.upstreams.budget_exhausted())
     }
 
+    /// This instance's name (in `Via` and `Proxy-Status`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// The shared table this proxy reads.
     pub fn shared(&self) -> &Arc<SharedTable> {
         &self.shared

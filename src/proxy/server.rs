@@ -10,17 +10,21 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+use super::error::ProxyError;
 use super::Proxy;
 
 /// Connection-level limits, fixed when the listener starts.
@@ -36,6 +40,14 @@ pub struct ServerOptions {
     pub max_headers: usize,
     /// How long in-flight requests may take to finish after shutdown starts.
     pub shutdown_timeout: Duration,
+    /// A connection on which no byte moves in either direction for this long
+    /// is closed, whatever it is doing: a request body that stalls, a client
+    /// that stops reading its response. Upgraded (WebSocket) tunnels are
+    /// not covered; idle keep-alive waits end at `header_read_timeout`.
+    pub idle_timeout: Duration,
+    /// Most client connections open at once; beyond it a new connection is
+    /// answered `503` problem+json with `Connection: close` and closed.
+    pub max_connections: usize,
 }
 
 impl Default for ServerOptions {
@@ -45,9 +57,16 @@ impl Default for ServerOptions {
             max_header_bytes: 16 * 1024,
             max_headers: 100,
             shutdown_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 10_000,
         }
     }
 }
+
+/// Refusals being written at once; past it a refused connection is just closed.
+const MAX_REFUSALS_IN_FLIGHT: usize = 256;
+/// How long writing a refusal (and draining the client's first bytes) may take.
+const REFUSAL_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// The drain state shared by the proxy, the admin listener and the signal
 /// handlers. Cloning shares it; starting it twice is harmless.
@@ -138,6 +157,12 @@ pub async fn serve_counted(
         .timer(TokioTimer::new())
         .max_header_list_size(u32::try_from(opts.max_header_bytes).unwrap_or(u32::MAX));
     let graceful = GracefulShutdown::new();
+    let limit = Limit::new(opts.max_connections, proxy.metrics().clone());
+    let refusal: Arc<[u8]> = super::error::problem_http1_bytes(
+        &ProxyError::TooManyConnections { limit: opts.max_connections },
+        proxy.name(),
+    )
+    .into();
     tokio::pin!(shutdown);
     let grace = loop {
         let (stream, peer) = tokio::select! {
@@ -153,19 +178,41 @@ pub async fn serve_counted(
             grace = &mut shutdown => break grace,
         };
         let _ = stream.set_nodelay(true);
+        let Some(slot) = limit.try_acquire() else {
+            limit.refuse(stream, Arc::clone(&refusal));
+            continue;
+        };
         let open = proxy.metrics().connection_opened("proxy");
         let proxy = Arc::clone(&proxy);
         let service = service_fn(move |req| {
             let proxy = Arc::clone(&proxy);
             async move { Ok::<_, Infallible>(proxy.handle(req, peer).await) }
         });
+        let stream = Watched::new(stream);
+        let activity = Arc::clone(&stream.activity);
         let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned();
         let conn = graceful.watch(conn);
+        let idle = opts.idle_timeout;
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, %peer, "connection ended with an error");
+            tokio::pin!(conn);
+            loop {
+                let quiet = activity.quiet_for();
+                if quiet >= idle {
+                    tracing::debug!(%peer, ?idle, "closing a connection idle mid-request (server.idle_timeout)");
+                    break;
+                }
+                tokio::select! {
+                    ended = &mut conn => {
+                        if let Err(e) = ended {
+                            tracing::debug!(error = %e, %peer, "connection ended with an error");
+                        }
+                        break;
+                    }
+                    _ = tokio::time::sleep(idle - quiet) => {}
+                }
             }
             drop(open);
+            drop(slot);
         });
     };
     // From here on new connections are refused by the kernel.
@@ -175,4 +222,161 @@ pub async fn serve_counted(
         tracing::warn!(timeout = ?grace, "in-flight requests did not finish before the shutdown timeout");
     }
     Ok(finished)
+}
+
+/// The connection limit: a count of open client connections, and the
+/// refusals written past it.
+#[derive(Debug)]
+struct Limit {
+    max: usize,
+    open: Arc<AtomicUsize>,
+    refusing: Arc<AtomicUsize>,
+    /// Set while at the limit, so the warning is logged once per episode.
+    at_limit: AtomicBool,
+    metrics: Arc<crate::metrics::Metrics>,
+}
+
+/// One open connection's place under the limit; released when dropped.
+#[derive(Debug)]
+struct Slot(Arc<AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Limit {
+    fn new(max: usize, metrics: Arc<crate::metrics::Metrics>) -> Limit {
+        Limit {
+            max,
+            open: Arc::new(AtomicUsize::new(0)),
+            refusing: Arc::new(AtomicUsize::new(0)),
+            at_limit: AtomicBool::new(false),
+            metrics,
+        }
+    }
+
+    /// A slot, or `None` at the limit. Only the accept loop acquires, so
+    /// load-then-add cannot overshoot.
+    fn try_acquire(&self) -> Option<Slot> {
+        if self.open.load(Ordering::Acquire) >= self.max {
+            return None;
+        }
+        self.open.fetch_add(1, Ordering::AcqRel);
+        if self.at_limit.swap(false, Ordering::Relaxed) {
+            tracing::info!(limit = self.max, "below the connection limit again; accepting");
+        }
+        Some(Slot(Arc::clone(&self.open)))
+    }
+
+    /// Answers `stream` with the prepared 503 and closes it, in the
+    /// background and bounded in time; counts and logs the refusal.
+    fn refuse(&self, mut stream: TcpStream, answer: Arc<[u8]>) {
+        self.metrics.connection_refused("proxy");
+        if !self.at_limit.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                limit = self.max,
+                "connection limit reached (server.max_connections); refusing new connections with 503"
+            );
+        }
+        if self.refusing.load(Ordering::Acquire) >= MAX_REFUSALS_IN_FLIGHT {
+            return; // dropping the stream closes it
+        }
+        let refusing = Slot({
+            self.refusing.fetch_add(1, Ordering::AcqRel);
+            Arc::clone(&self.refusing)
+        });
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(REFUSAL_TIMEOUT, async {
+                stream.write_all(&answer).await?;
+                stream.shutdown().await?;
+                // Read what the client sent until it closes, so closing does
+                // not reset the connection before it has read the answer.
+                let mut sink = [0u8; 4096];
+                while stream.read(&mut sink).await? > 0 {}
+                Ok::<_, io::Error>(())
+            })
+            .await;
+            drop(refusing);
+        });
+    }
+}
+
+/// When bytes last moved on a connection, in milliseconds since it opened.
+#[derive(Debug)]
+struct Activity {
+    opened: Instant,
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    fn touch(&self) {
+        let ms = u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// How long nothing has moved.
+    fn quiet_for(&self) -> Duration {
+        self.opened.elapsed().saturating_sub(Duration::from_millis(self.last_ms.load(Ordering::Relaxed)))
+    }
+}
+
+/// A client socket that records its activity (bytes read or written) for
+/// the idle timeout.
+#[derive(Debug)]
+struct Watched<S> {
+    io: S,
+    activity: Arc<Activity>,
+}
+
+impl<S> Watched<S> {
+    fn new(io: S) -> Watched<S> {
+        Watched { io, activity: Arc::new(Activity { opened: Instant::now(), last_ms: AtomicU64::new(0) }) }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.touch();
+        }
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.io).poll_write(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
 }

@@ -8,7 +8,9 @@ mod vectors;
 #[path = "../support/mod.rs"]
 mod support;
 
+mod faults;
 mod health;
+mod hostile;
 mod mesh;
 mod ops;
 mod proxy;

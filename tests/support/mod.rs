@@ -309,3 +309,100 @@ routes:
 "#
     )
 }
+
+/// What a raw exchange on a socket produced.
+#[derive(Debug)]
+pub struct Raw {
+    /// Every byte read before the connection ended (or the wait ran out).
+    pub bytes: Vec<u8>,
+    /// Whether the peer closed (EOF or reset) within the wait.
+    pub closed: bool,
+}
+
+impl Raw {
+    /// The status of the first response, if one arrived.
+    pub fn status(&self) -> Option<u16> {
+        let text = std::str::from_utf8(self.bytes.get(..12)?).ok()?;
+        text.strip_prefix("HTTP/1.1 ")?.parse().ok()
+    }
+    /// Statuses of every response in the bytes (pipelined answers).
+    pub fn statuses(&self) -> Vec<u16> {
+        let text = String::from_utf8_lossy(&self.bytes);
+        text.match_indices("HTTP/1.1 ").filter_map(|(i, _)| text.get(i + 9..i + 12)?.parse().ok()).collect()
+    }
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.bytes).into_owned()
+    }
+    /// The first response's body, when it is problem+json.
+    pub fn problem(&self) -> Option<serde_json::Value> {
+        let text = self.text();
+        let (_, body) = text.split_once("\r\n\r\n")?;
+        serde_json::from_str(body.split("HTTP/1.1 ").next()?).ok()
+    }
+}
+
+/// Writes `bytes` to `addr` and reads until the peer closes or `wait` passes.
+pub async fn raw(addr: SocketAddr, bytes: &[u8], wait: Duration) -> Result<Raw, BoxError> {
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    // A write may fail once the peer has rejected and closed: keep reading.
+    let _ = tokio::time::timeout(wait, tokio::io::AsyncWriteExt::write_all(&mut s, bytes)).await;
+    read_until_closed(&mut s, wait).await
+}
+
+/// Reads from `s` until EOF or reset (closed) or until `wait` passes.
+pub async fn read_until_closed(s: &mut tokio::net::TcpStream, wait: Duration) -> Result<Raw, BoxError> {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut bytes = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        match tokio::time::timeout_at(deadline, tokio::io::AsyncReadExt::read(s, &mut buf)).await {
+            Err(_) => return Ok(Raw { bytes, closed: false }),
+            Ok(Ok(0)) | Ok(Err(_)) => return Ok(Raw { bytes, closed: true }),
+            Ok(Ok(n)) => bytes.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// A fake upstream on raw TCP, for faults hyper would not produce: for
+/// every connection it reads the request head, counts a hit (health checks
+/// excepted), then runs `behaviour` on the socket.
+pub async fn raw_backend<F, Fut>(behaviour: F) -> Result<Running, BoxError>
+where
+    F: Fn(tokio::net::TcpStream) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let (stop, rx) = watch::channel(false);
+    let hits = Arc::new(AtomicUsize::new(0));
+    let h = Arc::clone(&hits);
+    let behaviour = Arc::new(behaviour);
+    let mut shutdown = rx.clone();
+    tokio::spawn(async move {
+        let mut conns = tokio::task::JoinSet::new();
+        loop {
+            let (mut stream, _) = tokio::select! {
+                r = listener.accept() => match r { Ok(p) => p, Err(_) => continue },
+                _ = shutdown.wait_for(|s| *s) => return,
+            };
+            let h = Arc::clone(&h);
+            let behaviour = Arc::clone(&behaviour);
+            conns.spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tokio::io::AsyncReadExt::read(&mut stream, &mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                // Health checks get the same behaviour but are not counted.
+                if !String::from_utf8_lossy(&head).to_ascii_lowercase().contains("user-agent: shardgate-health") {
+                    h.fetch_add(1, Ordering::SeqCst);
+                }
+                behaviour(stream).await;
+            });
+        }
+    });
+    Ok(Running { addr, stop, hits, proxy: None })
+}

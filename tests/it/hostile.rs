@@ -1,0 +1,404 @@
+//! Hostile input on real sockets: request smuggling, odd paths and ids,
+//! slowloris heads, slow bodies and a connection flood. Every test asserts
+//! the exact answer and then that the proxy still serves a good request.
+//!
+//! What the proxy does with each, as asserted here:
+//!
+//! * Smuggling: hyper's HTTP/1.1 parser answers a bare `400` and closes for
+//!   conflicting `Content-Length`s, obs-fold lines, a `Transfer-Encoding`
+//!   whose last coding is not `chunked`, and `Transfer-Encoding` on
+//!   HTTP/1.0. `Content-Length` together with `Transfer-Encoding: chunked`
+//!   is read as chunked (RFC 9112 §6.3: `Content-Length` dropped) and the
+//!   connection is closed after the answer, so bytes after the chunked body
+//!   are never read as a second request. Bare LF line ends are accepted as
+//!   line ends (RFC 9112 §2.2 allows it); the upstream leg is always
+//!   re-serialised by the proxy with CRLF, so the backend never sees them.
+//! * Paths: matching is on the raw path (matchit), which is never
+//!   normalised, decoded or rewritten before forwarding: a `.`/`..` segment
+//!   (raw or `%2e`) matches only a route template that literally has one,
+//!   so it cannot move a request to another route or upstream; in an id
+//!   position it is part of the id, which then fails to decode.
+//!   Percent-escapes are decoded in the id only; bad escapes (`%zz`) and
+//!   invalid UTF-8 after decoding (`%ff`) become U+FFFD and fail the id.
+//!   Raw non-ASCII bytes in the request target are refused by hyper (`400`).
+//! * Overlong targets: up to `server.max_uri_bytes` they are served; above
+//!   it, while the whole head still fits the head buffer
+//!   (`server.max_header_bytes`), the proxy answers `414` problem+json
+//!   (`uri_too_long`); a head larger than the buffer (a 1 MB path) is
+//!   refused by hyper with a bare `431` and the connection closed, before
+//!   the proxy sees a request.
+
+use std::time::{Duration, Instant};
+
+use shardgate::ids::Iuid;
+use tokio::io::AsyncWriteExt;
+
+use crate::support::{self, backend, get, proxy, raw, read_until_closed, table, Running, TestResult};
+
+struct World {
+    eu: Running,
+    kz: Running,
+    us: Running,
+    proxy: Running,
+}
+
+impl World {
+    fn hits(&self) -> usize {
+        self.eu.hits() + self.kz.hits() + self.us.hits()
+    }
+
+    /// A good request is still served (routed to kz).
+    async fn still_serves(&self) -> TestResult {
+        let got = get(&self.proxy.url(&format!("/v1/orders/{}", iuid(7)))).await?;
+        assert_eq!((got.status.as_u16(), got.header("x-backend-region")), (200, Some("kz")), "proxy stopped serving");
+        Ok(())
+    }
+}
+
+async fn world(extra: &str) -> Result<World, support::BoxError> {
+    let (eu, kz, us) = (backend("eu").await?, backend("kz").await?, backend("us").await?);
+    let proxy = proxy(&table(eu.addr, kz.addr, us.addr, extra)).await?;
+    Ok(World { eu, kz, us, proxy })
+}
+
+fn iuid(country: u8) -> String {
+    Iuid::from_fields(1_700_000_000_000, country, 3, 12345).to_string()
+}
+
+const WAIT: Duration = Duration::from_secs(5);
+
+#[tokio::test]
+async fn smuggling_attempts_are_refused_or_read_one_way() -> TestResult {
+    let w = world("").await?;
+    let id = iuid(7);
+    let smuggled = format!("GET /v1/orders/{id}?smuggled=1 HTTP/1.1\r\nHost: x\r\n\r\n");
+    // (name, request bytes): each must get hyper's bare 400 and a closed connection.
+    let refused = [
+        (
+            "conflicting Content-Length",
+            format!(
+                "POST /v1/orders/{id} HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: {}\r\n\r\nhello{smuggled}",
+                5 + smuggled.len()
+            ),
+        ),
+        ("Content-Length list", format!("POST /v1/orders/{id} HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 6\r\n\r\nhello")),
+        ("signed Content-Length", format!("POST /v1/orders/{id} HTTP/1.1\r\nHost: x\r\nContent-Length: +5\r\n\r\nhello")),
+        (
+            "obs-fold",
+            format!("GET /v1/orders/{id} HTTP/1.1\r\nHost: x\r\nX-Folded: a\r\n b\r\nContent-Length: 0\r\n\r\n{smuggled}"),
+        ),
+        (
+            "Transfer-Encoding: chunked, identity",
+            format!(
+                "POST /v1/orders/{id} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n{smuggled}"
+            ),
+        ),
+        (
+            "Transfer-Encoding: identity",
+            format!("POST /v1/orders/{id} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\n{smuggled}"),
+        ),
+        (
+            "Transfer-Encoding on HTTP/1.0",
+            format!("POST /v1/orders/{id} HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n{smuggled}"),
+        ),
+        (
+            "bad chunk size",
+            format!("POST /v1/orders/{id} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{smuggled}"),
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (name, req) in &refused {
+        let before = w.hits();
+        let r = raw(w.proxy.addr, req.as_bytes(), WAIT).await?;
+        // "bad chunk size" is found only after the head was forwarded; the
+        // upstream leg then fails, and the client sees a 502 or a close.
+        let ok = if *name == "bad chunk size" {
+            r.closed && matches!(r.status(), None | Some(400 | 502))
+        } else {
+            r.closed && r.status() == Some(400) && w.hits() == before
+        };
+        if !ok || r.statuses().len() > 1 {
+            wrong.push(format!("{name}: closed={} {:?} hits+{}", r.closed, r.text(), w.hits() - before));
+        }
+        w.still_serves().await?;
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+
+    // Content-Length + Transfer-Encoding: read as chunked (the empty body),
+    // one request reaches the backend, then the connection is closed: the
+    // bytes after the chunked body are never a second request.
+    for cl_first in [true, false] {
+        let (a, b) = ("Content-Length: 40\r\n", "Transfer-Encoding: chunked\r\n");
+        let (h1, h2) = if cl_first { (a, b) } else { (b, a) };
+        let req = format!("POST /v1/orders/{id} HTTP/1.1\r\nHost: x\r\n{h1}{h2}\r\n0\r\n\r\n{smuggled}");
+        let before = w.kz.hits();
+        let r = raw(w.proxy.addr, req.as_bytes(), WAIT).await?;
+        assert!(r.closed, "connection left open: {}", r.text());
+        assert_eq!(r.statuses(), vec![200], "{}", r.text());
+        assert_eq!(w.kz.hits() - before, 1, "the smuggled request reached the backend");
+        let text = r.text();
+        assert!(text.to_ascii_lowercase().contains("connection: close"), "{text}");
+        let body: serde_json::Value = serde_json::from_str(text.split_once("\r\n\r\n").map_or("", |(_, b)| b))?;
+        assert_eq!(body["body_bytes"], 0, "{body}");
+        assert!(body["headers"].get("content-length").is_none_or(|v| v == "0"), "{body}");
+        assert!(body["query"].as_str().is_none_or(|q| !q.contains("smuggled")), "{body}");
+        w.still_serves().await?;
+    }
+
+    // Bare LF line ends: one request, answered and re-serialised upstream.
+    let before = w.kz.hits();
+    let req = format!("GET /v1/orders/{id} HTTP/1.1\nHost: x\nConnection: close\n\n");
+    let r = raw(w.proxy.addr, req.as_bytes(), WAIT).await?;
+    assert!(r.closed);
+    assert_eq!(r.statuses(), vec![200], "{}", r.text());
+    assert_eq!(w.kz.hits() - before, 1);
+    // A bare LF inside a header value cannot start a header of its own.
+    let before = w.kz.hits();
+    let req =
+        format!("GET /v1/orders/{id} HTTP/1.1\r\nHost: x\r\nX-A: 1\nX-Smuggled: yes\r\nConnection: close\r\n\r\n");
+    let r = raw(w.proxy.addr, req.as_bytes(), WAIT).await?;
+    assert!(r.closed);
+    match r.status() {
+        Some(400) => assert_eq!(w.kz.hits(), before),
+        Some(200) => assert_eq!(w.kz.hits() - before, 1),
+        other => return Err(format!("bare LF in a header: {other:?} {}", r.text()).into()),
+    }
+    w.still_serves().await?;
+    Ok(())
+}
+
+/// One case of [`paths_and_ids_get_exact_answers`]: path → (status, reason).
+/// An empty reason means a bare answer from hyper (no problem+json).
+async fn case(w: &World, path: &str) -> Result<(u16, String), support::BoxError> {
+    let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let r = raw(w.proxy.addr, req.as_bytes(), WAIT).await?;
+    let status = r.status().ok_or_else(|| format!("{path}: no answer: {:?}", r.text()))?;
+    let reason = r.problem().and_then(|p| p["reason"].as_str().map(str::to_string)).unwrap_or_default();
+    Ok((status, reason))
+}
+
+#[tokio::test]
+async fn paths_and_ids_get_exact_answers() -> TestResult {
+    let w = world("").await?;
+    let id = iuid(7);
+    let tweet = (12_345u64 << 22) | (2 << 17) | (4 << 12) | 7; // datacenter 2: kz
+    let cases: Vec<(String, u16, &str)> = vec![
+        // bad percent-encoding and invalid UTF-8 after decoding
+        ("/v1/orders/%zz".into(), 400, "bad_length"),
+        (format!("/v1/orders/{}%zz", &id[..33]), 400, "bad_length"),
+        (format!("/v1/orders/{}%ff", &id[..35]), 400, "bad_length"),
+        (format!("/v1/orders/{}%C3%A9", &id[..35]), 400, "bad_length"),
+        (format!("/v1/tweets/{tweet}%ff"), 400, "not_canonical_decimal"),
+        // dot segments: never normalised, never another route
+        (format!("/v1/orders/../orders/{id}"), 404, "no_route"),
+        (format!("/v1/./orders/{id}"), 404, "no_route"),
+        (format!("/v1/orders/{id}/.."), 404, "no_route"),
+        (format!("/v1/x/%2e%2e/orders/{id}"), 404, "no_route"),
+        ("/v1/orders/..".into(), 400, "bad_length"),
+        ("/v1/orders/%2e%2e".into(), 400, "bad_length"),
+        (format!("/v1/orders/%2e%2e%2f{}", &id[..30]), 400, "bad_length"),
+        // NUL, whitespace
+        (format!("/v1/orders/{}%00", &id[..35]), 400, "bad_format"),
+        (format!("/v1/orders/{id}%00"), 400, "bad_length"),
+        (format!("/v1/tweets/{tweet}%00"), 400, "not_canonical_decimal"),
+        (format!("/v1/tweets/%20{tweet}"), 400, "not_canonical_decimal"),
+        (format!("/v1/tweets/{tweet}%09"), 400, "not_canonical_decimal"),
+        (format!("/v1/orders/{}%20", &id[..35]), 400, "bad_format"),
+        (format!("/v1/search?id={}%00", &id[..35]), 400, "bad_format"),
+        (format!("/v1/search?id=%20{id}"), 400, "bad_length"),
+        // Unicode digits: fullwidth １２３ and Arabic-Indic ١٢٣
+        ("/v1/tweets/%EF%BC%91%EF%BC%92%EF%BC%93".into(), 400, "not_canonical_decimal"),
+        ("/v1/tweets/%D9%A1%D9%A2%D9%A3".into(), 400, "not_canonical_decimal"),
+        // overlong: decimal overflow, an id of 1000 digits, a target over max_uri_bytes
+        ("/v1/tweets/99999999999999999999".into(), 400, "not_canonical_decimal"),
+        (format!("/v1/tweets/{}", "9".repeat(1000)), 400, "not_canonical_decimal"),
+        (format!("/v1/orders/{}", "a".repeat(9000)), 414, "uri_too_long"),
+        // hyper refuses raw spaces and control bytes in the target (bare 400)
+        (format!("/v1/orders/{}\t", &id[..35]), 400, ""),
+    ];
+    let mut wrong = Vec::new();
+    for (path, status, reason) in &cases {
+        let got = case(&w, path).await?;
+        if got != (*status, reason.to_string()) {
+            wrong.push(format!("{path}: got {got:?}, want ({status}, {reason:?})"));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+    assert_eq!(w.hits(), 0, "no malformed id reached a backend");
+
+    // Raw invalid UTF-8 in the request target: hyper's bare 400.
+    let mut req = b"GET /v1/orders/\xff\xfe HTTP/1.1\r\nHost: x\r\n\r\n".to_vec();
+    let r = raw(w.proxy.addr, &req, WAIT).await?;
+    assert_eq!((r.status(), r.closed), (Some(400), true), "{}", r.text());
+    // A NUL byte on the wire, in the target and in a header value: bare 400.
+    req = format!("GET /v1/orders/{id}\0 HTTP/1.1\r\nHost: x\r\n\r\n").into_bytes();
+    let r = raw(w.proxy.addr, &req, WAIT).await?;
+    assert_eq!((r.status(), r.closed), (Some(400), true), "{}", r.text());
+    req = format!("GET /v1/wallet HTTP/1.1\r\nHost: x\r\nX-Entity-Id: {id}\0\r\n\r\n").into_bytes();
+    let r = raw(w.proxy.addr, &req, WAIT).await?;
+    assert_eq!((r.status(), r.closed), (Some(400), true), "{}", r.text());
+    // Whitespace inside a header id fails it; around it, it is HTTP's optional whitespace.
+    let r = raw(
+        w.proxy.addr,
+        format!(
+            "GET /v1/wallet HTTP/1.1\r\nHost: x\r\nX-Entity-Id: {} {}\r\nConnection: close\r\n\r\n",
+            &id[..10],
+            &id[11..]
+        )
+        .as_bytes(),
+        WAIT,
+    )
+    .await?;
+    assert_eq!(
+        (r.status(), r.problem().map(|p| p["reason"].clone())),
+        (Some(400), Some("bad_format".into())),
+        "{}",
+        r.text()
+    );
+    let r = raw(
+        w.proxy.addr,
+        format!("GET /v1/wallet HTTP/1.1\r\nHost: x\r\nX-Entity-Id: \t{id} \r\nConnection: close\r\n\r\n").as_bytes(),
+        WAIT,
+    )
+    .await?;
+    assert_eq!(r.status(), Some(200), "{}", r.text());
+    assert_eq!(w.hits(), 1);
+
+    // A 1 MB path: larger than the head buffer, refused by hyper (bare 431) and closed.
+    let long = format!("GET /v1/orders/{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(1 << 20));
+    let r = raw(w.proxy.addr, long.as_bytes(), WAIT).await?;
+    assert_eq!((r.status(), r.closed), (Some(431), true), "{}", r.text());
+    w.still_serves().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn slowloris_head_is_cut_at_header_read_timeout() -> TestResult {
+    let w = world("server: { header_read_timeout: 300ms }").await?;
+    let mut s = tokio::net::TcpStream::connect(w.proxy.addr).await?;
+    let head = format!("GET /v1/orders/{} HTTP/1.1\r\nHost: x\r\nX-Pad: {}\r\n\r\n", iuid(7), "p".repeat(200));
+    let started = Instant::now();
+    let mut cut = false;
+    // One byte every 50 ms: the head would take over 13 s.
+    for b in head.as_bytes() {
+        if s.write_all(&[*b]).await.is_err() {
+            cut = true;
+            break;
+        }
+        let r = tokio::time::timeout(Duration::from_millis(50), tokio::io::AsyncReadExt::read(&mut s, &mut [0u8; 512]))
+            .await;
+        if let Ok(Ok(0) | Err(_)) = r {
+            cut = true;
+            break;
+        }
+        if let Ok(Ok(_)) = r {
+            // An answer (408) before close is fine; keep going to see the close.
+        }
+        if started.elapsed() > Duration::from_secs(5) {
+            break;
+        }
+    }
+    let elapsed = started.elapsed();
+    assert!(cut, "the slow head was not cut within {elapsed:?}");
+    assert!(elapsed >= Duration::from_millis(250) && elapsed < Duration::from_secs(2), "{elapsed:?}");
+    assert_eq!(w.hits(), 0);
+    w.still_serves().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn slow_bodies_are_bounded() -> TestResult {
+    let extra = "server: { header_read_timeout: 300ms, idle_timeout: 400ms }\nupstream: { attempt_timeout: 1s, request_timeout: 2s, retries: 0 }";
+    let w = world(extra).await?;
+    let path = format!("/v1/orders/{}", iuid(7));
+
+    // A body that trickles (one byte per 100 ms, 100 bytes promised): the
+    // backend waits for all of it, so the attempt times out: 504, then close.
+    let mut s = tokio::net::TcpStream::connect(w.proxy.addr).await?;
+    s.write_all(format!("POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n").as_bytes()).await?;
+    let started = Instant::now();
+    let mut got = Vec::new();
+    let mut closed = false;
+    while started.elapsed() < Duration::from_secs(5) {
+        let _ = s.write_all(b"x").await;
+        let r = read_until_closed(&mut s, Duration::from_millis(100)).await?;
+        got.extend_from_slice(&r.bytes);
+        if r.closed {
+            closed = true;
+            break;
+        }
+    }
+    let elapsed = started.elapsed();
+    let text = String::from_utf8_lossy(&got).into_owned();
+    assert!(closed, "trickling body not bounded after {elapsed:?}: {text}");
+    assert!(text.starts_with("HTTP/1.1 504"), "{text}");
+    assert!(text.contains("\"reason\":\"upstream_timeout\""), "{text}");
+    assert!(elapsed < Duration::from_secs(3), "{elapsed:?}");
+    w.still_serves().await?;
+
+    // A body that stalls (10 of 100 bytes, then nothing): the connection is
+    // idle for server.idle_timeout and closed, without an answer.
+    let mut s = tokio::net::TcpStream::connect(w.proxy.addr).await?;
+    s.write_all(format!("POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789").as_bytes()).await?;
+    let started = Instant::now();
+    let r = read_until_closed(&mut s, WAIT).await?;
+    let elapsed = started.elapsed();
+    assert!(r.closed, "stalled body left open: {}", r.text());
+    assert!(elapsed >= Duration::from_millis(300) && elapsed < Duration::from_secs(2), "{elapsed:?}");
+    w.still_serves().await?;
+
+    // An idle connection with nothing sent is closed too.
+    let mut s = tokio::net::TcpStream::connect(w.proxy.addr).await?;
+    let r = read_until_closed(&mut s, WAIT).await?;
+    assert!(r.closed);
+    w.still_serves().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_connection_flood_is_refused_at_the_limit() -> TestResult {
+    let w = world("server: { max_connections: 3 }").await?;
+    let p = w.proxy.proxy.clone().ok_or("proxy")?;
+    // Three connections hold every slot (a head started, never finished).
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let mut s = tokio::net::TcpStream::connect(w.proxy.addr).await?;
+        s.write_all(b"GET /v1/orders/").await?;
+        held.push(s);
+    }
+    let deadline = Instant::now() + WAIT;
+    while p.metrics().open_connections("proxy") < 3 {
+        if Instant::now() > deadline {
+            return Err("held connections not counted".into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // A flood of 20 more: each is answered 503 problem+json and closed.
+    let mut refused = 0;
+    for _ in 0..20 {
+        let req = format!("GET /v1/orders/{} HTTP/1.1\r\nHost: x\r\n\r\n", iuid(7));
+        let r = raw(w.proxy.addr, req.as_bytes(), WAIT).await?;
+        assert!(r.closed, "refused connection left open");
+        assert_eq!(r.status(), Some(503), "{}", r.text());
+        let text = r.text().to_ascii_lowercase();
+        assert!(text.contains("connection: close") && text.contains("retry-after: 1"), "{text}");
+        assert!(text.contains("content-type: application/problem+json"), "{text}");
+        assert!(text.contains("error=connection_limit_reached"), "{text}");
+        assert_eq!(r.problem().map(|p| p["reason"].clone()), Some("too_many_connections".into()));
+        refused += 1;
+    }
+    assert_eq!(p.metrics().connections_refused("proxy"), refused);
+    assert!(p.metrics().render().contains("shardgate_connections_refused_total{listener=\"proxy\"} 20"));
+    assert_eq!(w.hits(), 0);
+    // Freeing the slots lets requests in again.
+    drop(held);
+    let deadline = Instant::now() + WAIT;
+    while p.metrics().open_connections("proxy") > 0 {
+        if Instant::now() > deadline {
+            return Err("closed connections still counted".into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    w.still_serves().await?;
+    Ok(())
+}
