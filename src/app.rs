@@ -33,6 +33,7 @@ use crate::proxy::Proxy;
 use crate::routing::reload::{self, Reloader};
 use crate::routing::shared::SharedTable;
 use crate::routing::Table;
+use crate::tls::ServerTls;
 
 /// Options of the proxy that are fixed at start-up.
 pub fn server_options(cfg: &Config) -> ServerOptions {
@@ -46,11 +47,14 @@ pub fn server_options(cfg: &Config) -> ServerOptions {
     }
 }
 
-/// Client settings that are fixed at start-up.
+/// Client settings that are fixed at start-up. The `upstream.tls` files are
+/// read here; when they cannot be (logged), `https://` endpoints fail closed
+/// (`serve` checks them first and refuses to start instead).
 pub fn client_settings(cfg: &Config) -> ClientSettings {
     ClientSettings {
         connect_timeout: cfg.upstream.connect_timeout.0,
         pool_idle_timeout: cfg.upstream.pool_idle_timeout.0,
+        tls: Some(Arc::new(crate::tls::client_config_or_closed(&cfg.upstream.tls))),
     }
 }
 
@@ -68,7 +72,11 @@ pub fn build_proxy(cfg: &Config, text: &str) -> (Arc<SharedTable>, Arc<Proxy>) {
     let shared = Arc::new(SharedTable::new(Table::compile(cfg), text));
     let proxy = Arc::new(Proxy::new(Arc::clone(&shared), client_settings(cfg), &instance_name(cfg)));
     proxy.health().track(&shared);
-    crate::mesh::health::spawn_checker(Arc::downgrade(proxy.health()), Arc::downgrade(&shared));
+    crate::mesh::health::spawn_checker_with(
+        Arc::downgrade(proxy.health()),
+        Arc::downgrade(&shared),
+        proxy.connector().clone(),
+    );
     (shared, proxy)
 }
 
@@ -80,8 +88,12 @@ pub async fn run_proxy(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<Arc<SharedTable>> {
+    let tls = match &cfg.server.tls {
+        Some(t) => Some(Arc::new(ServerTls::load(t).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?)),
+        None => None,
+    };
     let (shared, proxy) = build_proxy(cfg, text);
-    server::serve(listener, proxy, server_options(cfg), shutdown).await?;
+    server::serve_tls(listener, proxy, server_options(cfg), tls, shutdown).await?;
     Ok(shared)
 }
 
@@ -96,6 +108,8 @@ pub struct Instance {
     pub reloader: Option<Arc<Reloader>>,
     /// What the admin listener serves.
     pub admin: Arc<AdminState>,
+    /// TLS on the proxy listener (`server.tls`), when set with [`Instance::with_tls`].
+    pub tls: Option<Arc<ServerTls>>,
 }
 
 impl Instance {
@@ -105,7 +119,13 @@ impl Instance {
         let (shared, proxy) = build_proxy(cfg, text);
         let reloader = path.map(|p| Arc::new(Reloader::new(p, Arc::clone(&shared))));
         let admin = Arc::new(AdminState::new(Arc::clone(&proxy), reloader.clone()).with_token(token));
-        Instance { shared, proxy, reloader, admin }
+        Instance { shared, proxy, reloader, admin, tls: None }
+    }
+
+    /// Serves the proxy listener over `tls` (loaded by [`crate::tls::load`]).
+    pub fn with_tls(mut self, tls: Option<ServerTls>) -> Instance {
+        self.tls = tls.map(Arc::new);
+        self
     }
 
     /// The drain shared by the proxy, `/ready`, `POST /drain` and the signal handlers.
@@ -144,7 +164,8 @@ impl Instance {
             })
         });
         let sequence = drain_sequence(self.drain().clone(), Arc::clone(&self.shared));
-        let result = server::serve_counted(listener, Arc::clone(&self.proxy), opts, sequence).await;
+        let tls = self.tls.clone();
+        let result = server::serve_counted_tls(listener, Arc::clone(&self.proxy), opts, tls, sequence).await;
         let _ = stop_tx.send(true);
         if let Some(task) = admin_task {
             let _ = task.await;
@@ -184,6 +205,13 @@ pub async fn serve(path: PathBuf) -> i32 {
             return EXIT_CONFIG;
         }
     };
+    let tls = match crate::tls::load(&cfg) {
+        Ok(tls) => tls,
+        Err(e) => {
+            eprintln!("shardgate: {e}; not starting");
+            return EXIT_CONFIG;
+        }
+    };
     let listener = match TcpListener::bind(cfg.listen).await {
         Ok(l) => l,
         Err(e) => {
@@ -199,7 +227,8 @@ pub async fn serve(path: PathBuf) -> i32 {
         }
     };
     let token = admin::token_from_env();
-    let inst = Instance::new(&cfg, &text, Some(path.clone()), token.clone());
+    let tls_on = tls.is_some();
+    let inst = Instance::new(&cfg, &text, Some(path.clone()), token.clone()).with_tls(tls);
     let (stop_tx, stop_rx) = watch::channel(false);
     if let Some(reloader) = &inst.reloader {
         spawn_reload_triggers(reloader, stop_rx.clone());
@@ -209,6 +238,7 @@ pub async fn serve(path: PathBuf) -> i32 {
         listen = %cfg.listen,
         admin = %cfg.admin,
         admin_token = token.is_some(),
+        tls = tls_on,
         table = %path.display(),
         "shardgate serving"
     );

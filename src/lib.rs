@@ -38,6 +38,8 @@
 //! * [`probe`]: `shardgate probe URL`, the container image's health check.
 //! * [`demo`]: the demo's example requests.
 //! * [`telemetry`]: logging setup.
+//! * [`tls`]: rustls configurations: the listener (certificate reload,
+//!   client certificates) and `https://` upstreams and peers.
 
 pub mod admin;
 pub mod app;
@@ -53,3 +55,4 @@ pub mod probe;
 pub mod proxy;
 pub mod routing;
 pub mod telemetry;
+pub mod tls;

@@ -521,6 +521,44 @@ pub struct Server {
     pub drain_delay: Dur,
     /// After the listener closes: how long in-flight requests may take to finish.
     pub shutdown_timeout: Dur,
+    /// TLS on the proxy listener (restart-only; the certificate and key
+    /// files themselves are reloaded when they change on disk).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ServerTls>,
+}
+
+/// `server.tls`: TLS (and optionally client certificates) on the proxy listener.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerTls {
+    /// PEM certificate chain file, leaf first.
+    pub cert: String,
+    /// PEM private key file (PKCS#8, PKCS#1 or SEC1).
+    pub key: String,
+    /// PEM file of the CAs whose client certificates are trusted. When set,
+    /// mesh headers are honoured only from connections with a verified
+    /// client certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_ca: Option<String>,
+    /// Refuse TLS handshakes without a trusted client certificate (needs `client_ca`).
+    #[serde(default)]
+    pub require_client_cert: bool,
+}
+
+/// `upstream.tls`: how the proxy connects to `https://` upstreams and peers.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamTls {
+    /// PEM file of the CAs trusted for upstream and peer certificates; when
+    /// absent, the system's roots.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca: Option<String>,
+    /// PEM client certificate chain presented to upstreams and peers (mutual TLS).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cert: Option<String>,
+    /// PEM private key of `cert`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 impl Default for Server {
@@ -536,6 +574,7 @@ impl Default for Server {
             debug_headers: false,
             drain_delay: Dur(Duration::from_secs(5)),
             shutdown_timeout: Dur(Duration::from_secs(30)),
+            tls: None,
         }
     }
 }
@@ -579,6 +618,8 @@ pub struct UpstreamSettings {
     pub eject_after: u32,
     /// How long an ejected endpoint receives no traffic.
     pub eject_for: Dur,
+    /// TLS to `https://` upstreams and peers (restart-only).
+    pub tls: UpstreamTls,
 }
 
 /// `upstream.health`.
@@ -621,6 +662,7 @@ impl Default for UpstreamSettings {
             health: HealthChecks::default(),
             eject_after: 5,
             eject_for: Dur(Duration::from_secs(10)),
+            tls: UpstreamTls::default(),
         }
     }
 }

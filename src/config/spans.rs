@@ -195,6 +195,7 @@ const SERVER: Shape = Struct(&[
     ("debug_headers", Any),
     ("drain_delay", Any),
     ("shutdown_timeout", Any),
+    ("tls", Struct(&[("cert", Any), ("key", Any), ("client_ca", Any), ("require_client_cert", Any)])),
 ]);
 const UPSTREAM: Shape = Struct(&[
     ("connect_timeout", Any),
@@ -206,6 +207,7 @@ const UPSTREAM: Shape = Struct(&[
     ("health", Struct(&[("interval", Any), ("timeout", Any), ("path", Any), ("rise", Any), ("fall", Any)])),
     ("eject_after", Any),
     ("eject_for", Any),
+    ("tls", Struct(&[("ca", Any), ("cert", Any), ("key", Any)])),
 ]);
 const MESH: Shape = Struct(&[("max_hops", Any)]);
 const LOG: Shape = Struct(&[("access", Any), ("ids", Any)]);

@@ -624,6 +624,7 @@ pub fn check(cfg: &Config, ctx: &mut Ctx<'_>) {
             Some("a fraction such as 0.2"),
         );
     }
+    check_tls(cfg, ctx);
     if cfg.mesh.max_hops == 0 || cfg.mesh.max_hops > 255 {
         ctx.at(
             &root.k("mesh").k("max_hops"),
@@ -633,6 +634,49 @@ pub fn check(cfg: &Config, ctx: &mut Ctx<'_>) {
     }
 
     check_routes(cfg, ctx);
+}
+
+/// `server.tls` and `upstream.tls`: paths present and non-empty, options
+/// that need each other set together. The files themselves are read when
+/// the proxy starts (`check` may run where the keys are not installed).
+fn check_tls(cfg: &Config, ctx: &mut Ctx<'_>) {
+    let root = YamlPath::root();
+    let hint = Some("a path to a PEM file, e.g. /etc/shardgate/tls/cert.pem");
+    if let Some(tls) = &cfg.server.tls {
+        let p = root.k("server").k("tls");
+        for (key, v) in [("cert", Some(&tls.cert)), ("key", Some(&tls.key)), ("client_ca", tls.client_ca.as_ref())] {
+            if v.is_some_and(|v| v.trim().is_empty()) {
+                ctx.at(&p.k(key), format!("server.tls.{key} is an empty path"), hint);
+            }
+        }
+        if tls.require_client_cert && tls.client_ca.is_none() {
+            ctx.at(
+                &p.k("require_client_cert"),
+                "require_client_cert needs server.tls.client_ca".into(),
+                Some("set `client_ca` to the PEM file of the CAs that sign client certificates"),
+            );
+        }
+    }
+    let t = &cfg.upstream.tls;
+    let p = root.k("upstream").k("tls");
+    for (key, v) in [("ca", &t.ca), ("cert", &t.cert), ("key", &t.key)] {
+        if v.as_ref().is_some_and(|v| v.trim().is_empty()) {
+            ctx.at(&p.k(key), format!("upstream.tls.{key} is an empty path"), hint);
+        }
+    }
+    match (&t.cert, &t.key) {
+        (Some(_), None) => ctx.at(
+            &p.k("cert"),
+            "upstream.tls.cert needs upstream.tls.key".into(),
+            Some("set both `cert` and `key` for a client certificate, or neither"),
+        ),
+        (None, Some(_)) => ctx.at(
+            &p.k("key"),
+            "upstream.tls.key needs upstream.tls.cert".into(),
+            Some("set both `cert` and `key` for a client certificate, or neither"),
+        ),
+        _ => {}
+    }
 }
 
 /// A node table, its key parser and the hint for a bad key.

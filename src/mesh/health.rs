@@ -15,11 +15,11 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::{Request, Uri};
 use http_body_util::Empty;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
 use crate::ids::{Clock, SystemClock};
+use crate::proxy::forward::Connector;
 use crate::routing::shared::SharedTable;
 
 /// One endpoint's health.
@@ -179,10 +179,19 @@ impl Health {
 /// and thresholds are read from the current table on every round, so they
 /// reload live; an interval of 0 pauses checking.
 pub fn spawn_checker(health: Weak<Health>, shared: Weak<SharedTable>) {
+    let settings = crate::proxy::forward::ClientSettings {
+        connect_timeout: Duration::from_secs(1),
+        pool_idle_timeout: Duration::from_secs(30),
+        tls: None,
+    };
+    spawn_checker_with(health, shared, crate::proxy::forward::connector(&settings));
+}
+
+/// [`spawn_checker`] connecting through `connector` (the proxy's own, so
+/// `https://` endpoints are checked with the same roots and client certificate).
+pub fn spawn_checker_with(health: Weak<Health>, shared: Weak<SharedTable>, connector: Connector) {
     tokio::spawn(async move {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        let client: Client<HttpConnector, Empty<Bytes>> = Client::builder(TokioExecutor::new())
+        let client: Client<Connector, Empty<Bytes>> = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(30))
             .pool_max_idle_per_host(2)
             .build(connector);
@@ -240,7 +249,7 @@ fn join(base: &Uri, path: &str) -> Option<Uri> {
     b.path_and_query(path).build().ok()
 }
 
-async fn probe(client: &Client<HttpConnector, Empty<Bytes>>, uri: Uri, timeout: Duration) -> bool {
+async fn probe(client: &Client<Connector, Empty<Bytes>>, uri: Uri, timeout: Duration) -> bool {
     let Ok(req) = Request::get(uri).header("user-agent", "shardgate-health").body(Empty::new()) else {
         return false;
     };

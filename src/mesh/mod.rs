@@ -70,6 +70,15 @@ pub fn mark_forwarded(headers: &mut HeaderMap, node: &str, hops: u32) {
     headers.insert(HOPS, HeaderValue::from(hops));
 }
 
+/// Removes the mesh headers (every `Forwarded` field and `X-Shardgate-Hops`)
+/// from a request whose connection is not a trusted peer, so it is routed as
+/// a fresh client request. Returns whether any were present.
+pub fn strip_from_request(headers: &mut HeaderMap) -> bool {
+    let hops = headers.remove(HOPS).is_some();
+    let forwarded = headers.remove(FORWARDED).is_some();
+    hops || forwarded
+}
+
 /// Removes mesh headers a peer put on its response before it reaches a client.
 pub fn strip_from_response(headers: &mut HeaderMap) {
     headers.remove(HOPS);

@@ -3,12 +3,14 @@
 //! safe retries under a budget, streaming bodies and upgrade tunnelling.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::{Either, Empty};
 use hyper::body::{Body, Incoming};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -20,10 +22,15 @@ use crate::mesh::health::Health;
 /// sent again on a retry).
 pub type UpstreamBody = Either<Incoming, Empty<Bytes>>;
 
+/// The connector of every upstream and peer client: plain TCP for
+/// `http://`, rustls for `https://` (HTTP/1.1 by ALPN).
+pub type Connector = HttpsConnector<HttpConnector>;
+
 /// The pooled upstream client and its round-robin cursor.
 #[derive(Debug)]
 pub struct Upstreams {
-    client: Client<HttpConnector, UpstreamBody>,
+    client: Client<Connector, UpstreamBody>,
+    connector: Connector,
     cursor: AtomicUsize,
     budget: RetryBudget,
     /// Retries sent so far (for `shardgate_retries_total`).
@@ -31,12 +38,28 @@ pub struct Upstreams {
 }
 
 /// Client settings fixed at start-up (changing them needs a restart).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct ClientSettings {
     /// TCP connect timeout.
     pub connect_timeout: Duration,
     /// How long idle pooled connections are kept.
     pub pool_idle_timeout: Duration,
+    /// TLS for `https://` endpoints; `None`: the system roots, no client certificate.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+/// The connector for `settings`: `http://` and `https://` endpoints alike.
+pub fn connector(settings: &ClientSettings) -> Connector {
+    let mut http = HttpConnector::new();
+    http.set_connect_timeout(Some(settings.connect_timeout));
+    http.set_nodelay(true);
+    // The TLS layer sees `https://` URIs only if the TCP layer lets them through.
+    http.enforce_http(false);
+    let tls = match &settings.tls {
+        Some(c) => (**c).clone(),
+        None => crate::tls::client_config_or_closed(&crate::config::raw::UpstreamTls::default()),
+    };
+    HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().wrap_connector(http)
 }
 
 /// Per-request forwarding settings (taken from the table snapshot, so they
@@ -62,17 +85,25 @@ pub struct AttemptSettings {
 impl Upstreams {
     /// A client with keep-alive pooling.
     pub fn new(settings: ClientSettings) -> Upstreams {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(settings.connect_timeout));
-        connector.set_nodelay(true);
-        connector.enforce_http(true);
+        let connector = connector(&settings);
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(settings.pool_idle_timeout)
             .pool_timer(TokioTimer::new())
             .timer(TokioTimer::new())
             .pool_max_idle_per_host(256)
-            .build(connector);
-        Upstreams { client, cursor: AtomicUsize::new(0), budget: RetryBudget::new(), retries: AtomicU64::new(0) }
+            .build(connector.clone());
+        Upstreams {
+            client,
+            connector,
+            cursor: AtomicUsize::new(0),
+            budget: RetryBudget::new(),
+            retries: AtomicU64::new(0),
+        }
+    }
+
+    /// The connector (for health checks that must reach the same endpoints the same way).
+    pub fn connector(&self) -> &Connector {
+        &self.connector
     }
 
     /// Retries refused by the budget so far.

@@ -16,7 +16,6 @@ pub mod headers;
 pub mod mint;
 pub mod server;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -34,6 +33,7 @@ use crate::routing::{Placement, RegionId, Table};
 
 use error::ProxyError;
 use forward::{AttemptSettings, ClientSettings, Upstreams};
+pub use server::ConnInfo;
 
 /// Response body: an upstream's streamed body or a proxy-made one.
 pub type ProxyBody = Either<Incoming, Full<Bytes>>;
@@ -136,6 +136,11 @@ impl Proxy {
         &self.drain
     }
 
+    /// The connector of the upstream client (`http://` and `https://`).
+    pub fn connector(&self) -> &forward::Connector {
+        self.upstreams.connector()
+    }
+
     /// Upstream retries sent and retries refused by the budget, so far.
     pub fn retry_counts(&self) -> (u64, u64) {
         (self.upstreams.retries(), self.upstreams.budget_exhausted())
@@ -176,10 +181,16 @@ impl Proxy {
     }
 
     /// Handles one request end to end. Never fails: errors become responses.
-    /// Records its metrics and writes its access-log line.
-    pub async fn handle(&self, mut req: Request<Incoming>, peer: SocketAddr) -> Response<ProxyBody> {
+    /// Records its metrics and writes its access-log line. `conn` describes
+    /// the connection (a bare `SocketAddr` is a plain-HTTP one); on one whose
+    /// mesh headers are not trusted they are removed before routing.
+    pub async fn handle(&self, mut req: Request<Incoming>, conn: impl Into<ConnInfo>) -> Response<ProxyBody> {
         if req.uri().path() == crate::mesh::READY_PATH {
             return self.mesh_ready();
+        }
+        let conn = conn.into();
+        if !conn.mesh_trusted && mesh::strip_from_request(req.headers_mut()) {
+            tracing::debug!(peer = %conn.peer, "mesh headers from a client without a trusted certificate removed");
         }
         let started = Instant::now();
         self.handled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -199,7 +210,7 @@ impl Proxy {
         let mut decision = Decision::default();
         let snapshot = self.shared.snapshot();
         let table = &snapshot.table;
-        let result = self.route_and_forward(table, req, peer, &mut decision).await;
+        let result = self.route_and_forward(table, req, conn, &mut decision).await;
         let upstream = decision.upstream_started.map(|t| t.elapsed());
         let (mut resp, reason, outcome, upstream_ok) = match result {
             Ok(resp) => {
@@ -322,7 +333,7 @@ impl Proxy {
         &self,
         table: &Table,
         req: Request<Incoming>,
-        peer: SocketAddr,
+        conn: ConnInfo,
         decision: &mut Decision,
     ) -> Result<Response<Incoming>, ProxyError> {
         let settings = table.settings();
@@ -405,8 +416,12 @@ impl Proxy {
             .or_else(|| parts.uri.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok()));
         headers::remove_hop_by_hop(&mut parts.headers, upgrade);
         parts.headers.remove(http::header::HOST);
-        let trusted = settings.server.trusted_hops.iter().any(|c| c.contains(peer.ip()));
-        headers::set_forwarded(&mut parts.headers, peer.ip(), trusted, host.as_ref());
+        let trusted = settings.server.trusted_hops.iter().any(|c| c.contains(conn.peer.ip()));
+        let keep_proto = trusted && parts.headers.contains_key(&headers::X_FORWARDED_PROTO);
+        headers::set_forwarded(&mut parts.headers, conn.peer.ip(), trusted, host.as_ref());
+        if conn.tls && !keep_proto {
+            parts.headers.insert(headers::X_FORWARDED_PROTO, HeaderValue::from_static("https"));
+        }
         headers::append_via(&mut parts.headers, &self.via);
 
         let s = AttemptSettings {

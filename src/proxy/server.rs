@@ -1,5 +1,7 @@
 //! Server: the accept loop. HTTP/1.1 and h2c (prior knowledge) on one
-//! port, upgrades allowed, every connection watched for graceful shutdown.
+//! port, or TLS with ALPN h2 and http/1.1 (`server.tls`), upgrades allowed,
+//! every connection watched for graceful shutdown. Each request reaches
+//! [`Proxy::handle`] with its connection's [`ConnInfo`].
 //! The listener and the shutdown signal are passed in, so tests bind port 0.
 //!
 //! [`Drain`] is the shared "we are going away" flag: the proxy adds
@@ -10,6 +12,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -26,6 +29,7 @@ use tokio::sync::watch;
 
 use super::error::ProxyError;
 use super::Proxy;
+use crate::tls::ServerTls;
 
 /// Connection-level limits, fixed when the listener starts.
 #[derive(Clone, Copy, Debug)]
@@ -114,6 +118,36 @@ impl Drain {
     }
 }
 
+/// What the accept loop knows about a request's connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnInfo {
+    /// The client's address.
+    pub peer: SocketAddr,
+    /// Whether the connection is TLS.
+    pub tls: bool,
+    /// Whether the client presented a certificate that verified against `server.tls.client_ca`.
+    pub client_verified: bool,
+    /// Whether the mesh headers (`Forwarded`, `X-Shardgate-Hops`) of requests
+    /// on this connection are honoured. On a listener with `client_ca` only
+    /// connections with a verified client certificate are trusted; elsewhere
+    /// (plain HTTP, TLS without client certificates) every connection is, as
+    /// before TLS existed.
+    pub mesh_trusted: bool,
+}
+
+impl ConnInfo {
+    /// A plain-HTTP connection from `peer` (mesh headers trusted).
+    pub fn plain(peer: SocketAddr) -> ConnInfo {
+        ConnInfo { peer, tls: false, client_verified: false, mesh_trusted: true }
+    }
+}
+
+impl From<SocketAddr> for ConnInfo {
+    fn from(peer: SocketAddr) -> ConnInfo {
+        ConnInfo::plain(peer)
+    }
+}
+
 /// Serves `proxy` on `listener` until `shutdown` resolves, then stops
 /// accepting, lets in-flight requests finish (up to the shutdown timeout)
 /// and returns.
@@ -132,6 +166,23 @@ pub async fn serve(
     .map(|_| ())
 }
 
+/// [`serve`] over TLS when `tls` is given.
+pub async fn serve_tls(
+    listener: TcpListener,
+    proxy: Arc<Proxy>,
+    opts: ServerOptions,
+    tls: Option<Arc<ServerTls>>,
+    shutdown: impl Future<Output = ()>,
+) -> io::Result<()> {
+    let timeout = opts.shutdown_timeout;
+    serve_counted_tls(listener, proxy, opts, tls, async move {
+        shutdown.await;
+        timeout
+    })
+    .await
+    .map(|_| ())
+}
+
 /// Like [`serve`], but the shutdown future yields the grace period for
 /// in-flight requests, so it can be read from the table in force when the
 /// drain ends (`server.shutdown_timeout` reloads live). Returns `true` when
@@ -142,6 +193,21 @@ pub async fn serve_counted(
     opts: ServerOptions,
     shutdown: impl Future<Output = Duration>,
 ) -> io::Result<bool> {
+    serve_counted_tls(listener, proxy, opts, None, shutdown).await
+}
+
+/// [`serve_counted`] over TLS when `tls` is given: the handshake runs in the
+/// connection's task (bounded by `header_read_timeout`), ALPN picks h2 or
+/// HTTP/1.1, and the certificate files are checked for changes every
+/// [`crate::tls::RELOAD_CHECK_INTERVAL`] while serving.
+pub async fn serve_counted_tls(
+    listener: TcpListener,
+    proxy: Arc<Proxy>,
+    opts: ServerOptions,
+    tls: Option<Arc<ServerTls>>,
+    shutdown: impl Future<Output = Duration>,
+) -> io::Result<bool> {
+    let _cert_watch = tls.as_ref().map(|t| t.watch(crate::tls::RELOAD_CHECK_INTERVAL));
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -184,6 +250,37 @@ pub async fn serve_counted(
         };
         let open = proxy.metrics().connection_opened("proxy");
         let proxy = Arc::clone(&proxy);
+        if let Some(tls) = &tls {
+            let (acceptor, client_auth) = (tls.acceptor(), tls.client_auth());
+            let (builder, watcher, opts) = (builder.clone(), graceful.watcher(), opts);
+            tokio::spawn(async move {
+                let stream = Watched::new(stream);
+                let activity = Arc::clone(&stream.activity);
+                let stream = match tokio::time::timeout(opts.header_read_timeout, acceptor.accept(stream)).await {
+                    Ok(Ok(s)) => s,
+                    Ok(Err(e)) => {
+                        tracing::debug!(error = %e, %peer, "tls handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!(%peer, "tls handshake timed out (server.header_read_timeout)");
+                        return;
+                    }
+                };
+                let verified = client_auth && stream.get_ref().1.peer_certificates().is_some_and(|c| !c.is_empty());
+                let info =
+                    ConnInfo { peer, tls: true, client_verified: verified, mesh_trusted: !client_auth || verified };
+                let service = service_fn(move |req| {
+                    let proxy = Arc::clone(&proxy);
+                    async move { Ok::<_, Infallible>(proxy.handle(req, info).await) }
+                });
+                let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned();
+                until_idle(watcher.watch(conn), &activity, opts.idle_timeout, peer).await;
+                drop(open);
+                drop(slot);
+            });
+            continue;
+        }
         let service = service_fn(move |req| {
             let proxy = Arc::clone(&proxy);
             async move { Ok::<_, Infallible>(proxy.handle(req, peer).await) }
@@ -222,6 +319,32 @@ pub async fn serve_counted(
         tracing::warn!(timeout = ?grace, "in-flight requests did not finish before the shutdown timeout");
     }
     Ok(finished)
+}
+
+/// Drives `conn` to its end, or until no byte has moved for `idle`.
+async fn until_idle<E: std::fmt::Display>(
+    conn: impl Future<Output = Result<(), E>>,
+    activity: &Activity,
+    idle: Duration,
+    peer: SocketAddr,
+) {
+    tokio::pin!(conn);
+    loop {
+        let quiet = activity.quiet_for();
+        if quiet >= idle {
+            tracing::debug!(%peer, ?idle, "closing a connection idle mid-request (server.idle_timeout)");
+            return;
+        }
+        tokio::select! {
+            ended = &mut conn => {
+                if let Err(e) = ended {
+                    tracing::debug!(error = %e, %peer, "connection ended with an error");
+                }
+                return;
+            }
+            _ = tokio::time::sleep(idle - quiet) => {}
+        }
+    }
 }
 
 /// The connection limit: a count of open client connections, and the

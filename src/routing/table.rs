@@ -524,7 +524,8 @@ impl Table {
         )
     }
 
-    /// Keeps the restart-only settings of `running` (listen, admin, region)
+    /// Keeps the restart-only settings of `running` (listen, admin, region,
+    /// server.tls, upstream.tls)
     /// and returns the names of those that differ in this table.
     pub fn keep_restart_only(&mut self, running: &Table) -> Result<Vec<&'static str>, String> {
         let mut changed = Vec::new();
@@ -535,6 +536,14 @@ impl Table {
         if self.settings.admin != running.settings.admin {
             changed.push("admin");
             self.settings.admin = running.settings.admin;
+        }
+        if self.settings.server.tls != running.settings.server.tls {
+            changed.push("server.tls");
+            self.settings.server.tls = running.settings.server.tls.clone();
+        }
+        if self.settings.upstream.tls != running.settings.upstream.tls {
+            changed.push("upstream.tls");
+            self.settings.upstream.tls = running.settings.upstream.tls.clone();
         }
         let old = running.local_region.map(|r| running.region(r).name.as_str());
         let new = self.local_region.map(|r| self.region(r).name.as_str());

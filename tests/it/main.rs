@@ -15,3 +15,4 @@ mod mesh;
 mod ops;
 mod proxy;
 mod routing;
+mod tls;

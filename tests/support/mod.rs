@@ -38,6 +38,9 @@ impl Running {
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
+    pub fn https_url(&self, path: &str) -> String {
+        format!("https://{}{path}", self.addr)
+    }
     pub fn hits(&self) -> usize {
         self.hits.load(Ordering::SeqCst)
     }
@@ -199,12 +202,17 @@ pub async fn proxy_on(listener: TcpListener, yaml: &str) -> Result<Running, BoxE
     let cfg = shardgate::config::load_str(yaml, "test.yaml").map_err(|e| format!("test table invalid:\n{e}"))?;
     let addr = listener.local_addr()?;
     let (stop, rx) = watch::channel(false);
+    // `server.tls` in the table: serve over TLS, as `shardgate serve` would.
+    let tls = match &cfg.server.tls {
+        Some(t) => Some(Arc::new(shardgate::tls::ServerTls::load(t)?)),
+        None => None,
+    };
     let (_shared, proxy) = shardgate::app::build_proxy(&cfg, yaml);
     let opts = shardgate::app::server_options(&cfg);
     let shutdown = stop_signal(&rx);
     let p = Arc::clone(&proxy);
     tokio::spawn(async move {
-        let _ = shardgate::proxy::server::serve(listener, p, opts, shutdown).await;
+        let _ = shardgate::proxy::server::serve_tls(listener, p, opts, tls, shutdown).await;
     });
     Ok(Running { addr, stop, hits: Arc::new(AtomicUsize::new(0)), proxy: Some(proxy) })
 }

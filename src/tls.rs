@@ -1,0 +1,403 @@
+//! TLS with rustls (the `ring` provider).
+//!
+//! * [`ServerTls`]: the proxy listener's configuration from `server.tls`.
+//!   The certificate is served by [`CertResolver`], an `ArcSwap` that
+//!   [`CertReloader`] refreshes when the certificate or key file changes on
+//!   disk (checked every [`RELOAD_CHECK_INTERVAL`]); new handshakes get the
+//!   new certificate, established connections keep their session. With
+//!   `client_ca`, client certificates are verified against it (and required
+//!   with `require_client_cert`). ALPN offers `h2` and `http/1.1`.
+//! * [`client_config`]: the configuration for `https://` upstreams and
+//!   peers from `upstream.tls`: the system roots or a CA file, and an
+//!   optional client certificate (mutual TLS to peers).
+//!
+//! Every error names the file and what is wrong with it.
+
+use std::fmt;
+use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, SystemTime};
+
+use arc_swap::ArcSwap;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
+use rustls::sign::CertifiedKey;
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use tokio_rustls::TlsAcceptor;
+
+use crate::config::raw;
+
+/// How often the certificate and key files are checked for changes.
+pub const RELOAD_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// A TLS setup problem, naming the offending file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsError(pub String);
+
+impl fmt::Display for TlsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for TlsError {}
+
+/// The crypto provider every config uses.
+pub fn provider() -> Arc<CryptoProvider> {
+    static PROVIDER: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
+    Arc::clone(PROVIDER.get_or_init(|| Arc::new(rustls::crypto::ring::default_provider())))
+}
+
+fn read(path: &str, what: &str) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|e| TlsError(format!("cannot read {what} file {path}: {e}")))
+}
+
+/// Every certificate in the PEM file at `path` (at least one).
+pub fn read_certs(path: &str, what: &str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let pem = read(path, what)?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError(format!("invalid pem in {what} file {path}: {e}")))?;
+    if certs.is_empty() {
+        return Err(TlsError(format!("no certificate found in {what} file {path}")));
+    }
+    Ok(certs)
+}
+
+/// The first private key in the PEM file at `path` (PKCS#8, PKCS#1 or SEC1).
+pub fn read_key(path: &str) -> Result<PrivateKeyDer<'static>, TlsError> {
+    let pem = read(path, "tls key")?;
+    PrivateKeyDer::from_pem_slice(&pem).map_err(|e| match e {
+        rustls::pki_types::pem::Error::NoItemsFound => TlsError(format!("no private key found in tls key file {path}")),
+        e => TlsError(format!("invalid pem in tls key file {path}: {e}")),
+    })
+}
+
+/// A root store holding every certificate of the PEM file at `path`.
+fn read_roots(path: &str, what: &str) -> Result<RootCertStore, TlsError> {
+    let mut roots = RootCertStore::empty();
+    for cert in read_certs(path, what)? {
+        roots.add(cert).map_err(|e| TlsError(format!("unusable ca certificate in {what} file {path}: {e}")))?;
+    }
+    Ok(roots)
+}
+
+/// The certificate chain at `cert` with the key at `key`, checked to match.
+pub fn load_certified_key(cert: &str, key: &str) -> Result<CertifiedKey, TlsError> {
+    let chain = read_certs(cert, "tls certificate")?;
+    let der = read_key(key)?;
+    CertifiedKey::from_der(chain, der, &provider())
+        .map_err(|e| TlsError(format!("tls certificate {cert} cannot be used with key {key}: {e}")))
+}
+
+/// Serves the current certificate to every handshake; swapped on reload.
+#[derive(Debug)]
+pub struct CertResolver {
+    current: ArcSwap<CertifiedKey>,
+}
+
+impl CertResolver {
+    /// A resolver serving `key`.
+    pub fn new(key: CertifiedKey) -> CertResolver {
+        CertResolver { current: ArcSwap::from_pointee(key) }
+    }
+
+    /// The certificate handshakes get now.
+    pub fn current(&self) -> Arc<CertifiedKey> {
+        self.current.load_full()
+    }
+
+    /// Replaces the certificate for new handshakes.
+    pub fn set(&self, key: CertifiedKey) {
+        self.current.store(Arc::new(key));
+    }
+}
+
+impl ResolvesServerCert for CertResolver {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current.load_full())
+    }
+}
+
+/// What identifies one version of a file on disk.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Stamp {
+    modified: Option<SystemTime>,
+    len: u64,
+    #[cfg(unix)]
+    inode: (u64, u64),
+}
+
+fn stamp(path: &str) -> Option<Stamp> {
+    // `metadata` follows symlinks, so a Kubernetes secret's `..data` swap is seen.
+    let m = std::fs::metadata(Path::new(path)).ok()?;
+    #[cfg(unix)]
+    let inode = {
+        use std::os::unix::fs::MetadataExt;
+        (m.dev(), m.ino())
+    };
+    Some(Stamp {
+        modified: m.modified().ok(),
+        len: m.len(),
+        #[cfg(unix)]
+        inode,
+    })
+}
+
+/// Reloads the certificate and key files into a [`CertResolver`] when they change.
+#[derive(Debug)]
+pub struct CertReloader {
+    cert: String,
+    key: String,
+    resolver: Arc<CertResolver>,
+    /// Stamps of the last (cert, key) pair tried, so a bad pair is reported once.
+    tried: Mutex<(Option<Stamp>, Option<Stamp>)>,
+}
+
+impl CertReloader {
+    /// Checks the files; when either changed since the last check, loads the
+    /// pair and swaps it in. `Ok(true)`: a new certificate is in use. On an
+    /// error the previous certificate stays in use; the same files are not
+    /// tried again until they change (a rotation that writes the certificate
+    /// and the key one after the other succeeds on the second change).
+    pub fn check(&self) -> Result<bool, TlsError> {
+        let now = (stamp(&self.cert), stamp(&self.key));
+        {
+            let mut tried = self.tried.lock().map_err(|_| TlsError("tls reload state poisoned".into()))?;
+            if *tried == now {
+                return Ok(false);
+            }
+            *tried = now;
+        }
+        self.reload_now().map(|()| true)
+    }
+
+    /// Loads the files now and swaps the pair in.
+    pub fn reload_now(&self) -> Result<(), TlsError> {
+        let key = load_certified_key(&self.cert, &self.key)?;
+        self.resolver.set(key);
+        Ok(())
+    }
+
+    /// The resolver this reloader feeds.
+    pub fn resolver(&self) -> &Arc<CertResolver> {
+        &self.resolver
+    }
+}
+
+/// Aborts the certificate watcher when dropped.
+#[derive(Debug)]
+pub struct WatchGuard(tokio::task::JoinHandle<()>);
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The proxy listener's TLS: acceptor, certificate reloader, client-certificate policy.
+pub struct ServerTls {
+    acceptor: TlsAcceptor,
+    reloader: Arc<CertReloader>,
+    client_auth: bool,
+}
+
+impl fmt::Debug for ServerTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerTls")
+            .field("cert", &self.reloader.cert)
+            .field("key", &self.reloader.key)
+            .field("client_auth", &self.client_auth)
+            .finish()
+    }
+}
+
+impl ServerTls {
+    /// Reads `server.tls`'s files and builds the listener configuration.
+    pub fn load(cfg: &raw::ServerTls) -> Result<ServerTls, TlsError> {
+        let key = load_certified_key(&cfg.cert, &cfg.key)?;
+        let resolver = Arc::new(CertResolver::new(key));
+        let builder = ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| TlsError(format!("tls protocol versions: {e}")))?;
+        let builder = match &cfg.client_ca {
+            Some(ca) => {
+                let roots = read_roots(ca, "tls client_ca")?;
+                let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider());
+                let verifier = if cfg.require_client_cert { verifier } else { verifier.allow_unauthenticated() };
+                let verifier =
+                    verifier.build().map_err(|e| TlsError(format!("cannot use tls client_ca file {ca}: {e}")))?;
+                builder.with_client_cert_verifier(verifier)
+            }
+            None => builder.with_no_client_auth(),
+        };
+        let mut config = builder.with_cert_resolver(Arc::clone(&resolver) as Arc<dyn ResolvesServerCert>);
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let reloader = CertReloader {
+            cert: cfg.cert.clone(),
+            key: cfg.key.clone(),
+            resolver,
+            tried: Mutex::new((stamp(&cfg.cert), stamp(&cfg.key))),
+        };
+        Ok(ServerTls {
+            acceptor: TlsAcceptor::from(Arc::new(config)),
+            reloader: Arc::new(reloader),
+            client_auth: cfg.client_ca.is_some(),
+        })
+    }
+
+    /// The acceptor for new connections.
+    pub fn acceptor(&self) -> TlsAcceptor {
+        self.acceptor.clone()
+    }
+
+    /// Whether client certificates are verified (`client_ca` is set): then
+    /// only connections with a verified certificate may carry mesh headers.
+    pub fn client_auth(&self) -> bool {
+        self.client_auth
+    }
+
+    /// The certificate reloader.
+    pub fn reloader(&self) -> &Arc<CertReloader> {
+        &self.reloader
+    }
+
+    /// Checks the certificate and key files every `interval` until the
+    /// returned guard is dropped (or this `ServerTls` is).
+    pub fn watch(&self, interval: Duration) -> WatchGuard {
+        let weak: Weak<CertReloader> = Arc::downgrade(&self.reloader);
+        WatchGuard(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(interval).await;
+                let Some(reloader) = weak.upgrade() else { return };
+                match reloader.check() {
+                    Ok(true) => tracing::info!(cert = %reloader.cert, "tls certificate reloaded"),
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::error!(error = %e, "tls certificate not reloaded; the previous one stays in use")
+                    }
+                }
+            }
+        }))
+    }
+}
+
+/// The system's trust roots (`SSL_CERT_FILE`/`SSL_CERT_DIR`, else the
+/// distribution's bundle such as /etc/ssl/certs/ca-certificates.crt),
+/// loaded once.
+pub fn system_roots() -> Arc<RootCertStore> {
+    static ROOTS: OnceLock<Arc<RootCertStore>> = OnceLock::new();
+    Arc::clone(ROOTS.get_or_init(|| {
+        let found = rustls_native_certs::load_native_certs();
+        for e in &found.errors {
+            tracing::warn!(error = %e, "problem loading the system's tls roots");
+        }
+        let mut roots = RootCertStore::empty();
+        let (added, ignored) = roots.add_parsable_certificates(found.certs);
+        if added == 0 {
+            tracing::warn!(ignored, "no system tls roots found; https upstreams need upstream.tls.ca");
+        }
+        Arc::new(roots)
+    }))
+}
+
+/// The client configuration for `https://` upstreams and peers from
+/// `upstream.tls` (ALPN is left to the connector).
+pub fn client_config(cfg: &raw::UpstreamTls) -> Result<ClientConfig, TlsError> {
+    let roots = match &cfg.ca {
+        Some(ca) => Arc::new(read_roots(ca, "upstream tls ca")?),
+        None => system_roots(),
+    };
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError(format!("tls protocol versions: {e}")))?
+        .with_root_certificates(roots);
+    match (&cfg.cert, &cfg.key) {
+        (Some(cert), Some(key)) => {
+            let chain = read_certs(cert, "upstream tls certificate")?;
+            let der = read_key(key)?;
+            builder
+                .with_client_auth_cert(chain, der)
+                .map_err(|e| TlsError(format!("upstream tls certificate {cert} cannot be used with key {key}: {e}")))
+        }
+        _ => Ok(builder.with_no_client_auth()),
+    }
+}
+
+/// [`client_config`], or on error (logged) one that trusts no server at
+/// all, so `https://` endpoints fail closed. `shardgate serve` refuses to
+/// start on that error instead; this fallback serves library callers that
+/// cannot fail.
+pub fn client_config_or_closed(cfg: &raw::UpstreamTls) -> ClientConfig {
+    client_config(cfg).unwrap_or_else(|e| {
+        tracing::error!(error = %e, "upstream tls not usable: https upstreams will fail");
+        ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map(|b| b.with_root_certificates(RootCertStore::empty()).with_no_client_auth())
+            // Unreachable with ring's protocol versions; `ring` is the only
+            // provider compiled in, so `builder()` finds it.
+            .unwrap_or_else(|_| {
+                ClientConfig::builder().with_root_certificates(RootCertStore::empty()).with_no_client_auth()
+            })
+    })
+}
+
+/// Checks every TLS file the configuration names; returns the listener's
+/// TLS when `server.tls` is set. What `shardgate serve` runs before starting.
+pub fn load(cfg: &crate::config::Config) -> Result<Option<ServerTls>, TlsError> {
+    client_config(&cfg.upstream.tls)?;
+    cfg.server.tls.as_ref().map(ServerTls::load).transpose()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = "version: 1\nregions:\n  eu: { upstreams: [\"https://127.0.0.1:8443\"] }\n";
+
+    fn errors(extra: &str) -> Vec<String> {
+        match crate::config::load_str(&format!("{BASE}{extra}"), "t.yaml") {
+            Ok(_) => Vec::new(),
+            Err(e) => e.errors.iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    #[test]
+    fn tls_keys_are_validated() {
+        assert!(errors("server: { tls: { cert: a.pem, key: a.key, client_ca: ca.pem } }").is_empty());
+        assert!(errors("upstream: { tls: { ca: ca.pem, cert: a.pem, key: a.key } }").is_empty());
+        let e = errors("server: { tls: { cert: a.pem, key: a.key, require_client_cert: true } }");
+        assert!(e.iter().any(|m| m.contains("server.tls.require_client_cert") && m.contains("needs")), "{e:?}");
+        let e = errors("server: { tls: { cert: a.pem } }");
+        assert!(e.iter().any(|m| m.contains("missing field `key`")), "{e:?}");
+        let e = errors("server: { tls: { cert: \"\", key: a.key } }");
+        assert!(e.iter().any(|m| m.contains("server.tls.cert is an empty path")), "{e:?}");
+        let e = errors("upstream: { tls: { cert: a.pem } }");
+        assert!(e.iter().any(|m| m.contains("upstream.tls.cert needs upstream.tls.key")), "{e:?}");
+        let e = errors("upstream: { tls: { ca: ca.pem, crt: a.pem } }");
+        assert!(e.iter().any(|m| m.contains("upstream.tls.crt")), "{e:?}");
+    }
+
+    #[test]
+    fn errors_name_the_file() {
+        let dir = std::env::temp_dir().join(format!("shardgate-tls-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let missing = dir.join("missing.pem").display().to_string();
+        let e = ServerTls::load(&raw::ServerTls { cert: missing.clone(), key: missing.clone(), ..Default::default() })
+            .err()
+            .map(|e| e.to_string());
+        assert!(e
+            .as_deref()
+            .is_some_and(|e| e.starts_with("cannot read tls certificate file") && e.contains(&missing)));
+        let junk = dir.join("junk.pem");
+        let _ = std::fs::write(&junk, "hello\n");
+        let junk = junk.display().to_string();
+        let e = client_config(&raw::UpstreamTls { ca: Some(junk.clone()), ..Default::default() }).err();
+        assert_eq!(e, Some(TlsError(format!("no certificate found in upstream tls ca file {junk}"))));
+        let e = read_key(&junk).err();
+        assert_eq!(e, Some(TlsError(format!("no private key found in tls key file {junk}"))));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
