@@ -17,6 +17,9 @@ pub const READY_PATH: &str = "/.shardgate/ready";
 
 /// The hop counter header.
 pub const HOPS: HeaderName = HeaderName::from_static("x-shardgate-hops");
+/// Set by a peer that failed a region over to the receiving instance's
+/// region: serve from here, do not place again.
+pub const FAILOVER: HeaderName = HeaderName::from_static("x-shardgate-failover");
 /// RFC 7239 `Forwarded`.
 pub const FORWARDED: HeaderName = HeaderName::from_static("forwarded");
 
@@ -76,13 +79,28 @@ pub fn mark_forwarded(headers: &mut HeaderMap, node: &str, hops: u32) {
 pub fn strip_from_request(headers: &mut HeaderMap) -> bool {
     let hops = headers.remove(HOPS).is_some();
     let forwarded = headers.remove(FORWARDED).is_some();
-    hops || forwarded
+    let failover = headers.remove(FAILOVER).is_some();
+    hops || forwarded || failover
+}
+
+/// Marks a request failed over to `region` through that region's peer:
+/// the peer serves it from its own backends instead of placing it again.
+pub fn mark_failover(headers: &mut HeaderMap, region: &str) {
+    if let Ok(v) = HeaderValue::from_str(region) {
+        headers.insert(FAILOVER, v);
+    }
+}
+
+/// Removes the failover mark and returns the region it names.
+pub fn take_failover(headers: &mut HeaderMap) -> Option<String> {
+    headers.remove(FAILOVER).and_then(|v| v.to_str().ok().map(str::to_string))
 }
 
 /// Removes mesh headers a peer put on its response before it reaches a client.
 pub fn strip_from_response(headers: &mut HeaderMap) {
     headers.remove(HOPS);
     headers.remove(FORWARDED);
+    headers.remove(FAILOVER);
 }
 
 #[cfg(test)]

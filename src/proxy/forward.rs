@@ -80,6 +80,10 @@ pub struct AttemptSettings {
     pub eject_after: u32,
     /// How long an ejected endpoint is left out.
     pub eject_for: Duration,
+    /// Whether a 5xx answer counts against the endpoint. Off for peers: a
+    /// peer's 5xx speaks of its region (or is its own loop guard), not of
+    /// the peer being unhealthy.
+    pub count_5xx: bool,
 }
 
 impl Upstreams {
@@ -178,7 +182,12 @@ impl Upstreams {
             let idempotent = is_idempotent(&parts.method);
             let (err, retry_ok) = match outcome {
                 Ok(Ok(resp)) => {
-                    health.record(&endpoint.uri, resp.status().is_server_error(), s.eject_after, s.eject_for);
+                    health.record(
+                        &endpoint.uri,
+                        s.count_5xx && resp.status().is_server_error(),
+                        s.eject_after,
+                        s.eject_for,
+                    );
                     return Ok(resp);
                 }
                 Ok(Err(e)) if e.is_connect() => {

@@ -347,7 +347,15 @@ impl Proxy {
         }
         let (mut parts, body) = req.into_parts();
         let hops = mesh::inspect(&parts.headers, &self.node);
-        if hops.seen_self {
+        // A request failed over to this instance's region comes back here
+        // legitimately (this instance sent it to the owner, whose backends
+        // are down); anything else that names this instance is a loop.
+        let failover_mark = mesh::take_failover(&mut parts.headers);
+        let failover_to_local = failover_mark
+            .as_deref()
+            .and_then(|name| table.region_by_name(name))
+            .filter(|r| Some(*r) == table.local_region());
+        if hops.seen_self && failover_to_local.is_none() {
             return Err(ProxyError::Loop {
                 detail: format!("this instance ({}) already forwarded the request", self.name),
             });
@@ -378,13 +386,24 @@ impl Proxy {
                 table.place(&id, m.route.strategy).map_err(|e| ProxyError::NoOwner { detail: e.to_string() })?;
             (placement, minted, m.route.allow_failover_writes)
         };
-        let Placement { region: region_id, rule } = placement;
+        let Placement { region: owner, rule } = placement;
         decision.rule = Some(rule.to_string());
+        // A peer that failed a region over to this one asks it to serve the
+        // request from here: placing it again would send it back (its owner's
+        // region is down, which this instance's table may not know yet).
+        let local_failover = failover_to_local;
+        let region_id = local_failover.unwrap_or(owner);
+        if local_failover.is_some_and(|l| l != owner) {
+            decision.rule = Some(format!("{rule}; failover from {}", table.region(owner).name));
+        }
 
         let can_fail_over = forward::is_idempotent(&parts.method) || allow_failover_writes;
-        let target = self.dispatch(table, region_id, can_fail_over)?;
+        let target = self.dispatch(table, region_id, can_fail_over && local_failover.is_none())?;
         if let Some(from) = target.failover_from {
             decision.rule = Some(format!("{rule}; failover from {from}"));
+            if target.via_peer {
+                mesh::mark_failover(&mut parts.headers, &target.region.name);
+            }
         }
         decision.region = Some(target.region.name.clone());
         if target.via_peer {
@@ -432,6 +451,7 @@ impl Proxy {
             budget_min_per_second: settings.upstream.retry_budget.min_per_second,
             eject_after: settings.upstream.eject_after,
             eject_for: settings.upstream.eject_for.0,
+            count_5xx: !target.via_peer,
         };
         decision.upstream_started = Some(Instant::now());
         let mut resp = self

@@ -67,6 +67,10 @@ struct Mesh {
 }
 
 async fn mesh(owners_of_kz: [&str; 3], max_hops: u32) -> Result<Mesh, BoxError> {
+    mesh_with(owners_of_kz, max_hops, false).await
+}
+
+async fn mesh_with(owners_of_kz: [&str; 3], max_hops: u32, kz_fails_over_to_eu: bool) -> Result<Mesh, BoxError> {
     let mut backends = Vec::new();
     for r in REGIONS {
         backends.push(backend(r).await?);
@@ -80,7 +84,12 @@ async fn mesh(owners_of_kz: [&str; 3], max_hops: u32) -> Result<Mesh, BoxError> 
     let gw = [listeners[0].local_addr()?, listeners[1].local_addr()?, listeners[2].local_addr()?];
     let mut gateways = Vec::new();
     for (i, l) in listeners.into_iter().enumerate() {
-        gateways.push(proxy_on(l, &mesh_table(REGIONS[i], &gw, &be, owners_of_kz[i], max_hops)).await?);
+        let mut yaml = mesh_table(REGIONS[i], &gw, &be, owners_of_kz[i], max_hops);
+        if kz_fails_over_to_eu {
+            let kz = format!("peer: \"http://{}\" }}", gw[1]);
+            yaml = yaml.replace(&kz, &format!("peer: \"http://{}\", failover: eu }}", gw[1]));
+        }
+        gateways.push(proxy_on(l, &yaml).await?);
     }
     Ok(Mesh { backends, gateways })
 }
@@ -190,6 +199,43 @@ async fn disagreeing_tables_end_in_508_within_the_hop_limit() -> TestResult {
         assert_eq!(m.backends.iter().map(Running::hits).sum::<usize>(), 0);
         let handled = total_handled(&m);
         assert!(handled <= u64::from(max_hops) + 1 && handled >= 2, "max_hops {max_hops}: {handled} handlings");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn failover_through_a_peer_is_served_by_the_failover_region() -> TestResult {
+    // kz fails over to eu in every table; kz's backend dies. Each gateway
+    // must end up answering reads for KZ entities from eu's backend, without
+    // the request bouncing between peers (no 508) and without ejecting peers.
+    let m = mesh_with(["kz", "kz", "kz"], 2, true).await?;
+    let path = format!("/v1/orders/{}", Iuid::from_fields(1_700_000_000_000, 7, 3, 1));
+    assert_eq!(get(&m.gateways[2].url(&path)).await?.header("x-backend-region"), Some("kz"));
+    m.backends[1].stop();
+    for gw in &m.gateways {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let got = tokio::time::timeout(std::time::Duration::from_secs(5), get(&gw.url(&path))).await??;
+            assert_ne!(got.status, 508, "failover bounced between peers via {}", gw.addr);
+            if got.status == 200 && got.header("x-backend-region") == Some("eu") {
+                let hops: u32 = got.json()?["headers"]["x-shardgate-hops"].as_str().map_or(Ok(0), str::parse)?;
+                assert!(hops <= 2, "{hops} hops");
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "via {}: still {}", gw.addr, got.status);
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+    // Peers stay up: their loop guards and 5xx are not held against them.
+    for gw in &m.gateways {
+        let report = gw.proxy.as_ref().ok_or("proxy")?.health().report();
+        assert!(
+            report
+                .iter()
+                .filter(|(_, e, _, _)| m.gateways.iter().any(|g| e.contains(&g.addr.to_string())))
+                .all(|(_, _, up, ej)| *up && !ej),
+            "{report:?}"
+        );
     }
     Ok(())
 }
