@@ -106,8 +106,8 @@ fn hex8(x: u64) -> (u64, u64) {
     (n, digit | letter)
 }
 
-/// Writes `v` in the lowercase `8-4-4-4-12` form.
-pub(crate) fn write_uuid(v: u128, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+/// The lowercase `8-4-4-4-12` form of `v`, as ASCII bytes.
+pub(crate) fn uuid_ascii(v: u128) -> [u8; 36] {
     let mut out = [0u8; 36];
     let mut k = 0;
     for (i, o) in out.iter_mut().enumerate() {
@@ -118,7 +118,13 @@ pub(crate) fn write_uuid(v: u128, f: &mut std::fmt::Formatter<'_>) -> std::fmt::
             k += 1;
         }
     }
-    // Every byte written above is ASCII.
+    out
+}
+
+/// Writes `v` in the lowercase `8-4-4-4-12` form.
+pub(crate) fn write_uuid(v: u128, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    let out = uuid_ascii(v);
+    // Every byte of `out` is ASCII.
     f.write_str(std::str::from_utf8(&out).map_err(|_| std::fmt::Error)?)
 }
 

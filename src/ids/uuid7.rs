@@ -42,6 +42,11 @@ impl Uuid7 {
         )
     }
 
+    /// The canonical lowercase text as bytes, without allocating.
+    pub fn to_ascii(&self) -> [u8; 36] {
+        text::uuid_ascii(self.0)
+    }
+
     /// The 128-bit big-endian value.
     pub const fn as_u128(&self) -> u128 {
         self.0

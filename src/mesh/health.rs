@@ -57,12 +57,16 @@ impl EndpointState {
     }
 }
 
+/// Endpoint states by URI. Looked up several times per request, so hashed
+/// with FxHash (the keys come from the operator's table, not from clients).
+type EndpointMap = HashMap<Uri, Arc<EndpointState>, rustc_hash::FxBuildHasher>;
+
 /// A change of an endpoint's state, reported to the observer.
 pub type Observer = Arc<dyn Fn(&str, &Uri, bool) + Send + Sync>;
 
 /// Health of all endpoints.
 pub struct Health {
-    states: ArcSwap<HashMap<Uri, Arc<EndpointState>>>,
+    states: ArcSwap<EndpointMap>,
     observer: Option<Observer>,
 }
 
@@ -74,7 +78,7 @@ impl std::fmt::Debug for Health {
 
 impl Default for Health {
     fn default() -> Self {
-        Health { states: ArcSwap::from_pointee(HashMap::new()), observer: None }
+        Health { states: ArcSwap::from_pointee(EndpointMap::default()), observer: None }
     }
 }
 
@@ -82,7 +86,7 @@ impl Health {
     /// Health state with an observer called on every up/down change
     /// (region, endpoint, up) — the metrics hook.
     pub fn with_observer(observer: Observer) -> Self {
-        Health { states: ArcSwap::from_pointee(HashMap::new()), observer: Some(observer) }
+        Health { states: ArcSwap::from_pointee(EndpointMap::default()), observer: Some(observer) }
     }
 
     /// Whether `uri` may receive traffic now. Unknown endpoints are usable.
@@ -121,7 +125,7 @@ impl Health {
         if missing.is_empty() {
             return;
         }
-        let mut next: HashMap<Uri, Arc<EndpointState>> = (**current).clone();
+        let mut next: EndpointMap = (**current).clone();
         for (uri, region) in missing {
             if let Some(o) = &self.observer {
                 o(&region, &uri, true);

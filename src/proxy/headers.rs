@@ -74,12 +74,22 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
 /// Incoming values are kept (and appended to) only when `peer_trusted`;
 /// otherwise they are replaced, so a client cannot forge its origin.
 pub fn set_forwarded(headers: &mut HeaderMap, peer: IpAddr, peer_trusted: bool, host: Option<&HeaderValue>) {
-    let peer_text = peer.to_string();
-    let xff = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
-        Some(prev) if peer_trusted && !prev.is_empty() => format!("{prev}, {peer_text}"),
-        _ => peer_text,
+    use std::io::Write as _;
+    // The common case (no trusted incoming value) costs one allocation: the
+    // address is written on the stack and copied once into the header value.
+    let mut buf = [0u8; 64];
+    let mut cursor = std::io::Cursor::new(&mut buf[..]);
+    let value = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+        Some(prev) if peer_trusted && !prev.is_empty() => HeaderValue::from_str(&format!("{prev}, {peer}")).ok(),
+        _ => match write!(cursor, "{peer}") {
+            Ok(()) => {
+                let n = cursor.position() as usize;
+                HeaderValue::from_bytes(&buf[..n]).ok()
+            }
+            Err(_) => HeaderValue::from_str(&peer.to_string()).ok(),
+        },
     };
-    if let Ok(v) = HeaderValue::from_str(&xff) {
+    if let Some(v) = value {
         headers.insert(X_FORWARDED_FOR, v);
     }
     if !(peer_trusted && headers.contains_key(&X_FORWARDED_PROTO)) {

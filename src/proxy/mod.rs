@@ -70,13 +70,15 @@ struct Target<'t> {
 
 /// What the router decided for one request, for logs and debug headers.
 #[derive(Debug, Default)]
-pub struct Decision {
-    /// Route name, when one matched.
-    pub route: Option<String>,
-    /// Region name, when the id was placed.
-    pub region: Option<String>,
-    /// Why that region (the table's rule).
-    pub rule: Option<String>,
+pub struct Decision<'t> {
+    /// Route name, when one matched (borrowed from the request's table snapshot).
+    pub route: Option<&'t str>,
+    /// Name of the region that served the request.
+    pub region: Option<&'t str>,
+    /// Why the owner was chosen (the table's rule).
+    pub rule: Option<crate::routing::Rule>,
+    /// When the owner's region was down: the owner, whose failover region served.
+    pub failover_from: Option<&'t str>,
     /// Upstream attempts made.
     pub attempts: u32,
     /// Whether the request went to another region's shardgate.
@@ -89,6 +91,17 @@ pub struct Decision {
     pub id: Option<String>,
     /// When the first upstream attempt started.
     pub upstream_started: Option<Instant>,
+}
+
+impl Decision<'_> {
+    /// The placement rule as text (`country 7`, `...; failover from kz`),
+    /// built only when a log line or debug header needs it.
+    pub fn rule_text(&self) -> Option<String> {
+        self.rule.map(|rule| match self.failover_from {
+            Some(from) => format!("{rule}; failover from {from}"),
+            None => rule.to_string(),
+        })
+    }
 }
 
 impl Proxy {
@@ -197,8 +210,9 @@ impl Proxy {
         let request_id = match req.headers().get(headers::X_REQUEST_ID) {
             Some(v) if headers::acceptable_request_id(v) => v.clone(),
             _ => {
-                let id = self.request_ids.mint(&mut rand::rng()).to_string();
-                let v = HeaderValue::from_str(&id).unwrap_or(HeaderValue::from_static("-"));
+                // Written on the stack, copied once into the header value.
+                let id = self.request_ids.mint(&mut rand::rng());
+                let v = HeaderValue::from_bytes(&id.to_ascii()).unwrap_or(HeaderValue::from_static("-"));
                 req.headers_mut().insert(headers::X_REQUEST_ID, v.clone());
                 v
             }
@@ -207,9 +221,9 @@ impl Proxy {
         let uri = req.uri().clone();
         let method = req.method().clone();
         let version = req.version();
-        let mut decision = Decision::default();
         let snapshot = self.shared.snapshot();
         let table = &snapshot.table;
+        let mut decision = Decision::default();
         let result = self.route_and_forward(table, req, conn, &mut decision).await;
         let upstream = decision.upstream_started.map(|t| t.elapsed());
         let (mut resp, reason, outcome, upstream_ok) = match result {
@@ -244,12 +258,13 @@ impl Proxy {
             h.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
         }
         if settings.server.debug_headers {
+            let rule = decision.rule_text();
             for (name, value) in [
-                ("x-shardgate-route", &decision.route),
-                ("x-shardgate-region", &decision.region),
-                ("x-shardgate-rule", &decision.rule),
+                ("x-shardgate-route", decision.route),
+                ("x-shardgate-region", decision.region),
+                ("x-shardgate-rule", rule.as_deref()),
             ] {
-                if let Some(v) = value.as_deref().and_then(|v| HeaderValue::from_str(v).ok()) {
+                if let Some(v) = value.and_then(|v| HeaderValue::from_str(v).ok()) {
                     h.insert(name, v);
                 }
             }
@@ -259,7 +274,7 @@ impl Proxy {
 
         let labels = self.metrics.labels(&snapshot);
         match decision.format {
-            Some(f) if decision.minted => self.metrics.id_minted(&labels, f.name(), decision.region.as_deref()),
+            Some(f) if decision.minted => self.metrics.id_minted(&labels, f.name(), decision.region),
             Some(f) => self.metrics.id_decoded(f.name()),
             None => {}
         }
@@ -267,8 +282,8 @@ impl Proxy {
             &labels,
             &RequestRecord {
                 method: &method,
-                route: decision.route.as_deref(),
-                region: decision.region.as_deref(),
+                route: decision.route,
+                region: decision.region,
                 status,
                 outcome,
                 duration,
@@ -280,12 +295,12 @@ impl Proxy {
                 target: "shardgate::access",
                 request_id = request_id.to_str().unwrap_or("-"),
                 method = method.as_str(),
-                route = decision.route.as_deref(),
+                route = decision.route,
                 status,
                 duration_s = duration.as_secs_f64(),
                 upstream_duration_s = upstream.map(|d| d.as_secs_f64()),
-                region = decision.region.as_deref(),
-                rule = decision.rule.as_deref(),
+                region = decision.region,
+                rule = decision.rule_text().as_deref(),
                 attempts = decision.attempts,
                 peer_forwarded = decision.peer,
                 outcome,
@@ -329,12 +344,12 @@ impl Proxy {
         Err(ProxyError::RegionUnavailable { region: table.region(owner).name.clone() })
     }
 
-    async fn route_and_forward(
+    async fn route_and_forward<'t>(
         &self,
-        table: &Table,
+        table: &'t Table,
         req: Request<Incoming>,
         conn: ConnInfo,
-        decision: &mut Decision,
+        decision: &mut Decision<'t>,
     ) -> Result<Response<Incoming>, ProxyError> {
         let settings = table.settings();
         let started = Instant::now();
@@ -362,7 +377,8 @@ impl Proxy {
         }
         let (placement, minted, allow_failover_writes) = {
             let m = table.match_route(&parts.method, parts.uri.path()).ok_or(ProxyError::NoRoute)?;
-            decision.route = Some(m.route.name.clone());
+            // Borrowed from the table itself (the match borrows the path too).
+            decision.route = table.routes().get(m.route.index).map(|r| r.name.as_str());
             let (id, minted) = match (&m.route.id, &m.route.mint) {
                 (Some(rule), _) => {
                     let raw = extract::extract(&rule.source, &m.params, &parts.headers, parts.uri.query())?;
@@ -387,25 +403,25 @@ impl Proxy {
             (placement, minted, m.route.allow_failover_writes)
         };
         let Placement { region: owner, rule } = placement;
-        decision.rule = Some(rule.to_string());
+        decision.rule = Some(rule);
         // A peer that failed a region over to this one asks it to serve the
         // request from here: placing it again would send it back (its owner's
         // region is down, which this instance's table may not know yet).
         let local_failover = failover_to_local;
         let region_id = local_failover.unwrap_or(owner);
         if local_failover.is_some_and(|l| l != owner) {
-            decision.rule = Some(format!("{rule}; failover from {}", table.region(owner).name));
+            decision.failover_from = Some(table.region(owner).name.as_str());
         }
 
         let can_fail_over = forward::is_idempotent(&parts.method) || allow_failover_writes;
         let target = self.dispatch(table, region_id, can_fail_over && local_failover.is_none())?;
         if let Some(from) = target.failover_from {
-            decision.rule = Some(format!("{rule}; failover from {from}"));
+            decision.failover_from = Some(from);
             if target.via_peer {
                 mesh::mark_failover(&mut parts.headers, &target.region.name);
             }
         }
-        decision.region = Some(target.region.name.clone());
+        decision.region = Some(target.region.name.as_str());
         if target.via_peer {
             let next = hops.count.saturating_add(1);
             if next > settings.max_hops {
