@@ -29,7 +29,7 @@ for version in "${K8S_VERSIONS[@]}"; do
 done
 
 # The table in the ConfigMap must pass `shardgate check`, like any table.
-BIN=${SHARDGATE_BIN:-target/debug/shardgate}
+BIN=${SHARDGATE_BIN:-${CARGO_TARGET_DIR:-target}/debug/shardgate}
 if [[ ! -x "$BIN" ]]; then
   echo "k8s: building $BIN"
   cargo build --quiet --bin shardgate
