@@ -69,6 +69,8 @@ pub struct Config {
     pub mesh: Mesh,
     /// Access-log settings.
     pub log: Log,
+    /// The batch mint endpoint (disabled unless `path` is set).
+    pub mint_batch: MintBatch,
     /// Routes, in file order.
     pub routes: Vec<Route>,
 }
@@ -595,6 +597,24 @@ impl Default for Log {
     }
 }
 
+/// `mint_batch`: an endpoint that returns fresh ids as JSON, for services
+/// that mint their own. Disabled while `path` is unset.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MintBatch {
+    /// Path answered with `POST` (e.g. `/_shardgate/ids`); `None` disables the endpoint.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Most ids one request may ask for.
+    pub max_count: u32,
+}
+
+impl Default for MintBatch {
+    fn default() -> Self {
+        MintBatch { path: None, max_count: 10_000 }
+    }
+}
+
 /// `upstream`.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -1063,6 +1083,7 @@ pub(crate) fn from_value(root: &Value, ctx: &mut Ctx<'_>) -> Config {
     let upstream = get("upstream").and_then(|v| item(ctx, v, &top.k("upstream"))).unwrap_or_default();
     let mesh = get("mesh").and_then(|v| item(ctx, v, &top.k("mesh"))).unwrap_or_default();
     let log = get("log").and_then(|v| item(ctx, v, &top.k("log"))).unwrap_or_default();
+    let mint_batch = get("mint_batch").and_then(|v| item(ctx, v, &top.k("mint_batch"))).unwrap_or_default();
     let routes = seq_items::<Route>(ctx, get("routes"), &top.k("routes"))
         .into_iter()
         .map(|(i, mut r)| {
@@ -1092,6 +1113,7 @@ pub(crate) fn from_value(root: &Value, ctx: &mut Ctx<'_>) -> Config {
         upstream,
         mesh,
         log,
+        mint_batch,
         routes,
     }
 }

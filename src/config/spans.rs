@@ -211,6 +211,7 @@ const UPSTREAM: Shape = Struct(&[
 ]);
 const MESH: Shape = Struct(&[("max_hops", Any)]);
 const LOG: Shape = Struct(&[("access", Any), ("ids", Any)]);
+const MINT_BATCH: Shape = Struct(&[("path", Any), ("max_count", Any)]);
 const ROUTE: Shape = Struct(&[
     ("name", Any),
     ("match", Struct(&[("path", Any), ("methods", SeqOf(&Any))])),
@@ -251,6 +252,7 @@ pub const SCHEMA: Shape = Struct(&[
     ("upstream", UPSTREAM),
     ("mesh", MESH),
     ("log", LOG),
+    ("mint_batch", MINT_BATCH),
     ("routes", SeqOf(&ROUTE)),
 ]);
 

@@ -110,6 +110,21 @@ pub fn check(cfg: &Config, ctx: &mut Ctx<'_>) {
             None => "define it under `regions` or use one that is".to_owned(),
         }
     };
+    let mb = &cfg.mint_batch;
+    if let Some(p) = &mb.path {
+        if !p.starts_with('/') || p.contains(['?', '#', ' ']) {
+            let path = root.k("mint_batch").k("path");
+            ctx.at(
+                &path,
+                format!("batch mint path {} is not an absolute path", show(p)),
+                Some("e.g. `/_shardgate/ids`"),
+            );
+        }
+    }
+    if mb.max_count == 0 {
+        let path = root.k("mint_batch").k("max_count");
+        ctx.at(&path, "batch mint max_count must be at least 1".into(), Some("e.g. `max_count: 10000`"));
+    }
     let check_region = |ctx: &mut Ctx<'_>, path: &YamlPath, name: &str| {
         if !region_ok(ctx, name) {
             ctx.at(path, format!("unknown region {}", show(name)), Some(&region_hint(name)));

@@ -77,6 +77,11 @@ pub enum ProxyError {
         /// What was there (absent: `None`).
         value: Option<String>,
     },
+    /// A batch mint request with a bad parameter.
+    BadMintRequest {
+        /// What is wrong, naming the parameter and value.
+        detail: String,
+    },
     /// A mesh loop: this instance already forwarded the request, or the hop limit is reached.
     Loop {
         /// Explanation.
@@ -108,6 +113,7 @@ impl ProxyError {
             ProxyError::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
             ProxyError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ProxyError::Loop { .. } => StatusCode::LOOP_DETECTED,
+            ProxyError::BadMintRequest { .. } => StatusCode::BAD_REQUEST,
         }
     }
 
@@ -128,6 +134,7 @@ impl ProxyError {
             ProxyError::BadCountry { value: None, .. } => "missing_country",
             ProxyError::BadCountry { .. } => "unknown_country",
             ProxyError::Loop { .. } => "loop_detected",
+            ProxyError::BadMintRequest { .. } => "bad_mint_request",
             ProxyError::TooManyConnections { .. } => "too_many_connections",
         }
     }
@@ -146,6 +153,7 @@ impl ProxyError {
             ProxyError::UpstreamConnect { .. } => "connection_refused",
             ProxyError::UpstreamFailed { .. } => "proxy_internal_response",
             ProxyError::Loop { .. } => "proxy_loop_detected",
+            ProxyError::BadMintRequest { .. } => "http_request_error",
             ProxyError::TooManyConnections { .. } => "connection_limit_reached",
         }
     }
@@ -165,6 +173,7 @@ impl ProxyError {
             ProxyError::HeadersTooLarge { .. } => "Request headers too large",
             ProxyError::BadCountry { .. } => "Invalid country",
             ProxyError::Loop { .. } => "Loop detected",
+            ProxyError::BadMintRequest { .. } => "Invalid mint request",
             ProxyError::TooManyConnections { .. } => "Too many connections",
         }
     }
@@ -180,6 +189,7 @@ impl ProxyError {
             ProxyError::UriTooLong { .. } | ProxyError::HeadersTooLarge { .. } => "request-too-large",
             ProxyError::BadCountry { .. } => "invalid-country",
             ProxyError::Loop { .. } => "loop-detected",
+            ProxyError::BadMintRequest { .. } => "invalid-mint-request",
             ProxyError::TooManyConnections { .. } => "too-many-connections",
         }
     }
@@ -219,6 +229,7 @@ impl fmt::Display for ProxyError {
                 write!(f, "{param} names an unknown country: {}", quote(v))
             }
             ProxyError::Loop { detail } => write!(f, "mesh loop: {detail}"),
+            ProxyError::BadMintRequest { detail } => write!(f, "invalid batch mint request: {detail}"),
             ProxyError::TooManyConnections { limit } => {
                 write!(f, "this proxy already has {limit} open connections (server.max_connections)")
             }

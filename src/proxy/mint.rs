@@ -116,3 +116,72 @@ pub fn mint(rule: &MintRule, parts: &Parts, table: &Table, minters: &Minters) ->
         }
     })
 }
+
+/// The batch mint endpoint (`mint_batch.path`, `POST`): `count` fresh ids
+/// of `format` (default `iuid`) for `country` and `entity` (names from the
+/// table or numeric codes), as JSON, for services that mint their own. The
+/// ids come from the same minters as create routes, so they are unique with
+/// them. Query parameters: `format`, `count` (1..=`max_count`, default 1),
+/// `country`, `entity`.
+pub fn batch(query: Option<&str>, table: &Table, minters: &Minters) -> Result<Vec<u8>, ProxyError> {
+    let q = query.unwrap_or("");
+    let param = |name: &str| extract::query_param(q, name).map(|v| extract::percent_decode(v).into_owned());
+    let bad = |detail: String| ProxyError::BadMintRequest { detail };
+    let format = match param("format") {
+        None => Format::Iuid,
+        Some(f) => Format::from_name(&f)
+            .filter(|f| f.can_mint())
+            .ok_or_else(|| bad(format!("format {} cannot be minted", quote(&f))))?,
+    };
+    let max = table.settings().mint_batch.max_count;
+    let count = match param("count") {
+        None => 1,
+        Some(c) => ids::parse_canonical_u64(&c)
+            .filter(|&n| n >= 1 && n <= u64::from(max))
+            .ok_or_else(|| bad(format!("count {} is not a number from 1 to {max}", quote(&c))))?,
+    };
+    let country = match param("country") {
+        None => None,
+        Some(c) => Some(
+            table
+                .country_by_name(&c)
+                .or_else(|| ids::text_decimal_u8(&c).filter(|&id| table.country_name(id).is_some()))
+                .ok_or(ProxyError::BadCountry { param: "query parameter 'country'".into(), value: Some(c) })?,
+        ),
+    };
+    let entity = match param("entity") {
+        None => None,
+        Some(e) => Some(
+            table
+                .entity_by_name(&e)
+                .or_else(|| ids::text_decimal_u8(&e))
+                .ok_or_else(|| bad(format!("unknown entity {}", quote(&e))))?,
+        ),
+    };
+    if format == Format::Iuid && (country.is_none() || entity.is_none()) {
+        return Err(bad("iuid ids need `country` and `entity`".into()));
+    }
+    let rule = MintRule {
+        format,
+        entity,
+        country: country.map(CountrySource::Fixed),
+        header: http::HeaderName::from_static("x-shardgate-batch"),
+        location: None,
+    };
+    let parts = http::Request::new(()).into_parts().0;
+    let mut out = Vec::with_capacity(64 + count as usize * 40);
+    out.extend_from_slice(format!("{{\"format\":\"{format}\",\"count\":{count},\"ids\":[").as_bytes());
+    for i in 0..count {
+        let id = mint(&rule, &parts, table, minters)?;
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(format!("\"{id}\"").as_bytes());
+    }
+    out.extend_from_slice(b"]}\n");
+    Ok(out)
+}
+
+fn quote(s: &str) -> String {
+    format!("'{}'", ids::escape_for_display(s, 64))
+}

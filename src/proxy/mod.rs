@@ -183,6 +183,20 @@ impl Proxy {
         resp
     }
 
+    /// Answers the batch mint endpoint (never forwarded).
+    fn mint_batch(&self, table: &Table, uri: &http::Uri) -> Response<ProxyBody> {
+        match mint::batch(uri.query(), table, &self.minters) {
+            Ok(body) => {
+                let mut resp = Response::new(Either::Right(Full::new(Bytes::from(body))));
+                let h = resp.headers_mut();
+                h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                h.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+                resp
+            }
+            Err(err) => error::problem_response(&err, uri.path(), "-", &self.name).map(Either::Right),
+        }
+    }
+
     /// Health of the endpoints this proxy sends to.
     pub fn health(&self) -> &Arc<Health> {
         &self.health
@@ -200,6 +214,12 @@ impl Proxy {
     pub async fn handle(&self, mut req: Request<Incoming>, conn: impl Into<ConnInfo>) -> Response<ProxyBody> {
         if req.uri().path() == crate::mesh::READY_PATH {
             return self.mesh_ready();
+        }
+        if req.method() == http::Method::POST {
+            let snapshot = self.shared.snapshot();
+            if snapshot.table.settings().mint_batch.path.as_deref() == Some(req.uri().path()) {
+                return self.mint_batch(&snapshot.table, req.uri());
+            }
         }
         let conn = conn.into();
         if !conn.mesh_trusted && mesh::strip_from_request(req.headers_mut()) {

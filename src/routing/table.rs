@@ -152,6 +152,8 @@ pub struct Settings {
     pub uniqid_mint_shards: Option<u32>,
     /// Access-log settings (`log:`, defaults filled in).
     pub log: LogSettings,
+    /// The batch mint endpoint (`mint_batch:`).
+    pub mint_batch: crate::config::raw::MintBatch,
 }
 
 /// Multiply-shift hasher for integer keys of the node tables.
@@ -378,6 +380,7 @@ impl Table {
             },
             uniqid_mint_shards: ip.uniqid.total_shards.or(shard_count),
             log: cfg.log.clone(),
+            mint_batch: cfg.mint_batch.clone(),
         };
         let counts = Counts {
             overrides: cfg.overrides.len(),

@@ -25,6 +25,7 @@ admin: 127.0.0.1:19901
 region: {local}
 instance: gw-{local}
 mesh: {{ max_hops: {max_hops} }}
+mint_batch: {{ path: "/_shardgate/ids", max_count: 10000 }}
 upstream: {{ health: {{ interval: 100ms, timeout: 500ms, fall: 1, rise: 1 }} }}
 regions:
   eu: {{ upstreams: ["http://{be0}"], peer: "http://{gw0}" }}
@@ -235,6 +236,73 @@ async fn failover_through_a_peer_is_served_by_the_failover_region() -> TestResul
                 .filter(|(_, e, _, _)| m.gateways.iter().any(|g| e.contains(&g.addr.to_string())))
                 .all(|(_, _, up, ej)| *up && !ej),
             "{report:?}"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_million_ids_minted_concurrently_across_instances_are_unique() -> TestResult {
+    // Six tasks (two per instance) fetch batches of 10,000 iUIDs for all
+    // three countries while creates go through the same minters; 1,000,000
+    // ids in all, no duplicate, each carrying the country it was asked for.
+    let m = mesh(["kz", "kz", "kz"], 2).await?;
+    let mut tasks = tokio::task::JoinSet::new();
+    for t in 0..6usize {
+        let url = m.gateways[t % 3].url("/_shardgate/ids");
+        let create = m.gateways[t % 3].url("/v1/orders");
+        tasks.spawn(async move {
+            let mut ids: Vec<(u128, u8)> = Vec::new();
+            let per_task = 1_000_000 / 6 + usize::from(t < 1_000_000 % 6);
+            let mut round = 0usize;
+            while ids.len() < per_task {
+                let (country, code) = [("KZ", 7u8), ("DE", 49), ("US", 1)][round % 3];
+                let n = (per_task - ids.len()).min(10_000);
+                let q = format!("{url}?format=iuid&country={country}&entity=IntercityOrder&count={n}");
+                let got = send(Request::post(q).body(Full::new(Bytes::new()))?).await?;
+                assert_eq!(got.status, 200, "{}", String::from_utf8_lossy(&got.body));
+                let body = got.json()?;
+                let list = body["ids"].as_array().ok_or("ids")?;
+                assert_eq!(list.len(), n);
+                for v in list {
+                    let id = Iuid::parse(v.as_str().ok_or("id string")?)?;
+                    ids.push((id.as_u128(), code));
+                }
+                // A create through the same instance, interleaved.
+                let c = send(Request::post(create.clone()).header("x-country", country).body(Full::new(Bytes::new()))?)
+                    .await?;
+                let minted = Iuid::parse(c.header("x-entity-id").ok_or("minted id")?)?;
+                ids.push((minted.as_u128(), code));
+                round += 1;
+            }
+            Ok::<_, BoxError>(ids)
+        });
+    }
+    let mut all = Vec::with_capacity(1_010_000);
+    while let Some(res) = tasks.join_next().await {
+        all.extend(res??);
+    }
+    assert!(all.len() >= 1_000_000, "{} ids", all.len());
+    for (v, code) in &all {
+        assert_eq!(((v >> 64) & 0xff) as u8, *code);
+    }
+    let mut values: Vec<u128> = all.into_iter().map(|(v, _)| v).collect();
+    values.sort_unstable();
+    let dupes = values.windows(2).filter(|w| w[0] == w[1]).count();
+    assert_eq!(dupes, 0, "{dupes} duplicate ids among {}", values.len());
+    // Bad batch requests are 400 problem+json.
+    let gw = &m.gateways[0];
+    for (q, reason) in [
+        ("format=snowflake&count=1", "bad_mint_request"),
+        ("country=XX&entity=IntercityOrder", "unknown_country"),
+        ("country=KZ&entity=IntercityOrder&count=10001", "bad_mint_request"),
+        ("country=KZ", "bad_mint_request"),
+    ] {
+        let got = send(Request::post(gw.url(&format!("/_shardgate/ids?{q}"))).body(Full::new(Bytes::new()))?).await?;
+        assert_eq!(
+            (got.status.as_u16(), got.json()?["reason"].as_str().map(str::to_string)),
+            (400, Some(reason.to_string())),
+            "{q}"
         );
     }
     Ok(())
