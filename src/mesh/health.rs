@@ -222,7 +222,7 @@ pub fn spawn_checker_with(health: Weak<Health>, shared: Weak<SharedTable>, conne
                     }
                     let client = client.clone();
                     let uri = up.uri.clone();
-                    let target = join(&uri, path);
+                    let target = crate::proxy::forward::upstream_uri(&uri, path).ok();
                     checks.spawn(async move {
                         let ok = match target {
                             Some(t) => probe(&client, t, timeout).await,
@@ -240,17 +240,6 @@ pub fn spawn_checker_with(health: Weak<Health>, shared: Weak<SharedTable>, conne
             tokio::time::sleep(interval).await;
         }
     });
-}
-
-fn join(base: &Uri, path: &str) -> Option<Uri> {
-    let mut b = Uri::builder();
-    if let Some(s) = base.scheme() {
-        b = b.scheme(s.clone());
-    }
-    if let Some(a) = base.authority() {
-        b = b.authority(a.clone());
-    }
-    b.path_and_query(path).build().ok()
 }
 
 async fn probe(client: &Client<Connector, Empty<Bytes>>, uri: Uri, timeout: Duration) -> bool {

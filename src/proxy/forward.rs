@@ -222,7 +222,7 @@ impl Upstreams {
 }
 
 /// `endpoint` (scheme and authority) joined with the request's path and query.
-fn upstream_uri(endpoint: &Uri, path_and_query: &str) -> Result<Uri, http::Error> {
+pub(crate) fn upstream_uri(endpoint: &Uri, path_and_query: &str) -> Result<Uri, http::Error> {
     let mut b = Uri::builder();
     if let Some(s) = endpoint.scheme() {
         b = b.scheme(s.clone());

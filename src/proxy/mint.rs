@@ -63,10 +63,12 @@ pub fn country(source: &CountrySource, parts: &Parts, table: &Table) -> Result<u
     };
     let bad = |value| ProxyError::BadCountry { param: describe(source), value };
     let raw = raw.filter(|r| !r.is_empty()).ok_or_else(|| bad(None))?;
-    table
-        .country_by_name(&raw)
-        .or_else(|| ids::text_decimal_u8(&raw).filter(|&c| table.country_name(c).is_some()))
-        .ok_or_else(|| bad(Some(raw)))
+    country_named(&raw, table).ok_or_else(|| bad(Some(raw)))
+}
+
+/// A country from the table by name (`KZ`) or by its numeric id (`7`).
+fn country_named(raw: &str, table: &Table) -> Option<u8> {
+    table.country_by_name(raw).or_else(|| ids::text_decimal_u8(raw).filter(|&c| table.country_name(c).is_some()))
 }
 
 /// The id for a create request: the one already in the rule's header when it
@@ -143,9 +145,7 @@ pub fn batch(query: Option<&str>, table: &Table, minters: &Minters) -> Result<Ve
     let country = match param("country") {
         None => None,
         Some(c) => Some(
-            table
-                .country_by_name(&c)
-                .or_else(|| ids::text_decimal_u8(&c).filter(|&id| table.country_name(id).is_some()))
+            country_named(&c, table)
                 .ok_or(ProxyError::BadCountry { param: "query parameter 'country'".into(), value: Some(c) })?,
         ),
     };
