@@ -1,5 +1,7 @@
-//! Routing table benches: placement of a decoded id (target < 10 ns) and
-//! compile + swap of a large table (target < 20 ms).
+//! Routing table benches: placement of a decoded id (target < 10 ns),
+//! the per-request routing work the proxy does before any I/O (match,
+//! extract, decode, place: target < 200 ns), and compile + swap of a large
+//! table (target < 20 ms).
 //!
 //! Run: `cargo bench --bench routing`.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
@@ -10,6 +12,9 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, Criterion};
 use shardgate::config;
 use shardgate::ids::{Decoded, Iuid, LocalityUuid, UniqidShard, Uuid7};
+use shardgate::proxy::locate::locate;
+use shardgate::proxy::mint::Minters;
+use shardgate::proxy::Decision;
 use shardgate::routing::{SharedTable, Strategy, Table};
 
 /// 16 regions, all 256 countries, 256 entities, 1,000 overrides,
@@ -86,5 +91,68 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+/// The table of the load comparison (`benches/load/compare.py`): three
+/// regions, a path route and a header route, plus a query route that tries
+/// two formats.
+const REQUEST_TABLE: &str = r#"
+version: 1
+regions:
+  eu: { upstreams: ["http://127.0.0.1:19101"] }
+  kz: { upstreams: ["http://127.0.0.1:19102"] }
+  us: { upstreams: ["http://127.0.0.1:19103"] }
+countries:
+  C49: { id: 49, region: eu }
+  C7: { id: 7, region: kz }
+  C1: { id: 1, region: us }
+entities: { IntercityOrder: 3 }
+shards: { count: 100, regions: { eu: ["0-33"], kz: ["34-66"], us: ["67-99"] } }
+routes:
+  - name: orders
+    match: { path: "/v1/orders/{id}", methods: [GET] }
+    id: { path_param: id, formats: [iuid] }
+  - name: orders-by-header
+    match: { path: "/v1/orders", methods: [GET] }
+    id: { header: X-Entity-Id, formats: [iuid] }
+  - name: invoices
+    match: { path: "/v1/invoices" }
+    id: { query: id, formats: [iuid, uniqid] }
+"#;
+
+/// Match + extract + decode + place for one request, as the proxy does it
+/// (`proxy::locate::locate`), on requests already parsed by hyper.
+fn request(c: &mut Criterion) {
+    let cfg = config::load_str(REQUEST_TABLE, "request.yaml").expect("request table is valid");
+    let table = Table::compile(&cfg);
+    let minters = Minters::new(None, Default::default());
+    let iuid = Iuid::from_fields(1_700_000_000_000, 7, 3, 99).to_string();
+    let uniqid = UniqidShard::from_fields(40, 9, 1_700_000_000, 5).expect("uniqid").to_string();
+    let parts = |uri: &str, header: Option<&str>| {
+        let mut b = http::Request::get(uri).header("host", "orders.example").header("user-agent", "wrk");
+        if let Some(h) = header {
+            b = b.header("x-entity-id", h);
+        }
+        b.body(()).expect("request").into_parts().0
+    };
+    let by_path = parts(&format!("/v1/orders/{iuid}"), None);
+    let by_header = parts("/v1/orders", Some(&iuid));
+    let by_query_second_format = parts(&format!("/v1/invoices?page=2&id={uniqid}"), None);
+    for p in [&by_path, &by_header, &by_query_second_format] {
+        let mut d = Decision::default();
+        let located = locate(&table, p, &minters, &mut d).expect("the bench requests route");
+        assert_eq!(table.region(located.placement.region).name, "kz", "{}", p.uri);
+    }
+
+    let mut g = c.benchmark_group("request");
+    for (name, p) in [("path_iuid", &by_path), ("header_iuid", &by_header), ("query_uniqid", &by_query_second_format)] {
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let mut d = Decision::default();
+                locate(black_box(&table), black_box(p), &minters, &mut d).map(|l| l.placement.region)
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench, request);
 criterion_main!(benches);

@@ -68,15 +68,17 @@ def pids_of(proc):
 
 
 def cpu_ticks(pids):
-    total = 0
+    """(utime, stime) of the processes, in clock ticks."""
+    user = system = 0
     for pid in pids:
         try:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime + stime
+            user += int(fields[11])
+            system += int(fields[12])
         except OSError:
             pass
-    return total
+    return user, system
 
 
 def rss_kib(pids):
@@ -260,10 +262,13 @@ def run_wrk(port, script, duration, conns):
 
 def measure(name, port, pids, script, duration, conns):
     run_wrk(port, script, 2, conns)  # warm-up: connections, pools, caches
-    t0 = cpu_ticks(pids)
+    u0, s0 = cpu_ticks(pids)
     r = run_wrk(port, script, duration, conns)
-    t1 = cpu_ticks(pids)
-    r["cpu_us_per_req"] = (t1 - t0) / CLK_TCK * 1e6 / max(r["requests"], 1) if pids else 0.0
+    u1, s1 = cpu_ticks(pids)
+    per_req = 1e6 / CLK_TCK / max(r["requests"], 1)
+    r["usr_us_per_req"] = (u1 - u0) * per_req
+    r["sys_us_per_req"] = (s1 - s0) * per_req
+    r["cpu_us_per_req"] = r["usr_us_per_req"] + r["sys_us_per_req"]
     r["rss_mib"] = rss_kib(pids) / 1024 if pids else 0.0
     return r
 
@@ -325,7 +330,8 @@ def main():
                             time.sleep(0.3)
                     results.setdefault((name, mode), []).append(r)
                     print(f"rep {rep + 1} {name:<9} {mode:<6} {r['rps']:>9.0f} req/s  p50 {r['p50_us']:>5} us  "
-                          f"p99 {r['p99_us']:>6} us  cpu/req {r['cpu_us_per_req']:>6.2f} us  "
+                          f"p99 {r['p99_us']:>6} us  cpu/req {r['cpu_us_per_req']:>6.2f} us "
+                          f"(usr {r['usr_us_per_req']:.1f} sys {r['sys_us_per_req']:.1f})  "
                           f"rss {r['rss_mib']:>5.1f} MiB  errors {r['errors']}", flush=True)
     finally:
         stop(backend)
@@ -333,7 +339,7 @@ def main():
     print()
     print(f"Medians over {args.reps} repetitions, {args.duration}s each, {args.connections} connections, "
           f"proxy on core {PROXY_CORE}, wrk and backends on core {LOAD_CORE}")
-    print(f"{'proxy':<10}{'ids in':<8}{'req/s':>10}{'p50 us':>9}{'p99 us':>9}{'cpu us/req':>12}{'rss MiB':>9}"
+    print(f"{'proxy':<10}{'ids in':<8}{'req/s':>10}{'p50 us':>9}{'p99 us':>9}{'cpu us/req':>12}{'usr':>6}{'sys':>6}{'rss MiB':>9}"
           f"{'errors':>8}{'rps/nginx':>11}{'cpu/nginx':>11}{'rps/direct':>12}")
     direct = med.get(("direct", "path"))
     for (name, mode), m in sorted(med.items(), key=lambda kv: (["direct", "nginx", "haproxy", "shardgate"].index(kv[0][0]), kv[0][1])):
@@ -342,7 +348,7 @@ def main():
         cpu_ng = f"{m['cpu_us_per_req'] / ng['cpu_us_per_req']:.2f}" if ng and ng["cpu_us_per_req"] and name != "direct" else "-"
         rps_d = f"{m['rps'] / direct['rps']:.2f}" if direct else "-"
         print(f"{name:<10}{mode:<8}{m['rps']:>10.0f}{m['p50_us']:>9.0f}{m['p99_us']:>9.0f}{m['cpu_us_per_req']:>12.2f}"
-              f"{m['rss_mib']:>9.1f}{m['errors']:>8.0f}{rps_ng:>11}{cpu_ng:>11}{rps_d:>12}")
+              f"{m['usr_us_per_req']:>6.1f}{m['sys_us_per_req']:>6.1f}{m['rss_mib']:>9.1f}{m['errors']:>8.0f}{rps_ng:>11}{cpu_ng:>11}{rps_d:>12}")
     shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -3,6 +3,7 @@
 //! ([`error`]).
 //!
 //! * [`server`]: accept loop, HTTP/1.1 and h2c on one port, graceful shutdown.
+//! * [`locate`]: match → extract → decode → place, pure (no I/O).
 //! * [`extract`]: where the route's id is (path parameter, header, query).
 //! * [`headers`]: hop-by-hop removal, `X-Forwarded-*`, `Via`, request ids.
 //! * [`mint`]: ids minted for create routes.
@@ -13,6 +14,7 @@ pub mod error;
 pub mod extract;
 pub mod forward;
 pub mod headers;
+pub mod locate;
 pub mod mint;
 pub mod server;
 
@@ -24,12 +26,12 @@ use http::{HeaderValue, Request, Response};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 
-use crate::ids::{self, Format, SystemClock, Uuid7Minter};
+use crate::ids::{Format, SystemClock, Uuid7Minter};
 use crate::mesh;
 use crate::mesh::health::Health;
 use crate::metrics::{self, Metrics, RequestRecord};
 use crate::routing::shared::SharedTable;
-use crate::routing::{Placement, RegionId, Table};
+use crate::routing::{RegionId, Table};
 
 use error::ProxyError;
 use forward::{AttemptSettings, ClientSettings, Upstreams};
@@ -395,35 +397,16 @@ impl Proxy {
                 detail: format!("this instance ({}) already forwarded the request", self.name),
             });
         }
-        let (placement, minted, allow_failover_writes) = {
-            let m = table.match_route(&parts.method, parts.uri.path()).ok_or(ProxyError::NoRoute)?;
-            // Borrowed from the table itself (the match borrows the path too).
-            decision.route = table.routes().get(m.route.index).map(|r| r.name.as_str());
-            let (id, minted) = match (&m.route.id, &m.route.mint) {
-                (Some(rule), _) => {
-                    let raw = extract::extract(&rule.source, &m.params, &parts.headers, parts.uri.query())?;
-                    let id = ids::parse_any(&rule.formats, &raw, table.id_params()).map_err(|error| {
-                        ProxyError::BadId { param: extract::describe(&rule.source), error, input: raw.to_string() }
-                    })?;
-                    (id, None)
-                }
-                (None, Some(rule)) => {
-                    let id = mint::mint(rule, &parts, table, &self.minters)?;
-                    (id, Some((rule.header.clone(), id.to_string(), rule.location.clone())))
-                }
-                (None, None) => return Err(ProxyError::NoRoute),
-            };
-            decision.format = Some(id.format());
-            decision.minted = minted.is_some();
-            if settings.log.ids {
-                decision.id = Some(id.to_string());
-            }
-            let placement =
-                table.place(&id, m.route.strategy).map_err(|e| ProxyError::NoOwner { detail: e.to_string() })?;
-            (placement, minted, m.route.allow_failover_writes)
-        };
-        let Placement { region: owner, rule } = placement;
-        decision.rule = Some(rule);
+        let located = locate::locate(table, &parts, &self.minters, decision)?;
+        let route = located.route;
+        // A minted id goes upstream in the rule's header, and back to the
+        // client there and in `Location`.
+        let minted = route
+            .mint
+            .as_ref()
+            .filter(|_| decision.minted)
+            .map(|rule| (rule.header.clone(), located.id.to_string(), rule.location.clone()));
+        let owner = located.placement.region;
         // A peer that failed a region over to this one asks it to serve the
         // request from here: placing it again would send it back (its owner's
         // region is down, which this instance's table may not know yet).
@@ -433,7 +416,7 @@ impl Proxy {
             decision.failover_from = Some(table.region(owner).name.as_str());
         }
 
-        let can_fail_over = forward::is_idempotent(&parts.method) || allow_failover_writes;
+        let can_fail_over = forward::is_idempotent(&parts.method) || route.allow_failover_writes;
         let target = self.dispatch(table, region_id, can_fail_over && local_failover.is_none())?;
         if let Some(from) = target.failover_from {
             decision.failover_from = Some(from);
