@@ -65,9 +65,21 @@ type EndpointMap = HashMap<Uri, Arc<EndpointState>, rustc_hash::FxBuildHasher>;
 pub type Observer = Arc<dyn Fn(&str, &Uri, bool) + Send + Sync>;
 
 /// Health of all endpoints.
+///
+/// Most of the time every endpoint is fine, so three counters, changed only
+/// on state transitions, let [`Health::usable`] and [`Health::record`] skip
+/// the per-endpoint lookup (hashing a URI) until something goes wrong. They
+/// are exact, not estimates: the map only grows, and each counter moves on
+/// the atomic transition it counts.
 pub struct Health {
     states: ArcSwap<EndpointMap>,
     observer: Option<Observer>,
+    /// Endpoints the active checks hold down.
+    down: AtomicU32,
+    /// Endpoints with passive failures counted and not yet cleared.
+    failing: AtomicU32,
+    /// The latest ejection deadline ever set (0: none yet).
+    ejected_until_max_ms: AtomicU64,
 }
 
 impl std::fmt::Debug for Health {
@@ -78,7 +90,7 @@ impl std::fmt::Debug for Health {
 
 impl Default for Health {
     fn default() -> Self {
-        Health { states: ArcSwap::from_pointee(EndpointMap::default()), observer: None }
+        Health::new(None)
     }
 }
 
@@ -86,11 +98,33 @@ impl Health {
     /// Health state with an observer called on every up/down change
     /// (region, endpoint, up) — the metrics hook.
     pub fn with_observer(observer: Observer) -> Self {
-        Health { states: ArcSwap::from_pointee(EndpointMap::default()), observer: Some(observer) }
+        Health::new(Some(observer))
+    }
+
+    fn new(observer: Option<Observer>) -> Self {
+        Health {
+            states: ArcSwap::from_pointee(EndpointMap::default()),
+            observer,
+            down: AtomicU32::new(0),
+            failing: AtomicU32::new(0),
+            ejected_until_max_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// No endpoint is down or ejected right now, so every one is usable.
+    fn all_clear(&self) -> bool {
+        if self.down.load(Ordering::Relaxed) != 0 {
+            return false;
+        }
+        let until = self.ejected_until_max_ms.load(Ordering::Relaxed);
+        until == 0 || until <= SystemClock.unix_millis()
     }
 
     /// Whether `uri` may receive traffic now. Unknown endpoints are usable.
     pub fn usable(&self, uri: &Uri) -> bool {
+        if self.all_clear() {
+            return true;
+        }
         match self.states.load().get(uri) {
             Some(s) => s.is_up() && !s.is_ejected(SystemClock.unix_millis()),
             None => true,
@@ -139,20 +173,32 @@ impl Health {
     /// failure or a 5xx counts against it; `eject_after` in a row eject it
     /// for `eject_for` (0 disables ejection).
     pub fn record(&self, uri: &Uri, failed: bool, eject_after: u32, eject_for: Duration) {
+        if !failed && self.failing.load(Ordering::Relaxed) == 0 {
+            return;
+        }
         let states = self.states.load();
         let Some(s) = states.get(uri) else { return };
         if !failed {
-            if s.passive_failures.load(Ordering::Relaxed) != 0 {
-                s.passive_failures.store(0, Ordering::Relaxed);
-            }
+            self.clear_failures(s);
             return;
         }
         let n = s.passive_failures.fetch_add(1, Ordering::Relaxed) + 1;
+        if n == 1 {
+            self.failing.fetch_add(1, Ordering::Relaxed);
+        }
         if eject_after > 0 && n >= eject_after {
-            s.passive_failures.store(0, Ordering::Relaxed);
+            self.clear_failures(s);
             let until = SystemClock.unix_millis() + eject_for.as_millis() as u64;
             s.ejected_until_ms.store(until, Ordering::Relaxed);
+            self.ejected_until_max_ms.fetch_max(until, Ordering::Relaxed);
             tracing::warn!(endpoint = %uri, region = %s.region, failures = n, ?eject_for, "endpoint ejected");
+        }
+    }
+
+    /// Resets an endpoint's passive failure streak.
+    fn clear_failures(&self, s: &EndpointState) {
+        if s.passive_failures.swap(0, Ordering::Relaxed) != 0 {
+            self.failing.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
@@ -171,6 +217,11 @@ impl Health {
         };
         if changed {
             let up = s.is_up();
+            if up {
+                self.down.fetch_sub(1, Ordering::Relaxed);
+            } else {
+                self.down.fetch_add(1, Ordering::Relaxed);
+            }
             tracing::warn!(endpoint = %uri, region = %s.region, up, "endpoint health changed");
             if let Some(o) = &self.observer {
                 o(&s.region, uri, up);
@@ -249,5 +300,54 @@ async fn probe(client: &Client<Connector, Empty<Bytes>>, uri: Uri, timeout: Dura
     match tokio::time::timeout(timeout, client.request(req)).await {
         Ok(Ok(resp)) => resp.status().is_success() || resp.status().is_redirection(),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn health_with(uris: &[&Uri]) -> Health {
+        let h = Health::default();
+        let map: EndpointMap = uris.iter().map(|u| ((*u).clone(), Arc::new(EndpointState::new("r")))).collect();
+        h.states.store(Arc::new(map));
+        h
+    }
+
+    #[test]
+    fn the_fast_path_follows_every_transition() {
+        let (a, b) = (Uri::from_static("http://10.0.0.1:1"), Uri::from_static("http://10.0.0.2:1"));
+        let h = health_with(&[&a, &b]);
+        assert!(h.all_clear() && h.usable(&a) && h.usable(&b));
+
+        // Down by active checks (fall 2): only `a` is out, and only while down.
+        h.apply_check(&a, false, 1, 2);
+        assert!(h.all_clear(), "one failed check is below the fall threshold");
+        h.apply_check(&a, false, 1, 2);
+        assert!(!h.all_clear() && !h.usable(&a) && h.usable(&b));
+        h.apply_check(&a, false, 1, 2);
+        assert_eq!(h.down.load(Ordering::Relaxed), 1, "a further failed check changes nothing");
+        h.apply_check(&a, true, 1, 2);
+        assert!(h.all_clear() && h.usable(&a));
+
+        // Passive failures: counted once per streak, cleared by a success.
+        h.record(&b, true, 3, Duration::from_secs(60));
+        h.record(&b, true, 3, Duration::from_secs(60));
+        assert_eq!(h.failing.load(Ordering::Relaxed), 1);
+        h.record(&b, false, 3, Duration::from_secs(60));
+        assert_eq!(h.failing.load(Ordering::Relaxed), 0);
+
+        // Ejection: out for eject_for, the streak cleared.
+        for _ in 0..3 {
+            h.record(&b, true, 3, Duration::from_secs(60));
+        }
+        assert_eq!(h.failing.load(Ordering::Relaxed), 0);
+        assert!(!h.all_clear() && !h.usable(&b) && h.usable(&a));
+        // An ejection that has run out no longer blocks the fast path.
+        h.ejected_until_max_ms.store(1, Ordering::Relaxed);
+        if let Some(s) = h.states.load().get(&b) {
+            s.ejected_until_ms.store(1, Ordering::Relaxed);
+        }
+        assert!(h.all_clear() && h.usable(&b));
     }
 }
