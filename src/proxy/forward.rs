@@ -161,7 +161,9 @@ impl Upstreams {
             }) else {
                 return Err(ProxyError::RegionUnavailable { region: region.to_string() });
             };
-            let uri = upstream_uri(&endpoint.uri, parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"))
+            // The client's path and query as hyper parsed them (shared bytes, not parsed again).
+            let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
+            let uri = upstream_uri(&endpoint.uri, path)
                 .map_err(|_| ProxyError::UpstreamFailed { region: region.to_string() })?;
             let b = match body.take() {
                 Some(b) => Either::Left(b),
@@ -222,7 +224,11 @@ impl Upstreams {
 }
 
 /// `endpoint` (scheme and authority) joined with the request's path and query.
-pub(crate) fn upstream_uri(endpoint: &Uri, path_and_query: &str) -> Result<Uri, http::Error> {
+pub(crate) fn upstream_uri<P>(endpoint: &Uri, path_and_query: P) -> Result<Uri, http::Error>
+where
+    P: TryInto<http::uri::PathAndQuery>,
+    P::Error: Into<http::Error>,
+{
     let mut b = Uri::builder();
     if let Some(s) = endpoint.scheme() {
         b = b.scheme(s.clone());
