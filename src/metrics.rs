@@ -13,11 +13,10 @@
 //! budget, endpoint health, the active table) are copied into the registry
 //! when `/metrics` is scraped ([`Metrics::refresh`]), so they cannot drift.
 
-use std::collections::HashMap;
 use std::fmt::{self, Write as _};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicI64, AtomicU64};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
@@ -28,6 +27,8 @@ use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
+
+use rustc_hash::FxHashMap;
 
 use crate::routing::shared::Loaded;
 
@@ -134,42 +135,98 @@ impl MetricConstructor<Histogram> for DurationHistogram {
     }
 }
 
-/// Route and region label values of one table version.
+/// Label values for one table version's routes and regions, and the handles
+/// of the series its requests have recorded into so far.
+///
+/// A request's series is found with one FxHash lookup of a small key (name
+/// positions, status, method and outcome tokens) under an uncontended read
+/// lock; `Family::get_or_create` would hash every label value with SipHash,
+/// per family, per request. The cached handles share their series with the
+/// families (prometheus-client metrics are reference counted), and these
+/// families are never cleared, so a handle never goes stale; a new table
+/// version starts a new cache.
 #[derive(Debug)]
 pub struct TableLabels {
     version: u64,
-    routes: HashMap<Box<str>, Label>,
-    regions: HashMap<Box<str>, Label>,
+    routes: FxHashMap<Box<str>, (u16, Label)>,
+    regions: FxHashMap<Box<str>, (u16, Label)>,
     none: Label,
+    series: RwLock<FxHashMap<SeriesKey, Series>>,
 }
 
+/// What selects a request's series: positions of the route and region names
+/// in the table (`u16::MAX`: none), and the fixed tokens.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+struct SeriesKey {
+    method: &'static str,
+    route: u16,
+    region: u16,
+    status: u16,
+    outcome: &'static str,
+    upstream: bool,
+    /// The id's format, and whether it was minted.
+    id: Option<(&'static str, bool)>,
+}
+
+/// Handles of the series one kind of request records into.
+#[derive(Clone, Debug)]
+struct Series {
+    request: Histogram,
+    upstream: Option<Histogram>,
+    id: Option<Counter>,
+}
+
+/// Series cached per table version at most; beyond it (a flood of odd
+/// statuses), requests record through the families without caching.
+const MAX_CACHED_SERIES: usize = 4096;
+
+type NameIndex = FxHashMap<Box<str>, (u16, Label)>;
+
 impl TableLabels {
-    fn build(loaded: &Loaded) -> TableLabels {
-        let t = &loaded.table;
-        let label = |n: &str| (Box::from(n), Label::new(n));
+    fn build(version: u64, routes: &[&str], regions: &[&str]) -> TableLabels {
+        let index = |names: &[&str]| -> NameIndex {
+            let position = |i: usize| u16::try_from(i).unwrap_or(u16::MAX);
+            names.iter().enumerate().map(|(i, n)| (Box::from(*n), (position(i), Label::new(n)))).collect()
+        };
         TableLabels {
-            version: loaded.version,
-            routes: t.routes().iter().map(|r| label(&r.name)).collect(),
-            regions: t.regions().iter().map(|r| label(&r.name)).collect(),
+            version,
+            routes: index(routes),
+            regions: index(regions),
             none: Label::new(""),
+            series: RwLock::new(FxHashMap::default()),
         }
     }
 
-    /// The label for a route name (empty when no route matched). A name the
-    /// table does not know gets a fresh label (never expected).
+    fn from_loaded(loaded: &Loaded) -> TableLabels {
+        let t = &loaded.table;
+        let routes: Vec<&str> = t.routes().iter().map(|r| r.name.as_str()).collect();
+        let regions: Vec<&str> = t.regions().iter().map(|r| r.name.as_str()).collect();
+        TableLabels::build(loaded.version, &routes, &regions)
+    }
+
+    /// The label value for route `name` ("" for none).
     pub fn route(&self, name: Option<&str>) -> Label {
         Self::find(&self.routes, &self.none, name)
     }
 
-    /// The label for a region name (empty when the request was not placed).
+    /// The label value for region `name` ("" for none).
     pub fn region(&self, name: Option<&str>) -> Label {
         Self::find(&self.regions, &self.none, name)
     }
 
-    fn find(map: &HashMap<Box<str>, Label>, none: &Label, name: Option<&str>) -> Label {
+    /// Where `name` is in the table: `Some(u16::MAX)` for none, `None` for
+    /// a name the table does not know (never cached: it has no position).
+    fn position(map: &NameIndex, name: Option<&str>) -> Option<u16> {
+        match name {
+            None => Some(u16::MAX),
+            Some(n) => map.get(n).map(|(i, _)| *i),
+        }
+    }
+
+    fn find(map: &NameIndex, none: &Label, name: Option<&str>) -> Label {
         match name {
             None => none.clone(),
-            Some(n) => map.get(n).cloned().unwrap_or_else(|| Label::new(n)),
+            Some(n) => map.get(n).map(|(_, l)| l.clone()).unwrap_or_else(|| Label::new(n)),
         }
     }
 }
@@ -187,6 +244,8 @@ pub struct RequestRecord<'a> {
     pub status: u16,
     /// Outcome token ([`outcome_for_reason`] or `proxied`, `forwarded_to_peer`, `minted`).
     pub outcome: &'static str,
+    /// The id the request was routed by: its format, and whether it was minted.
+    pub id: Option<(&'static str, bool)>,
     /// Whole request, until the response head was ready.
     pub duration: Duration,
     /// Upstream leg, when one answered.
@@ -296,7 +355,7 @@ impl Metrics {
         for result in ["success", "failure"] {
             let _ = reloads.get_or_create(&ResultLabels { result });
         }
-        let empty = TableLabels { version: 0, routes: HashMap::new(), regions: HashMap::new(), none: Label::new("") };
+        let empty = TableLabels::build(0, &[], &[]);
         Metrics {
             registry,
             requests,
@@ -317,24 +376,70 @@ impl Metrics {
     }
 
     /// Label values for `loaded`'s routes and regions, rebuilt once per table version.
-    pub fn labels(&self, loaded: &Loaded) -> Arc<TableLabels> {
-        let current = self.labels.load_full();
+    pub fn labels(&self, loaded: &Loaded) -> arc_swap::Guard<Arc<TableLabels>> {
+        let current = self.labels.load();
         if current.version == loaded.version {
             return current;
         }
-        let fresh = Arc::new(TableLabels::build(loaded));
-        self.labels.store(Arc::clone(&fresh));
-        fresh
+        self.labels.store(Arc::new(TableLabels::from_loaded(loaded)));
+        self.labels.load()
     }
 
-    /// Records one finished request.
+    /// Records one finished request: its duration, its upstream leg, and
+    /// the id it was routed by (decoded or minted).
     pub fn observe_request(&self, labels: &TableLabels, r: &RequestRecord<'_>) {
-        let region = labels.region(r.region);
-        if let Some(up) = r.upstream {
-            self.upstream
-                .get_or_create(&UpstreamLabels { region: region.clone(), http_response_status_code: r.status })
-                .observe(up.as_secs_f64());
+        let key =
+            match (TableLabels::position(&labels.routes, r.route), TableLabels::position(&labels.regions, r.region)) {
+                (Some(route), Some(region)) => Some(SeriesKey {
+                    method: method_label(r.method),
+                    route,
+                    region,
+                    status: r.status,
+                    outcome: r.outcome,
+                    upstream: r.upstream.is_some(),
+                    id: r.id,
+                }),
+                _ => None,
+            };
+        if let (Some(key), Ok(cache)) = (&key, labels.series.read()) {
+            if let Some(series) = cache.get(key) {
+                Self::record(series, r);
+                return;
+            }
         }
+        let series = self.series(labels, r);
+        Self::record(&series, r);
+        if let (Some(key), Ok(mut cache)) = (key, labels.series.write()) {
+            if cache.len() < MAX_CACHED_SERIES {
+                cache.insert(key, series);
+            }
+        }
+    }
+
+    fn record(series: &Series, r: &RequestRecord<'_>) {
+        series.request.observe(r.duration.as_secs_f64());
+        if let (Some(h), Some(up)) = (&series.upstream, r.upstream) {
+            h.observe(up.as_secs_f64());
+        }
+        if let Some(c) = &series.id {
+            c.inc();
+        }
+    }
+
+    /// The handles of a request's series, from the families.
+    fn series(&self, labels: &TableLabels, r: &RequestRecord<'_>) -> Series {
+        let region = labels.region(r.region);
+        let upstream = r.upstream.map(|_| {
+            let key = UpstreamLabels { region: region.clone(), http_response_status_code: r.status };
+            self.upstream.get_or_create(&key).clone()
+        });
+        let id = r.id.map(|(format, minted)| {
+            if minted {
+                self.minted.get_or_create(&MintLabels { format, region: region.clone() }).clone()
+            } else {
+                self.decoded.get_or_create(&FormatLabels { format }).clone()
+            }
+        });
         let key = RequestLabels {
             http_request_method: method_label(r.method),
             http_route: labels.route(r.route),
@@ -342,22 +447,12 @@ impl Metrics {
             region,
             outcome: r.outcome,
         };
-        self.requests.get_or_create(&key).observe(r.duration.as_secs_f64());
-    }
-
-    /// Counts an id decoded in `format`.
-    pub fn id_decoded(&self, format: &'static str) {
-        self.decoded.get_or_create(&FormatLabels { format }).inc();
+        Series { request: self.requests.get_or_create(&key).clone(), upstream, id }
     }
 
     /// Counts an id rejected by `format` for `reason` (both stable tokens).
     pub fn id_decode_failed(&self, format: &'static str, reason: &'static str) {
         self.decode_failures.get_or_create(&DecodeFailureLabels { format, reason }).inc();
-    }
-
-    /// Counts an id minted in `format` for `region`.
-    pub fn id_minted(&self, labels: &TableLabels, format: &'static str, region: Option<&str>) {
-        self.minted.get_or_create(&MintLabels { format, region: labels.region(region) }).inc();
     }
 
     /// The health hook: sets `shardgate_upstream_health{region, endpoint}` to 1 (up) or 0.
@@ -472,4 +567,58 @@ pub fn outcome_for_reason(reason: &str) -> &'static str {
 /// Seconds since the Unix epoch of `t` (0 before 1970).
 pub fn unix_seconds(t: SystemTime) -> f64 {
     t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record<'a>(
+        route: Option<&'a str>,
+        region: Option<&'a str>,
+        id: Option<(&'static str, bool)>,
+    ) -> RequestRecord<'a> {
+        RequestRecord {
+            method: &Method::GET,
+            route,
+            region,
+            status: 200,
+            outcome: "proxied",
+            id,
+            duration: Duration::from_millis(3),
+            upstream: Some(Duration::from_millis(2)),
+        }
+    }
+
+    fn line<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
+        text.lines().find(|l| l.starts_with(prefix))
+    }
+
+    #[test]
+    fn cached_series_record_into_the_rendered_families() {
+        let m = Metrics::new();
+        let labels = TableLabels::build(1, &["orders"], &["eu", "kz"]);
+        for _ in 0..3 {
+            m.observe_request(&labels, &record(Some("orders"), Some("kz"), Some(("iuid", false))));
+        }
+        m.observe_request(&labels, &record(Some("orders"), Some("eu"), Some(("iuid", true))));
+        // A name the table does not know is recorded, never cached.
+        m.observe_request(&labels, &record(Some("gone"), Some("kz"), None));
+        m.observe_request(&labels, &record(Some("gone"), Some("kz"), None));
+        assert_eq!(labels.series.read().map(|c| c.len()).unwrap_or(0), 2);
+
+        let text = m.render();
+        let count = |prefix: &str| line(&text, prefix).and_then(|l| l.rsplit(' ').next()).map(str::to_owned);
+        assert_eq!(count("shardgate_ids_decoded_total{format=\"iuid\"}").as_deref(), Some("3"), "{text}");
+        assert_eq!(count("shardgate_ids_minted_total{format=\"iuid\",region=\"eu\"}").as_deref(), Some("1"));
+        let requests = "shardgate_http_server_request_duration_seconds_count{http_request_method=\"GET\",\
+                        http_route=\"orders\",http_response_status_code=\"200\",region=\"kz\",outcome=\"proxied\"}";
+        assert_eq!(count(requests).as_deref(), Some("3"), "{text}");
+        let unknown = "shardgate_http_server_request_duration_seconds_count{http_request_method=\"GET\",\
+                       http_route=\"gone\",http_response_status_code=\"200\",region=\"kz\",outcome=\"proxied\"}";
+        assert_eq!(count(unknown).as_deref(), Some("2"), "{text}");
+        let upstream =
+            "shardgate_http_client_request_duration_seconds_count{region=\"kz\",http_response_status_code=\"200\"}";
+        assert_eq!(count(upstream).as_deref(), Some("5"), "{text}");
+    }
 }

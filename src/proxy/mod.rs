@@ -295,11 +295,6 @@ impl Proxy {
         let duration = started.elapsed();
 
         let labels = self.metrics.labels(&snapshot);
-        match decision.format {
-            Some(f) if decision.minted => self.metrics.id_minted(&labels, f.name(), decision.region),
-            Some(f) => self.metrics.id_decoded(f.name()),
-            None => {}
-        }
         self.metrics.observe_request(
             &labels,
             &RequestRecord {
@@ -308,6 +303,7 @@ impl Proxy {
                 region: decision.region,
                 status,
                 outcome,
+                id: decision.format.map(|f| (f.name(), decision.minted)),
                 duration,
                 upstream: upstream.filter(|_| upstream_ok),
             },
