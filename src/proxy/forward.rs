@@ -174,6 +174,7 @@ impl Upstreams {
             *req.uri_mut() = uri;
             *req.version_mut() = http::Version::HTTP_11;
             *req.headers_mut() = parts.headers.clone();
+            req.headers_mut().insert(http::header::HOST, endpoint.host.clone());
             let now = Instant::now();
             if now >= s.deadline {
                 return Err(ProxyError::RequestTimeout);

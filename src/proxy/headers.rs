@@ -5,9 +5,12 @@ use std::net::IpAddr;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
+/// How many names [`HOP_BY_HOP`] lists.
+const HOP_COUNT: usize = 8;
 /// Headers that describe one connection, never forwarded (RFC 9110 §7.6.1),
-/// plus the non-standard ones proxies conventionally drop.
-const HOP_BY_HOP: [HeaderName; 8] = [
+/// plus the non-standard ones proxies conventionally drop. `Connection`
+/// comes first (`remove_hop_by_hop` relies on it).
+const HOP_BY_HOP: [HeaderName; HOP_COUNT] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
@@ -46,27 +49,37 @@ fn connection_has(headers: &HeaderMap, token: &str) -> bool {
 /// `Connection`. With `keep_upgrade`, `Upgrade` and `Connection: upgrade`
 /// survive (a real upgrade is being tunnelled).
 pub fn remove_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
-    // Most messages carry none: one pass over the names (compared, not
-    // hashed) is cheaper than eight hashed removals.
-    if !headers.keys().any(|k| HOP_BY_HOP.contains(k)) {
+    // Most messages carry none, or only `Connection: keep-alive`: one pass
+    // over the names (compared, not hashed) finds which are present, and
+    // only those are removed.
+    let mut present = [false; HOP_COUNT];
+    for name in headers.keys() {
+        if let Some(i) = HOP_BY_HOP.iter().position(|h| h == name) {
+            present[i] = true;
+        }
+    }
+    if !present.contains(&true) {
         return;
     }
-    if headers.contains_key(header::CONNECTION) {
+    if present[0] {
+        // Names listed in `Connection` that are not hop-by-hop already
+        // (`close` and `keep-alive` are the usual tokens; no lookup for them).
         let named: Vec<HeaderName> = headers
             .get_all(header::CONNECTION)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
-            .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+            .map(str::trim)
+            .filter(|t| !t.eq_ignore_ascii_case("close") && !t.eq_ignore_ascii_case("keep-alive"))
+            .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
+            .filter(|n| !HOP_BY_HOP.contains(n))
             .collect();
         for name in named {
-            if !(keep_upgrade && name == header::UPGRADE) {
-                headers.remove(name);
-            }
+            headers.remove(name);
         }
     }
     let upgrade = if keep_upgrade { headers.remove(header::UPGRADE) } else { None };
-    for name in &HOP_BY_HOP {
+    for (name, _) in HOP_BY_HOP.iter().zip(present).filter(|(_, here)| *here) {
         headers.remove(name);
     }
     if let Some(u) = upgrade {

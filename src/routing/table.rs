@@ -43,11 +43,23 @@ pub struct Upstream {
     pub scheme: http::uri::Scheme,
     /// `host:port`.
     pub authority: http::uri::Authority,
+    /// The `Host` header sent to it: the host, and the port unless it is
+    /// the scheme's default (what an HTTP client would send). Built once
+    /// here rather than formatted per request.
+    pub host: http::HeaderValue,
 }
 
 impl Upstream {
     fn new(uri: &http::Uri) -> Option<Upstream> {
-        Some(Upstream { uri: uri.clone(), scheme: uri.scheme()?.clone(), authority: uri.authority()?.clone() })
+        let scheme = uri.scheme()?.clone();
+        let authority = uri.authority()?.clone();
+        let default_port = if scheme == http::uri::Scheme::HTTPS { 443 } else { 80 };
+        let host = match authority.port_u16() {
+            Some(port) if port != default_port => format!("{}:{port}", authority.host()),
+            _ => authority.host().to_string(),
+        };
+        let host = http::HeaderValue::from_str(&host).ok()?;
+        Some(Upstream { uri: uri.clone(), scheme, authority, host })
     }
 }
 
@@ -687,4 +699,24 @@ fn compile_routes(
         let _ = router.insert(template, list.into_boxed_slice());
     }
     (routes, router)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Upstream;
+
+    #[test]
+    fn host_header_leaves_out_the_default_port() {
+        for (uri, host) in [
+            ("http://a.example:80", "a.example"),
+            ("http://a.example", "a.example"),
+            ("https://a.example:443", "a.example"),
+            ("http://a.example:443", "a.example:443"),
+            ("http://127.0.0.1:8080", "127.0.0.1:8080"),
+            ("https://[::1]:8443", "[::1]:8443"),
+        ] {
+            let up = Upstream::new(&http::Uri::from_static(uri));
+            assert_eq!(up.map(|u| u.host), Some(http::HeaderValue::from_static(host)), "{uri}");
+        }
+    }
 }

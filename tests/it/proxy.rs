@@ -291,6 +291,9 @@ async fn forged_host_and_absolute_uri_do_not_choose_the_upstream() -> TestResult
     let resp = String::from_utf8_lossy(&resp).to_lowercase();
     assert!(resp.starts_with("http/1.1 200"), "{resp}");
     assert!(resp.contains("x-backend-region: kz"), "{resp}");
+    // The backend sees its own authority as Host; the client's goes in X-Forwarded-Host.
+    assert!(resp.contains(&format!("\"host\": \"{}\"", w.kz.addr)), "{resp}");
+    assert!(resp.contains(&format!("\"x-forwarded-host\": \"{}\"", evil.addr)), "{resp}");
     assert_eq!(evil.hits(), 0);
     Ok(())
 }
