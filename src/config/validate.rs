@@ -814,6 +814,17 @@ fn check_routes(cfg: &Config, ctx: &mut Ctx<'_>) {
                 format!("path template {} does not start with `/`", show(tpl)),
                 Some("write templates such as \"/v1/orders/{id}\""),
             );
+        } else if crate::routing::template_params(tpl) > crate::routing::MAX_TEMPLATE_PARAMS {
+            ctx.at(
+                &p.k("match").k("path"),
+                format!(
+                    "path template {} has {} parameters; at most {} are allowed",
+                    show(tpl),
+                    crate::routing::template_params(tpl),
+                    crate::routing::MAX_TEMPLATE_PARAMS
+                ),
+                Some("match fewer segments as parameters, or end with a catch-all {*rest}"),
+            );
         } else if let Some(list) = by_template.get_mut(tpl) {
             let mut unreachable_by = None;
             for (earlier, their) in list.iter() {

@@ -21,6 +21,29 @@ pub(crate) const OVERRIDE_FLAG: u16 = 0x8000;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RegionId(pub u16);
 
+/// Most `{parameters}` a route's path template may have. matchit (0.8)
+/// panics when a template has more than 26, so templates are counted before
+/// they reach it; no real route needs more than a handful.
+pub const MAX_TEMPLATE_PARAMS: usize = 16;
+
+/// An upper bound of the parameters in a path template: every `{` that is
+/// not an escaped `{{` (matchit pairs escapes the same way, left to right).
+pub fn template_params(template: &str) -> usize {
+    let b = template.as_bytes();
+    let (mut i, mut n) = (0, 0);
+    while i < b.len() {
+        if b[i] == b'{' {
+            if b.get(i + 1) == Some(&b'{') {
+                i += 2;
+                continue;
+            }
+            n += 1;
+        }
+        i += 1;
+    }
+    n
+}
+
 /// A region, compiled.
 #[derive(Clone, Debug)]
 pub struct Region {
@@ -695,15 +718,34 @@ fn compile_routes(
     }
     let mut router = matchit::Router::new();
     for (template, list) in groups {
-        // Validation rejected conflicts; a failure here only drops the template.
-        let _ = router.insert(template, list.into_boxed_slice());
+        // Validation rejected conflicts and oversized templates; a failure
+        // here only drops the template (matchit panics past its parameter limit).
+        if template_params(&template) <= MAX_TEMPLATE_PARAMS {
+            let _ = router.insert(template, list.into_boxed_slice());
+        }
     }
     (routes, router)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::Upstream;
+    use super::{template_params, Upstream, MAX_TEMPLATE_PARAMS};
+
+    #[test]
+    fn template_parameters_are_counted_before_matchit_sees_them() {
+        assert_eq!(template_params("/v1/orders/{id}"), 1);
+        assert_eq!(template_params("/v1/{a}/{b}/{*rest}"), 3);
+        assert_eq!(template_params("/v1/{{literal}}/{id}"), 1);
+        assert_eq!(template_params("/{{{id}"), 1);
+        // Past matchit's limit: the router is built without the template, no panic.
+        let many: String = (0..30).map(|i| format!("/{{p{i}}}")).collect();
+        assert!(template_params(&many) > MAX_TEMPLATE_PARAMS);
+        let mut router = matchit::Router::new();
+        if template_params(&many) <= MAX_TEMPLATE_PARAMS {
+            let _ = router.insert(many, 0usize);
+        }
+        assert!(router.at("/x").is_err());
+    }
 
     #[test]
     fn host_header_leaves_out_the_default_port() {

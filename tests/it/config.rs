@@ -71,6 +71,7 @@ fixtures! {
     config_time_ranges_out_of_order => "time_ranges.yaml",
     config_route_unreachable => "route_unreachable.yaml",
     config_route_conflict => "route_conflict.yaml",
+    config_route_too_many_params => "route_too_many_params.yaml",
     config_route_without_rule => "route_without_rule.yaml",
     config_unknown_format => "unknown_format.yaml",
     config_mint_not_mintable => "mint_not_mintable.yaml",
@@ -82,6 +83,27 @@ fixtures! {
     config_syntax_error => "syntax_error.yaml",
     config_missing_version => "missing_version.yaml",
     config_many_errors => "many_errors.yaml",
+}
+
+/// Inputs the config fuzz target crashed on (`tests/fixtures/config/fuzz/`):
+/// each must be rejected with errors, not a panic.
+#[test]
+fn config_fuzz_crashes_are_rejected_not_panics() -> Result<(), String> {
+    let dir = fixture("fuzz");
+    let entries = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut seen = 0;
+    for entry in entries {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let text = String::from_utf8_lossy(&bytes);
+        match config::load_str(&text, "fuzz.yaml") {
+            Ok(_) => return Err(format!("{}: accepted", path.display())),
+            Err(errors) => assert!(!errors.errors.is_empty(), "{}", path.display()),
+        }
+        seen += 1;
+    }
+    assert!(seen >= 1, "no fuzz regression inputs in {}", dir.display());
+    Ok(())
 }
 
 #[test]
