@@ -1,5 +1,5 @@
 //! Forward: send the request to one of the chosen region's endpoints
-//! through a pooled client, with per-attempt and whole-request timeouts,
+//! over a kept-alive connection ([`super::pool`]), with per-attempt and whole-request timeouts,
 //! safe retries under a budget, streaming bodies and upgrade tunnelling.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
@@ -12,10 +12,10 @@ use http_body_util::{Either, Empty};
 use hyper::body::{Body, Incoming};
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 
 use super::error::ProxyError;
+use super::pool::{Pool, PoolError};
 use crate::mesh::health::Health;
 
 /// Body sent upstream: the client's streamed body, or nothing (which can be
@@ -29,7 +29,7 @@ pub type Connector = HttpsConnector<HttpConnector>;
 /// The pooled upstream client and its round-robin cursor.
 #[derive(Debug)]
 pub struct Upstreams {
-    client: Client<Connector, UpstreamBody>,
+    pool: Pool,
     connector: Connector,
     cursor: AtomicUsize,
     budget: RetryBudget,
@@ -87,17 +87,11 @@ pub struct AttemptSettings {
 }
 
 impl Upstreams {
-    /// A client with keep-alive pooling.
+    /// Upstream connections kept alive per endpoint (at most 256 each).
     pub fn new(settings: ClientSettings) -> Upstreams {
         let connector = connector(&settings);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(settings.pool_idle_timeout)
-            .pool_timer(TokioTimer::new())
-            .timer(TokioTimer::new())
-            .pool_max_idle_per_host(256)
-            .build(connector.clone());
         Upstreams {
-            client,
+            pool: Pool::new(connector.clone(), settings.pool_idle_timeout, 256),
             connector,
             cursor: AtomicUsize::new(0),
             budget: RetryBudget::new(),
@@ -163,8 +157,8 @@ impl Upstreams {
             };
             // The client's path and query as hyper parsed them (shared bytes, not parsed again).
             let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
-            let uri = upstream_uri(&endpoint.uri, path)
-                .map_err(|_| ProxyError::UpstreamFailed { region: region.to_string() })?;
+            // Origin-form: the connection is already to the endpoint.
+            let uri = Uri::from(path);
             let b = match body.take() {
                 Some(b) => Either::Left(b),
                 None => Either::Right(Empty::new()),
@@ -181,7 +175,7 @@ impl Upstreams {
             }
             let timeout = s.attempt_timeout.min(s.deadline - now);
             *attempts += 1;
-            let outcome = tokio::time::timeout(timeout, self.client.request(req)).await;
+            let outcome = tokio::time::timeout(timeout, self.pool.send(endpoint, req)).await;
             let idempotent = is_idempotent(&parts.method);
             let (err, retry_ok) = match outcome {
                 Ok(Ok(resp)) => {
@@ -193,10 +187,14 @@ impl Upstreams {
                     );
                     return Ok(resp);
                 }
-                Ok(Err(e)) if e.is_connect() => {
+                Ok(Err(PoolError::Connect(e))) => {
+                    tracing::debug!(endpoint = %endpoint.uri, error = %e, "upstream connect failed");
                     (ProxyError::UpstreamConnect { region: region.to_string() }, replayable)
                 }
-                Ok(Err(_)) => (ProxyError::UpstreamFailed { region: region.to_string() }, replayable && idempotent),
+                Ok(Err(PoolError::Failed(e))) => {
+                    tracing::debug!(endpoint = %endpoint.uri, error = %e, "upstream request failed");
+                    (ProxyError::UpstreamFailed { region: region.to_string() }, replayable && idempotent)
+                }
                 Err(_) if Instant::now() >= s.deadline => {
                     health.record(&endpoint.uri, true, s.eject_after, s.eject_for);
                     return Err(ProxyError::RequestTimeout);

@@ -7,7 +7,8 @@
 //! * [`extract`]: where the route's id is (path parameter, header, query).
 //! * [`headers`]: hop-by-hop removal, `X-Forwarded-*`, `Via`, request ids.
 //! * [`mint`]: ids minted for create routes.
-//! * [`forward`]: pooled client, timeouts, safe retries, upgrades.
+//! * [`forward`]: endpoint choice, timeouts, safe retries, upgrades.
+//! * [`pool`]: keep-alive upstream connections per endpoint.
 //! * [`error`]: every proxy-made failure → problem+json + `Proxy-Status`.
 
 pub mod error;
@@ -16,6 +17,7 @@ pub mod forward;
 pub mod headers;
 pub mod locate;
 pub mod mint;
+pub mod pool;
 pub mod server;
 
 use std::sync::Arc;

@@ -70,10 +70,13 @@ pub struct Upstream {
     /// the scheme's default (what an HTTP client would send). Built once
     /// here rather than formatted per request.
     pub host: http::HeaderValue,
+    /// `scheme://authority`: the key its kept connections are listed under.
+    pub pool_key: Box<str>,
 }
 
 impl Upstream {
-    fn new(uri: &http::Uri) -> Option<Upstream> {
+    /// The endpoint at `uri`; `None` without a scheme and an authority.
+    pub fn new(uri: &http::Uri) -> Option<Upstream> {
         let scheme = uri.scheme()?.clone();
         let authority = uri.authority()?.clone();
         let default_port = if scheme == http::uri::Scheme::HTTPS { 443 } else { 80 };
@@ -82,7 +85,8 @@ impl Upstream {
             _ => authority.host().to_string(),
         };
         let host = http::HeaderValue::from_str(&host).ok()?;
-        Some(Upstream { uri: uri.clone(), scheme, authority, host })
+        let pool_key = format!("{scheme}://{authority}").into_boxed_str();
+        Some(Upstream { uri: uri.clone(), scheme, authority, host, pool_key })
     }
 }
 
