@@ -17,6 +17,9 @@ use http::{HeaderMap, HeaderValue, Method};
 use libfuzzer_sys::fuzz_target;
 use shardgate::config;
 use shardgate::proxy::extract::{extract, percent_decode, query_param};
+use shardgate::proxy::locate::locate;
+use shardgate::proxy::mint::Minters;
+use shardgate::proxy::Decision;
 use shardgate::routing::Table;
 
 const TABLE: &str = r#"version: 1
@@ -67,6 +70,11 @@ fn table() -> &'static Table {
         Ok(cfg) => Table::compile(&cfg),
         Err(e) => panic!("the fixed table is invalid:\n{e}"),
     })
+}
+
+fn minters() -> &'static Minters {
+    static M: OnceLock<Minters> = OnceLock::new();
+    M.get_or_init(|| Minters::new(None, Default::default()))
 }
 
 fn is_slice_of(part: &str, whole: &str) -> bool {
@@ -125,5 +133,17 @@ fuzz_target!(|data: &[u8]| {
     // What hyper hands the proxy: a target that parses as a URI.
     if let Ok(uri) = text.parse::<http::Uri>() {
         route(table, &Method::GET, uri.path(), uri.query(), &headers);
+        // The whole routing step as the proxy runs it (proxy::locate), mint included.
+        for method in [Method::GET, Method::POST] {
+            let (mut parts, ()) = http::Request::new(()).into_parts();
+            parts.method = method;
+            parts.uri = uri.clone();
+            parts.headers = headers.clone();
+            let mut decision = Decision::default();
+            match locate(table, &parts, minters(), &mut decision) {
+                Ok(l) => assert!(usize::from(l.placement.region.0) < table.regions().len()),
+                Err(e) => assert!(matches!(e.status().as_u16(), 400 | 404 | 502), "{e}"),
+            }
+        }
     }
 });
