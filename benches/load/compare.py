@@ -280,6 +280,8 @@ def main():
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--ids-per-region", type=int, default=1000)
     ap.add_argument("--only", default="direct,nginx,haproxy,shardgate")
+    ap.add_argument("--baseline", metavar="BIN",
+                    help="also run this shardgate binary (an earlier build), as proxy 'baseline'")
     args = ap.parse_args()
     for p in [PROXY_PORT, PROXY_PORT + 50, *BACKEND_PORTS.values()]:
         if not free(p):
@@ -300,14 +302,18 @@ def main():
         "haproxy": [HAPROXY, "-f", f"{tmp}/haproxy.cfg", "-db"],
         "shardgate": [SHARDGATE, "--threads", "1", "serve", "-c", f"{tmp}/shardgate.yaml"],
     }
-    only = args.only.split(",")
+    names = ["direct", "nginx", "haproxy", "shardgate"]
+    if args.baseline:
+        proxies["baseline"] = [args.baseline, "--threads", "1", "serve", "-c", f"{tmp}/shardgate.yaml"]
+        names.append("baseline")
+    only = args.only.split(",") + (["baseline"] if args.baseline else [])
     backend = start([NGINX, "-c", f"{tmp}/backend.conf", "-p", tmp], LOAD_CORE)
     results = {}
     try:
         for port in BACKEND_PORTS.values():
             wait_port(port, backend)
         for rep in range(args.reps):
-            order = [n for n in ["direct", "nginx", "haproxy", "shardgate"] if n in only]
+            order = [n for n in names if n in only]
             if rep % 2:
                 order.reverse()  # alternate, so drift hurts no proxy in particular
             for name in order:
@@ -342,7 +348,7 @@ def main():
     print(f"{'proxy':<10}{'ids in':<8}{'req/s':>10}{'p50 us':>9}{'p99 us':>9}{'cpu us/req':>12}{'usr':>6}{'sys':>6}{'rss MiB':>9}"
           f"{'errors':>8}{'rps/nginx':>11}{'cpu/nginx':>11}{'rps/direct':>12}")
     direct = med.get(("direct", "path"))
-    for (name, mode), m in sorted(med.items(), key=lambda kv: (["direct", "nginx", "haproxy", "shardgate"].index(kv[0][0]), kv[0][1])):
+    for (name, mode), m in sorted(med.items(), key=lambda kv: (names.index(kv[0][0]), kv[0][1])):
         ng = med.get(("nginx", mode))
         rps_ng = f"{m['rps'] / ng['rps']:.2f}" if ng and name != "direct" else "-"
         cpu_ng = f"{m['cpu_us_per_req'] / ng['cpu_us_per_req']:.2f}" if ng and ng["cpu_us_per_req"] and name != "direct" else "-"
