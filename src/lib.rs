@@ -16,8 +16,10 @@
 //!   `ArcSwap`, [`routing::shared`]) and uses that snapshot to the end, so a
 //!   reload never mixes old and new tables within one request.
 //! * Matching, extraction, decoding and placement are pure, synchronous
-//!   functions without I/O; that is where the routing logic lives and where
-//!   it is tested without sockets.
+//!   functions without I/O, run together by [`proxy::locate`]; that is where
+//!   the routing logic lives and where it is tested (and benched, and
+//!   fuzzed) without sockets.
+//! * Forwarding reuses keep-alive connections per endpoint ([`proxy::pool`]).
 //! * Errors the proxy itself produces become HTTP responses in one place,
 //!   [`proxy::error`] (RFC 9457 problem+json plus an RFC 9209 `Proxy-Status`).
 //!
@@ -29,7 +31,7 @@
 //! * [`config`]: the routing table file: schema, spans, validation with every
 //!   error at once, `check`.
 //! * [`routing`]: the compiled table, placement, the shared snapshot and live reload.
-//! * [`proxy`]: server, extract, mint, forward, headers, errors.
+//! * [`proxy`]: server, locate, extract, mint, forward, pool, headers, errors.
 //! * [`mesh`]: hop and loop headers between regional shardgates.
 //! * [`app`]: assembly of listener, table, reload triggers and signals; `demo`.
 //! * [`cli`]: the command line (`serve`, `check`, `decode`, `mint`, `demo`, `backend`).
