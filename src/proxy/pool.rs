@@ -227,6 +227,18 @@ mod tests {
         req
     }
 
+    type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+    fn endpoint(addr: std::net::SocketAddr) -> Result<Upstream, Box<dyn std::error::Error>> {
+        Ok(Upstream::new(&format!("http://{addr}").parse()?).ok_or("endpoint")?)
+    }
+
+    /// One request through `pool`, its whole body read.
+    async fn fetch(pool: &Pool, up: &Upstream) -> Result<Bytes, Box<dyn std::error::Error>> {
+        let resp = pool.send(up, request(up)).await.map_err(|e| format!("{e:?}"))?;
+        Ok(resp.into_body().collect().await?.to_bytes())
+    }
+
     fn pool() -> Pool {
         let settings = ClientSettings {
             connect_timeout: Duration::from_secs(1),
@@ -237,14 +249,13 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn connections_are_reused_and_capped() -> Result<(), Box<dyn std::error::Error>> {
+    async fn connections_are_reused_and_capped() -> TestResult {
         let (addr, accepted) = backend().await?;
-        let up = Upstream::new(&format!("http://{addr}").parse()?).ok_or("endpoint")?;
+        let up = endpoint(addr)?;
         let pool = pool();
         // One after the other: one connection serves them all.
         for _ in 0..5 {
-            let resp = pool.send(&up, request(&up)).await.map_err(|e| format!("{e:?}"))?;
-            assert_eq!(resp.into_body().collect().await?.to_bytes(), "ok");
+            assert_eq!(fetch(&pool, &up).await?, "ok");
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 1);
         assert_eq!(pool.kept(&up.pool_key), 1);
@@ -263,40 +274,38 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn connections_the_backend_closes_are_not_reused() -> Result<(), Box<dyn std::error::Error>> {
+    async fn connections_the_backend_closes_are_not_reused() -> TestResult {
         let (addr, accepted) = backend_with(false).await?;
-        let up = Upstream::new(&format!("http://{addr}").parse()?).ok_or("endpoint")?;
+        let up = endpoint(addr)?;
         let pool = pool();
         for _ in 0..5 {
-            let resp = pool.send(&up, request(&up)).await.map_err(|e| format!("{e:?}"))?;
-            assert_eq!(resp.into_body().collect().await?.to_bytes(), "ok");
+            assert_eq!(fetch(&pool, &up).await?, "ok");
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 5);
         Ok(())
     }
 
     #[tokio::test]
-    async fn idle_connections_expire() -> Result<(), Box<dyn std::error::Error>> {
+    async fn idle_connections_expire() -> TestResult {
         let (addr, accepted) = backend().await?;
-        let up = Upstream::new(&format!("http://{addr}").parse()?).ok_or("endpoint")?;
+        let up = endpoint(addr)?;
         let settings =
             ClientSettings { connect_timeout: Duration::from_secs(1), pool_idle_timeout: Duration::ZERO, tls: None };
         let pool = Pool::new(connector(&settings), Duration::from_millis(400), 4);
         for pause in [0, 0, 900] {
             tokio::time::sleep(Duration::from_millis(pause)).await;
-            let resp = pool.send(&up, request(&up)).await.map_err(|e| format!("{e:?}"))?;
-            resp.into_body().collect().await?;
+            fetch(&pool, &up).await?;
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 2, "the third request, after the idle timeout, reconnects");
         Ok(())
     }
 
     #[tokio::test]
-    async fn a_refused_endpoint_is_a_connect_error() -> Result<(), Box<dyn std::error::Error>> {
+    async fn a_refused_endpoint_is_a_connect_error() -> TestResult {
         let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
         let addr = listener.local_addr()?;
         drop(listener);
-        let up = Upstream::new(&format!("http://{addr}").parse()?).ok_or("endpoint")?;
+        let up = endpoint(addr)?;
         match pool().send(&up, request(&up)).await {
             Err(PoolError::Connect(_)) => Ok(()),
             other => Err(format!("expected a connect error, got {other:?}").into()),
