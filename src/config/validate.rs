@@ -12,7 +12,7 @@ use super::show;
 use super::spans::{edit_distance, SpanIndex, YamlPath};
 use super::ConfigError;
 use crate::ids::Format;
-use crate::routing::Strategy;
+use crate::routing::{insert_template, Strategy, TemplateError, MAX_TEMPLATE_PARAMS};
 
 /// Most regions a table may define.
 pub const MAX_REGIONS: usize = 4096;
@@ -814,17 +814,6 @@ fn check_routes(cfg: &Config, ctx: &mut Ctx<'_>) {
                 format!("path template {} does not start with `/`", show(tpl)),
                 Some("write templates such as \"/v1/orders/{id}\""),
             );
-        } else if crate::routing::template_params(tpl) > crate::routing::MAX_TEMPLATE_PARAMS {
-            ctx.at(
-                &p.k("match").k("path"),
-                format!(
-                    "path template {} has {} parameters; at most {} are allowed",
-                    show(tpl),
-                    crate::routing::template_params(tpl),
-                    crate::routing::MAX_TEMPLATE_PARAMS
-                ),
-                Some("match fewer segments as parameters, or end with a catch-all {*rest}"),
-            );
         } else if let Some(list) = by_template.get_mut(tpl) {
             let mut unreachable_by = None;
             for (earlier, their) in list.iter() {
@@ -854,11 +843,19 @@ fn check_routes(cfg: &Config, ctx: &mut Ctx<'_>) {
             list.push((r, methods.clone()));
         } else {
             by_template.insert(tpl, vec![(r, methods.clone())]);
-            match router.insert(tpl, r.index) {
+            match insert_template(&mut router, tpl, r.index) {
                 Ok(()) => {
                     template_owner.insert(tpl.to_owned(), r);
                 }
-                Err(e) => {
+                Err(TemplateError::TooManyParams(n)) => ctx.at(
+                    &p.k("match").k("path"),
+                    format!(
+                        "path template {} has {n} parameters; at most {MAX_TEMPLATE_PARAMS} are allowed",
+                        show(tpl)
+                    ),
+                    Some("match fewer segments as parameters, or end with a catch-all {*rest}"),
+                ),
+                Err(TemplateError::Router(e)) => {
                     let msg = match &e {
                         matchit::InsertError::Conflict { with } => match template_owner.get(with) {
                             Some(o) => format!(

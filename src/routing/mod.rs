@@ -17,6 +17,6 @@ pub use place::{Missing, NoOwner, Placement, Rule, Strategy};
 pub use reload::{ReloadError, ReloadOutcome, Reloader, WatchOptions};
 pub use shared::{Loaded, SharedTable};
 pub use table::{
-    template_params, CountrySource, IdRule, IdSource, MintRule, Region, RegionId, Route, RouteMatch, ServerSettings,
-    Settings, Table, Upstream, UpstreamSettings, MAX_TEMPLATE_PARAMS,
+    insert_template, CountrySource, IdRule, IdSource, MintRule, Region, RegionId, Route, RouteMatch, ServerSettings,
+    Settings, Table, TemplateError, Upstream, UpstreamSettings, MAX_TEMPLATE_PARAMS,
 };

@@ -22,13 +22,32 @@ pub(crate) const OVERRIDE_FLAG: u16 = 0x8000;
 pub struct RegionId(pub u16);
 
 /// Most `{parameters}` a route's path template may have. matchit (0.8)
-/// panics when a template has more than 26, so templates are counted before
-/// they reach it; no real route needs more than a handful.
+/// panics when a template has more than 26, so [`insert_template`] counts
+/// them before a template reaches it; no real route needs more than a handful.
 pub const MAX_TEMPLATE_PARAMS: usize = 16;
+
+/// Why a path template cannot go into the router.
+#[derive(Debug)]
+pub enum TemplateError {
+    /// More than [`MAX_TEMPLATE_PARAMS`] parameters (at most this many).
+    TooManyParams(usize),
+    /// matchit refused it (a conflict or a malformed parameter).
+    Router(matchit::InsertError),
+}
+
+/// Inserts `template` into `router`: the one place templates reach matchit,
+/// for validation and for the compiled table alike.
+pub fn insert_template<T>(router: &mut matchit::Router<T>, template: &str, value: T) -> Result<(), TemplateError> {
+    let params = template_params(template);
+    if params > MAX_TEMPLATE_PARAMS {
+        return Err(TemplateError::TooManyParams(params));
+    }
+    router.insert(template, value).map_err(TemplateError::Router)
+}
 
 /// An upper bound of the parameters in a path template: every `{` that is
 /// not an escaped `{{` (matchit pairs escapes the same way, left to right).
-pub fn template_params(template: &str) -> usize {
+fn template_params(template: &str) -> usize {
     let b = template.as_bytes();
     let (mut i, mut n) = (0, 0);
     while i < b.len() {
@@ -723,17 +742,15 @@ fn compile_routes(
     let mut router = matchit::Router::new();
     for (template, list) in groups {
         // Validation rejected conflicts and oversized templates; a failure
-        // here only drops the template (matchit panics past its parameter limit).
-        if template_params(&template) <= MAX_TEMPLATE_PARAMS {
-            let _ = router.insert(template, list.into_boxed_slice());
-        }
+        // here only drops the template.
+        let _ = insert_template(&mut router, &template, list.into_boxed_slice());
     }
     (routes, router)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{template_params, Upstream, MAX_TEMPLATE_PARAMS};
+    use super::{insert_template, template_params, TemplateError, Upstream, MAX_TEMPLATE_PARAMS};
 
     #[test]
     fn template_parameters_are_counted_before_matchit_sees_them() {
@@ -741,14 +758,13 @@ mod tests {
         assert_eq!(template_params("/v1/{a}/{b}/{*rest}"), 3);
         assert_eq!(template_params("/v1/{{literal}}/{id}"), 1);
         assert_eq!(template_params("/{{{id}"), 1);
-        // Past matchit's limit: the router is built without the template, no panic.
-        let many: String = (0..30).map(|i| format!("/{{p{i}}}")).collect();
-        assert!(template_params(&many) > MAX_TEMPLATE_PARAMS);
+        // Past matchit's limit: refused before matchit (which would panic) sees it.
+        let params = |n: usize| -> String { (0..n).map(|i| format!("/{{p{i}}}")).collect() };
         let mut router = matchit::Router::new();
-        if template_params(&many) <= MAX_TEMPLATE_PARAMS {
-            let _ = router.insert(many, 0usize);
-        }
+        assert!(matches!(insert_template(&mut router, &params(30), 0usize), Err(TemplateError::TooManyParams(30))));
         assert!(router.at("/x").is_err());
+        assert!(insert_template(&mut router, &params(MAX_TEMPLATE_PARAMS), 1).is_ok());
+        assert!(matches!(insert_template(&mut router, "/{}", 2), Err(TemplateError::Router(_))));
     }
 
     #[test]
