@@ -26,11 +26,10 @@ pub type UpstreamBody = Either<Incoming, Empty<Bytes>>;
 /// `http://`, rustls for `https://` (HTTP/1.1 by ALPN).
 pub type Connector = HttpsConnector<HttpConnector>;
 
-/// The pooled upstream client and its round-robin cursor.
+/// The upstream connections, the round-robin cursor and the retry budget.
 #[derive(Debug)]
 pub struct Upstreams {
     pool: Pool,
-    connector: Connector,
     cursor: AtomicUsize,
     budget: RetryBudget,
     /// Retries sent so far (for `shardgate_retries_total`).
@@ -91,8 +90,7 @@ impl Upstreams {
     pub fn new(settings: ClientSettings) -> Upstreams {
         let connector = connector(&settings);
         Upstreams {
-            pool: Pool::new(connector.clone(), settings.pool_idle_timeout, 256),
-            connector,
+            pool: Pool::new(connector, settings.pool_idle_timeout, 256),
             cursor: AtomicUsize::new(0),
             budget: RetryBudget::new(),
             retries: AtomicU64::new(0),
@@ -101,7 +99,7 @@ impl Upstreams {
 
     /// The connector (for health checks that must reach the same endpoints the same way).
     pub fn connector(&self) -> &Connector {
-        &self.connector
+        self.pool.connector()
     }
 
     /// Retries refused by the budget so far.
@@ -223,11 +221,7 @@ impl Upstreams {
 }
 
 /// `endpoint` (scheme and authority) joined with the request's path and query.
-pub(crate) fn upstream_uri<P>(endpoint: &Uri, path_and_query: P) -> Result<Uri, http::Error>
-where
-    P: TryInto<http::uri::PathAndQuery>,
-    P::Error: Into<http::Error>,
-{
+pub(crate) fn upstream_uri(endpoint: &Uri, path_and_query: &str) -> Result<Uri, http::Error> {
     let mut b = Uri::builder();
     if let Some(s) = endpoint.scheme() {
         b = b.scheme(s.clone());

@@ -72,6 +72,11 @@ impl Pool {
         Pool { connector, idle_timeout, max_per_endpoint, kept: Mutex::new(Lists::default()) }
     }
 
+    /// The connector new connections are opened with.
+    pub fn connector(&self) -> &Connector {
+        &self.connector
+    }
+
     /// Sends `req` (origin-form URI, `Host` set) to `endpoint` on a kept
     /// connection, or on a new one when none is free.
     pub async fn send(
