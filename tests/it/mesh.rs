@@ -9,9 +9,8 @@ use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
 use shardgate::ids::{Iuid, LocalityUuid, ManualClock, UniqidMinter};
-use tokio::net::TcpListener;
 
-use crate::support::{backend, get, proxy_on, send, BoxError, Running, TestResult};
+use crate::support::{get, proxy_on, send, three_backends, three_listeners, BoxError, Running, TestResult};
 
 const REGIONS: [&str; 3] = ["eu", "kz", "us"];
 
@@ -63,7 +62,7 @@ routes:
 }
 
 struct Mesh {
-    backends: Vec<Running>,
+    backends: [Running; 3],
     gateways: Vec<Running>,
 }
 
@@ -72,17 +71,9 @@ async fn mesh(owners_of_kz: [&str; 3], max_hops: u32) -> Result<Mesh, BoxError> 
 }
 
 async fn mesh_with(owners_of_kz: [&str; 3], max_hops: u32, kz_fails_over_to_eu: bool) -> Result<Mesh, BoxError> {
-    let mut backends = Vec::new();
-    for r in REGIONS {
-        backends.push(backend(r).await?);
-    }
+    let backends = three_backends().await?;
     let be = [backends[0].addr, backends[1].addr, backends[2].addr];
-    let listeners = [
-        TcpListener::bind("127.0.0.1:0").await?,
-        TcpListener::bind("127.0.0.1:0").await?,
-        TcpListener::bind("127.0.0.1:0").await?,
-    ];
-    let gw = [listeners[0].local_addr()?, listeners[1].local_addr()?, listeners[2].local_addr()?];
+    let (listeners, gw) = three_listeners().await?;
     let mut gateways = Vec::new();
     for (i, l) in listeners.into_iter().enumerate() {
         let mut yaml = mesh_table(REGIONS[i], &gw, &be, owners_of_kz[i], max_hops);

@@ -31,7 +31,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
-use crate::support::{backend, proxy, proxy_on, table, BoxError, Got, Running, TestResult};
+use crate::support::{proxy, proxy_on, table, three_backends, three_listeners, BoxError, Got, TestResult};
 
 /// A test certificate authority.
 struct Ca {
@@ -155,10 +155,6 @@ async fn h1_get(
 
 fn order(country: u8) -> String {
     format!("/v1/orders/{}", Iuid::from_fields(1_700_000_000_000, country, 3, 1))
-}
-
-async fn three_backends() -> Result<[Running; 3], BoxError> {
-    Ok([backend("eu").await?, backend("kz").await?, backend("us").await?])
 }
 
 #[tokio::test]
@@ -379,12 +375,7 @@ async fn mesh_over_mutual_tls_trusts_only_peers_with_certificates() -> TestResul
     let ca = write(d, "mesh-ca.pem", &mesh_ca.pem())?;
     let backends = three_backends().await?;
     let be = [backends[0].addr, backends[1].addr, backends[2].addr];
-    let listeners = [
-        TcpListener::bind("127.0.0.1:0").await?,
-        TcpListener::bind("127.0.0.1:0").await?,
-        TcpListener::bind("127.0.0.1:0").await?,
-    ];
-    let gw = [listeners[0].local_addr()?, listeners[1].local_addr()?, listeners[2].local_addr()?];
+    let (listeners, gw) = three_listeners().await?;
     let health = "{ interval: 100ms, timeout: 500ms, fall: 1, rise: 1 }";
     let mut gateways = Vec::new();
     for (i, l) in listeners.into_iter().enumerate() {

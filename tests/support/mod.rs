@@ -191,6 +191,23 @@ impl<T> futures_core::Stream for ReceiverStream<T> {
     }
 }
 
+/// Backends for the regions eu, kz and us, in that order.
+pub async fn three_backends() -> Result<[Running; 3], BoxError> {
+    Ok([backend("eu").await?, backend("kz").await?, backend("us").await?])
+}
+
+/// Three listeners on 127.0.0.1 port 0 and their addresses, so the tables
+/// of three instances can name each other before any of them serves.
+pub async fn three_listeners() -> Result<([TcpListener; 3], [SocketAddr; 3]), BoxError> {
+    let listeners = [
+        TcpListener::bind("127.0.0.1:0").await?,
+        TcpListener::bind("127.0.0.1:0").await?,
+        TcpListener::bind("127.0.0.1:0").await?,
+    ];
+    let addrs = [listeners[0].local_addr()?, listeners[1].local_addr()?, listeners[2].local_addr()?];
+    Ok((listeners, addrs))
+}
+
 /// A proxy serving `yaml` (a routing table) on 127.0.0.1 port 0.
 pub async fn proxy(yaml: &str) -> Result<Running, BoxError> {
     proxy_on(TcpListener::bind("127.0.0.1:0").await?, yaml).await
