@@ -291,23 +291,7 @@ pub async fn serve_counted_tls(
         let conn = graceful.watch(conn);
         let idle = opts.idle_timeout;
         tokio::spawn(async move {
-            tokio::pin!(conn);
-            loop {
-                let quiet = activity.quiet_for();
-                if quiet >= idle {
-                    tracing::debug!(%peer, ?idle, "closing a connection idle mid-request (server.idle_timeout)");
-                    break;
-                }
-                tokio::select! {
-                    ended = &mut conn => {
-                        if let Err(e) = ended {
-                            tracing::debug!(error = %e, %peer, "connection ended with an error");
-                        }
-                        break;
-                    }
-                    _ = tokio::time::sleep(idle - quiet) => {}
-                }
-            }
+            until_idle(conn, &activity, idle, peer).await;
             drop(open);
             drop(slot);
         });
