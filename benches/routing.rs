@@ -138,7 +138,7 @@ fn request(c: &mut Criterion) {
     let by_query_second_format = parts(&format!("/v1/invoices?page=2&id={uniqid}"), None);
     for p in [&by_path, &by_header, &by_query_second_format] {
         let mut d = Decision::default();
-        let located = locate(&table, p, &minters, &mut d).expect("the bench requests route");
+        let located = locate(&table, p, &minters, false, &mut d).expect("the bench requests route");
         assert_eq!(table.region(located.placement.region).name, "kz", "{}", p.uri);
     }
 
@@ -147,7 +147,7 @@ fn request(c: &mut Criterion) {
         g.bench_function(name, |b| {
             b.iter(|| {
                 let mut d = Decision::default();
-                locate(black_box(&table), black_box(p), &minters, &mut d).map(|l| l.placement.region)
+                locate(black_box(&table), black_box(p), &minters, false, &mut d).map(|l| l.placement.region)
             })
         });
     }

@@ -553,7 +553,7 @@ pub fn outcome_for_reason(reason: &str) -> &'static str {
         "no_route" => "no_route",
         "no_owner" => "no_owner",
         "missing_id" => "bad_id",
-        "missing_country" | "unknown_country" => "bad_request",
+        "missing_country" | "unknown_country" | "client_id_mismatch" => "bad_request",
         "region_unavailable" => "unavailable",
         "upstream_timeout" | "request_timeout" => "timeout",
         "upstream_connect_failed" | "upstream_failed" => "upstream_error",

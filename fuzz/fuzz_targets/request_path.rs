@@ -140,7 +140,7 @@ fuzz_target!(|data: &[u8]| {
             parts.uri = uri.clone();
             parts.headers = headers.clone();
             let mut decision = Decision::default();
-            match locate(table, &parts, minters(), &mut decision) {
+            match locate(table, &parts, minters(), false, &mut decision) {
                 Ok(l) => assert!(usize::from(l.placement.region.0) < table.regions().len()),
                 Err(e) => assert!(matches!(e.status().as_u16(), 400 | 404 | 502), "{e}"),
             }

@@ -709,11 +709,17 @@ impl Default for RetryBudget {
 pub struct Mesh {
     /// Most shardgate hops a request may take.
     pub max_hops: u32,
+    /// Source networks of the peer shardgates on a mesh without client
+    /// certificates: only requests from them have their mesh headers
+    /// honoured. On a listener with `server.tls.client_ca` a verified client
+    /// certificate is required instead.
+    pub trusted_peers: Vec<Cidr>,
 }
 
 impl Default for Mesh {
     fn default() -> Self {
-        Mesh { max_hops: 2 }
+        // Front door → owner → failover region → its failover region.
+        Mesh { max_hops: 3, trusted_peers: Vec::new() }
     }
 }
 
@@ -793,6 +799,12 @@ pub struct MintSpec {
     /// `Location` template for the response, with `{id}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub location: Option<String>,
+    /// Accept an id the client sends in `header` (idempotent retries of a
+    /// create) when it is valid for this rule: the rule's format, the
+    /// requested country and the rule's entity. Off: the client's id is
+    /// dropped and a fresh one minted.
+    #[serde(default)]
+    pub accept_client_id: bool,
 }
 
 /// `routes[i].mint.country`: exactly one key.

@@ -209,7 +209,7 @@ const UPSTREAM: Shape = Struct(&[
     ("eject_for", Any),
     ("tls", Struct(&[("ca", Any), ("cert", Any), ("key", Any)])),
 ]);
-const MESH: Shape = Struct(&[("max_hops", Any)]);
+const MESH: Shape = Struct(&[("max_hops", Any), ("trusted_peers", SeqOf(&Any))]);
 const LOG: Shape = Struct(&[("access", Any), ("ids", Any)]);
 const MINT_BATCH: Shape = Struct(&[("path", Any), ("max_count", Any)]);
 const ROUTE: Shape = Struct(&[
@@ -226,6 +226,7 @@ const ROUTE: Shape = Struct(&[
             ("country", Struct(&[("header", Any), ("query", Any), ("fixed", Any), ("local", Any)])),
             ("header", Any),
             ("location", Any),
+            ("accept_client_id", Any),
         ]),
     ),
 ]);

@@ -225,6 +225,9 @@ pub fn check(cfg: &Config, ctx: &mut Ctx<'_>) {
 
     // Countries and entities.
     let mut by_id: BTreeMap<i64, &str> = BTreeMap::new();
+    // Requests name countries case-insensitively (`X-Country: kz`), so two
+    // names that differ only in case would be ambiguous.
+    let mut by_folded: BTreeMap<String, &str> = BTreeMap::new();
     for (name, c) in &cfg.countries {
         let p = root.k("countries").k(name);
         if !is_name(name) {
@@ -232,6 +235,13 @@ pub fn check(cfg: &Config, ctx: &mut Ctx<'_>) {
                 &p,
                 format!("invalid country name {}", show(name)),
                 Some("use letters, digits, `-` and `_` only, e.g. KZ"),
+            );
+        }
+        if let Some(other) = by_folded.insert(name.to_ascii_lowercase(), name) {
+            ctx.at_key(
+                &p,
+                format!("country name {} differs from {} only in case", show(name), show(other)),
+                Some("country names are matched case-insensitively; rename one"),
             );
         }
         if !(0..=255).contains(&c.id) {

@@ -1,10 +1,20 @@
-//! The regional mesh: hop and loop headers between shardgate peers.
+//! The regional mesh: hop, loop and failover headers between shardgate peers.
 //!
 //! When the owner of an entity is another region, this instance forwards the
 //! request to that region's shardgate, appending `Forwarded: by=_<instance>`
 //! (RFC 7239, an obfuscated node name) and incrementing
 //! `X-Shardgate-Hops`. A request that already names this instance in
 //! `Forwarded`, or that would exceed the hop limit, is answered 508.
+//!
+//! When a region is down and fails over to a region served by another
+//! shardgate, the request goes there with `X-Shardgate-Failover: <chain>`:
+//! the owner first, then every failover region tried, the last one being the
+//! region asked to serve. That shardgate serves it from its own backends, or
+//! follows its region's `failover` on, never back to a region in the chain.
+//!
+//! These headers, and the minted id a peer relays on a create route, are
+//! honoured only from an authenticated peer ([`crate::proxy::ConnInfo::is_mesh_peer`]);
+//! from anyone else they are removed before routing.
 
 pub mod health;
 
@@ -18,7 +28,8 @@ pub const READY_PATH: &str = "/.shardgate/ready";
 /// The hop counter header.
 pub const HOPS: HeaderName = HeaderName::from_static("x-shardgate-hops");
 /// Set by a peer that failed a region over to the receiving instance's
-/// region: serve from here, do not place again.
+/// region: the failover chain (owner first, the region to serve last);
+/// serve from here, do not place again.
 pub const FAILOVER: HeaderName = HeaderName::from_static("x-shardgate-failover");
 /// RFC 7239 `Forwarded`.
 pub const FORWARDED: HeaderName = HeaderName::from_static("forwarded");
@@ -73,27 +84,35 @@ pub fn mark_forwarded(headers: &mut HeaderMap, node: &str, hops: u32) {
     headers.insert(HOPS, HeaderValue::from(hops));
 }
 
-/// Removes the mesh headers (every `Forwarded` field and `X-Shardgate-Hops`)
-/// from a request whose connection is not a trusted peer, so it is routed as
-/// a fresh client request. Returns whether any were present.
-pub fn strip_from_request(headers: &mut HeaderMap) -> bool {
+/// Removes the mesh headers (`X-Shardgate-Hops`, `X-Shardgate-Failover`
+/// and, unless `keep_forwarded`, every `Forwarded` field) from a request
+/// whose connection is not an authenticated peer, so it is routed as a fresh
+/// client request. `Forwarded` is kept from a `server.trusted_hops` proxy in
+/// front, as `X-Forwarded-For` is. Returns whether any were present.
+pub fn strip_from_request(headers: &mut HeaderMap, keep_forwarded: bool) -> bool {
     let hops = headers.remove(HOPS).is_some();
-    let forwarded = headers.remove(FORWARDED).is_some();
+    let forwarded = !keep_forwarded && headers.remove(FORWARDED).is_some();
     let failover = headers.remove(FAILOVER).is_some();
     hops || forwarded || failover
 }
 
-/// Marks a request failed over to `region` through that region's peer:
-/// the peer serves it from its own backends instead of placing it again.
-pub fn mark_failover(headers: &mut HeaderMap, region: &str) {
-    if let Ok(v) = HeaderValue::from_str(region) {
+/// Marks a request failed over through a peer with the failover `chain`
+/// (the owner first, the region the peer is asked to serve from last): the
+/// peer serves it from its own backends, or follows the chain on, instead of
+/// placing it again.
+pub fn mark_failover<'a>(headers: &mut HeaderMap, chain: impl IntoIterator<Item = &'a str>) {
+    let text = chain.into_iter().collect::<Vec<_>>().join(", ");
+    if let Ok(v) = HeaderValue::from_str(&text) {
         headers.insert(FAILOVER, v);
     }
 }
 
-/// Removes the failover mark and returns the region it names.
-pub fn take_failover(headers: &mut HeaderMap) -> Option<String> {
-    headers.remove(FAILOVER).and_then(|v| v.to_str().ok().map(str::to_string))
+/// Removes the failover mark and returns its chain of region names (empty
+/// when there was none; a single name is a chain of one).
+pub fn take_failover(headers: &mut HeaderMap) -> Vec<String> {
+    let Some(v) = headers.remove(FAILOVER) else { return Vec::new() };
+    let Ok(text) = v.to_str() else { return Vec::new() };
+    text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect()
 }
 
 /// Removes mesh headers a peer put on its response before it reaches a client.
@@ -117,6 +136,18 @@ mod tests {
         assert_eq!(inspect(&h, "_gw-us"), Hops { count: 2, seen_self: false });
         h.insert(HOPS, HeaderValue::from_static("+1"));
         assert_eq!(inspect(&h, "_gw-us").count, u32::MAX);
+    }
+
+    #[test]
+    fn failover_chains_round_trip() {
+        let mut h = HeaderMap::new();
+        assert!(take_failover(&mut h).is_empty());
+        mark_failover(&mut h, ["kz", "eu"]);
+        assert_eq!(h.get(FAILOVER).map(|v| v.as_bytes()), Some(&b"kz, eu"[..]));
+        assert_eq!(take_failover(&mut h), ["kz", "eu"]);
+        assert!(h.get(FAILOVER).is_none());
+        h.insert(FAILOVER, HeaderValue::from_static("eu"));
+        assert_eq!(take_failover(&mut h), ["eu"]);
     }
 
     #[test]

@@ -77,6 +77,14 @@ pub enum ProxyError {
         /// What was there (absent: `None`).
         value: Option<String>,
     },
+    /// A create request carries an id of its own that the route's mint rule
+    /// would not have minted (with `accept_client_id`).
+    ClientIdRejected {
+        /// Where the id was read.
+        param: ParamName,
+        /// Why it does not fit the rule.
+        detail: String,
+    },
     /// A batch mint request with a bad parameter.
     BadMintRequest {
         /// What is wrong, naming the parameter and value.
@@ -100,9 +108,10 @@ impl ProxyError {
     pub fn status(&self) -> StatusCode {
         match self {
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
-            ProxyError::MissingId { .. } | ProxyError::BadId { .. } | ProxyError::BadCountry { .. } => {
-                StatusCode::BAD_REQUEST
-            }
+            ProxyError::MissingId { .. }
+            | ProxyError::BadId { .. }
+            | ProxyError::BadCountry { .. }
+            | ProxyError::ClientIdRejected { .. } => StatusCode::BAD_REQUEST,
             ProxyError::NoOwner { .. } | ProxyError::UpstreamConnect { .. } | ProxyError::UpstreamFailed { .. } => {
                 StatusCode::BAD_GATEWAY
             }
@@ -134,6 +143,7 @@ impl ProxyError {
             ProxyError::BadCountry { value: None, .. } => "missing_country",
             ProxyError::BadCountry { .. } => "unknown_country",
             ProxyError::Loop { .. } => "loop_detected",
+            ProxyError::ClientIdRejected { .. } => "client_id_mismatch",
             ProxyError::BadMintRequest { .. } => "bad_mint_request",
             ProxyError::TooManyConnections { .. } => "too_many_connections",
         }
@@ -146,6 +156,7 @@ impl ProxyError {
             ProxyError::MissingId { .. }
             | ProxyError::BadId { .. }
             | ProxyError::BadCountry { .. }
+            | ProxyError::ClientIdRejected { .. }
             | ProxyError::UriTooLong { .. }
             | ProxyError::HeadersTooLarge { .. } => "http_request_error",
             ProxyError::RegionUnavailable { .. } => "destination_unavailable",
@@ -172,6 +183,7 @@ impl ProxyError {
             ProxyError::UriTooLong { .. } => "URI too long",
             ProxyError::HeadersTooLarge { .. } => "Request headers too large",
             ProxyError::BadCountry { .. } => "Invalid country",
+            ProxyError::ClientIdRejected { .. } => "Client id rejected",
             ProxyError::Loop { .. } => "Loop detected",
             ProxyError::BadMintRequest { .. } => "Invalid mint request",
             ProxyError::TooManyConnections { .. } => "Too many connections",
@@ -188,6 +200,7 @@ impl ProxyError {
             ProxyError::UpstreamConnect { .. } | ProxyError::UpstreamFailed { .. } => "upstream-failed",
             ProxyError::UriTooLong { .. } | ProxyError::HeadersTooLarge { .. } => "request-too-large",
             ProxyError::BadCountry { .. } => "invalid-country",
+            ProxyError::ClientIdRejected { .. } => "invalid-entity-id",
             ProxyError::Loop { .. } => "loop-detected",
             ProxyError::BadMintRequest { .. } => "invalid-mint-request",
             ProxyError::TooManyConnections { .. } => "too-many-connections",
@@ -198,7 +211,8 @@ impl ProxyError {
         match self {
             ProxyError::MissingId { param }
             | ProxyError::BadId { param, .. }
-            | ProxyError::BadCountry { param, .. } => Some(param),
+            | ProxyError::BadCountry { param, .. }
+            | ProxyError::ClientIdRejected { param, .. } => Some(param),
             _ => None,
         }
     }
@@ -227,6 +241,9 @@ impl fmt::Display for ProxyError {
             ProxyError::BadCountry { param, value: None } => write!(f, "the country is missing: expected in {param}"),
             ProxyError::BadCountry { param, value: Some(v) } => {
                 write!(f, "{param} names an unknown country: {}", quote(v))
+            }
+            ProxyError::ClientIdRejected { param, detail } => {
+                write!(f, "{param} holds an id this route would not mint: {detail}")
             }
             ProxyError::Loop { detail } => write!(f, "mesh loop: {detail}"),
             ProxyError::BadMintRequest { detail } => write!(f, "invalid batch mint request: {detail}"),

@@ -24,11 +24,13 @@ pub struct Located<'t> {
 
 /// Matches, extracts, decodes (or mints) and places. What it learns along
 /// the way goes into `decision`, so the access log names the route even when
-/// the id is rejected.
+/// the id is rejected. `relayed`: the request comes from an authenticated
+/// peer shardgate, whose minted id a create route keeps ([`mint::mint`]).
 pub fn locate<'t>(
     table: &'t Table,
     parts: &Parts,
     minters: &mint::Minters,
+    relayed: bool,
     decision: &mut Decision<'t>,
 ) -> Result<Located<'t>, ProxyError> {
     let m = table.match_route(&parts.method, parts.uri.path()).ok_or(ProxyError::NoRoute)?;
@@ -45,7 +47,7 @@ pub fn locate<'t>(
             })?
         }
         (None, Some(rule)) => {
-            let id = mint::mint(rule, parts, table, minters)?;
+            let id = mint::mint(rule, parts, table, minters, relayed)?;
             decision.minted = true;
             id
         }

@@ -71,13 +71,31 @@ fn country_named(raw: &str, table: &Table) -> Option<u8> {
     table.country_by_name(raw).or_else(|| ids::text_decimal_u8(raw).filter(|&c| table.country_name(c).is_some()))
 }
 
-/// The id for a create request: the one already in the rule's header when it
-/// is a valid id of the rule's format (a client retrying its create, or a
-/// peer shardgate that minted it before forwarding), else a fresh one.
-pub fn mint(rule: &MintRule, parts: &Parts, table: &Table, minters: &Minters) -> Result<Decoded, ProxyError> {
-    if let Some(existing) = parts.headers.get(&rule.header).and_then(|v| v.to_str().ok()) {
-        if let Ok(id) = ids::parse(rule.format, existing, table.id_params()) {
-            return Ok(id);
+/// The id for a create request. shardgate mints it, so a client cannot
+/// choose another region, country or entity for its entity:
+///
+/// * on a request `relayed` by an authenticated peer shardgate, the id the
+///   peer minted (in the rule's header, when it is valid in the rule's
+///   format) is kept, so the entity keeps the id the client was told;
+/// * with the rule's `accept_client_id`, an id the client sends in the
+///   header is kept when it is valid for the rule (format, the requested
+///   country, the rule's entity; a uniqid's shard in the country's region),
+///   else the request is a 400;
+/// * otherwise a client's id is ignored (the minted one replaces it).
+pub fn mint(
+    rule: &MintRule,
+    parts: &Parts,
+    table: &Table,
+    minters: &Minters,
+    relayed: bool,
+) -> Result<Decoded, ProxyError> {
+    if let Some(value) = parts.headers.get(&rule.header) {
+        if relayed {
+            if let Some(id) = value.to_str().ok().and_then(|v| ids::parse(rule.format, v, table.id_params()).ok()) {
+                return Ok(id);
+            }
+        } else if rule.accept_client_id {
+            return client_id(rule, value, parts, table);
         }
     }
     let mut rng = rand::rng();
@@ -94,11 +112,7 @@ pub fn mint(rule: &MintRule, parts: &Parts, table: &Table, minters: &Minters) ->
             let shard = match country {
                 Some(c) => {
                     // A shard owned by the region that owns the country.
-                    let probe = Decoded::Iuid(Iuid::from_fields(0, c, rule.entity.unwrap_or(0), 0));
-                    let region = table
-                        .place(&probe, Strategy::Country)
-                        .map_err(|e| ProxyError::NoOwner { detail: e.to_string() })?
-                        .region;
+                    let region = country_region(c, rule, table)?;
                     let owned: Vec<u32> = (0..total).filter(|&s| table.shard_owner(s) == Some(region)).collect();
                     if owned.is_empty() {
                         return Err(ProxyError::NoOwner {
@@ -167,12 +181,13 @@ pub fn batch(query: Option<&str>, table: &Table, minters: &Minters) -> Result<Ve
         country: country.map(CountrySource::Fixed),
         header: http::HeaderName::from_static("x-shardgate-batch"),
         location: None,
+        accept_client_id: false,
     };
     let parts = http::Request::new(()).into_parts().0;
     let mut out = Vec::with_capacity(64 + count as usize * 40);
     out.extend_from_slice(format!("{{\"format\":\"{format}\",\"count\":{count},\"ids\":[").as_bytes());
     for i in 0..count {
-        let id = mint(&rule, &parts, table, minters)?;
+        let id = mint(&rule, &parts, table, minters, false)?;
         if i > 0 {
             out.push(b',');
         }
@@ -180,6 +195,63 @@ pub fn batch(query: Option<&str>, table: &Table, minters: &Minters) -> Result<Ve
     }
     out.extend_from_slice(b"]}\n");
     Ok(out)
+}
+
+/// A client-chosen id on a route with `accept_client_id`, if it is one the
+/// rule could have minted for this request.
+fn client_id(rule: &MintRule, value: &http::HeaderValue, parts: &Parts, table: &Table) -> Result<Decoded, ProxyError> {
+    let param = format!("header '{}'", rule.header);
+    let raw = String::from_utf8_lossy(value.as_bytes());
+    let id = ids::parse(rule.format, &raw, table.id_params()).map_err(|error| ProxyError::BadId {
+        param: param.clone(),
+        error,
+        input: raw.to_string(),
+    })?;
+    let country = rule.country.as_ref().map(|source| country(source, parts, table)).transpose()?;
+    let named = |c: u8| match table.country_name(c) {
+        Some(name) => format!("{c} ({name})"),
+        None => c.to_string(),
+    };
+    let reject = |detail: String| ProxyError::ClientIdRejected { param: param.clone(), detail };
+    match &id {
+        Decoded::Iuid(i) => {
+            if let Some(c) = country.filter(|&c| c != i.country()) {
+                return Err(reject(format!("its country {} is not the requested {}", named(i.country()), named(c))));
+            }
+            if let Some(e) = rule.entity.filter(|&e| e != i.service_entity()) {
+                let entity = |code: u8| match table.entity_name(code) {
+                    Some(name) => format!("{code} ({name})"),
+                    None => code.to_string(),
+                };
+                return Err(reject(format!(
+                    "its entity {} is not this route's {}",
+                    entity(i.service_entity()),
+                    entity(e)
+                )));
+            }
+        }
+        Decoded::Uniqid(u) => {
+            if let Some(c) = country {
+                let region = country_region(c, rule, table)?;
+                if table.shard_owner(u.shard()) != Some(region) {
+                    return Err(reject(format!(
+                        "its shard {} is not owned by region {}, which owns country {}",
+                        u.shard(),
+                        table.region(region).name,
+                        named(c)
+                    )));
+                }
+            }
+        }
+        _ => {}
+    }
+    Ok(id)
+}
+
+/// The region that owns country `c` (for the rule's entity, so overrides count).
+fn country_region(c: u8, rule: &MintRule, table: &Table) -> Result<crate::routing::RegionId, ProxyError> {
+    let probe = Decoded::Iuid(Iuid::from_fields(0, c, rule.entity.unwrap_or(0), 0));
+    Ok(table.place(&probe, Strategy::Country).map_err(|e| ProxyError::NoOwner { detail: e.to_string() })?.region)
 }
 
 fn quote(s: &str) -> String {

@@ -69,7 +69,6 @@ struct Target<'t> {
     region: &'t crate::routing::Region,
     endpoints: &'t [crate::routing::Upstream],
     via_peer: bool,
-    failover_from: Option<&'t str>,
 }
 
 /// What the router decided for one request, for logs and debug headers.
@@ -98,12 +97,13 @@ pub struct Decision<'t> {
 }
 
 impl Decision<'_> {
-    /// The placement rule as text (`country 7`, `...; failover from kz`),
-    /// built only when a log line or debug header needs it.
-    pub fn rule_text(&self) -> Option<String> {
+    /// The placement rule as text with the table's names (`country 7 (KZ)`,
+    /// `override KZ/WalletAccount; failover from kz`), built only when a log
+    /// line or debug header needs it.
+    pub fn rule_text(&self, table: &Table) -> Option<String> {
         self.rule.map(|rule| match self.failover_from {
-            Some(from) => format!("{rule}; failover from {from}"),
-            None => rule.to_string(),
+            Some(from) => format!("{}; failover from {from}", table.explain(rule)),
+            None => table.explain(rule).to_string(),
         })
     }
 }
@@ -226,8 +226,14 @@ impl Proxy {
             }
         }
         let conn = conn.into();
-        if !conn.mesh_trusted && mesh::strip_from_request(req.headers_mut()) {
-            tracing::debug!(peer = %conn.peer, "mesh headers from a client without a trusted certificate removed");
+        let snapshot = self.shared.snapshot();
+        let settings = snapshot.table.settings();
+        let from_peer = conn.is_mesh_peer(&settings.trusted_peers);
+        if !from_peer {
+            let trusted_hop = settings.server.trusted_hops.iter().any(|c| c.contains(conn.peer.ip()));
+            if mesh::strip_from_request(req.headers_mut(), trusted_hop) {
+                tracing::debug!(peer = %conn.peer, "mesh headers from a client that is not an authenticated peer removed");
+            }
         }
         let started = Instant::now();
         self.handled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -245,10 +251,9 @@ impl Proxy {
         let uri = req.uri().clone();
         let method = req.method().clone();
         let version = req.version();
-        let snapshot = self.shared.snapshot();
         let table = &snapshot.table;
         let mut decision = Decision::default();
-        let result = self.route_and_forward(table, req, conn, &mut decision).await;
+        let result = self.route_and_forward(table, req, conn, from_peer, &mut decision).await;
         let upstream = decision.upstream_started.map(|t| t.elapsed());
         let (mut resp, reason, outcome, upstream_ok) = match result {
             Ok(resp) => {
@@ -275,14 +280,13 @@ impl Proxy {
                 (resp, Some(err.reason()), outcome, false)
             }
         };
-        let settings = table.settings();
         let h = resp.headers_mut();
         h.insert(headers::X_REQUEST_ID, request_id.clone());
         if self.drain.is_draining() && version <= http::Version::HTTP_11 {
             h.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
         }
         if settings.server.debug_headers {
-            let rule = decision.rule_text();
+            let rule = decision.rule_text(table);
             for (name, value) in [
                 ("x-shardgate-route", decision.route),
                 ("x-shardgate-region", decision.region),
@@ -320,7 +324,7 @@ impl Proxy {
                 duration_s = duration.as_secs_f64(),
                 upstream_duration_s = upstream.map(|d| d.as_secs_f64()),
                 region = decision.region,
-                rule = decision.rule_text().as_deref(),
+                rule = decision.rule_text(table).as_deref(),
                 attempts = decision.attempts,
                 peer_forwarded = decision.peer,
                 outcome,
@@ -333,31 +337,33 @@ impl Proxy {
         resp
     }
 
-    /// Where a request placed in `owner` goes: this region's backends, or the
-    /// owner's shardgate when the owner is another region (or has no
-    /// backends of its own); when none of those endpoints is healthy, the
-    /// owner's failover region (reads always, writes only where the route
-    /// allows), else 503.
-    fn dispatch<'t>(&self, table: &'t Table, owner: RegionId, can_fail_over: bool) -> Result<Target<'t>, ProxyError> {
-        let mut id = owner;
-        let mut failover_from = None;
-        for _ in 0..=table.regions().len() {
+    /// Where a request goes whose failover `chain` (the owner first) ends in
+    /// the region to try: that region's backends, or its shardgate when it is
+    /// another region (or has no backends of its own). When none of those
+    /// endpoints is healthy, the region's failover region is appended to the
+    /// chain and tried in turn (reads always, writes only where the route
+    /// allows), never a region already in the chain; else 503.
+    fn dispatch<'t>(
+        &self,
+        table: &'t Table,
+        chain: &mut Vec<RegionId>,
+        can_fail_over: bool,
+    ) -> Result<Target<'t>, ProxyError> {
+        let owner = chain.first().copied().unwrap_or(RegionId(0));
+        while let Some(&id) = chain.last() {
             let region = table.region(id);
             let remote = table.local_region().is_some_and(|local| local != id);
             if remote || region.upstreams.is_empty() {
                 if let Some(peer) = region.peer.as_ref().filter(|p| self.health.usable(&p.uri)) {
                     let endpoints = std::slice::from_ref(peer);
-                    return Ok(Target { region, endpoints, via_peer: true, failover_from });
+                    return Ok(Target { region, endpoints, via_peer: true });
                 }
             }
             if region.upstreams.iter().any(|u| self.health.usable(&u.uri)) {
-                return Ok(Target { region, endpoints: &region.upstreams, via_peer: false, failover_from });
+                return Ok(Target { region, endpoints: &region.upstreams, via_peer: false });
             }
             match region.failover {
-                Some(next) if can_fail_over => {
-                    failover_from.get_or_insert(table.region(owner).name.as_str());
-                    id = next;
-                }
+                Some(next) if can_fail_over && !chain.contains(&next) => chain.push(next),
                 _ => break,
             }
         }
@@ -369,6 +375,7 @@ impl Proxy {
         table: &'t Table,
         req: Request<Incoming>,
         conn: ConnInfo,
+        from_peer: bool,
         decision: &mut Decision<'t>,
     ) -> Result<Response<Incoming>, ProxyError> {
         let settings = table.settings();
@@ -383,22 +390,22 @@ impl Proxy {
         let (mut parts, body) = req.into_parts();
         let hops = mesh::inspect(&parts.headers, &self.node);
         // A request failed over to this instance's region comes back here
-        // legitimately (this instance sent it to the owner, whose backends
-        // are down); anything else that names this instance is a loop.
-        let failover_mark = mesh::take_failover(&mut parts.headers);
-        let failover_to_local = failover_mark
-            .as_deref()
-            .and_then(|name| table.region_by_name(name))
-            .filter(|r| Some(*r) == table.local_region());
+        // legitimately (this instance may have sent it to the owner, whose
+        // backends are down); anything else that names this instance is a loop.
+        let relayed_chain = mesh::take_failover(&mut parts.headers);
+        let local = table.local_region();
+        let failover_to_local =
+            relayed_chain.last().and_then(|name| table.region_by_name(name)).filter(|r| Some(*r) == local);
         if hops.seen_self && failover_to_local.is_none() {
             return Err(ProxyError::Loop {
                 detail: format!("this instance ({}) already forwarded the request", self.name),
             });
         }
-        let located = locate::locate(table, &parts, &self.minters, decision)?;
+        let relayed = from_peer && hops.count > 0;
+        let located = locate::locate(table, &parts, &self.minters, relayed, decision)?;
         let route = located.route;
         // A minted id goes upstream in the rule's header, and back to the
-        // client there and in `Location`.
+        // client there and in `Location` once the owner accepted the create.
         let minted = route
             .mint
             .as_ref()
@@ -406,20 +413,20 @@ impl Proxy {
             .map(|rule| (rule.header.clone(), located.id.to_string(), rule.location.clone()));
         let owner = located.placement.region;
         // A peer that failed a region over to this one asks it to serve the
-        // request from here: placing it again would send it back (its owner's
-        // region is down, which this instance's table may not know yet).
-        let local_failover = failover_to_local;
-        let region_id = local_failover.unwrap_or(owner);
-        if local_failover.is_some_and(|l| l != owner) {
-            decision.failover_from = Some(table.region(owner).name.as_str());
-        }
-
+        // request from here (or to follow this region's failover on): placing
+        // it again would send it back, since its owner's region is down and
+        // this instance's table may not know it yet.
+        let mut chain: Vec<RegionId> = match failover_to_local {
+            Some(_) => relayed_chain.iter().filter_map(|name| table.region_by_name(name)).collect(),
+            None => vec![owner],
+        };
         let can_fail_over = forward::is_idempotent(&parts.method) || route.allow_failover_writes;
-        let target = self.dispatch(table, region_id, can_fail_over && local_failover.is_none())?;
-        if let Some(from) = target.failover_from {
-            decision.failover_from = Some(from);
+        let target = self.dispatch(table, &mut chain, can_fail_over)?;
+        if chain.len() > 1 {
+            let from = chain.first().map(|&r| table.region(r).name.as_str());
+            decision.failover_from = from.filter(|f| *f != target.region.name);
             if target.via_peer {
-                mesh::mark_failover(&mut parts.headers, &target.region.name);
+                mesh::mark_failover(&mut parts.headers, chain.iter().map(|&r| table.region(r).name.as_str()));
             }
         }
         decision.region = Some(target.region.name.as_str());
@@ -487,7 +494,9 @@ impl Proxy {
             headers::remove_hop_by_hop(resp.headers_mut(), false);
         }
         mesh::strip_from_response(resp.headers_mut());
-        if let Some((header, id, location)) = minted {
+        // The id is announced only when the owner created the entity (2xx):
+        // after a failure the client must not hold an id nothing stands behind.
+        if let Some((header, id, location)) = minted.filter(|_| resp.status().is_success()) {
             if let Ok(v) = HeaderValue::from_str(&id) {
                 if let Some(loc) = location.and_then(|l| HeaderValue::from_str(&l.replace("{id}", &id)).ok()) {
                     resp.headers_mut().insert(http::header::LOCATION, loc);

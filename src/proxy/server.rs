@@ -125,20 +125,30 @@ pub struct ConnInfo {
     pub peer: SocketAddr,
     /// Whether the connection is TLS.
     pub tls: bool,
+    /// Whether the listener asks for client certificates (`server.tls.client_ca`).
+    pub client_auth: bool,
     /// Whether the client presented a certificate that verified against `server.tls.client_ca`.
     pub client_verified: bool,
-    /// Whether the mesh headers (`Forwarded`, `X-Shardgate-Hops`) of requests
-    /// on this connection are honoured. On a listener with `client_ca` only
-    /// connections with a verified client certificate are trusted; elsewhere
-    /// (plain HTTP, TLS without client certificates) every connection is, as
-    /// before TLS existed.
-    pub mesh_trusted: bool,
 }
 
 impl ConnInfo {
-    /// A plain-HTTP connection from `peer` (mesh headers trusted).
+    /// A plain-HTTP connection from `peer`.
     pub fn plain(peer: SocketAddr) -> ConnInfo {
-        ConnInfo { peer, tls: false, client_verified: false, mesh_trusted: true }
+        ConnInfo { peer, tls: false, client_auth: false, client_verified: false }
+    }
+
+    /// Whether the connection comes from an authenticated peer shardgate,
+    /// whose mesh headers (`Forwarded` with `by=`, `X-Shardgate-Hops`,
+    /// `X-Shardgate-Failover`, a relayed minted id) are honoured. On a
+    /// listener that asks for client certificates, only a verified
+    /// certificate authenticates; elsewhere only a source address in
+    /// `mesh.trusted_peers` does.
+    pub fn is_mesh_peer(&self, trusted_peers: &[crate::config::raw::Cidr]) -> bool {
+        if self.client_auth {
+            self.client_verified
+        } else {
+            trusted_peers.iter().any(|c| c.contains(self.peer.ip()))
+        }
     }
 }
 
@@ -268,8 +278,7 @@ pub async fn serve_counted_tls(
                     }
                 };
                 let verified = client_auth && stream.get_ref().1.peer_certificates().is_some_and(|c| !c.is_empty());
-                let info =
-                    ConnInfo { peer, tls: true, client_verified: verified, mesh_trusted: !client_auth || verified };
+                let info = ConnInfo { peer, tls: true, client_auth, client_verified: verified };
                 let service = service_fn(move |req| {
                     let proxy = Arc::clone(&proxy);
                     async move { Ok::<_, Infallible>(proxy.handle(req, info).await) }

@@ -163,6 +163,8 @@ pub struct MintRule {
     pub header: http::HeaderName,
     /// `Location` template with `{id}`.
     pub location: Option<String>,
+    /// Whether a client-supplied id that is valid for this rule is kept.
+    pub accept_client_id: bool,
 }
 
 /// Where a mint rule's country comes from.
@@ -202,6 +204,8 @@ pub struct Settings {
     pub upstream: UpstreamSettings,
     /// Most shardgate hops a request may take.
     pub max_hops: u32,
+    /// Peers whose mesh headers are honoured on connections without client certificates.
+    pub trusted_peers: Vec<crate::config::raw::Cidr>,
     /// Node identity for minting Locality UUIDs, when configured.
     pub locality_node: Option<NodeIdentity>,
     /// Locality minting mode.
@@ -431,6 +435,7 @@ impl Table {
             server: cfg.server.clone(),
             upstream: cfg.upstream.clone(),
             max_hops: cfg.mesh.max_hops,
+            trusted_peers: cfg.mesh.trusted_peers.clone(),
             locality_node,
             locality_mode: match ip.locality.mode {
                 LocalityModeName::Variable => LocalityMode::Variable,
@@ -529,9 +534,13 @@ impl Table {
         &self.params
     }
 
-    /// A country id by name.
+    /// A country id by name, case-insensitively (`KZ`, `kz`); validation
+    /// rejects names that differ only in case.
     pub fn country_by_name(&self, name: &str) -> Option<u8> {
-        self.countries.get(name).copied()
+        if let Some(&id) = self.countries.get(name) {
+            return Some(id);
+        }
+        self.countries.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, &id)| id)
     }
 
     /// A country name by id.
@@ -721,6 +730,7 @@ fn compile_routes(
                     .and_then(|h| http::HeaderName::from_bytes(h.as_bytes()).ok())
                     .unwrap_or(http::HeaderName::from_static("x-entity-id")),
                 location: m.location.clone(),
+                accept_client_id: m.accept_client_id,
             })
         });
         let pos = routes.len();

@@ -11,7 +11,7 @@
 #   3. ids owned by each region, sent through the front door and through each
 #      regional shardgate, reach that region's backend;
 #   4. a create (POST with X-Country) mints an id that reads back from the
-#      same region;
+#      same region; mesh headers and ids sent from the host are not believed;
 #   5. editing one region's table on the host changes routing, no restart;
 #   6. with kz's backend stopped, kz's entities fail over to eu (or get 503);
 # and always brings the stack down and removes what it created (trap).
@@ -198,6 +198,22 @@ for pair in KZ:kz US:us DE:eu; do
   expect_backend "$FRONT/v1/orders/$minted" "$owner" "read back of $minted (created for $country)"
 done
 say "create: ids minted for KZ, US and DE read back from kz, us and eu"
+
+# --- the host is not a peer --------------------------------------------------
+# A client on the host reaches the gateways from the network's gateway
+# address, which no table trusts: its mesh headers are removed, and the id it
+# sends with a create is replaced by a minted one.
+kz_entity=$("$BIN" mint --format iuid --country 7 --entity 3)
+for forged in 'X-Shardgate-Failover: kz, eu' 'Forwarded: by=_gw-eu' 'X-Shardgate-Hops: 9'; do
+  expect_backend_with() { req GET "$1" -H "$forged"; [[ "$STATUS" == 200 && "$BACKEND" == kz ]]; }
+  expect_backend_with "${GW[eu]}/v1/orders/$kz_entity" ||
+    fail "'$forged' from the host: $STATUS from '${BACKEND:-no backend}' instead of 200 from kz"
+done
+us_id=$("$BIN" mint --format iuid --country 1 --entity 4)
+req POST "$FRONT/v1/orders" -H 'X-Country: kz' -H "X-Entity-Id: $us_id" --data '{}'
+[[ "$STATUS" == 200 && "$BACKEND" == kz ]] || fail "create with a client's id: $STATUS from '${BACKEND:-no backend}'"
+[[ "$(header x-entity-id)" != "$us_id" ]] || fail "create kept the client's id $us_id"
+say "mesh headers from the host are removed; a create's client-sent id is replaced by a minted one"
 
 # --- live reload of one region's table ---------------------------------------
 # kz's table moves FR (country 33) from eu to kz; kz-gw then serves FR's

@@ -63,6 +63,7 @@ fixtures! {
     config_dangling_region => "dangling_region.yaml",
     config_dangling_country_and_entity => "dangling_country_entity.yaml",
     config_duplicate_country_id => "duplicate_country_id.yaml",
+    config_country_case_clash => "country_case_clash.yaml",
     config_duplicate_entity_code => "duplicate_entity_code.yaml",
     config_id_out_of_range => "id_out_of_range.yaml",
     config_shard_overlap => "shard_overlap.yaml",

@@ -3,14 +3,55 @@
 //! hop, creates are minted in the country's owner region, and tables that
 //! disagree end in 508 within the hop limit.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
 use shardgate::ids::{Iuid, LocalityUuid, ManualClock, UniqidMinter};
 
-use crate::support::{get, proxy_on, send, three_backends, three_listeners, BoxError, Running, TestResult};
+use crate::support::{
+    get, proxy, proxy_on, send, send_from, three_backends, three_listeners, BoxError, Got, Running, TestResult,
+};
+
+/// A client address that no mesh table trusts (they trust 127.0.0.1).
+const STRANGER: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 9));
+
+fn order(country: u8) -> String {
+    format!("/v1/orders/{}", Iuid::from_fields(1_700_000_000_000, country, 3, 1))
+}
+
+fn get_req(url: &str, headers: &[(&str, &str)]) -> Result<Request<Full<Bytes>>, BoxError> {
+    let mut req = Request::get(url);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    Ok(req.body(Full::new(Bytes::new()))?)
+}
+
+/// Sends `make()` until `done` accepts the answer (health checks take a
+/// few rounds to notice a stopped backend); fails after 10 s.
+async fn until<F>(
+    what: &str,
+    make: impl Fn() -> Result<Request<Full<Bytes>>, BoxError>,
+    done: F,
+) -> Result<Got, BoxError>
+where
+    F: Fn(&Got) -> bool,
+{
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = send(make()?).await?;
+        if done(&got) {
+            return Ok(got);
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{what}: still {} {}", got.status, String::from_utf8_lossy(&got.body)).into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
 
 const REGIONS: [&str; 3] = ["eu", "kz", "us"];
 
@@ -23,7 +64,7 @@ listen: 127.0.0.1:18080
 admin: 127.0.0.1:19901
 region: {local}
 instance: gw-{local}
-mesh: {{ max_hops: {max_hops} }}
+mesh: {{ max_hops: {max_hops}, trusted_peers: ["127.0.0.1/32"] }}
 mint_batch: {{ path: "/_shardgate/ids", max_count: 10000 }}
 upstream: {{ health: {{ interval: 100ms, timeout: 500ms, fall: 1, rise: 1 }} }}
 regions:
@@ -51,6 +92,9 @@ routes:
   - name: create-ticket
     match: {{ path: "/v1/tickets", methods: [POST] }}
     mint: {{ format: uniqid, country: {{ query: country }}, header: X-Ticket-Id }}
+  - name: create-order-idempotent
+    match: {{ path: "/v1/order-retries", methods: [POST] }}
+    mint: {{ format: iuid, entity: IntercityOrder, country: {{ header: X-Country }}, header: X-Entity-Id, accept_client_id: true }}
 "#,
         gw0 = gw[0],
         gw1 = gw[1],
@@ -71,15 +115,25 @@ async fn mesh(owners_of_kz: [&str; 3], max_hops: u32) -> Result<Mesh, BoxError> 
 }
 
 async fn mesh_with(owners_of_kz: [&str; 3], max_hops: u32, kz_fails_over_to_eu: bool) -> Result<Mesh, BoxError> {
+    let failover: &[(usize, &str)] = if kz_fails_over_to_eu { &[(1, "eu")] } else { &[] };
+    mesh_failing_over(owners_of_kz, max_hops, failover).await
+}
+
+/// A mesh whose regions (by index into [`REGIONS`]) fail over as listed.
+async fn mesh_failing_over(
+    owners_of_kz: [&str; 3],
+    max_hops: u32,
+    failover: &[(usize, &str)],
+) -> Result<Mesh, BoxError> {
     let backends = three_backends().await?;
     let be = [backends[0].addr, backends[1].addr, backends[2].addr];
     let (listeners, gw) = three_listeners().await?;
     let mut gateways = Vec::new();
     for (i, l) in listeners.into_iter().enumerate() {
         let mut yaml = mesh_table(REGIONS[i], &gw, &be, owners_of_kz[i], max_hops);
-        if kz_fails_over_to_eu {
-            let kz = format!("peer: \"http://{}\" }}", gw[1]);
-            yaml = yaml.replace(&kz, &format!("peer: \"http://{}\", failover: eu }}", gw[1]));
+        for &(region, to) in failover {
+            let peer = format!("peer: \"http://{}\" }}", gw[region]);
+            yaml = yaml.replace(&peer, &format!("peer: \"http://{}\", failover: {to} }}", gw[region]));
         }
         gateways.push(proxy_on(l, &yaml).await?);
     }
@@ -295,6 +349,159 @@ async fn a_million_ids_minted_concurrently_across_instances_are_unique() -> Test
             (400, Some(reason.to_string())),
             "{q}"
         );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn failover_chains_are_followed_across_peers() -> TestResult {
+    // kz fails over to eu, eu to us, in every table; kz's and eu's backends
+    // die. A KZ entity is served by us through every gateway: the kz
+    // gateway fails it over to eu's, which follows eu's failover on to us.
+    let m = mesh_failing_over(["kz", "kz", "kz"], 3, &[(1, "eu"), (0, "us")]).await?;
+    m.backends[0].stop();
+    m.backends[1].stop();
+    let path = order(7);
+    for gw in &m.gateways {
+        let got = until(&format!("via {}", gw.addr), || get_req(&gw.url(&path), &[]), |g| g.status != 503).await?;
+        assert_eq!(got.status, 200, "via {}: {}", gw.addr, String::from_utf8_lossy(&got.body));
+        assert_eq!(got.header("x-backend-region"), Some("us"), "via {}", gw.addr);
+        let headers = &got.json()?["headers"];
+        // The chain is a mesh header: the backend never sees it.
+        assert!(headers.get("x-shardgate-failover").is_none(), "{headers}");
+        let hops: u32 = headers["x-shardgate-hops"].as_str().map_or(Ok(0), str::parse)?;
+        assert!(hops <= 3, "{hops} hops");
+    }
+    // A single instance with the same chain answers the same way.
+    let be = [m.backends[0].addr, m.backends[1].addr, m.backends[2].addr];
+    let single = proxy(&format!(
+        r#"version: 1
+upstream: {{ health: {{ interval: 100ms, timeout: 500ms, fall: 1, rise: 1 }} }}
+regions:
+  eu: {{ upstreams: ["http://{}"], failover: us }}
+  kz: {{ upstreams: ["http://{}"], failover: eu }}
+  us: {{ upstreams: ["http://{}"] }}
+countries: {{ KZ: {{ id: 7, region: kz }} }}
+routes:
+  - {{ name: orders, match: {{ path: "/v1/orders/{{id}}" }}, id: {{ path_param: id, formats: [iuid] }} }}
+"#,
+        be[0], be[1], be[2]
+    ))
+    .await?;
+    let got = until("single instance", || get_req(&single.url(&path), &[]), |g| g.status == 200).await?;
+    assert_eq!(got.header("x-backend-region"), Some("us"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn mesh_headers_count_only_from_peers() -> TestResult {
+    // kz fails over to eu; every backend is up. The tables trust 127.0.0.1.
+    let m = mesh_with(["kz", "kz", "kz"], 3, true).await?;
+    let kz_order = order(7);
+    let forged: [&[(&str, &str)]; 4] = [
+        &[("x-shardgate-failover", "eu")],
+        &[("x-shardgate-failover", "kz, eu")],
+        &[("x-shardgate-hops", "9")],
+        &[("forwarded", "by=_gw-eu"), ("forwarded", "by=_gw-kz"), ("forwarded", "by=_gw-us")],
+    ];
+    for gw in &m.gateways {
+        for headers in forged {
+            // From a stranger: removed before routing, so the KZ entity goes
+            // to kz (not to eu, no 508) and the backend sees none of them.
+            let got = send_from(STRANGER, get_req(&gw.url(&kz_order), headers)?).await?;
+            assert_eq!(got.status, 200, "{headers:?} via {}: {}", gw.addr, String::from_utf8_lossy(&got.body));
+            assert_eq!(got.header("x-backend-region"), Some("kz"), "{headers:?} via {}", gw.addr);
+            let seen = &got.json()?["headers"];
+            assert!(seen.get("x-shardgate-failover").is_none(), "{seen}");
+            let hops: usize = seen.get("x-shardgate-hops").and_then(|h| h.as_str()).unwrap_or("0").parse()?;
+            assert!(hops <= 1, "{headers:?}: the backend saw {hops} hops");
+            // Only the entry gateway's own element, when it forwarded.
+            let forwarded = seen.get("forwarded").and_then(|f| f.as_str()).map_or(0, |f| f.split(',').count());
+            assert_eq!(forwarded, hops, "{headers:?}: {seen}");
+        }
+    }
+    // The same headers from a trusted peer address are honoured: the
+    // failover mark makes eu's gateway serve from eu, and its own name in
+    // `Forwarded` is a loop.
+    let eu = &m.gateways[0];
+    let got =
+        send(get_req(&eu.url(&kz_order), &[("x-shardgate-failover", "kz, eu"), ("x-shardgate-hops", "1")])?).await?;
+    assert_eq!(got.header("x-backend-region"), Some("eu"));
+    let got = send(get_req(&eu.url(&kz_order), &[("forwarded", "by=_gw-eu"), ("x-shardgate-hops", "1")])?).await?;
+    assert_eq!(got.status, 508);
+    Ok(())
+}
+
+/// A create request for `country` with an id of the client's own.
+fn create(url: &str, country: Option<&str>, id: &str) -> Result<Request<Full<Bytes>>, BoxError> {
+    let mut req = Request::post(url).header("x-entity-id", id);
+    if let Some(c) = country {
+        req = req.header("x-country", c);
+    }
+    Ok(req.body(Full::new(Bytes::from("{}")))?)
+}
+
+#[tokio::test]
+async fn create_routes_mint_whatever_id_the_client_sends() -> TestResult {
+    let m = mesh(["kz", "kz", "kz"], 3).await?;
+    // A US id of another entity type (4), sent as if it were the new order's.
+    let foreign = Iuid::from_fields(1_700_000_000_000, 1, 4, 99).to_string();
+    for gw in &m.gateways {
+        for from in [STRANGER, IpAddr::from([127, 0, 0, 1])] {
+            let got = send_from(from, create(&gw.url("/v1/orders"), Some("kz"), &foreign)?).await?;
+            assert_eq!(got.status, 200, "{}", String::from_utf8_lossy(&got.body));
+            assert_eq!(got.header("x-backend-region"), Some("kz"), "via {} from {from}", gw.addr);
+            let minted = got.header("x-entity-id").ok_or("minted id")?;
+            assert_ne!(minted, foreign);
+            let iuid = Iuid::parse(minted)?;
+            assert_eq!((iuid.country(), iuid.service_entity()), (7, 3), "country names are case-insensitive");
+            assert_eq!(got.json()?["headers"]["x-entity-id"], minted, "the backend got the minted id only");
+        }
+        // Without a country the client's id does not stand in for one.
+        let got = send_from(STRANGER, create(&gw.url("/v1/orders"), None, &foreign)?).await?;
+        assert_eq!((got.status.as_u16(), got.json()?["reason"].clone()), (400, "missing_country".into()));
+    }
+    assert_eq!(m.backends[2].hits(), 0, "nothing was created in us");
+
+    // A route that opts in keeps a client's id only when the rule could
+    // have minted it: its format, the requested country and the entity.
+    let gw = &m.gateways[2];
+    let retry = Iuid::from_fields(1_700_000_000_000, 7, 3, 42).to_string();
+    let got = send(create(&gw.url("/v1/order-retries"), Some("KZ"), &retry)?).await?;
+    assert_eq!((got.status.as_u16(), got.header("x-entity-id")), (200, Some(retry.as_str())));
+    assert_eq!(got.header("x-backend-region"), Some("kz"));
+    assert_eq!(got.json()?["headers"]["x-entity-id"], retry.as_str());
+    for (country, id, reason) in [
+        ("KZ", foreign.as_str(), "client_id_mismatch"),
+        ("US", retry.as_str(), "client_id_mismatch"),
+        ("KZ", &Iuid::from_fields(1_700_000_000_000, 7, 4, 42).to_string(), "client_id_mismatch"),
+        ("KZ", "not-an-id", "bad_length"),
+    ] {
+        let got = send(create(&gw.url("/v1/order-retries"), Some(country), id)?).await?;
+        assert_eq!(got.status, 400, "{country} {id}");
+        assert_eq!(got.json()?["reason"], reason, "{country} {id}: {}", String::from_utf8_lossy(&got.body));
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_failed_create_announces_no_id() -> TestResult {
+    let m = mesh(["kz", "kz", "kz"], 3).await?;
+    m.backends[1].stop();
+    for gw in &m.gateways {
+        // Before and after the health checks notice: 502, then 503.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut statuses = Vec::new();
+        while !statuses.contains(&503) {
+            let req = Request::post(gw.url("/v1/orders")).header("x-country", "KZ").body(Full::new(Bytes::new()))?;
+            let got = send(req).await?;
+            assert!(got.status.is_server_error(), "via {}: {}", gw.addr, got.status);
+            assert!(got.header("location").is_none(), "via {}: {:?}", gw.addr, got.headers);
+            assert!(got.header("x-entity-id").is_none(), "via {}: {:?}", gw.addr, got.headers);
+            statuses.push(got.status.as_u16());
+            assert!(Instant::now() < deadline, "via {}: {statuses:?}", gw.addr);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
     Ok(())
 }

@@ -264,8 +264,20 @@ pub fn client() -> Client<HttpConnector, Full<Bytes>> {
 
 /// Sends `req` and reads the whole response (with a 10 s safety limit).
 pub async fn send(req: Request<Full<Bytes>>) -> Result<Got, BoxError> {
+    send_with(&client(), req).await
+}
+
+/// Sends `req` from the loopback address `from` (e.g. `127.0.0.9`, a
+/// client that is not a trusted peer of a table trusting 127.0.0.1).
+pub async fn send_from(from: std::net::IpAddr, req: Request<Full<Bytes>>) -> Result<Got, BoxError> {
+    let mut http = HttpConnector::new();
+    http.set_local_address(Some(from));
+    send_with(&Client::builder(TokioExecutor::new()).build(http), req).await
+}
+
+async fn send_with(client: &Client<HttpConnector, Full<Bytes>>, req: Request<Full<Bytes>>) -> Result<Got, BoxError> {
     let fut = async {
-        let resp = client().request(req).await?;
+        let resp = client.request(req).await?;
         let (parts, body) = resp.into_parts();
         let body = body.collect().await?.to_bytes();
         Ok::<_, BoxError>(Got { status: parts.status, headers: parts.headers, body })
