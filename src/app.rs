@@ -227,6 +227,13 @@ pub async fn serve(path: PathBuf) -> i32 {
         }
     };
     let token = admin::token_from_env();
+    if token.is_none() && !cfg.admin.ip().is_loopback() {
+        tracing::warn!(
+            admin = %cfg.admin,
+            "the admin listener is not on a loopback address and SHARDGATE_ADMIN_TOKEN is not set: \
+             anyone who reaches it can POST /drain and /reload"
+        );
+    }
     let tls_on = tls.is_some();
     let inst = Instance::new(&cfg, &text, Some(path.clone()), token.clone()).with_tls(tls);
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -336,26 +343,52 @@ fn spawn_reload_triggers(reloader: &Arc<Reloader>, stop: watch::Receiver<bool>) 
     }
 }
 
-/// Resolves on SIGTERM or SIGINT (Ctrl-C).
-pub async fn shutdown_signal() {
+/// Resolves on SIGTERM or SIGINT (Ctrl-C) with the exit code for it:
+/// [`EXIT_INTERRUPTED`] after SIGINT, [`EXIT_OK`] after SIGTERM (a graceful
+/// stop).
+pub async fn shutdown_signal() -> i32 {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
         match signal(SignalKind::terminate()) {
             Ok(mut term) => {
                 tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => EXIT_OK,
+                    _ = tokio::signal::ctrl_c() => EXIT_INTERRUPTED,
                 }
             }
             Err(_) => {
                 let _ = tokio::signal::ctrl_c().await;
+                EXIT_INTERRUPTED
             }
         }
     }
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+        EXIT_INTERRUPTED
+    }
+}
+
+/// Runs `serve` until a termination signal, which it stops gracefully
+/// (in-flight requests finish); returns the exit code of
+/// [`shutdown_signal`], or [`EXIT_FAILURE`] (with the error printed) when
+/// serving failed.
+pub async fn until_signal<F, E>(serve: impl FnOnce(std::pin::Pin<Box<dyn Future<Output = ()> + Send>>) -> F) -> i32
+where
+    F: Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
+    let (code_tx, code_rx) = tokio::sync::oneshot::channel();
+    let stop = Box::pin(async move {
+        let _ = code_tx.send(shutdown_signal().await);
+    });
+    match serve(stop).await {
+        Ok(()) => code_rx.await.unwrap_or(EXIT_OK),
+        Err(e) => {
+            eprintln!("shardgate: {e}");
+            EXIT_FAILURE
+        }
     }
 }
 
@@ -410,16 +443,10 @@ pub async fn demo(listen: SocketAddr) -> i32 {
     }
     println!();
     println!("Press Ctrl-C to stop.");
-    let result = run_proxy(&cfg, &text, listener, async move {
-        let _ = tokio::signal::ctrl_c().await;
+    until_signal(|stop| async move {
+        let result = run_proxy(&cfg, &text, listener, stop).await.map(drop);
         let _ = stop_tx.send(true);
+        result
     })
-    .await;
-    match result {
-        Ok(_) => EXIT_OK,
-        Err(e) => {
-            eprintln!("shardgate: {e}");
-            EXIT_FAILURE
-        }
-    }
+    .await
 }

@@ -71,11 +71,22 @@ pub async fn answer(region: &str, req: Request<Incoming>) -> Response<Full<Bytes
             Err(_) => break,
         }
     }
-    let headers: serde_json::Map<String, serde_json::Value> = parts
-        .headers
-        .iter()
-        .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned().into()))
-        .collect();
+    // A header sent once is a string; a repeated one is the list of its
+    // values in the order received.
+    let mut headers = serde_json::Map::new();
+    for name in parts.headers.keys() {
+        let values: Vec<serde_json::Value> = parts
+            .headers
+            .get_all(name)
+            .iter()
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned().into())
+            .collect();
+        let value = match <[serde_json::Value; 1]>::try_from(values) {
+            Ok([one]) => one,
+            Err(many) => serde_json::Value::Array(many),
+        };
+        headers.insert(name.as_str().to_string(), value);
+    }
     let digest: String = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
     let body = Echo {
         region,

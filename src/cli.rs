@@ -165,12 +165,25 @@ fn parse_bit_split(s: &str) -> Result<(u8, u8, u8), String> {
     Ok(layout)
 }
 
+/// A format `mint` can mint (the 64-bit formats are read only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum MintFormat {
+    /// inDrive iUID (UUIDv8): needs --country and --entity.
+    Iuid,
+    /// Groupon Locality UUID vB: takes --pid, --mac-fragment, --sequential.
+    Locality,
+    /// PHP uniqid with shard prefix: needs --shard-count, takes --shard.
+    Uniqid,
+    /// RFC 9562 UUIDv7: takes no other option.
+    Uuidv7,
+}
+
 /// Arguments of `mint`.
 #[derive(Debug, Args)]
 pub struct MintArgs {
-    /// Format to mint (iuid, locality, uniqid or uuidv7).
+    /// Format to mint.
     #[arg(long, short = 'f', value_enum)]
-    pub format: FormatArg,
+    pub format: MintFormat,
     /// How many ids.
     #[arg(short = 'n', long, default_value_t = 1)]
     pub count: u64,
@@ -186,12 +199,12 @@ pub struct MintArgs {
     /// uniqid: mint into this shard (default: microseconds % shard count).
     #[arg(long)]
     pub shard: Option<u32>,
-    /// locality: pid field (0-65535).
-    #[arg(long, default_value_t = 0)]
-    pub pid: u16,
-    /// locality: MAC fragment, 7 hex digits (low 28 bits of the MAC).
-    #[arg(long, default_value = "0000000", value_parser = parse_mac_fragment)]
-    pub mac_fragment: u32,
+    /// locality: pid field (0-65535; default 0).
+    #[arg(long)]
+    pub pid: Option<u16>,
+    /// locality: MAC fragment, 7 hex digits, the low 28 bits of the MAC (default 0000000).
+    #[arg(long, value_parser = parse_mac_fragment)]
+    pub mac_fragment: Option<u32>,
     /// locality: sequential mode instead of variable.
     #[arg(long)]
     pub sequential: bool,
@@ -242,10 +255,7 @@ pub fn run(cli: Cli) -> i32 {
                     }
                 };
                 tracing::info!(%listen, %region, "demo backend serving");
-                match crate::backend::serve(listener, region, crate::app::shutdown_signal()).await {
-                    Ok(()) => EXIT_OK,
-                    Err(_) => EXIT_FAILURE,
-                }
+                crate::app::until_signal(|stop| crate::backend::serve(listener, region, stop)).await
             })
         }
     };
@@ -303,13 +313,34 @@ fn run_decode(args: DecodeArgs) -> io::Result<i32> {
     Ok(if all_valid { EXIT_OK } else { EXIT_FAILURE })
 }
 
+impl MintArgs {
+    /// The options given that `format` does not take, as `--flag` names.
+    fn stray_options(&self) -> Vec<&'static str> {
+        let given = [
+            ("--country", self.country.is_some(), MintFormat::Iuid),
+            ("--entity", self.entity.is_some(), MintFormat::Iuid),
+            ("--shard-count", self.shard_count.is_some(), MintFormat::Uniqid),
+            ("--shard", self.shard.is_some(), MintFormat::Uniqid),
+            ("--pid", self.pid.is_some(), MintFormat::Locality),
+            ("--mac-fragment", self.mac_fragment.is_some(), MintFormat::Locality),
+            ("--sequential", self.sequential, MintFormat::Locality),
+        ];
+        given.into_iter().filter(|&(_, set, owner)| set && owner != self.format).map(|(name, _, _)| name).collect()
+    }
+}
+
 fn run_mint(args: MintArgs) -> io::Result<i32> {
-    let format = Format::from(args.format);
+    let stray = args.stray_options();
+    if !stray.is_empty() {
+        let format = Format::from(args.format);
+        eprintln!("shardgate: mint --format {format} does not take {} (see `shardgate mint --help`)", stray.join(", "));
+        return Ok(EXIT_USAGE);
+    }
     let mut rng = rand::rng();
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());
-    match format {
-        Format::Iuid => {
+    match args.format {
+        MintFormat::Iuid => {
             let (Some(country), Some(entity)) = (args.country, args.entity) else {
                 eprintln!("shardgate: mint --format iuid needs --country and --entity (0-255 each)");
                 return Ok(EXIT_USAGE);
@@ -319,13 +350,13 @@ fn run_mint(args: MintArgs) -> io::Result<i32> {
                 writeln!(out, "{}", m.mint(country, entity, &mut rng))?;
             }
         }
-        Format::Uuidv7 => {
+        MintFormat::Uuidv7 => {
             let m = Uuid7Minter::new(SystemClock);
             for _ in 0..args.count {
                 writeln!(out, "{}", m.mint(&mut rng))?;
             }
         }
-        Format::Uniqid => {
+        MintFormat::Uniqid => {
             let Some(total) = args.shard_count.filter(|&n| n > 0) else {
                 eprintln!("shardgate: mint --format uniqid needs --shard-count (at least 1)");
                 return Ok(EXIT_USAGE);
@@ -345,8 +376,8 @@ fn run_mint(args: MintArgs) -> io::Result<i32> {
                 writeln!(out, "{id}")?;
             }
         }
-        Format::Locality => {
-            let node = NodeIdentity { pid: args.pid, mac_fragment: args.mac_fragment };
+        MintFormat::Locality => {
+            let node = NodeIdentity { pid: args.pid.unwrap_or(0), mac_fragment: args.mac_fragment.unwrap_or(0) };
             let m = LocalityMinter::new(SystemClock, node, rand::random());
             if args.sequential {
                 m.set_mode(LocalityMode::Sequential);
@@ -355,13 +386,20 @@ fn run_mint(args: MintArgs) -> io::Result<i32> {
                 writeln!(out, "{}", m.mint())?;
             }
         }
-        Format::Snowflake | Format::Sonyflake | Format::Instagram => {
-            eprintln!("shardgate: {format} ids are read only; mint supports iuid, locality, uniqid and uuidv7");
-            return Ok(EXIT_USAGE);
-        }
     }
     out.flush()?;
     Ok(EXIT_OK)
+}
+
+impl From<MintFormat> for Format {
+    fn from(f: MintFormat) -> Format {
+        match f {
+            MintFormat::Iuid => Format::Iuid,
+            MintFormat::Locality => Format::Locality,
+            MintFormat::Uniqid => Format::Uniqid,
+            MintFormat::Uuidv7 => Format::Uuidv7,
+        }
+    }
 }
 
 /// Runs `fut` on a tokio runtime with `threads` workers (current-thread for 1).

@@ -271,13 +271,20 @@ fn minted_locality_ids_carry_the_node() -> TestResult {
 
 #[test]
 fn mint_refuses_read_only_formats_and_missing_flags() -> TestResult {
+    // `mint --help` offers only the formats it can mint.
+    let help = run(&["mint", "--help"])?;
+    let help = text(&help.stdout)?;
+    for format in ["iuid", "locality", "uniqid", "uuidv7"] {
+        assert!(help.contains(format), "{format} missing from:\n{help}");
+    }
     for format in ["snowflake", "sonyflake", "instagram"] {
+        assert!(!help.contains(format), "mint --help offers {format}:\n{help}");
         let out = run(&["mint", "--format", format, "-n", "3"])?;
         let stderr = text(&out.stderr)?;
         assert_eq!(out.status.code(), Some(2), "{format}: {stderr}");
         assert!(out.stdout.is_empty(), "{format}: nothing minted");
-        assert!(stderr.contains("read only") && stderr.contains(format), "{format}: {stderr}");
-        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains(&format!("invalid value '{format}'")), "{format}: {stderr}");
+        assert!(stderr.contains("possible values: iuid, locality, uniqid, uuidv7"), "{format}: {stderr}");
         assert_no_panic_text(stderr);
     }
     for (args, needs) in [
@@ -288,6 +295,19 @@ fn mint_refuses_read_only_formats_and_missing_flags() -> TestResult {
         let stderr = text(&out.stderr)?;
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(stderr.contains(needs), "{args:?}: {stderr}");
+    }
+    // Options of another format are refused, not silently ignored.
+    for (args, stray) in [
+        (&["mint", "--format", "iuid", "--country", "7", "--entity", "3", "--shard-count", "4"][..], "--shard-count"),
+        (&["mint", "--format", "uuidv7", "--country", "7"][..], "--country"),
+        (&["mint", "--format", "uniqid", "--shard-count", "4", "--sequential"][..], "--sequential"),
+        (&["mint", "--format", "locality", "--shard", "1", "--entity", "2"][..], "--entity, --shard"),
+    ] {
+        let out = run(args)?;
+        let stderr = text(&out.stderr)?;
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}: nothing minted");
+        assert!(stderr.contains(&format!("does not take {stray}")), "{args:?}: {stderr}");
     }
     // clap's own usage errors are exit 2 too, without a panic
     let out = run(&["mint", "--format", "iuid", "--country", "256", "--entity", "1"])?;

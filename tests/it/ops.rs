@@ -296,18 +296,32 @@ impl Child {
 
 /// The real binary on a table file with fixed free ports; waits until `/ready`.
 async fn spawn_binary(dir: &Path, kz: SocketAddr, extra: &str) -> Result<(Child, u16, u16), BoxError> {
+    spawn_binary_logging(dir, kz, extra, None).await
+}
+
+/// [`spawn_binary`], with standard error (the logs, at info) written to `log`.
+async fn spawn_binary_logging(
+    dir: &Path,
+    kz: SocketAddr,
+    extra: &str,
+    log: Option<&Path>,
+) -> Result<(Child, u16, u16), BoxError> {
     let (port, admin) = free_ports()?;
     let text = table(kz, kz, kz, extra)
         .replace("listen: 127.0.0.1:18080", &format!("listen: 127.0.0.1:{port}"))
         .replace("admin: 127.0.0.1:19901", &format!("admin: 127.0.0.1:{admin}"));
     let file = dir.join("table.yaml");
     std::fs::write(&file, text)?;
+    let (level, stderr) = match log {
+        Some(path) => ("info", std::process::Stdio::from(std::fs::File::create(path)?)),
+        None => ("warn", std::process::Stdio::null()),
+    };
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_shardgate"))
         .args(["serve", "-c"])
         .arg(&file)
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", level)
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(stderr)
         .spawn()?;
     let child = Child(child);
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -369,6 +383,64 @@ async fn ops_binary_exits_130_on_sigint() -> TestResult {
     child.signal("-INT")?;
     // Fast: no 30 s drain delay.
     assert_eq!(child.wait_exit(Duration::from_secs(5)).await?, 130);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ops_binary_names_rules_and_logs_without_colour_to_a_file() -> TestResult {
+    let kz = backend("kz").await?;
+    let dir = tempfile::tempdir()?;
+    let log = dir.path().join("stderr.log");
+    let (mut child, port, _) = spawn_binary_logging(
+        dir.path(),
+        kz.addr,
+        "server: { debug_headers: true, drain_delay: 0s, shutdown_timeout: 1s }",
+        Some(&log),
+    )
+    .await?;
+    for (entity, rule) in [(3, "country 7 (KZ)"), (4, "override KZ/WalletAccount")] {
+        let got = get(&format!("http://127.0.0.1:{port}/v1/orders/{}", iuid(7, entity))).await?;
+        assert_eq!(got.status, 200);
+        assert_eq!(got.header("x-shardgate-rule"), Some(rule));
+    }
+    child.signal("-TERM")?;
+    assert_eq!(child.wait_exit(Duration::from_secs(10)).await?, 0);
+    let text = std::fs::read_to_string(&log)?;
+    for rule in ["country 7 (KZ)", "override KZ/WalletAccount"] {
+        assert!(text.lines().any(|l| l.contains("shardgate::access") && l.contains(rule)), "{rule}:\n{text}");
+    }
+    assert!(!text.contains('\u{1b}'), "colour codes in a log file:\n{text:?}");
+    Ok(())
+}
+
+/// `shardgate demo` on a free port, answering once its proxy is up.
+async fn spawn_demo() -> Result<Child, BoxError> {
+    let (port, _) = free_ports()?;
+    let child = Child(
+        std::process::Command::new(env!("CARGO_BIN_EXE_shardgate"))
+            .args(["demo", "--listen", &format!("127.0.0.1:{port}")])
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()?,
+    );
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !matches!(get(&format!("http://127.0.0.1:{port}/.shardgate/ready")).await, Ok(r) if r.status == 200) {
+        if Instant::now() > deadline {
+            return Err("the demo did not come up".into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(child)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ops_demo_exits_130_on_sigint_and_0_on_sigterm() -> TestResult {
+    for (signal, code) in [("-INT", 130), ("-TERM", 0)] {
+        let mut demo = spawn_demo().await?;
+        demo.signal(signal)?;
+        assert_eq!(demo.wait_exit(Duration::from_secs(10)).await?, code, "demo after {signal}");
+    }
     Ok(())
 }
 

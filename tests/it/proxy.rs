@@ -127,6 +127,20 @@ async fn hop_by_hop_headers_are_removed_and_request_id_kept() -> TestResult {
 }
 
 #[tokio::test]
+async fn repeated_headers_reach_the_backend_and_its_echo() -> TestResult {
+    let w = world("").await?;
+    let req = Request::get(w.proxy.url(&format!("/v1/orders/{}", iuid(7, 3))))
+        .header("x-multi", "one")
+        .header("x-multi", "two")
+        .header("accept", "text/plain")
+        .body(Full::new(Bytes::new()))?;
+    let h = &send(req).await?.json()?["headers"];
+    assert_eq!(h["x-multi"], serde_json::json!(["one", "two"]), "{h}");
+    assert_eq!(h["accept"], "text/plain");
+    Ok(())
+}
+
+#[tokio::test]
 async fn large_post_body_streams_through() -> TestResult {
     let w = world("").await?;
     let body: Vec<u8> = (0..10 * 1024 * 1024).map(|i| (i % 251) as u8).collect();
