@@ -56,4 +56,61 @@ if grep -q 'subPath' deploy/kubernetes/deployment.yaml; then
   echo "k8s: deployment.yaml mounts with subPath; mount the table's directory so edits reload" >&2
   exit 1
 fi
+
+# Safety rules the manifests must keep (each is a way a change could quietly
+# undo them): the admin token is required, a NetworkPolicy admits the admin
+# port only from the monitoring namespace, and the disruption budget lets a
+# node drain proceed at any replica count.
+echo "k8s: admin token required, admin port fenced, disruption budget drainable"
+"$VENV/bin/python" - "${MANIFESTS[@]}" <<'PY'
+import sys, yaml
+docs = []
+for path in sys.argv[1:]:
+    with open(path) as f:
+        docs += [d for d in yaml.safe_load_all(f) if d]
+by_kind = {}
+for d in docs:
+    by_kind.setdefault(d["kind"], []).append(d)
+def fail(msg):
+    sys.exit(f"k8s: {msg}")
+
+(deploy,) = by_kind.get("Deployment", [None])
+container = deploy["spec"]["template"]["spec"]["containers"][0]
+token = [e for e in container.get("env", []) if e["name"] == "SHARDGATE_ADMIN_TOKEN"]
+if len(token) != 1:
+    fail("the Deployment does not set SHARDGATE_ADMIN_TOKEN")
+ref = token[0].get("valueFrom", {}).get("secretKeyRef")
+if not ref or ref.get("optional", False):
+    fail("SHARDGATE_ADMIN_TOKEN must come from a Secret that is not optional")
+admin_port = next(p["containerPort"] for p in container["ports"] if p["name"] == "admin")
+
+policies = by_kind.get("NetworkPolicy", [])
+labels = deploy["spec"]["template"]["metadata"]["labels"]
+fenced = False
+for np in policies:
+    sel = np["spec"]["podSelector"].get("matchLabels", {})
+    if any(labels.get(k) != v for k, v in sel.items()) or "Ingress" not in np["spec"].get("policyTypes", []):
+        continue
+    for rule in np["spec"].get("ingress", []):
+        ports = [p.get("port") for p in rule.get("ports", [])]
+        if "admin" in ports or admin_port in ports:
+            sources = rule.get("from")
+            if not sources:
+                fail("a NetworkPolicy rule admits the admin port from everywhere")
+            for s in sources:
+                if "ipBlock" in s and s["ipBlock"]["cidr"] in ("0.0.0.0/0", "::/0"):
+                    fail("a NetworkPolicy rule admits the admin port from 0.0.0.0/0")
+                ns = s.get("namespaceSelector", {}).get("matchLabels", {})
+                if "namespaceSelector" in s and ns != {"kubernetes.io/metadata.name": "monitoring"}:
+                    fail(f"the admin port is admitted from namespaces {ns or 'all'}, not just monitoring")
+            fenced = True
+        elif not ports:
+            fail("a NetworkPolicy rule without ports admits the admin port")
+if not fenced:
+    fail("no NetworkPolicy selects shardgate's pods and fences its admin port")
+
+for pdb in by_kind.get("PodDisruptionBudget", []):
+    if "minAvailable" in pdb["spec"] or pdb["spec"].get("maxUnavailable") != 1:
+        fail("the PodDisruptionBudget must use maxUnavailable: 1 (minAvailable blocks drains when scaled down)")
+PY
 echo "k8s: all manifests valid"
