@@ -38,6 +38,7 @@ use tokio::net::TcpListener;
 use crate::ids::{self, clock::iso8601, Field, Format};
 use crate::metrics::{self, ScrapeInputs};
 use crate::proxy::extract::{percent_decode, query_param};
+use crate::proxy::server::{until_idle, Acceptor, ServerOptions, Watched};
 use crate::proxy::Proxy;
 use crate::routing::{ReloadError, Reloader, Route, SharedTable, Table};
 
@@ -99,43 +100,52 @@ impl AdminState {
 /// The admin response body.
 pub type AdminBody = Full<Bytes>;
 
-/// Serves the admin endpoints on `listener` until `shutdown` resolves.
+/// Serves the admin endpoints on `listener` until `shutdown` resolves. The
+/// listener has the proxy's header-read and idle timeouts and a connection
+/// limit of its own (`opts.admin_max_connections`), so idle sockets to it
+/// cannot use up the process's file descriptors.
 pub async fn serve_admin(
     listener: TcpListener,
     state: Arc<AdminState>,
+    opts: ServerOptions,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(Duration::from_secs(10));
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(opts.header_read_timeout);
     let graceful = GracefulShutdown::new();
+    let metrics = Arc::clone(state.proxy.metrics());
+    let refusal = problem_from(
+        StatusCode::SERVICE_UNAVAILABLE,
+        problem_body(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too_many_connections",
+            &format!("the admin listener already has {} open connections", opts.admin_max_connections),
+        ),
+    );
+    let refusal: Arc<[u8]> = crate::proxy::error::http1_bytes(refusal).into();
+    let mut acceptor = Acceptor::new(listener, "admin", opts.admin_max_connections, refusal, Arc::clone(&metrics));
     tokio::pin!(shutdown);
     loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(pair) => pair,
-                Err(e) => {
-                    tracing::warn!(error = %e, "admin accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+        let (stream, peer, slot) = tokio::select! {
+            accepted = acceptor.accept() => accepted,
             () = &mut shutdown => break,
         };
         let state = Arc::clone(&state);
-        let open = state.proxy.metrics().connection_opened("admin");
+        let open = metrics.connection_opened("admin");
         let service = service_fn(move |req| {
             let state = Arc::clone(&state);
             async move { Ok::<_, Infallible>(handle(&state, req).await) }
         });
+        let stream = Watched::new(stream);
+        let activity = Arc::clone(&stream.activity);
         let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service).into_owned());
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, %peer, "admin connection ended with an error");
-            }
+            until_idle(conn, &activity, opts, peer).await;
             drop(open);
+            drop(slot);
         });
     }
-    drop(listener);
+    drop(acceptor);
     let _ = tokio::time::timeout(Duration::from_secs(2), graceful.shutdown()).await;
     Ok(())
 }
@@ -216,11 +226,15 @@ pub async fn handle(state: &AdminState, req: Request<Incoming>) -> Response<Admi
     }
 }
 
-/// Constant-time comparison of the `Authorization` header with `Bearer <token>`.
+/// Constant-time comparison of the `Authorization` header with `Bearer
+/// <token>` (the scheme name is case-insensitive, RFC 9110 §11.1).
 fn authorized(token: Option<&str>, headers: &http::HeaderMap) -> bool {
     let Some(token) = token else { return true };
     let Some(given) = headers.get(header::AUTHORIZATION).map(HeaderValue::as_bytes) else { return false };
-    let Some(given) = given.strip_prefix(b"Bearer ") else { return false };
+    let Some((scheme, given)) = given.split_at_checked(7) else { return false };
+    if !scheme.eq_ignore_ascii_case(b"Bearer ") {
+        return false;
+    }
     let want = token.as_bytes();
     let mut diff = u8::from(given.len() != want.len());
     for (i, &w) in want.iter().enumerate() {

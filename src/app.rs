@@ -44,6 +44,7 @@ pub fn server_options(cfg: &Config) -> ServerOptions {
         shutdown_timeout: Duration::from_secs(30),
         idle_timeout: cfg.server.idle_timeout.0,
         max_connections: cfg.server.max_connections,
+        admin_max_connections: cfg.server.admin_max_connections,
     }
 }
 
@@ -158,7 +159,7 @@ impl Instance {
                 let stop = async move {
                     let _ = stop_rx.wait_for(|s| *s).await;
                 };
-                if let Err(e) = admin::serve_admin(l, state, stop).await {
+                if let Err(e) = admin::serve_admin(l, state, opts, stop).await {
                     tracing::error!(error = %e, "admin listener failed");
                 }
             })

@@ -552,9 +552,11 @@ pub fn outcome_for_reason(reason: &str) -> &'static str {
     match reason {
         "no_route" => "no_route",
         "no_owner" => "no_owner",
-        "missing_id" => "bad_id",
+        "missing_id" | "ambiguous_id" => "bad_id",
+        "bad_host" | "unsupported_transfer_coding" => "bad_request",
         "missing_country" | "unknown_country" | "client_id_mismatch" => "bad_request",
-        "region_unavailable" => "unavailable",
+        "region_unavailable" | "upstream_saturated" => "unavailable",
+        "bad_request_body" => "bad_request",
         "upstream_timeout" | "request_timeout" => "timeout",
         "upstream_connect_failed" | "upstream_failed" => "upstream_error",
         "uri_too_long" | "headers_too_large" => "too_large",

@@ -514,6 +514,8 @@ pub struct Server {
     pub max_uri_bytes: usize,
     /// Most client connections open at once (beyond it: 503 and close).
     pub max_connections: usize,
+    /// Most connections open at once on the admin listener (beyond it: 503 and close).
+    pub admin_max_connections: usize,
     /// Peers whose `X-Forwarded-*`/`Forwarded` headers are trusted.
     pub trusted_hops: Vec<Cidr>,
     /// Add `X-Shardgate-*` explanation headers to responses.
@@ -572,6 +574,7 @@ impl Default for Server {
             max_headers: 100,
             max_uri_bytes: 8 * 1024,
             max_connections: 10_000,
+            admin_max_connections: 64,
             trusted_hops: Vec::new(),
             debug_headers: false,
             drain_delay: Dur(Duration::from_secs(5)),
@@ -633,8 +636,15 @@ pub struct UpstreamSettings {
     pub retry_budget: RetryBudget,
     /// Active health checks of every upstream endpoint and peer.
     pub health: HealthChecks,
-    /// Consecutive connection failures or 5xx answers after which an endpoint
-    /// is ejected (passive health); 0 disables passive ejection.
+    /// Most connections open to one endpoint at once.
+    pub max_connections: usize,
+    /// Most requests waiting for a connection to one endpoint at its
+    /// `max_connections`; beyond it: 503 `upstream_saturated`.
+    pub max_pending: usize,
+    /// Consecutive failures of an endpoint's own making (refused, reset
+    /// before the response head, timed out once the request was sent, an
+    /// invalid response, a 5xx) after which it is ejected (passive health);
+    /// 0 disables passive ejection.
     pub eject_after: u32,
     /// How long an ejected endpoint receives no traffic.
     pub eject_for: Dur,
@@ -680,6 +690,8 @@ impl Default for UpstreamSettings {
             retries: 1,
             retry_budget: RetryBudget::default(),
             health: HealthChecks::default(),
+            max_connections: 512,
+            max_pending: 1024,
             eject_after: 5,
             eject_for: Dur(Duration::from_secs(10)),
             tls: UpstreamTls::default(),
@@ -741,6 +753,10 @@ pub struct Route {
     /// Whether non-idempotent requests may go to a failover region.
     #[serde(default)]
     pub allow_failover_writes: bool,
+    /// Protocols an `Upgrade` request may switch to through this route
+    /// (the connection then becomes a tunnel); `h2c` is never allowed.
+    #[serde(default = "default_upgrades")]
+    pub upgrades: Vec<String>,
     /// Mint rule (create routes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mint: Option<MintSpec>,
@@ -751,6 +767,10 @@ pub struct Route {
 
 fn auto() -> String {
     "auto".to_owned()
+}
+
+fn default_upgrades() -> Vec<String> {
+    vec!["websocket".to_owned()]
 }
 
 /// `routes[i].match`.

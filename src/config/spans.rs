@@ -191,6 +191,7 @@ const SERVER: Shape = Struct(&[
     ("max_headers", Any),
     ("max_uri_bytes", Any),
     ("max_connections", Any),
+    ("admin_max_connections", Any),
     ("trusted_hops", SeqOf(&Any)),
     ("debug_headers", Any),
     ("drain_delay", Any),
@@ -205,6 +206,8 @@ const UPSTREAM: Shape = Struct(&[
     ("retries", Any),
     ("retry_budget", Struct(&[("ratio", Any), ("min_per_second", Any)])),
     ("health", Struct(&[("interval", Any), ("timeout", Any), ("path", Any), ("rise", Any), ("fall", Any)])),
+    ("max_connections", Any),
+    ("max_pending", Any),
     ("eject_after", Any),
     ("eject_for", Any),
     ("tls", Struct(&[("ca", Any), ("cert", Any), ("key", Any)])),
@@ -218,6 +221,7 @@ const ROUTE: Shape = Struct(&[
     ("id", Struct(&[("path_param", Any), ("header", Any), ("query", Any), ("formats", SeqOf(&Any))])),
     ("placement", Any),
     ("allow_failover_writes", Any),
+    ("upgrades", SeqOf(&Any)),
     (
         "mint",
         Struct(&[

@@ -616,6 +616,7 @@ pub fn check(cfg: &Config, ctx: &mut Ctx<'_>) {
         ("max_headers", cfg.server.max_headers),
         ("max_uri_bytes", cfg.server.max_uri_bytes),
         ("max_connections", cfg.server.max_connections),
+        ("admin_max_connections", cfg.server.admin_max_connections),
     ] {
         if v == 0 {
             ctx.at(&root.k("server").k(key), format!("{key} must be positive"), Some("a positive whole number"));
@@ -634,6 +635,13 @@ pub fn check(cfg: &Config, ctx: &mut Ctx<'_>) {
                 Some("durations look like 250ms, 15s or 2m"),
             );
         }
+    }
+    if up.max_connections == 0 {
+        ctx.at(
+            &root.k("upstream").k("max_connections"),
+            "max_connections must be positive".into(),
+            Some("a positive whole number, e.g. 512"),
+        );
     }
     if up.attempt_timeout > up.request_timeout {
         ctx.at(
@@ -654,7 +662,7 @@ pub fn check(cfg: &Config, ctx: &mut Ctx<'_>) {
         ctx.at(
             &root.k("mesh").k("max_hops"),
             format!("max_hops {} is outside 1-255", cfg.mesh.max_hops),
-            Some("2 is enough for front door plus one peer"),
+            Some("3 covers a front door, the owner and two failover regions"),
         );
     }
 
@@ -783,6 +791,25 @@ fn check_routes(cfg: &Config, ctx: &mut Ctx<'_>) {
             );
         } else {
             names.insert(&r.name, r.index);
+        }
+
+        // Upgrades: a tunnel of HTTP/2 (h2c) would carry requests the proxy
+        // never routed.
+        for (i, proto) in r.upgrades.iter().enumerate() {
+            let valid = !proto.is_empty() && proto.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+            if proto.eq_ignore_ascii_case("h2c") {
+                ctx.at(
+                    &p.k("upgrades").i(i),
+                    "h2c cannot be tunnelled: requests inside it would bypass routing".into(),
+                    Some("remove it; clients reach shardgate over HTTP/2 directly (prior knowledge or ALPN)"),
+                );
+            } else if !valid {
+                ctx.at(
+                    &p.k("upgrades").i(i),
+                    format!("invalid upgrade protocol {}", show(proto)),
+                    Some("a protocol token such as websocket"),
+                );
+            }
         }
 
         // Methods.

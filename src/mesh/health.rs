@@ -1,7 +1,13 @@
 //! Health of every upstream endpoint and peer: active checks (a GET of a
 //! path at an interval, with rise/fall thresholds) and passive ejection
-//! (consecutive connection failures or 5xx answers take an endpoint out for
-//! a while). An endpoint that is down or ejected receives no traffic.
+//! (consecutive failures of the upstream's own making take an endpoint out
+//! for `eject_for`). An endpoint that is down or ejected receives no traffic.
+//!
+//! An ejected endpoint does not come back on a timer alone: once `eject_for`
+//! has passed it is re-admitted by a successful active check or, with active
+//! checks off (`interval: 0s`), by one successful trial request (half-open);
+//! a failed trial ejects it again. Turning active checks off also brings
+//! back the endpoints they held down, since nothing would check them again.
 //!
 //! State is keyed by endpoint URI and survives table reloads; the map is
 //! replaced (never locked) when the table names new endpoints.
@@ -32,6 +38,10 @@ pub struct EndpointState {
     streak_fail: AtomicU32,
     passive_failures: AtomicU32,
     ejected_until_ms: AtomicU64,
+    /// Ejected and not yet re-admitted (by a check or a trial request).
+    held: AtomicBool,
+    /// A half-open trial request is in flight.
+    trial: AtomicBool,
 }
 
 impl EndpointState {
@@ -43,7 +53,14 @@ impl EndpointState {
             streak_fail: AtomicU32::new(0),
             passive_failures: AtomicU32::new(0),
             ejected_until_ms: AtomicU64::new(0),
+            held: AtomicBool::new(false),
+            trial: AtomicBool::new(false),
         }
+    }
+
+    /// Whether passive ejection holds it out (ejected and not re-admitted yet).
+    pub fn is_held(&self) -> bool {
+        self.held.load(Ordering::Relaxed)
     }
 
     /// Whether the active checks say up.
@@ -78,8 +95,35 @@ pub struct Health {
     down: AtomicU32,
     /// Endpoints with passive failures counted and not yet cleared.
     failing: AtomicU32,
-    /// The latest ejection deadline ever set (0: none yet).
-    ejected_until_max_ms: AtomicU64,
+    /// Endpoints ejected and not yet re-admitted.
+    held: AtomicU32,
+    /// Whether active checks run (set by the checker every round): held
+    /// endpoints then wait for a successful check; without them, for a
+    /// successful trial request.
+    active: AtomicBool,
+}
+
+/// Whether a request may go to an endpoint now ([`Health::admit`]).
+#[derive(Debug)]
+pub enum Admit {
+    /// No: it is down, ejected, or another trial request is in flight.
+    No,
+    /// Yes.
+    Yes,
+    /// Yes, as the one trial request of a half-open endpoint; its outcome
+    /// ([`Health::record`]) re-admits or ejects it again. Dropping the
+    /// guard without a verdict frees the trial for another request.
+    Trial(TrialGuard),
+}
+
+/// The half-open trial slot of one endpoint, held while its trial request runs.
+#[derive(Debug)]
+pub struct TrialGuard(Arc<EndpointState>);
+
+impl Drop for TrialGuard {
+    fn drop(&mut self) {
+        self.0.trial.store(false, Ordering::Relaxed);
+    }
 }
 
 impl std::fmt::Debug for Health {
@@ -107,38 +151,62 @@ impl Health {
             observer,
             down: AtomicU32::new(0),
             failing: AtomicU32::new(0),
-            ejected_until_max_ms: AtomicU64::new(0),
+            held: AtomicU32::new(0),
+            active: AtomicBool::new(true),
         }
     }
 
     /// No endpoint is down or ejected right now, so every one is usable.
     fn all_clear(&self) -> bool {
-        if self.down.load(Ordering::Relaxed) != 0 {
-            return false;
-        }
-        let until = self.ejected_until_max_ms.load(Ordering::Relaxed);
-        until == 0 || until <= SystemClock.unix_millis()
+        self.down.load(Ordering::Relaxed) == 0 && self.held.load(Ordering::Relaxed) == 0
     }
 
-    /// Whether `uri` may receive traffic now. Unknown endpoints are usable.
+    /// Whether `uri` may receive traffic now: up and not ejected, or a
+    /// half-open endpoint whose trial slot is free. Unknown endpoints are
+    /// usable.
     pub fn usable(&self, uri: &Uri) -> bool {
         if self.all_clear() {
             return true;
         }
         match self.states.load().get(uri) {
-            Some(s) => s.is_up() && !s.is_ejected(SystemClock.unix_millis()),
+            Some(s) => s.is_up() && (!s.is_held() || self.half_open(s) && !s.trial.load(Ordering::Relaxed)),
             None => true,
         }
     }
 
+    /// Whether a held endpoint may take a trial request: its ejection has
+    /// run out and no active check will re-admit it.
+    fn half_open(&self, s: &EndpointState) -> bool {
+        !self.active.load(Ordering::Relaxed) && !s.is_ejected(SystemClock.unix_millis())
+    }
+
+    /// Claims `uri` for one request: [`Admit::Trial`] when it is the trial
+    /// request of a half-open endpoint (only one at a time).
+    pub fn admit(&self, uri: &Uri) -> Admit {
+        if self.all_clear() {
+            return Admit::Yes;
+        }
+        let states = self.states.load();
+        let Some(s) = states.get(uri) else { return Admit::Yes };
+        if !s.is_up() {
+            return Admit::No;
+        }
+        if !s.is_held() {
+            return Admit::Yes;
+        }
+        if self.half_open(s) && !s.trial.swap(true, Ordering::Relaxed) {
+            return Admit::Trial(TrialGuard(Arc::clone(s)));
+        }
+        Admit::No
+    }
+
     /// Every known endpoint: (region, uri, up, ejected).
     pub fn report(&self) -> Vec<(String, String, bool, bool)> {
-        let now = SystemClock.unix_millis();
         let mut out: Vec<_> = self
             .states
             .load()
             .iter()
-            .map(|(uri, s)| (s.region.clone(), uri.to_string(), s.is_up(), s.is_ejected(now)))
+            .map(|(uri, s)| (s.region.clone(), uri.to_string(), s.is_up(), s.is_held()))
             .collect();
         out.sort();
         out
@@ -169,15 +237,25 @@ impl Health {
         self.states.store(Arc::new(next));
     }
 
-    /// Passive health: the outcome of a real request to `uri`. A connection
-    /// failure or a 5xx counts against it; `eject_after` in a row eject it
-    /// for `eject_for` (0 disables ejection).
+    /// Passive health: the outcome of a real request to `uri`, judged by
+    /// what the upstream did (the caller never counts a client's fault). A
+    /// failure counts against it; `eject_after` in a row eject it for
+    /// `eject_for` (0 disables ejection). The outcome of a half-open trial
+    /// re-admits the endpoint or ejects it again.
     pub fn record(&self, uri: &Uri, failed: bool, eject_after: u32, eject_for: Duration) {
-        if !failed && self.failing.load(Ordering::Relaxed) == 0 {
+        if !failed && self.failing.load(Ordering::Relaxed) == 0 && self.held.load(Ordering::Relaxed) == 0 {
             return;
         }
         let states = self.states.load();
         let Some(s) = states.get(uri) else { return };
+        if s.is_held() {
+            if failed {
+                self.eject(uri, s, eject_for, "trial request failed");
+            } else {
+                self.readmit(uri, s, "trial request succeeded");
+            }
+            return;
+        }
         if !failed {
             self.clear_failures(s);
             return;
@@ -188,10 +266,51 @@ impl Health {
         }
         if eject_after > 0 && n >= eject_after {
             self.clear_failures(s);
-            let until = SystemClock.unix_millis() + eject_for.as_millis() as u64;
-            s.ejected_until_ms.store(until, Ordering::Relaxed);
-            self.ejected_until_max_ms.fetch_max(until, Ordering::Relaxed);
-            tracing::warn!(endpoint = %uri, region = %s.region, failures = n, ?eject_for, "endpoint ejected");
+            self.eject(uri, s, eject_for, "consecutive failures");
+        }
+    }
+
+    /// Holds `s` out for `eject_for`, and until a check or trial re-admits it.
+    fn eject(&self, uri: &Uri, s: &EndpointState, eject_for: Duration, why: &'static str) {
+        let until = SystemClock.unix_millis().saturating_add(u64::try_from(eject_for.as_millis()).unwrap_or(u64::MAX));
+        s.ejected_until_ms.store(until, Ordering::Relaxed);
+        if !s.held.swap(true, Ordering::Relaxed) {
+            self.held.fetch_add(1, Ordering::Relaxed);
+        }
+        tracing::warn!(endpoint = %uri, region = %s.region, ?eject_for, why, "endpoint ejected");
+        if let Some(o) = &self.observer {
+            o(&s.region, uri, false);
+        }
+    }
+
+    /// Lets a held endpoint receive traffic again.
+    fn readmit(&self, uri: &Uri, s: &EndpointState, why: &'static str) {
+        if s.held.swap(false, Ordering::Relaxed) {
+            self.held.fetch_sub(1, Ordering::Relaxed);
+            tracing::info!(endpoint = %uri, region = %s.region, why, "ejected endpoint re-admitted");
+            if let Some(o) = &self.observer {
+                o(&s.region, uri, s.is_up());
+            }
+        }
+    }
+
+    /// Active checks are off (`interval: 0s`): no check will bring back
+    /// what they hold down, so it comes back now (passive ejection and
+    /// half-open trials still guard it), and held endpoints wait for a trial
+    /// request instead of a check.
+    fn checks_off(&self) {
+        if !self.active.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        for (uri, s) in self.states.load().iter() {
+            s.streak_fail.store(0, Ordering::Relaxed);
+            if !s.up.swap(true, Ordering::Relaxed) {
+                self.down.fetch_sub(1, Ordering::Relaxed);
+                tracing::info!(endpoint = %uri, region = %s.region, "active checks turned off: endpoint back in service");
+                if let Some(o) = &self.observer {
+                    o(&s.region, uri, !s.is_held());
+                }
+            }
         }
     }
 
@@ -202,10 +321,15 @@ impl Health {
         }
     }
 
-    /// Applies one active check result with rise/fall thresholds.
+    /// Applies one active check result with rise/fall thresholds. A
+    /// successful check re-admits an ejected endpoint whose `eject_for` has
+    /// run out.
     fn apply_check(&self, uri: &Uri, ok: bool, rise: u32, fall: u32) {
         let states = self.states.load();
         let Some(s) = states.get(uri) else { return };
+        if ok && s.is_held() && !s.is_ejected(SystemClock.unix_millis()) {
+            self.readmit(uri, s, "active check succeeded");
+        }
         let changed = if ok {
             s.streak_fail.store(0, Ordering::Relaxed);
             let n = s.streak_ok.fetch_add(1, Ordering::Relaxed) + 1;
@@ -259,10 +383,12 @@ pub fn spawn_checker_with(health: Weak<Health>, shared: Weak<SharedTable>, conne
             let path = cfg.path.clone();
             drop(shared);
             if interval.is_zero() {
+                h.checks_off();
                 drop(h);
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 continue;
             }
+            h.active.store(true, Ordering::Relaxed);
             let mut checks = tokio::task::JoinSet::new();
             let mut seen = std::collections::HashSet::new();
             for region in snapshot.table.regions() {
@@ -343,11 +469,52 @@ mod tests {
         }
         assert_eq!(h.failing.load(Ordering::Relaxed), 0);
         assert!(!h.all_clear() && !h.usable(&b) && h.usable(&a));
-        // An ejection that has run out no longer blocks the fast path.
-        h.ejected_until_max_ms.store(1, Ordering::Relaxed);
-        if let Some(s) = h.states.load().get(&b) {
+        // Once the ejection has run out it stays out until a check succeeds.
+        expire(&h, &b);
+        assert!(!h.usable(&b) && matches!(h.admit(&b), Admit::No), "no re-admission on a timer alone");
+        h.apply_check(&b, true, 1, 2);
+        assert!(h.all_clear() && h.usable(&b));
+    }
+
+    /// Ends `uri`'s ejection period now.
+    fn expire(h: &Health, uri: &Uri) {
+        if let Some(s) = h.states.load().get(uri) {
             s.ejected_until_ms.store(1, Ordering::Relaxed);
         }
-        assert!(h.all_clear() && h.usable(&b));
+    }
+
+    #[test]
+    fn without_active_checks_one_trial_request_decides() {
+        let a = Uri::from_static("http://10.0.0.1:1");
+        let h = health_with(&[&a]);
+        h.checks_off();
+        h.record(&a, true, 1, Duration::from_secs(60));
+        assert!(matches!(h.admit(&a), Admit::No), "ejected");
+        expire(&h, &a);
+        // One trial at a time.
+        let trial = h.admit(&a);
+        assert!(matches!(trial, Admit::Trial(_)));
+        assert!(matches!(h.admit(&a), Admit::No) && !h.usable(&a));
+        // A failed trial ejects it again; a trial dropped without a verdict frees the slot.
+        h.record(&a, true, 1, Duration::from_secs(60));
+        drop(trial);
+        assert!(matches!(h.admit(&a), Admit::No), "ejected again");
+        expire(&h, &a);
+        drop(h.admit(&a));
+        let trial = h.admit(&a);
+        assert!(matches!(trial, Admit::Trial(_)));
+        h.record(&a, false, 1, Duration::from_secs(60));
+        drop(trial);
+        assert!(h.all_clear() && matches!(h.admit(&a), Admit::Yes));
+    }
+
+    #[test]
+    fn turning_active_checks_off_brings_endpoints_back() {
+        let a = Uri::from_static("http://10.0.0.1:1");
+        let h = health_with(&[&a]);
+        h.apply_check(&a, false, 1, 1);
+        assert!(!h.usable(&a));
+        h.checks_off();
+        assert!(h.all_clear() && h.usable(&a), "nothing would ever check it again");
     }
 }

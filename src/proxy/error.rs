@@ -60,10 +60,37 @@ pub enum ProxyError {
     },
     /// The whole-request deadline passed.
     RequestTimeout,
+    /// Every endpoint of the region is at its connection cap with its wait
+    /// queue full (`upstream.max_connections`, `upstream.max_pending`).
+    UpstreamSaturated {
+        /// The region's name.
+        region: String,
+    },
+    /// The client's request body could not be passed on: malformed framing,
+    /// or an upload cut short. The client's fault, never held against the upstream.
+    ClientBody {
+        /// What went wrong.
+        detail: &'static str,
+    },
     /// The request target is longer than the configured limit.
     UriTooLong {
         /// The configured limit in bytes.
         limit: usize,
+    },
+    /// An HTTP/1.1 request without a `Host` header or with several (RFC 9112 §3.2).
+    BadHost {
+        /// How many `Host` fields the request has.
+        count: usize,
+    },
+    /// A transfer coding other than `chunked` (RFC 9112 §6.1: 501).
+    UnsupportedTransferCoding {
+        /// The coding.
+        coding: String,
+    },
+    /// The id appears more than once in the request with different values.
+    AmbiguousId {
+        /// Where the id was read.
+        param: ParamName,
     },
     /// Too many request headers.
     HeadersTooLarge {
@@ -119,7 +146,11 @@ impl ProxyError {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             ProxyError::UpstreamTimeout { .. } | ProxyError::RequestTimeout => StatusCode::GATEWAY_TIMEOUT,
+            ProxyError::UpstreamSaturated { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::ClientBody { .. } => StatusCode::BAD_REQUEST,
             ProxyError::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
+            ProxyError::BadHost { .. } | ProxyError::AmbiguousId { .. } => StatusCode::BAD_REQUEST,
+            ProxyError::UnsupportedTransferCoding { .. } => StatusCode::NOT_IMPLEMENTED,
             ProxyError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ProxyError::Loop { .. } => StatusCode::LOOP_DETECTED,
             ProxyError::BadMintRequest { .. } => StatusCode::BAD_REQUEST,
@@ -138,7 +169,12 @@ impl ProxyError {
             ProxyError::UpstreamConnect { .. } => "upstream_connect_failed",
             ProxyError::UpstreamFailed { .. } => "upstream_failed",
             ProxyError::RequestTimeout => "request_timeout",
+            ProxyError::UpstreamSaturated { .. } => "upstream_saturated",
+            ProxyError::ClientBody { .. } => "bad_request_body",
             ProxyError::UriTooLong { .. } => "uri_too_long",
+            ProxyError::BadHost { .. } => "bad_host",
+            ProxyError::UnsupportedTransferCoding { .. } => "unsupported_transfer_coding",
+            ProxyError::AmbiguousId { .. } => "ambiguous_id",
             ProxyError::HeadersTooLarge { .. } => "headers_too_large",
             ProxyError::BadCountry { value: None, .. } => "missing_country",
             ProxyError::BadCountry { .. } => "unknown_country",
@@ -158,9 +194,14 @@ impl ProxyError {
             | ProxyError::BadCountry { .. }
             | ProxyError::ClientIdRejected { .. }
             | ProxyError::UriTooLong { .. }
+            | ProxyError::BadHost { .. }
+            | ProxyError::UnsupportedTransferCoding { .. }
+            | ProxyError::AmbiguousId { .. }
             | ProxyError::HeadersTooLarge { .. } => "http_request_error",
             ProxyError::RegionUnavailable { .. } => "destination_unavailable",
             ProxyError::UpstreamTimeout { .. } | ProxyError::RequestTimeout => "http_response_timeout",
+            ProxyError::UpstreamSaturated { .. } => "connection_limit_reached",
+            ProxyError::ClientBody { .. } => "http_request_error",
             ProxyError::UpstreamConnect { .. } => "connection_refused",
             ProxyError::UpstreamFailed { .. } => "proxy_internal_response",
             ProxyError::Loop { .. } => "proxy_loop_detected",
@@ -180,7 +221,12 @@ impl ProxyError {
             ProxyError::UpstreamConnect { .. } => "Upstream connection failed",
             ProxyError::UpstreamFailed { .. } => "Upstream failed",
             ProxyError::RequestTimeout => "Request timeout",
+            ProxyError::UpstreamSaturated { .. } => "Upstream saturated",
+            ProxyError::ClientBody { .. } => "Bad request body",
             ProxyError::UriTooLong { .. } => "URI too long",
+            ProxyError::BadHost { .. } => "Bad Host header",
+            ProxyError::UnsupportedTransferCoding { .. } => "Unsupported transfer coding",
+            ProxyError::AmbiguousId { .. } => "Ambiguous entity id",
             ProxyError::HeadersTooLarge { .. } => "Request headers too large",
             ProxyError::BadCountry { .. } => "Invalid country",
             ProxyError::ClientIdRejected { .. } => "Client id rejected",
@@ -197,8 +243,12 @@ impl ProxyError {
             ProxyError::NoRoute => "no-route",
             ProxyError::RegionUnavailable { .. } => "region-unavailable",
             ProxyError::UpstreamTimeout { .. } | ProxyError::RequestTimeout => "timeout",
+            ProxyError::UpstreamSaturated { .. } => "upstream-saturated",
+            ProxyError::ClientBody { .. } => "bad-request-body",
             ProxyError::UpstreamConnect { .. } | ProxyError::UpstreamFailed { .. } => "upstream-failed",
             ProxyError::UriTooLong { .. } | ProxyError::HeadersTooLarge { .. } => "request-too-large",
+            ProxyError::BadHost { .. } | ProxyError::UnsupportedTransferCoding { .. } => "bad-request",
+            ProxyError::AmbiguousId { .. } => "invalid-entity-id",
             ProxyError::BadCountry { .. } => "invalid-country",
             ProxyError::ClientIdRejected { .. } => "invalid-entity-id",
             ProxyError::Loop { .. } => "loop-detected",
@@ -212,7 +262,8 @@ impl ProxyError {
             ProxyError::MissingId { param }
             | ProxyError::BadId { param, .. }
             | ProxyError::BadCountry { param, .. }
-            | ProxyError::ClientIdRejected { param, .. } => Some(param),
+            | ProxyError::ClientIdRejected { param, .. }
+            | ProxyError::AmbiguousId { param } => Some(param),
             _ => None,
         }
     }
@@ -236,7 +287,22 @@ impl fmt::Display for ProxyError {
             ProxyError::UpstreamConnect { region } => write!(f, "could not connect to any endpoint of region {region}"),
             ProxyError::UpstreamFailed { region } => write!(f, "the connection to region {region} failed"),
             ProxyError::RequestTimeout => f.write_str("the request did not complete within the request timeout"),
+            ProxyError::UpstreamSaturated { region } => write!(
+                f,
+                "every endpoint of region {region} is at its connection limit with a full wait queue (upstream.max_connections, upstream.max_pending)"
+            ),
+            ProxyError::ClientBody { detail } => f.write_str(detail),
             ProxyError::UriTooLong { limit } => write!(f, "the request target exceeds {limit} bytes"),
+            ProxyError::BadHost { count: 0 } => f.write_str("the request has no Host header; one is required"),
+            ProxyError::BadHost { count } => write!(f, "the request has {count} Host headers; exactly one is allowed"),
+            ProxyError::UnsupportedTransferCoding { coding } => write!(
+                f,
+                "transfer coding {} is not supported; only chunked is",
+                quote(coding)
+            ),
+            ProxyError::AmbiguousId { param } => {
+                write!(f, "{param} appears more than once with different values; send the entity id once")
+            }
             ProxyError::HeadersTooLarge { limit } => write!(f, "the request has more than {limit} headers"),
             ProxyError::BadCountry { param, value: None } => write!(f, "the country is missing: expected in {param}"),
             ProxyError::BadCountry { param, value: Some(v) } => {
@@ -296,7 +362,7 @@ pub fn problem_response(err: &ProxyError, instance: &str, request_id: &str, prox
         ProxyError::RegionUnavailable { .. } => {
             h.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
         }
-        ProxyError::TooManyConnections { .. } => {
+        ProxyError::TooManyConnections { .. } | ProxyError::UpstreamSaturated { .. } => {
             h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         _ => {}
@@ -311,7 +377,12 @@ pub fn problem_response(err: &ProxyError, instance: &str, request_id: &str, prox
 /// answers written straight to a socket before hyper serves it (the
 /// connection-limit refusal).
 pub fn problem_http1_bytes(err: &ProxyError, proxy_name: &str) -> Vec<u8> {
-    let resp = problem_response(err, "", "-", proxy_name);
+    http1_bytes(problem_response(err, "", "-", proxy_name))
+}
+
+/// A complete response as HTTP/1.1 bytes with `Content-Length` and
+/// `Connection: close`.
+pub fn http1_bytes(resp: Response<ErrorBody>) -> Vec<u8> {
     let status = resp.status();
     let mut out = format!("HTTP/1.1 {} {}\r\n", status.as_u16(), status.canonical_reason().unwrap_or("")).into_bytes();
     for (name, value) in resp.headers() {

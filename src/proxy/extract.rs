@@ -19,7 +19,10 @@ pub fn describe(source: &IdSource) -> String {
 }
 
 /// Reads the raw id. Percent-encoding in path and query values is decoded;
-/// nothing is trimmed (a space is part of the id, and makes it invalid).
+/// nothing is trimmed (a space is part of the id, and makes it invalid). An
+/// id given more than once (two headers, a repeated query parameter) with
+/// different values is ambiguous: the proxy would route by one while the
+/// backend may act on the other.
 pub fn extract<'a>(
     source: &IdSource,
     path_params: &matchit::Params<'a, 'a>,
@@ -30,7 +33,11 @@ pub fn extract<'a>(
     let raw: Cow<'a, str> = match source {
         IdSource::PathParam(name) => percent_decode(path_params.get(name).ok_or_else(missing)?),
         IdSource::Header(name) => {
-            let value = headers.get(name).ok_or_else(missing)?;
+            let mut values = headers.get_all(name).iter();
+            let value = values.next().ok_or_else(missing)?;
+            if values.any(|other| other != value) {
+                return Err(ProxyError::AmbiguousId { param: describe(source) });
+            }
             match value.to_str() {
                 Ok(s) => Cow::Borrowed(s),
                 // obs-text bytes: an id never has them; keep them visible as
@@ -38,7 +45,15 @@ pub fn extract<'a>(
                 Err(_) => Cow::Owned(String::from_utf8_lossy(value.as_bytes()).into_owned()),
             }
         }
-        IdSource::Query(name) => percent_decode(query_param(query.unwrap_or(""), name).ok_or_else(missing)?),
+        IdSource::Query(name) => {
+            let mut values = query_params(query.unwrap_or(""), name);
+            let value = values.next().ok_or_else(missing)?;
+            let decoded = percent_decode(value);
+            if values.any(|other| other != value && percent_decode(other) != decoded) {
+                return Err(ProxyError::AmbiguousId { param: describe(source) });
+            }
+            decoded
+        }
     };
     if raw.is_empty() {
         return Err(missing());
@@ -48,7 +63,12 @@ pub fn extract<'a>(
 
 /// The first value of `name` in a query string (`a=1&b=2`), still encoded.
 pub fn query_param<'q>(query: &'q str, name: &str) -> Option<&'q str> {
-    query.split('&').find_map(|pair| {
+    query_params(query, name).next()
+}
+
+/// Every value of `name` in a query string, in order, still encoded.
+pub fn query_params<'q, 'n>(query: &'q str, name: &'n str) -> impl Iterator<Item = &'q str> + use<'q, 'n> {
+    query.split('&').filter_map(move |pair| {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
         (k == name).then_some(v)
     })

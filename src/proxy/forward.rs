@@ -1,26 +1,33 @@
-//! Forward: send the request to one of the chosen region's endpoints
-//! over a kept-alive connection ([`super::pool`]), with per-attempt and whole-request timeouts,
-//! safe retries under a budget, streaming bodies and upgrade tunnelling.
+//! Forward: one attempt of a request at one endpoint over a kept-alive
+//! connection ([`super::pool`]), with its timeout, passive health and the
+//! retry budget; the client's body watched so that a failure is blamed on
+//! the side that caused it; streaming bodies and upgrade tunnelling.
+//!
+//! Which endpoint comes next, and whether a failed attempt is tried again
+//! (another endpoint, or the failover region), is the caller's loop
+//! ([`super::Proxy`]): an endpoint already tried is never tried again.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{Method, Request, Response, StatusCode, Uri};
+use http::{HeaderMap, Method, Request, Response, StatusCode, Uri};
 use http_body_util::{Either, Empty};
-use hyper::body::{Body, Incoming};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
 
 use super::error::ProxyError;
-use super::pool::{Pool, PoolError};
-use crate::mesh::health::Health;
+use super::pool::{Limits, Pool, PoolBody, PoolError};
+use crate::mesh::health::{Admit, Health};
+use crate::routing::Upstream;
 
 /// Body sent upstream: the client's streamed body, or nothing (which can be
 /// sent again on a retry).
-pub type UpstreamBody = Either<Incoming, Empty<Bytes>>;
+pub type UpstreamBody = Either<ClientBody, Empty<Bytes>>;
 
 /// The connector of every upstream and peer client: plain TCP for
 /// `http://`, rustls for `https://` (HTTP/1.1 by ALPN).
@@ -65,10 +72,14 @@ pub fn connector(settings: &ClientSettings) -> Connector {
 /// reload live).
 #[derive(Clone, Copy, Debug)]
 pub struct AttemptSettings {
-    /// Timeout of one attempt, until the response headers arrive.
+    /// Timeout of one attempt, until the response headers arrive, counted
+    /// from when the request (head and body) has been sent, or from when the
+    /// upstream stopped reading it; never while the client is still sending.
     pub attempt_timeout: Duration,
-    /// Deadline of the whole request, retries included.
-    pub deadline: Instant,
+    /// Timeout of the whole request, retries included, counted the same way.
+    pub request_timeout: Duration,
+    /// When the request arrived.
+    pub started: Instant,
     /// Retries allowed after the first attempt.
     pub retries: u32,
     /// Retry budget ratio.
@@ -79,14 +90,22 @@ pub struct AttemptSettings {
     pub eject_after: u32,
     /// How long an ejected endpoint is left out.
     pub eject_for: Duration,
-    /// Whether a 5xx answer counts against the endpoint. Off for peers: a
-    /// peer's 5xx speaks of its region (or is its own loop guard), not of
-    /// the peer being unhealthy.
-    pub count_5xx: bool,
+    /// Connections per endpoint and requests waiting for one.
+    pub limits: Limits,
+}
+
+/// Why an attempt failed, and whether the request may be tried again.
+#[derive(Debug)]
+pub struct Failure {
+    /// What to answer if it is not tried again.
+    pub error: ProxyError,
+    /// The body, given back when nothing was sent (so another endpoint can
+    /// take the request as it is).
+    pub unsent: Option<UpstreamBody>,
 }
 
 impl Upstreams {
-    /// Upstream connections kept alive per endpoint (at most 256 each).
+    /// Upstream connections kept alive per endpoint (at most 256 idle each).
     pub fn new(settings: ClientSettings) -> Upstreams {
         let connector = connector(&settings);
         Upstreams {
@@ -112,111 +131,255 @@ impl Upstreams {
         self.retries.load(Ordering::Relaxed)
     }
 
-    /// Sends `parts` + `body` to one of `endpoints` (base URIs such as
-    /// `http://10.0.0.1:8080`), moving to the next endpoint when a connection
-    /// cannot be made. The request's path and query are kept; the authority
-    /// comes only from the table.
-    ///
-    /// Retries happen only when safe: the request has no body (so it can be
-    /// sent again) and either nothing was sent (connect failure) or the
-    /// method is idempotent (RFC 9110 §9.2.2); at most `retries` times and
-    /// only while the retry budget allows.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn send(
-        &self,
-        parts: &http::request::Parts,
-        body: Incoming,
-        endpoints: &[crate::routing::Upstream],
-        region: &str,
-        s: AttemptSettings,
-        attempts: &mut u32,
-        health: &Health,
-    ) -> Result<Response<Incoming>, ProxyError> {
-        let usable = endpoints.iter().filter(|e| health.usable(&e.uri)).count();
-        if usable == 0 {
-            return Err(ProxyError::RegionUnavailable { region: region.to_string() });
-        }
+    /// Counts a request against the retry budget (once per request).
+    pub fn deposit(&self, s: &AttemptSettings) {
         self.budget.deposit(s.budget_ratio);
-        let replayable = body.is_end_stream();
-        let mut body = if replayable { None } else { Some(body) };
-        let mut cursor = self.cursor.fetch_add(1, Ordering::Relaxed);
-        // One pass over the usable endpoints for connect failures, plus the retries.
-        let max_attempts = usable as u32 + s.retries;
-        let mut last_err = ProxyError::UpstreamConnect { region: region.to_string() };
-        let mut retries_used = 0;
-        for i in 0..max_attempts {
-            // The next endpoint in rotation that is up and not ejected.
-            let Some(endpoint) = (0..endpoints.len()).find_map(|_| {
-                let e = &endpoints[cursor % endpoints.len()];
-                cursor = cursor.wrapping_add(1);
-                health.usable(&e.uri).then_some(e)
-            }) else {
-                return Err(ProxyError::RegionUnavailable { region: region.to_string() });
-            };
-            // The client's path and query as hyper parsed them (shared bytes, not parsed again).
-            let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
-            // Origin-form: the connection is already to the endpoint.
-            let uri = Uri::from(path);
-            let b = match body.take() {
-                Some(b) => Either::Left(b),
-                None => Either::Right(Empty::new()),
-            };
-            let mut req = Request::new(b);
-            *req.method_mut() = parts.method.clone();
-            *req.uri_mut() = uri;
-            *req.version_mut() = http::Version::HTTP_11;
-            *req.headers_mut() = parts.headers.clone();
-            req.headers_mut().insert(http::header::HOST, endpoint.host.clone());
+    }
+
+    /// Spends a retry, if the budget allows one.
+    pub fn withdraw(&self, s: &AttemptSettings) -> bool {
+        let ok = self.budget.withdraw(s.budget_min_per_second);
+        if ok {
+            self.retries.fetch_add(1, Ordering::Relaxed);
+        }
+        ok
+    }
+
+    /// The next endpoint in rotation among `endpoints` that is not in
+    /// `tried` and that health admits, with its admission.
+    pub fn pick<'e>(
+        &self,
+        endpoints: &'e [Upstream],
+        tried: &[&Uri],
+        health: &Health,
+    ) -> Option<(&'e Upstream, Admit)> {
+        let start = self.cursor.fetch_add(1, Ordering::Relaxed);
+        (0..endpoints.len()).find_map(|i| {
+            let e = &endpoints[start.wrapping_add(i) % endpoints.len()];
+            if tried.contains(&&e.uri) {
+                return None;
+            }
+            match health.admit(&e.uri) {
+                Admit::No => None,
+                admit => Some((e, admit)),
+            }
+        })
+    }
+
+    /// One attempt of the request at `endpoint`: `method`, `path` (the
+    /// origin-form target), `headers` (`Host` is set here from the table)
+    /// and `body`. Records the outcome in passive health: only what the
+    /// upstream did wrong counts (refused, failed or timed out once the
+    /// request was sent, a 5xx when `count_5xx`), never the client's half
+    /// of the exchange nor the endpoint's connection cap.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn attempt(
+        &self,
+        endpoint: &Upstream,
+        admit: Admit,
+        method: &Method,
+        path: &http::uri::PathAndQuery,
+        mut headers: HeaderMap,
+        body: UpstreamBody,
+        region: &str,
+        s: &AttemptSettings,
+        count_5xx: bool,
+        health: &Health,
+    ) -> Result<Response<PoolBody>, Failure> {
+        let watch = match &body {
+            Either::Left(b) => Some(Arc::clone(&b.watch)),
+            Either::Right(_) => None,
+        };
+        headers.insert(http::header::HOST, endpoint.host.clone());
+        let mut req = Request::new(body);
+        *req.method_mut() = method.clone();
+        // Origin-form: the connection is already to the endpoint.
+        *req.uri_mut() = Uri::from(path.clone());
+        *req.version_mut() = http::Version::HTTP_11;
+        *req.headers_mut() = headers;
+        let record = |failed: bool| health.record(&endpoint.uri, failed, s.eject_after, s.eject_for);
+        let exchange = self.pool.send(endpoint, req, s.limits);
+        tokio::pin!(exchange);
+        let attempt_started = Instant::now();
+        let outcome = loop {
             let now = Instant::now();
-            if now >= s.deadline {
-                return Err(ProxyError::RequestTimeout);
+            let wake = due(watch.as_deref(), attempt_started, s).unwrap_or(now + s.attempt_timeout);
+            tokio::select! {
+                r = &mut exchange => break Some(r),
+                _ = tokio::time::sleep_until(wake.into()) => {
+                    // The body may have moved on while this slept: judge by now.
+                    if due(watch.as_deref(), attempt_started, s).is_some_and(|d| Instant::now() >= d) {
+                        break None;
+                    }
+                }
             }
-            let timeout = s.attempt_timeout.min(s.deadline - now);
-            *attempts += 1;
-            let outcome = tokio::time::timeout(timeout, self.pool.send(endpoint, req)).await;
-            let idempotent = is_idempotent(&parts.method);
-            let (err, retry_ok) = match outcome {
-                Ok(Ok(resp)) => {
-                    health.record(
-                        &endpoint.uri,
-                        s.count_5xx && resp.status().is_server_error(),
-                        s.eject_after,
-                        s.eject_for,
-                    );
-                    return Ok(resp);
+        };
+        let _trial = admit;
+        match outcome {
+            Some(Ok(resp)) => {
+                record(count_5xx && resp.status().is_server_error());
+                Ok(resp)
+            }
+            Some(Err(PoolError::Connect(e, req))) => {
+                tracing::debug!(endpoint = %endpoint.uri, error = %e, "upstream connect failed");
+                record(true);
+                let error = ProxyError::UpstreamConnect { region: region.to_string() };
+                Err(Failure { error, unsent: Some(req.into_body()) })
+            }
+            Some(Err(PoolError::Saturated(req))) => {
+                let error = ProxyError::UpstreamSaturated { region: region.to_string() };
+                Err(Failure { error, unsent: Some(req.into_body()) })
+            }
+            Some(Err(PoolError::Failed(e))) => match watch.as_deref().and_then(BodyWatch::client_failure) {
+                Some(detail) => {
+                    tracing::debug!(endpoint = %endpoint.uri, error = %e, detail, "client body failed");
+                    Err(Failure { error: ProxyError::ClientBody { detail }, unsent: None })
                 }
-                Ok(Err(PoolError::Connect(e))) => {
-                    tracing::debug!(endpoint = %endpoint.uri, error = %e, "upstream connect failed");
-                    (ProxyError::UpstreamConnect { region: region.to_string() }, replayable)
-                }
-                Ok(Err(PoolError::Failed(e))) => {
+                None => {
                     tracing::debug!(endpoint = %endpoint.uri, error = %e, "upstream request failed");
-                    (ProxyError::UpstreamFailed { region: region.to_string() }, replayable && idempotent)
+                    record(true);
+                    Err(Failure { error: ProxyError::UpstreamFailed { region: region.to_string() }, unsent: None })
                 }
-                Err(_) if Instant::now() >= s.deadline => {
-                    health.record(&endpoint.uri, true, s.eject_after, s.eject_for);
-                    return Err(ProxyError::RequestTimeout);
-                }
-                Err(_) => (ProxyError::UpstreamTimeout { region: region.to_string() }, replayable && idempotent),
-            };
-            health.record(&endpoint.uri, true, s.eject_after, s.eject_for);
-            let connect_failure = matches!(err, ProxyError::UpstreamConnect { .. });
-            last_err = err;
-            if !retry_ok {
-                break;
-            }
-            // Skipping a refusing endpoint is free while endpoints remain;
-            // anything else spends a retry, which the budget must allow.
-            let free = connect_failure && (i as usize) + 1 < usable;
-            if !free {
-                if retries_used >= s.retries || !self.budget.withdraw(s.budget_min_per_second) {
-                    break;
-                }
-                retries_used += 1;
-                self.retries.fetch_add(1, Ordering::Relaxed);
+            },
+            None => {
+                record(true);
+                let error = if watch.is_none() && Instant::now() >= s.started + s.request_timeout {
+                    ProxyError::RequestTimeout
+                } else {
+                    ProxyError::UpstreamTimeout { region: region.to_string() }
+                };
+                Err(Failure { error, unsent: None })
             }
         }
-        Err(last_err)
+    }
+}
+
+/// When the attempt times out, as things stand: `None` while the client is
+/// still sending its body (the client side's idle timeout bounds that).
+fn due(watch: Option<&BodyWatch>, attempt_started: Instant, s: &AttemptSettings) -> Option<Instant> {
+    match watch {
+        // No body: the request was sent at once; the whole request's
+        // deadline counts from its arrival.
+        None => Some((attempt_started + s.attempt_timeout).min(s.started + s.request_timeout)),
+        Some(w) => match w.phase() {
+            BodyPhase::Finished(at) => Some(at + s.attempt_timeout.min(s.request_timeout)),
+            BodyPhase::WaitingOnClient => None,
+            // The upstream is not taking the body: count from the last progress.
+            BodyPhase::Flowing(last) => Some(last.max(attempt_started) + s.attempt_timeout),
+        },
+    }
+}
+
+/// Where a client's body stands on its way upstream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyPhase {
+    /// The proxy is waiting for the client's next bytes.
+    WaitingOnClient,
+    /// The last bytes went upstream at this time; the upstream has not asked for more since.
+    Flowing(Instant),
+    /// The whole body was passed on at this time.
+    Finished(Instant),
+}
+
+/// What the proxy saw of a client's body while passing it upstream, shared
+/// between the connection that sends it and the request that waits for the
+/// answer.
+#[derive(Debug)]
+pub struct BodyWatch {
+    origin: Instant,
+    /// Milliseconds after `origin` of the last frame passed on.
+    last_ms: AtomicU64,
+    state: AtomicU8,
+}
+
+const WAITING: u8 = 1;
+const FINISHED: u8 = 2;
+const ABORTED: u8 = 4;
+const MALFORMED: u8 = 8;
+
+impl BodyWatch {
+    fn new() -> BodyWatch {
+        BodyWatch { origin: Instant::now(), last_ms: AtomicU64::new(0), state: AtomicU8::new(0) }
+    }
+
+    fn touch(&self, set: u8) {
+        let ms = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(ms, Ordering::Relaxed);
+        let state = self.state.load(Ordering::Relaxed);
+        self.state.store((state & !WAITING) | set, Ordering::Relaxed);
+    }
+
+    /// Where the body stands.
+    pub fn phase(&self) -> BodyPhase {
+        let state = self.state.load(Ordering::Relaxed);
+        let last = self.origin + Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+        if state & FINISHED != 0 {
+            BodyPhase::Finished(last)
+        } else if state & WAITING != 0 {
+            BodyPhase::WaitingOnClient
+        } else {
+            BodyPhase::Flowing(last)
+        }
+    }
+
+    /// Why the client's body failed, if it did.
+    pub fn client_failure(&self) -> Option<&'static str> {
+        let state = self.state.load(Ordering::Relaxed);
+        if state & MALFORMED != 0 {
+            Some("the request body is malformed (its framing could not be read)")
+        } else if state & ABORTED != 0 {
+            Some("the client stopped sending the request body before its end")
+        } else {
+            None
+        }
+    }
+}
+
+/// The client's request body on its way upstream, reporting into a
+/// [`BodyWatch`] what it sees: so an attempt's timeout does not run while
+/// the client is still sending, and a body the client broke (malformed
+/// framing, an upload cut short) is the client's 400, not a failure held
+/// against the upstream.
+#[derive(Debug)]
+pub struct ClientBody {
+    inner: Incoming,
+    watch: Arc<BodyWatch>,
+}
+
+impl ClientBody {
+    /// Watches `inner`.
+    pub fn new(inner: Incoming) -> ClientBody {
+        ClientBody { inner, watch: Arc::new(BodyWatch::new()) }
+    }
+}
+
+impl Body for ClientBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
+        let w = &self.watch;
+        match &polled {
+            Poll::Pending => {
+                w.state.fetch_or(WAITING, Ordering::Relaxed);
+            }
+            Poll::Ready(Some(Ok(_))) => w.touch(0),
+            Poll::Ready(None) => w.touch(FINISHED),
+            Poll::Ready(Some(Err(e))) => w.touch(if e.is_incomplete_message() { ABORTED } else { MALFORMED }),
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -304,6 +467,6 @@ pub fn spawn_tunnel(client: hyper::upgrade::OnUpgrade, upstream: hyper::upgrade:
 }
 
 /// Whether an upstream answered `101 Switching Protocols`.
-pub fn is_switching(resp: &Response<Incoming>) -> bool {
+pub fn is_switching<B>(resp: &Response<B>) -> bool {
     resp.status() == StatusCode::SWITCHING_PROTOCOLS
 }

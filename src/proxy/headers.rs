@@ -36,6 +36,100 @@ pub fn is_upgrade_request(headers: &HeaderMap) -> bool {
     headers.contains_key(header::UPGRADE) && connection_has(headers, "upgrade")
 }
 
+/// `HTTP2-Settings`, which only an `Upgrade: h2c` request carries.
+const HTTP2_SETTINGS: HeaderName = HeaderName::from_static("http2-settings");
+
+/// Keeps in `Upgrade` only the protocols in `allowed` (lowercase names such
+/// as `websocket`; `h2c` never: an upgraded connection is a raw tunnel, and
+/// HTTP/2 inside it would carry requests the proxy never routed) and
+/// returns whether an upgrade is still asked for. Without one, `Upgrade`
+/// and `HTTP2-Settings` are removed and the request goes on as a plain one.
+pub fn keep_allowed_upgrades(headers: &mut HeaderMap, allowed: &[String]) -> bool {
+    if !headers.contains_key(header::UPGRADE) {
+        headers.remove(HTTP2_SETTINGS);
+        return false;
+    }
+    let asked = is_upgrade_request(headers);
+    let kept: Vec<&str> = headers
+        .get_all(header::UPGRADE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|p| {
+            // `websocket`, `websocket/13`: the protocol name before any version.
+            let name = p.split('/').next().unwrap_or("");
+            !name.eq_ignore_ascii_case("h2c") && allowed.iter().any(|a| a.eq_ignore_ascii_case(name))
+        })
+        .collect();
+    let value = (asked && !kept.is_empty()).then(|| HeaderValue::from_str(&kept.join(", ")).ok()).flatten();
+    headers.remove(HTTP2_SETTINGS);
+    match value {
+        Some(v) => {
+            headers.insert(header::UPGRADE, v);
+            true
+        }
+        None => {
+            headers.remove(header::UPGRADE);
+            false
+        }
+    }
+}
+
+/// RFC 9112 checks hyper leaves to the application: an HTTP/1.1 request has
+/// exactly one `Host` (§3.2), and a transfer coding other than `chunked`
+/// (say `gzip, chunked`) is one the proxy cannot pass on faithfully, since
+/// the upstream leg re-frames the body (§6.1: 501).
+pub fn check_framing(parts: &http::request::Parts) -> Result<(), super::error::ProxyError> {
+    use super::error::ProxyError;
+    if parts.version == http::Version::HTTP_11 {
+        let hosts = parts.headers.get_all(header::HOST).iter().count();
+        if hosts != 1 {
+            return Err(ProxyError::BadHost { count: hosts });
+        }
+    }
+    for value in parts.headers.get_all(header::TRANSFER_ENCODING) {
+        let text = String::from_utf8_lossy(value.as_bytes());
+        for coding in text.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+            if !coding.eq_ignore_ascii_case("chunked") {
+                return Err(ProxyError::UnsupportedTransferCoding { coding: coding.to_string() });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// This instance's `Via` element for each protocol version it receives
+/// (RFC 9110 §7.6.3: the version of the request as received).
+#[derive(Clone, Debug)]
+pub struct Via {
+    /// `1.0 <name>`.
+    pub http10: HeaderValue,
+    /// `1.1 <name>`: requests over HTTP/1.1 and every response (the upstream leg is HTTP/1.1).
+    pub http11: HeaderValue,
+    /// `2 <name>`.
+    pub http2: HeaderValue,
+}
+
+impl Via {
+    /// The elements for instance `name`.
+    pub fn new(name: &str) -> Via {
+        let make = |v: &str| {
+            HeaderValue::from_str(&format!("{v} {name}")).unwrap_or_else(|_| HeaderValue::from_static("1.1 shardgate"))
+        };
+        Via { http10: make("1.0"), http11: make("1.1"), http2: make("2") }
+    }
+
+    /// The element for a request received with `version`.
+    pub fn for_version(&self, version: http::Version) -> &HeaderValue {
+        match version {
+            http::Version::HTTP_10 | http::Version::HTTP_09 => &self.http10,
+            http::Version::HTTP_2 | http::Version::HTTP_3 => &self.http2,
+            _ => &self.http11,
+        }
+    }
+}
+
 fn connection_has(headers: &HeaderMap, token: &str) -> bool {
     headers
         .get_all(header::CONNECTION)
@@ -222,6 +316,29 @@ mod tests {
                 assert_eq!(Ipv4Text::new(ip).as_bytes(), ip.to_string().as_bytes());
             }
         }
+    }
+
+    #[test]
+    fn only_allowed_upgrades_survive() {
+        let ws = vec!["websocket".to_string()];
+        let mut h = map(&[("connection", "Upgrade, HTTP2-Settings"), ("upgrade", "h2c"), ("http2-settings", "AAM")]);
+        assert!(!keep_allowed_upgrades(&mut h, &ws));
+        assert!(!h.contains_key("upgrade") && !h.contains_key("http2-settings"));
+        let mut h = map(&[("connection", "upgrade"), ("upgrade", "h2c, WebSocket")]);
+        assert!(keep_allowed_upgrades(&mut h, &ws));
+        assert_eq!(h.get("upgrade").map(|v| v.as_bytes()), Some(&b"WebSocket"[..]));
+        let mut h = map(&[("connection", "upgrade"), ("upgrade", "websocket")]);
+        assert!(!keep_allowed_upgrades(&mut h, &[]), "a route that allows none");
+        let mut h = map(&[("upgrade", "websocket")]);
+        assert!(!keep_allowed_upgrades(&mut h, &ws), "no Connection: upgrade");
+    }
+
+    #[test]
+    fn via_names_the_version_received() {
+        let via = Via::new("gw");
+        assert_eq!(via.for_version(http::Version::HTTP_2), "2 gw");
+        assert_eq!(via.for_version(http::Version::HTTP_11), "1.1 gw");
+        assert_eq!(via.for_version(http::Version::HTTP_10), "1.0 gw");
     }
 
     #[test]

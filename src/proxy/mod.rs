@@ -17,6 +17,7 @@ pub mod forward;
 pub mod headers;
 pub mod locate;
 pub mod mint;
+pub mod path;
 pub mod pool;
 pub mod server;
 
@@ -25,8 +26,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response};
-use http_body_util::{Either, Full};
-use hyper::body::Incoming;
+use http_body_util::{Either, Empty, Full};
+use hyper::body::{Body, Incoming};
 
 use crate::ids::{Format, SystemClock, Uuid7Minter};
 use crate::mesh;
@@ -36,11 +37,12 @@ use crate::routing::shared::SharedTable;
 use crate::routing::{RegionId, Table};
 
 use error::ProxyError;
-use forward::{AttemptSettings, ClientSettings, Upstreams};
+use forward::{AttemptSettings, ClientBody, ClientSettings, UpstreamBody, Upstreams};
+use pool::PoolBody;
 pub use server::ConnInfo;
 
 /// Response body: an upstream's streamed body or a proxy-made one.
-pub type ProxyBody = Either<Incoming, Full<Bytes>>;
+pub type ProxyBody = Either<PoolBody, Full<Bytes>>;
 
 /// Everything a request needs, shared by all connections.
 #[derive(Debug)]
@@ -49,7 +51,7 @@ pub struct Proxy {
     upstreams: Upstreams,
     request_ids: Uuid7Minter<SystemClock>,
     minters: mint::Minters,
-    via: HeaderValue,
+    via: headers::Via,
     name: String,
     /// `by=` node name in `Forwarded` (RFC 7239 obfuscated form).
     node: String,
@@ -112,7 +114,7 @@ impl Proxy {
     /// A proxy serving the tables published in `shared`. `name` identifies
     /// this instance in `Via` and `Proxy-Status`.
     pub fn new(shared: Arc<SharedTable>, client: ClientSettings, name: &str) -> Proxy {
-        let via = HeaderValue::from_str(&format!("1.1 {name}")).unwrap_or(HeaderValue::from_static("1.1 shardgate"));
+        let via = headers::Via::new(name);
         let settings = shared.snapshot();
         let settings = settings.table.settings();
         let minters = mint::Minters::new(settings.locality_node, settings.locality_mode);
@@ -339,27 +341,31 @@ impl Proxy {
 
     /// Where a request goes whose failover `chain` (the owner first) ends in
     /// the region to try: that region's backends, or its shardgate when it is
-    /// another region (or has no backends of its own). When none of those
+    /// another region (or has no backends of its own). Endpoints in `tried`
+    /// (failed earlier for this request) do not count. When none of those
     /// endpoints is healthy, the region's failover region is appended to the
-    /// chain and tried in turn (reads always, writes only where the route
-    /// allows), never a region already in the chain; else 503.
+    /// chain and tried in turn (when `can_fail_over`: reads always, writes
+    /// only where the route allows), never a region already in the chain;
+    /// else 503.
     fn dispatch<'t>(
         &self,
         table: &'t Table,
         chain: &mut Vec<RegionId>,
         can_fail_over: bool,
+        tried: &[&http::Uri],
     ) -> Result<Target<'t>, ProxyError> {
         let owner = chain.first().copied().unwrap_or(RegionId(0));
+        let usable = |u: &crate::routing::Upstream| !tried.contains(&&u.uri) && self.health.usable(&u.uri);
         while let Some(&id) = chain.last() {
             let region = table.region(id);
             let remote = table.local_region().is_some_and(|local| local != id);
             if remote || region.upstreams.is_empty() {
-                if let Some(peer) = region.peer.as_ref().filter(|p| self.health.usable(&p.uri)) {
+                if let Some(peer) = region.peer.as_ref().filter(|p| usable(p)) {
                     let endpoints = std::slice::from_ref(peer);
                     return Ok(Target { region, endpoints, via_peer: true });
                 }
             }
-            if region.upstreams.iter().any(|u| self.health.usable(&u.uri)) {
+            if region.upstreams.iter().any(usable) {
                 return Ok(Target { region, endpoints: &region.upstreams, via_peer: false });
             }
             match region.failover {
@@ -377,7 +383,7 @@ impl Proxy {
         conn: ConnInfo,
         from_peer: bool,
         decision: &mut Decision<'t>,
-    ) -> Result<Response<Incoming>, ProxyError> {
+    ) -> Result<Response<PoolBody>, ProxyError> {
         let settings = table.settings();
         let started = Instant::now();
         let uri_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
@@ -388,6 +394,12 @@ impl Proxy {
             return Err(ProxyError::HeadersTooLarge { limit: settings.server.max_headers });
         }
         let (mut parts, body) = req.into_parts();
+        headers::check_framing(&parts)?;
+        // What is routed is what is forwarded: a path with dot segments is
+        // normalised before both.
+        if let Some(normal) = path::without_dot_segments(&parts.uri) {
+            parts.uri = normal;
+        }
         let hops = mesh::inspect(&parts.headers, &self.node);
         // A request failed over to this instance's region comes back here
         // legitimately (this instance may have sent it to the owner, whose
@@ -420,43 +432,26 @@ impl Proxy {
             Some(_) => relayed_chain.iter().filter_map(|name| table.region_by_name(name)).collect(),
             None => vec![owner],
         };
-        let can_fail_over = forward::is_idempotent(&parts.method) || route.allow_failover_writes;
-        let target = self.dispatch(table, &mut chain, can_fail_over)?;
-        if chain.len() > 1 {
-            let from = chain.first().map(|&r| table.region(r).name.as_str());
-            decision.failover_from = from.filter(|f| *f != target.region.name);
-            if target.via_peer {
-                mesh::mark_failover(&mut parts.headers, chain.iter().map(|&r| table.region(r).name.as_str()));
-            }
-        }
-        decision.region = Some(target.region.name.as_str());
-        if target.via_peer {
-            let next = hops.count.saturating_add(1);
-            if next > settings.max_hops {
-                return Err(ProxyError::Loop {
-                    detail: format!(
-                        "forwarding to region {} would exceed the hop limit of {}",
-                        target.region.name, settings.max_hops
-                    ),
-                });
-            }
-            mesh::mark_forwarded(&mut parts.headers, &self.node, next);
-            decision.peer = true;
-        }
+        let idempotent = forward::is_idempotent(&parts.method);
+        let can_fail_over = idempotent || route.allow_failover_writes;
         if let Some((header, id, _)) = &minted {
             if let Ok(v) = HeaderValue::from_str(id) {
                 parts.headers.insert(header.clone(), v);
             }
         }
 
-        // Request headers for the upstream leg.
-        let upgrade = headers::is_upgrade_request(&parts.headers) && parts.version == http::Version::HTTP_11;
+        // Request headers for the upstream leg (every attempt starts from these).
+        let upgrade = parts.version == http::Version::HTTP_11
+            && headers::keep_allowed_upgrades(&mut parts.headers, &route.upgrades);
         let client_upgrade = if upgrade { parts.extensions.remove::<hyper::upgrade::OnUpgrade>() } else { None };
+        // The authority the client asked for: the absolute URI's (or HTTP/2's
+        // `:authority`), else `Host`.
         let host = parts
-            .headers
-            .get(http::header::HOST)
-            .cloned()
-            .or_else(|| parts.uri.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok()));
+            .uri
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+            .or_else(|| parts.headers.get(http::header::HOST).cloned());
+        let chunked = !body.is_end_stream() && body.size_hint().exact().is_none();
         headers::remove_hop_by_hop(&mut parts.headers, upgrade);
         parts.headers.remove(http::header::HOST);
         let trusted = settings.server.trusted_hops.iter().any(|c| c.contains(conn.peer.ip()));
@@ -465,23 +460,98 @@ impl Proxy {
         if conn.tls && !keep_proto {
             parts.headers.insert(headers::X_FORWARDED_PROTO, HeaderValue::from_static("https"));
         }
-        headers::append_via(&mut parts.headers, &self.via);
+        headers::append_via(&mut parts.headers, self.via.for_version(parts.version));
+        // A body of unknown length (chunked from the client, or HTTP/2 without
+        // content-length) goes upstream chunked, whatever the method: without
+        // the header the client leg would send a GET's body as no body.
+        if chunked {
+            parts.headers.insert(http::header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+        }
+        let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
 
+        let up = &settings.upstream;
         let s = AttemptSettings {
-            attempt_timeout: settings.upstream.attempt_timeout.0,
-            deadline: started + settings.upstream.request_timeout.0,
-            retries: settings.upstream.retries,
-            budget_ratio: settings.upstream.retry_budget.ratio,
-            budget_min_per_second: settings.upstream.retry_budget.min_per_second,
-            eject_after: settings.upstream.eject_after,
-            eject_for: settings.upstream.eject_for.0,
-            count_5xx: !target.via_peer,
+            attempt_timeout: up.attempt_timeout.0,
+            request_timeout: up.request_timeout.0,
+            started,
+            retries: up.retries,
+            budget_ratio: up.retry_budget.ratio,
+            budget_min_per_second: up.retry_budget.min_per_second,
+            eject_after: up.eject_after,
+            eject_for: up.eject_for.0,
+            limits: pool::Limits { max_connections: up.max_connections, max_pending: up.max_pending },
         };
+        // A body that is empty can be sent again; a client's streamed body
+        // only while nothing of it has been sent (a refused connection gives it back).
+        let replayable = body.is_end_stream();
+        let mut body: Option<UpstreamBody> =
+            Some(if replayable { Either::Right(Empty::new()) } else { Either::Left(ClientBody::new(body)) });
+        self.upstreams.deposit(&s);
         decision.upstream_started = Some(Instant::now());
-        let mut resp = self
-            .upstreams
-            .send(&parts, body, target.endpoints, &target.region.name, s, &mut decision.attempts, &self.health)
-            .await?;
+        let mut tried: Vec<&http::Uri> = Vec::new();
+        let mut retries_used = 0;
+        let mut last: Option<ProxyError> = None;
+        let mut resp = loop {
+            // Saturation is overload, not failure: it never moves a request
+            // to another region.
+            let fail_over = can_fail_over && !matches!(last, Some(ProxyError::UpstreamSaturated { .. }));
+            let target = match self.dispatch(table, &mut chain, fail_over, &tried) {
+                Ok(t) => t,
+                Err(e) => return Err(last.unwrap_or(e)),
+            };
+            decision.region = Some(target.region.name.as_str());
+            decision.failover_from =
+                chain.first().map(|&r| table.region(r).name.as_str()).filter(|f| *f != target.region.name);
+            let Some((endpoint, admit)) = self.upstreams.pick(target.endpoints, &tried, &self.health) else {
+                // Health changed since dispatch looked (another request took a
+                // half-open endpoint's trial): count the region as tried.
+                tried.extend(target.endpoints.iter().map(|e| &e.uri));
+                continue;
+            };
+            let mut headers = parts.headers.clone();
+            decision.peer = target.via_peer;
+            if target.via_peer {
+                let next = hops.count.saturating_add(1);
+                if next > settings.max_hops {
+                    return Err(ProxyError::Loop {
+                        detail: format!(
+                            "forwarding to region {} would exceed the hop limit of {}",
+                            target.region.name, settings.max_hops
+                        ),
+                    });
+                }
+                mesh::mark_forwarded(&mut headers, &self.node, next);
+                if chain.len() > 1 {
+                    mesh::mark_failover(&mut headers, chain.iter().map(|&r| table.region(r).name.as_str()));
+                }
+            }
+            let Some(b) = body.take() else { return Err(last.unwrap_or(ProxyError::RequestTimeout)) };
+            decision.attempts += 1;
+            let region = target.region.name.as_str();
+            let outcome = self
+                .upstreams
+                .attempt(endpoint, admit, &parts.method, &path, headers, b, region, &s, !target.via_peer, &self.health)
+                .await;
+            let failure = match outcome {
+                Ok(resp) => break resp,
+                Err(f) => f,
+            };
+            tried.push(&endpoint.uri);
+            match failure.unsent {
+                // Nothing was sent: the next endpoint takes it as it is.
+                Some(b) => body = Some(b),
+                // Sent, and failed: again only if it is safe and the budget allows.
+                None => {
+                    let safe = replayable && idempotent && !matches!(failure.error, ProxyError::ClientBody { .. });
+                    if !safe || retries_used >= s.retries || !self.upstreams.withdraw(&s) {
+                        return Err(failure.error);
+                    }
+                    retries_used += 1;
+                    body = Some(Either::Right(Empty::new()));
+                }
+            }
+            last = Some(failure.error);
+        };
 
         if forward::is_switching(&resp) {
             if let (Some(client), Some(up)) =
@@ -504,7 +574,7 @@ impl Proxy {
                 resp.headers_mut().insert(header, v);
             }
         }
-        headers::append_via(resp.headers_mut(), &self.via);
+        headers::append_via(resp.headers_mut(), &self.via.http11);
         Ok(resp)
     }
 }

@@ -52,6 +52,8 @@ pub struct ServerOptions {
     /// Most client connections open at once; beyond it a new connection is
     /// answered `503` problem+json with `Connection: close` and closed.
     pub max_connections: usize,
+    /// The same limit for the admin listener, which shares the timeouts above.
+    pub admin_max_connections: usize,
 }
 
 impl Default for ServerOptions {
@@ -63,6 +65,7 @@ impl Default for ServerOptions {
             shutdown_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(60),
             max_connections: 10_000,
+            admin_max_connections: 64,
         }
     }
 }
@@ -233,30 +236,17 @@ pub async fn serve_counted_tls(
         .timer(TokioTimer::new())
         .max_header_list_size(u32::try_from(opts.max_header_bytes).unwrap_or(u32::MAX));
     let graceful = GracefulShutdown::new();
-    let limit = Limit::new(opts.max_connections, proxy.metrics().clone());
     let refusal: Arc<[u8]> = super::error::problem_http1_bytes(
         &ProxyError::TooManyConnections { limit: opts.max_connections },
         proxy.name(),
     )
     .into();
+    let mut acceptor = Acceptor::new(listener, "proxy", opts.max_connections, refusal, proxy.metrics().clone());
     tokio::pin!(shutdown);
     let grace = loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(pair) => pair,
-                Err(e) => {
-                    // EMFILE and friends: back off instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+        let (stream, peer, slot) = tokio::select! {
+            accepted = acceptor.accept() => accepted,
             grace = &mut shutdown => break grace,
-        };
-        let _ = stream.set_nodelay(true);
-        let Some(slot) = limit.try_acquire() else {
-            limit.refuse(stream, Arc::clone(&refusal));
-            continue;
         };
         let open = proxy.metrics().connection_opened("proxy");
         let proxy = Arc::clone(&proxy);
@@ -284,7 +274,7 @@ pub async fn serve_counted_tls(
                     async move { Ok::<_, Infallible>(proxy.handle(req, info).await) }
                 });
                 let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned();
-                until_idle(watcher.watch(conn), &activity, opts.idle_timeout, peer).await;
+                until_idle(watcher.watch(conn), &activity, opts, peer).await;
                 drop(open);
                 drop(slot);
             });
@@ -298,15 +288,14 @@ pub async fn serve_counted_tls(
         let activity = Arc::clone(&stream.activity);
         let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned();
         let conn = graceful.watch(conn);
-        let idle = opts.idle_timeout;
         tokio::spawn(async move {
-            until_idle(conn, &activity, idle, peer).await;
+            until_idle(conn, &activity, opts, peer).await;
             drop(open);
             drop(slot);
         });
     };
     // From here on new connections are refused by the kernel.
-    drop(listener);
+    drop(acceptor);
     let finished = tokio::time::timeout(grace, graceful.shutdown()).await.is_ok();
     if !finished {
         tracing::warn!(timeout = ?grace, "in-flight requests did not finish before the shutdown timeout");
@@ -314,18 +303,22 @@ pub async fn serve_counted_tls(
     Ok(finished)
 }
 
-/// Drives `conn` to its end, or until no byte has moved for `idle`.
-async fn until_idle<E: std::fmt::Display>(
+/// Drives `conn` to its end, or until no byte has moved for
+/// `opts.idle_timeout`, or, on a connection that has sent nothing yet, for
+/// `opts.header_read_timeout` (a socket that never speaks is a slowloris
+/// too).
+pub(crate) async fn until_idle<E: std::fmt::Display>(
     conn: impl Future<Output = Result<(), E>>,
     activity: &Activity,
-    idle: Duration,
+    opts: ServerOptions,
     peer: SocketAddr,
 ) {
     tokio::pin!(conn);
     loop {
         let quiet = activity.quiet_for();
+        let idle = if activity.has_read() { opts.idle_timeout } else { opts.header_read_timeout };
         if quiet >= idle {
-            tracing::debug!(%peer, ?idle, "closing a connection idle mid-request (server.idle_timeout)");
+            tracing::debug!(%peer, ?idle, "closing an idle connection (server.idle_timeout, or header_read_timeout before any byte)");
             return;
         }
         tokio::select! {
@@ -340,10 +333,76 @@ async fn until_idle<E: std::fmt::Display>(
     }
 }
 
+/// A listener with its connection limit, the answer for connections beyond
+/// it, and a back-off for failing accepts: what the proxy and admin
+/// listeners share.
+#[derive(Debug)]
+pub(crate) struct Acceptor {
+    listener: TcpListener,
+    limit: Limit,
+    refusal: Arc<[u8]>,
+    /// Accepts that failed in a row, and the pause before the next try.
+    failures: u32,
+    pause: Duration,
+}
+
+/// The first pause after a failed accept, doubled on each failure in a row up to [`MAX_ACCEPT_PAUSE`].
+const FIRST_ACCEPT_PAUSE: Duration = Duration::from_millis(10);
+/// The longest pause between failing accepts.
+const MAX_ACCEPT_PAUSE: Duration = Duration::from_secs(1);
+
+impl Acceptor {
+    /// Accepts on `listener` (named `name` in logs and metrics) at most `max`
+    /// connections at once; beyond it a connection is answered `refusal`
+    /// and closed.
+    pub(crate) fn new(
+        listener: TcpListener,
+        name: &'static str,
+        max: usize,
+        refusal: Arc<[u8]>,
+        metrics: Arc<crate::metrics::Metrics>,
+    ) -> Acceptor {
+        Acceptor { listener, limit: Limit::new(name, max, metrics), refusal, failures: 0, pause: FIRST_ACCEPT_PAUSE }
+    }
+
+    /// The next connection under the limit, with its place under it (those
+    /// beyond it are refused on the way). A failing accept (EMFILE, ENFILE,
+    /// ENOBUFS) is logged once per episode and retried after a pause that
+    /// doubles up to a second, so it neither spins nor floods the log.
+    pub(crate) async fn accept(&mut self) -> (TcpStream, SocketAddr, Slot) {
+        loop {
+            match self.listener.accept().await {
+                Ok((stream, peer)) => {
+                    if self.failures > 0 {
+                        tracing::info!(listener = self.limit.name, failures = self.failures, "accepting again");
+                        self.failures = 0;
+                        self.pause = FIRST_ACCEPT_PAUSE;
+                    }
+                    let _ = stream.set_nodelay(true);
+                    match self.limit.try_acquire() {
+                        Some(slot) => return (stream, peer, slot),
+                        None => self.limit.refuse(stream, Arc::clone(&self.refusal)),
+                    }
+                }
+                Err(e) => {
+                    self.failures += 1;
+                    if self.failures == 1 {
+                        tracing::warn!(listener = self.limit.name, error = %e, "accept failed; backing off until it succeeds again");
+                    }
+                    tokio::time::sleep(self.pause).await;
+                    self.pause = (self.pause * 2).min(MAX_ACCEPT_PAUSE);
+                }
+            }
+        }
+    }
+}
+
 /// The connection limit: a count of open client connections, and the
 /// refusals written past it.
 #[derive(Debug)]
 struct Limit {
+    /// The listener's name (`proxy`, `admin`).
+    name: &'static str,
     max: usize,
     open: Arc<AtomicUsize>,
     refusing: Arc<AtomicUsize>,
@@ -354,7 +413,7 @@ struct Limit {
 
 /// One open connection's place under the limit; released when dropped.
 #[derive(Debug)]
-struct Slot(Arc<AtomicUsize>);
+pub(crate) struct Slot(Arc<AtomicUsize>);
 
 impl Drop for Slot {
     fn drop(&mut self) {
@@ -363,8 +422,9 @@ impl Drop for Slot {
 }
 
 impl Limit {
-    fn new(max: usize, metrics: Arc<crate::metrics::Metrics>) -> Limit {
+    fn new(name: &'static str, max: usize, metrics: Arc<crate::metrics::Metrics>) -> Limit {
         Limit {
+            name,
             max,
             open: Arc::new(AtomicUsize::new(0)),
             refusing: Arc::new(AtomicUsize::new(0)),
@@ -381,7 +441,7 @@ impl Limit {
         }
         self.open.fetch_add(1, Ordering::AcqRel);
         if self.at_limit.swap(false, Ordering::Relaxed) {
-            tracing::info!(limit = self.max, "below the connection limit again; accepting");
+            tracing::info!(listener = self.name, limit = self.max, "below the connection limit again; accepting");
         }
         Some(Slot(Arc::clone(&self.open)))
     }
@@ -389,11 +449,12 @@ impl Limit {
     /// Answers `stream` with the prepared 503 and closes it, in the
     /// background and bounded in time; counts and logs the refusal.
     fn refuse(&self, mut stream: TcpStream, answer: Arc<[u8]>) {
-        self.metrics.connection_refused("proxy");
+        self.metrics.connection_refused(self.name);
         if !self.at_limit.swap(true, Ordering::Relaxed) {
             tracing::warn!(
+                listener = self.name,
                 limit = self.max,
-                "connection limit reached (server.max_connections); refusing new connections with 503"
+                "connection limit reached; refusing new connections with 503"
             );
         }
         if self.refusing.load(Ordering::Acquire) >= MAX_REFUSALS_IN_FLIGHT {
@@ -419,17 +480,24 @@ impl Limit {
     }
 }
 
-/// When bytes last moved on a connection, in milliseconds since it opened.
+/// When bytes last moved on a connection, in milliseconds since it opened,
+/// and whether the client has sent any yet.
 #[derive(Debug)]
-struct Activity {
+pub(crate) struct Activity {
     opened: Instant,
     last_ms: AtomicU64,
+    read_any: AtomicBool,
 }
 
 impl Activity {
     fn touch(&self) {
         let ms = u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.last_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Whether the client has sent a byte.
+    fn has_read(&self) -> bool {
+        self.read_any.load(Ordering::Relaxed)
     }
 
     /// How long nothing has moved.
@@ -441,14 +509,16 @@ impl Activity {
 /// A client socket that records its activity (bytes read or written) for
 /// the idle timeout.
 #[derive(Debug)]
-struct Watched<S> {
+pub(crate) struct Watched<S> {
     io: S,
-    activity: Arc<Activity>,
+    pub(crate) activity: Arc<Activity>,
 }
 
 impl<S> Watched<S> {
-    fn new(io: S) -> Watched<S> {
-        Watched { io, activity: Arc::new(Activity { opened: Instant::now(), last_ms: AtomicU64::new(0) }) }
+    pub(crate) fn new(io: S) -> Watched<S> {
+        let activity =
+            Activity { opened: Instant::now(), last_ms: AtomicU64::new(0), read_any: AtomicBool::new(false) };
+        Watched { io, activity: Arc::new(activity) }
     }
 }
 
@@ -458,6 +528,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
         let polled = Pin::new(&mut self.io).poll_read(cx, buf);
         if buf.filled().len() > before {
             self.activity.touch();
+            self.activity.read_any.store(true, Ordering::Relaxed);
         }
         polled
     }

@@ -128,6 +128,8 @@ pub struct Route {
     pub strategy: Strategy,
     /// Whether non-idempotent requests may be sent to a failover region.
     pub allow_failover_writes: bool,
+    /// Protocols `Upgrade` may switch to through this route, lowercase.
+    pub upgrades: Vec<String>,
 }
 
 /// Where a route's id is and which formats it may be in.
@@ -743,6 +745,7 @@ fn compile_routes(
             mint,
             strategy: Strategy::from_name(&r.placement).unwrap_or(Strategy::Auto),
             allow_failover_writes: r.allow_failover_writes,
+            upgrades: r.upgrades.iter().map(|u| u.to_ascii_lowercase()).collect(),
         });
         match groups.iter_mut().find(|(t, _)| *t == r.matcher.path) {
             Some((_, list)) => list.push(pos),

@@ -843,6 +843,11 @@ async fn ops_admin_token_methods_and_unknown_paths() -> TestResult {
     assert_eq!(send(wrong).await?.status, 401);
     let right = Request::get(o.admin_url("/config")).header("authorization", "Bearer s3cret").body(Full::default())?;
     assert_eq!(send(right).await?.status, 200);
+    // The scheme name is case-insensitive (RFC 9110 §11.1); the token is not.
+    for (auth, status) in [("bearer s3cret", 200), ("BEARER s3cret", 200), ("bearer S3CRET", 401), ("Bearer", 401)] {
+        let req = Request::get(o.admin_url("/config")).header("authorization", auth).body(Full::default())?;
+        assert_eq!(send(req).await?.status, status, "{auth}");
+    }
     let drain = Request::post(o.admin_url("/drain")).body(Full::default())?;
     assert_eq!(send(drain).await?.status, 401, "no drain without the token");
     assert!(!o.inst.drain().is_draining());

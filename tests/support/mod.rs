@@ -107,9 +107,9 @@ pub async fn backend_on(listener: TcpListener, region: &str) -> Result<Running, 
     Ok(Running { addr, stop, hits, proxy: None })
 }
 
-type TestBody = http_body_util::combinators::BoxBody<Bytes, BoxError>;
+pub type TestBody = http_body_util::combinators::BoxBody<Bytes, BoxError>;
 
-fn full(b: impl Into<Bytes>) -> TestBody {
+pub fn full(b: impl Into<Bytes>) -> TestBody {
     Full::new(b.into()).map_err(|e: Infallible| -> BoxError { match e {} }).boxed()
 }
 
@@ -165,6 +165,60 @@ async fn behave(region: &str, mut req: Request<Incoming>) -> Response<TestBody> 
         resp.headers_mut().insert("x-backend-region", v);
     }
     resp
+}
+
+/// Open connections of a backend: now, and the most at once.
+#[derive(Debug, Default)]
+pub struct Conns {
+    pub open: AtomicUsize,
+    pub most: AtomicUsize,
+}
+
+/// Whether a request is one of shardgate's health checks.
+pub fn is_health_check<B>(req: &Request<B>) -> bool {
+    req.headers().get("user-agent").is_some_and(|v| v.as_bytes() == b"shardgate-health")
+}
+
+/// A backend whose every answer (health checks included) comes from
+/// `answer`; counts requests other than health checks in `hits`, and its
+/// connections in the returned [`Conns`].
+pub async fn backend_with<F, Fut>(answer: F) -> Result<(Running, Arc<Conns>), BoxError>
+where
+    F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Response<TestBody>> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let (stop, rx) = watch::channel(false);
+    let hits = Arc::new(AtomicUsize::new(0));
+    let conns = Arc::new(Conns::default());
+    let (h, c) = (Arc::clone(&hits), Arc::clone(&conns));
+    let answer = Arc::new(answer);
+    let mut shutdown = rx.clone();
+    tokio::spawn(async move {
+        let mut tasks = tokio::task::JoinSet::new();
+        loop {
+            let (stream, _) = tokio::select! {
+                r = listener.accept() => match r { Ok(p) => p, Err(_) => continue },
+                _ = shutdown.wait_for(|s| *s) => return,
+            };
+            let open = c.open.fetch_add(1, Ordering::SeqCst) + 1;
+            c.most.fetch_max(open, Ordering::SeqCst);
+            let (h, c, answer) = (Arc::clone(&h), Arc::clone(&c), Arc::clone(&answer));
+            tasks.spawn(async move {
+                let svc = service_fn(move |req: Request<Incoming>| {
+                    if !is_health_check(&req) {
+                        h.fetch_add(1, Ordering::SeqCst);
+                    }
+                    let answer = Arc::clone(&answer);
+                    async move { Ok::<_, Infallible>(answer(req).await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+                c.open.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+    });
+    Ok((Running { addr, stop, hits, proxy: None }, conns))
 }
 
 /// A stream over ready items, yielding each after a short pause (so chunks
@@ -370,11 +424,15 @@ impl Raw {
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.bytes).into_owned()
     }
-    /// The first response's body, when it is problem+json.
+    /// The first response's body (its `content-length` bytes), when it is problem+json.
     pub fn problem(&self) -> Option<serde_json::Value> {
         let text = self.text();
-        let (_, body) = text.split_once("\r\n\r\n")?;
-        serde_json::from_str(body.split("HTTP/1.1 ").next()?).ok()
+        let (head, body) = text.split_once("\r\n\r\n")?;
+        let len: usize = head
+            .lines()
+            .find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case("content-length")))
+            .and_then(|(_, v)| v.trim().parse().ok())?;
+        serde_json::from_str(body.get(..len)?).ok()
     }
 }
 
