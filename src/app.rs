@@ -1,6 +1,7 @@
-//! Assembly: load the table, publish it, start the reload triggers, bind the
-//! proxy and admin listeners and serve until a signal. Also the in-process
-//! `demo`.
+//! Assembly of the daemon: load the table, publish it, start the reload
+//! triggers, bind the proxy and admin listeners and serve until a signal.
+//! What happened is returned as a typed outcome ([`Exit`], [`ServeError`]);
+//! the command line turns it into an exit code.
 //!
 //! Signals (Unix):
 //!
@@ -11,8 +12,8 @@
 //!   (so load balancers see the 503 and stop sending), then closes its
 //!   listener, waits up to `server.shutdown_timeout` for in-flight requests
 //!   and exits 0. A second SIGTERM during the drain exits at once (0).
-//! * SIGINT (Ctrl-C): fast exit, code 130 (128 + SIGINT, the shell
-//!   convention), without waiting for in-flight requests.
+//! * SIGINT (Ctrl-C): fast exit ([`Exit::Interrupted`]), without waiting
+//!   for in-flight requests.
 
 use std::future::Future;
 use std::io;
@@ -25,15 +26,64 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::admin::{self, AdminState};
-use crate::cli::{EXIT_CONFIG, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK};
-use crate::config::{self, Config};
+use crate::config::{self, Config, ConfigErrors};
 use crate::proxy::forward::ClientSettings;
 use crate::proxy::server::{self, Drain, ServerOptions};
 use crate::proxy::Proxy;
 use crate::routing::reload::{self, Reloader};
 use crate::routing::shared::SharedTable;
 use crate::routing::Table;
-use crate::tls::ServerTls;
+use crate::tls::{ServerTls, TlsError};
+
+/// How a serving process ended, when it ended well.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// A graceful stop: SIGTERM (or SIGQUIT, or `POST /drain`) and the
+    /// drain that follows, or a second termination signal during it.
+    Stopped,
+    /// SIGINT (Ctrl-C): a fast exit.
+    Interrupted,
+}
+
+/// Why `serve` could not start or keep serving.
+#[derive(Debug)]
+pub enum ServeError {
+    /// The table file is invalid.
+    Config {
+        /// The file.
+        path: PathBuf,
+        /// Every problem in it.
+        errors: ConfigErrors,
+    },
+    /// The TLS files of `server.tls` or `upstream.tls` cannot be used.
+    Tls(TlsError),
+    /// A listener could not be bound.
+    Bind {
+        /// `listen` or `admin`.
+        listener: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        error: io::Error,
+    },
+    /// Serving failed.
+    Io(io::Error),
+}
+
+impl std::fmt::Display for ServeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServeError::Config { path, errors } => {
+                write!(f, "{errors}\n{} problem(s) in {}; not starting", errors.len(), path.display())
+            }
+            ServeError::Tls(e) => write!(f, "{e}; not starting"),
+            ServeError::Bind { listener, addr, error } => write!(f, "cannot listen on {addr} ({listener}): {error}"),
+            ServeError::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for ServeError {}
 
 /// Options of the proxy that are fixed at start-up.
 pub fn server_options(cfg: &Config) -> ServerOptions {
@@ -196,37 +246,15 @@ pub async fn drain_sequence(drain: Drain, shared: Arc<SharedTable>) -> Duration 
     grace
 }
 
-/// `shardgate serve -c FILE`: returns the process exit code.
-pub async fn serve(path: PathBuf) -> i32 {
-    let (cfg, text) = match config::load_file(&path) {
-        Ok(pair) => pair,
-        Err(errors) => {
-            eprintln!("{errors}");
-            eprintln!("shardgate: {} problem(s) in {}; not starting", errors.len(), path.display());
-            return EXIT_CONFIG;
-        }
+/// `shardgate serve -c FILE`: serves until a signal or `POST /drain`.
+pub async fn serve(path: PathBuf) -> Result<Exit, ServeError> {
+    let (cfg, text) = config::load_file(&path).map_err(|errors| ServeError::Config { path: path.clone(), errors })?;
+    let tls = crate::tls::load(&cfg).map_err(ServeError::Tls)?;
+    let bind = |listener, addr| async move {
+        TcpListener::bind(addr).await.map_err(|error| ServeError::Bind { listener, addr, error })
     };
-    let tls = match crate::tls::load(&cfg) {
-        Ok(tls) => tls,
-        Err(e) => {
-            eprintln!("shardgate: {e}; not starting");
-            return EXIT_CONFIG;
-        }
-    };
-    let listener = match TcpListener::bind(cfg.listen).await {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("shardgate: cannot listen on {}: {e}", cfg.listen);
-            return EXIT_FAILURE;
-        }
-    };
-    let admin_listener = match TcpListener::bind(cfg.admin).await {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("shardgate: cannot listen on {} (admin): {e}", cfg.admin);
-            return EXIT_FAILURE;
-        }
-    };
+    let listener = bind("listen", cfg.listen).await?;
+    let admin_listener = bind("admin", cfg.admin).await?;
     let token = admin::token_from_env();
     if token.is_none() && !cfg.admin.ip().is_loopback() {
         tracing::warn!(
@@ -250,25 +278,19 @@ pub async fn serve(path: PathBuf) -> i32 {
         table = %path.display(),
         "shardgate serving"
     );
-    let code = tokio::select! {
-        result = inst.run(listener, Some(admin_listener), server_options(&cfg)) => match result {
-            Ok(_) => EXIT_OK,
-            Err(e) => {
-                eprintln!("shardgate: {e}");
-                EXIT_FAILURE
-            }
-        },
-        code = fast_exit => code,
+    let exit = tokio::select! {
+        result = inst.run(listener, Some(admin_listener), server_options(&cfg)) => result.map(|_| Exit::Stopped),
+        exit = fast_exit => Ok(exit),
     };
     let _ = stop_tx.send(true);
-    tracing::info!(code, "shardgate stopped");
-    code
+    tracing::info!(?exit, "shardgate stopped");
+    exit.map_err(ServeError::Io)
 }
 
-/// SIGTERM and SIGQUIT start the drain (a second one exits at once with 0);
-/// SIGINT resolves the returned future with [`EXIT_INTERRUPTED`].
-fn spawn_drain_signals(drain: Drain, mut stop: watch::Receiver<bool>) -> impl Future<Output = i32> {
-    let (tx, rx) = tokio::sync::oneshot::channel::<i32>();
+/// SIGTERM and SIGQUIT start the drain (a second one exits at once);
+/// SIGINT resolves the returned future with [`Exit::Interrupted`].
+fn spawn_drain_signals(drain: Drain, mut stop: watch::Receiver<bool>) -> impl Future<Output = Exit> {
+    let (tx, rx) = tokio::sync::oneshot::channel::<Exit>();
     tokio::spawn(async move {
         #[cfg(unix)]
         {
@@ -278,7 +300,7 @@ fn spawn_drain_signals(drain: Drain, mut stop: watch::Receiver<bool>) -> impl Fu
                     "cannot install the SIGTERM/SIGQUIT handlers; only Ctrl-C and POST /drain stop shardgate"
                 );
                 let _ = tokio::signal::ctrl_c().await;
-                let _ = tx.send(EXIT_INTERRUPTED);
+                let _ = tx.send(Exit::Interrupted);
                 return;
             };
             loop {
@@ -286,14 +308,14 @@ fn spawn_drain_signals(drain: Drain, mut stop: watch::Receiver<bool>) -> impl Fu
                     _ = term.recv() => {}
                     _ = quit.recv() => {}
                     _ = tokio::signal::ctrl_c() => {
-                        let _ = tx.send(EXIT_INTERRUPTED);
+                        let _ = tx.send(Exit::Interrupted);
                         return;
                     }
                     _ = stop.wait_for(|s| *s) => return,
                 }
                 if !start_drain(&drain) {
                     tracing::warn!("second termination signal during the drain: exiting now");
-                    let _ = tx.send(EXIT_OK);
+                    let _ = tx.send(Exit::Stopped);
                     return;
                 }
             }
@@ -302,14 +324,14 @@ fn spawn_drain_signals(drain: Drain, mut stop: watch::Receiver<bool>) -> impl Fu
         {
             let _ = drain;
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => { let _ = tx.send(EXIT_INTERRUPTED); }
+                _ = tokio::signal::ctrl_c() => { let _ = tx.send(Exit::Interrupted); }
                 _ = stop.wait_for(|s| *s) => {}
             }
         }
     });
     async move {
         match rx.await {
-            Ok(code) => code,
+            Ok(exit) => exit,
             // The signal task ended without a verdict (shutdown): never resolve.
             Err(_) => std::future::pending().await,
         }
@@ -344,110 +366,44 @@ fn spawn_reload_triggers(reloader: &Arc<Reloader>, stop: watch::Receiver<bool>) 
     }
 }
 
-/// Resolves on SIGTERM or SIGINT (Ctrl-C) with the exit code for it:
-/// [`EXIT_INTERRUPTED`] after SIGINT, [`EXIT_OK`] after SIGTERM (a graceful
-/// stop).
-pub async fn shutdown_signal() -> i32 {
+/// Resolves on SIGTERM ([`Exit::Stopped`], a graceful stop) or SIGINT
+/// (Ctrl-C, [`Exit::Interrupted`]).
+pub async fn shutdown_signal() -> Exit {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
         match signal(SignalKind::terminate()) {
             Ok(mut term) => {
                 tokio::select! {
-                    _ = term.recv() => EXIT_OK,
-                    _ = tokio::signal::ctrl_c() => EXIT_INTERRUPTED,
+                    _ = term.recv() => Exit::Stopped,
+                    _ = tokio::signal::ctrl_c() => Exit::Interrupted,
                 }
             }
             Err(_) => {
                 let _ = tokio::signal::ctrl_c().await;
-                EXIT_INTERRUPTED
+                Exit::Interrupted
             }
         }
     }
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
-        EXIT_INTERRUPTED
+        Exit::Interrupted
     }
 }
 
-/// Runs `serve` until a termination signal, which it stops gracefully
-/// (in-flight requests finish); returns the exit code of
-/// [`shutdown_signal`], or [`EXIT_FAILURE`] (with the error printed) when
-/// serving failed.
-pub async fn until_signal<F, E>(serve: impl FnOnce(std::pin::Pin<Box<dyn Future<Output = ()> + Send>>) -> F) -> i32
+/// Runs `serve` until a termination signal, which stops it gracefully
+/// (in-flight requests finish); returns what [`shutdown_signal`] saw.
+pub async fn until_signal<F, E>(
+    serve: impl FnOnce(std::pin::Pin<Box<dyn Future<Output = ()> + Send>>) -> F,
+) -> Result<Exit, E>
 where
     F: Future<Output = Result<(), E>>,
-    E: std::fmt::Display,
 {
-    let (code_tx, code_rx) = tokio::sync::oneshot::channel();
+    let (exit_tx, exit_rx) = tokio::sync::oneshot::channel();
     let stop = Box::pin(async move {
-        let _ = code_tx.send(shutdown_signal().await);
+        let _ = exit_tx.send(shutdown_signal().await);
     });
-    match serve(stop).await {
-        Ok(()) => code_rx.await.unwrap_or(EXIT_OK),
-        Err(e) => {
-            eprintln!("shardgate: {e}");
-            EXIT_FAILURE
-        }
-    }
-}
-
-/// The demo table, embedded in the binary.
-pub const DEMO_TABLE: &str = include_str!("../config/demo.yaml");
-
-/// `shardgate demo`: three in-process regional backends, the embedded demo
-/// table pointed at them, the proxy on `listen`, and ready-to-paste curl
-/// commands. Runs until Ctrl-C.
-pub async fn demo(listen: SocketAddr) -> i32 {
-    let mut text = DEMO_TABLE.to_string();
-    let mut backends = Vec::new();
-    let (stop_tx, stop_rx) = watch::channel(false);
-    for (region, placeholder) in [("eu", "127.0.0.1:18081"), ("kz", "127.0.0.1:18082"), ("us", "127.0.0.1:18083")] {
-        let listener = match TcpListener::bind("127.0.0.1:0").await {
-            Ok(l) => l,
-            Err(e) => {
-                eprintln!("shardgate: cannot start the {region} demo backend: {e}");
-                return EXIT_FAILURE;
-            }
-        };
-        let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
-        text = text.replace(placeholder, &addr);
-        let mut stop = stop_rx.clone();
-        tokio::spawn(crate::backend::serve(listener, region.to_string(), async move {
-            let _ = stop.wait_for(|s| *s).await;
-        }));
-        backends.push((region, addr));
-    }
-    let cfg = match config::load_str(&text, "demo.yaml") {
-        Ok(cfg) => cfg,
-        Err(errors) => {
-            eprintln!("shardgate: the embedded demo table is invalid (a bug):\n{errors}");
-            return EXIT_FAILURE;
-        }
-    };
-    let listener = match TcpListener::bind(listen).await {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("shardgate: cannot listen on {listen}: {e} (choose another address with --listen)");
-            return EXIT_FAILURE;
-        }
-    };
-    let table = Table::compile(&cfg);
-    println!("shardgate demo: proxy on http://{listen}");
-    for (region, addr) in &backends {
-        println!("  backend {region:<3} on http://{addr}");
-    }
-    println!();
-    for line in crate::demo::curl_examples(&table, &cfg, listen) {
-        println!("{line}");
-    }
-    println!();
-    println!("Press Ctrl-C to stop.");
-    until_signal(|stop| async move {
-        let result = run_proxy(&cfg, &text, listener, stop).await.map(drop);
-        let _ = stop_tx.send(true);
-        result
-    })
-    .await
+    serve(stop).await?;
+    Ok(exit_rx.await.unwrap_or(Exit::Stopped))
 }

@@ -45,15 +45,11 @@
 
 pub mod admin;
 pub mod app;
-pub mod backend;
 pub mod cli;
 pub mod config;
-pub mod decode;
-pub mod demo;
 pub mod ids;
 pub mod mesh;
 pub mod metrics;
-pub mod probe;
 pub mod proxy;
 pub mod routing;
 pub mod telemetry;

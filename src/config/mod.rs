@@ -16,7 +16,6 @@
 //! with its YAML path, 1-based line and column and a fix hint. A file with any
 //! problem never produces a [`Config`].
 
-pub mod check;
 pub mod duration;
 pub mod raw;
 pub mod spans;

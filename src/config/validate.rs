@@ -78,12 +78,7 @@ impl<'a> Ctx<'a> {
 }
 
 /// Parses a 7-hex-digit Locality MAC fragment.
-pub fn parse_mac_fragment(text: &str) -> Option<u32> {
-    if text.len() != 7 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    u32::from_str_radix(text, 16).ok()
-}
+pub use crate::ids::parse_mac_fragment;
 
 /// Parses a canonical decimal integer no larger than `max`.
 pub fn parse_decimal(text: &str, max: u64) -> Option<u64> {

@@ -140,6 +140,15 @@ pub struct NodeIdentity {
     pub mac_fragment: u32,
 }
 
+/// A MAC fragment as written in tables and on the command line: exactly 7
+/// hex digits (28 bits), either case.
+pub fn parse_mac_fragment(text: &str) -> Option<u32> {
+    if text.len() != 7 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    u32::from_str_radix(text, 16).ok()
+}
+
 impl NodeIdentity {
     /// The identity Groupon's libraries derive from a 48-bit MAC and an OS pid.
     pub fn from_mac(mac: [u8; 6], os_pid: u32) -> NodeIdentity {

@@ -30,7 +30,7 @@ use std::fmt;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use iuid::{Iuid, IuidMinter};
-pub use locality::{LocalityMinter, LocalityMode, LocalityUuid, NodeIdentity};
+pub use locality::{parse_mac_fragment, LocalityMinter, LocalityMode, LocalityUuid, NodeIdentity};
 pub use snowflake::{Instagram, InstagramLayout, Snowflake, SnowflakeLayout, Sonyflake, SonyflakeFlavor};
 pub use uniqid::{UniqidMinter, UniqidShard};
 pub use uuid7::{Uuid7, Uuid7Minter};
@@ -85,6 +85,19 @@ impl Format {
     /// Looks a format up by its configuration name (exact, lowercase).
     pub fn from_name(name: &str) -> Option<Format> {
         Format::ALL.into_iter().find(|f| f.name() == name)
+    }
+
+    /// A short description for people (help texts, the dashboard).
+    pub const fn title(self) -> &'static str {
+        match self {
+            Format::Iuid => "inDrive iUID (UUIDv8 with country and service entity)",
+            Format::Locality => "Groupon Locality UUID, version b",
+            Format::Uniqid => "PHP uniqid with a shard-number prefix",
+            Format::Uuidv7 => "RFC 9562 UUIDv7",
+            Format::Snowflake => "Twitter Snowflake",
+            Format::Sonyflake => "Sony Sonyflake",
+            Format::Instagram => "Instagram sharded id",
+        }
     }
 
     /// Whether shardgate can mint ids of this format (the 64-bit formats are read only).

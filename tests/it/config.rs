@@ -9,7 +9,8 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use shardgate::config::{self, check::run_check, ConfigErrors};
+use shardgate::cli::check::run as run_check;
+use shardgate::config::{self, ConfigErrors};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/config").join(name)

@@ -275,7 +275,7 @@ async fn tls_backend(region: &'static str, leaf: &Leaf) -> Result<TlsBackend, Bo
             conns.spawn(async move {
                 let Ok(stream) = acceptor.accept(tcp).await else { return };
                 let svc = service_fn(|req| async move {
-                    Ok::<_, std::convert::Infallible>(shardgate::backend::answer(region, req).await)
+                    Ok::<_, std::convert::Infallible>(shardgate::cli::backend::answer(region, req).await)
                 });
                 let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                     .serve_connection(TokioIo::new(stream), svc)

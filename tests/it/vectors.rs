@@ -4,7 +4,7 @@
 //! `shardgate decode --json`'s writer, so it checks that output too.
 
 use serde_json::{Map, Value};
-use shardgate::decode::{self, DecodeOptions};
+use shardgate::cli::decode::{self, DecodeOptions};
 use shardgate::ids::{
     locality, Format, LocalityMinter, LocalityMode, LocalityUuid, ManualClock, NodeIdentity, Params, SonyflakeFlavor,
 };

@@ -159,7 +159,7 @@ async fn behave(region: &str, mut req: Request<Incoming>) -> Response<TestBody> 
             r.headers_mut().insert("connection", http::HeaderValue::from_static("upgrade"));
             r
         }
-        _ => shardgate::backend::answer(region, req).await.map(|b| b.map_err(|e| match e {}).boxed()),
+        _ => shardgate::cli::backend::answer(region, req).await.map(|b| b.map_err(|e| match e {}).boxed()),
     };
     if let Ok(v) = http::HeaderValue::from_str(region) {
         resp.headers_mut().insert("x-backend-region", v);

@@ -15,7 +15,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-use crate::cli::{EXIT_FAILURE, EXIT_OK, EXIT_USAGE};
+use super::exit;
 
 /// GETs `uri` (plain `http://` only) and returns the status, within `timeout`.
 pub async fn get_status(uri: Uri, timeout: Duration) -> Result<StatusCode, String> {
@@ -47,29 +47,29 @@ pub fn run(url: &str, timeout: Duration) -> i32 {
         Ok(u) => u,
         Err(e) => {
             eprintln!("shardgate probe: not a URL: {url:?}: {e}");
-            return EXIT_USAGE;
+            return exit::USAGE;
         }
     };
     if uri.scheme_str() != Some("http") || uri.host().is_none() {
         eprintln!("shardgate probe: give an http://host[:port]/path URL, not {url:?}");
-        return EXIT_USAGE;
+        return exit::USAGE;
     }
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("shardgate probe: {e}");
-            return EXIT_FAILURE;
+            return exit::FAILURE;
         }
     };
     match rt.block_on(get_status(uri, timeout)) {
-        Ok(status) if status.is_success() => EXIT_OK,
+        Ok(status) if status.is_success() => exit::OK,
         Ok(status) => {
             eprintln!("shardgate probe: {url}: {status}");
-            EXIT_FAILURE
+            exit::FAILURE
         }
         Err(e) => {
             eprintln!("shardgate probe: {url}: {e}");
-            EXIT_FAILURE
+            exit::FAILURE
         }
     }
 }
@@ -85,7 +85,7 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(crate::backend::serve(listener, "eu".into(), async move {
+        let server = tokio::spawn(crate::cli::backend::serve(listener, "eu".into(), async move {
             let _ = stop_rx.await;
         }));
         let uri: Uri = format!("http://localhost:{}/healthz", addr.port()).parse()?;
@@ -109,8 +109,8 @@ mod tests {
 
     #[test]
     fn only_plain_http_urls() {
-        assert_eq!(run("not a url", Duration::from_secs(1)), EXIT_USAGE);
-        assert_eq!(run("https://127.0.0.1:1/", Duration::from_secs(1)), EXIT_USAGE);
-        assert_eq!(run("/ready", Duration::from_secs(1)), EXIT_USAGE);
+        assert_eq!(run("not a url", Duration::from_secs(1)), exit::USAGE);
+        assert_eq!(run("https://127.0.0.1:1/", Duration::from_secs(1)), exit::USAGE);
+        assert_eq!(run("/ready", Duration::from_secs(1)), exit::USAGE);
     }
 }

@@ -1,15 +1,64 @@
-//! `shardgate demo`'s ready-to-paste curl commands: for every region of the
-//! table, one id of each routable kind that the table places there, found by
-//! asking the compiled table itself (so the examples stay right when the
-//! demo table changes).
+//! `shardgate demo`: three in-process regional backends, the embedded demo
+//! table pointed at them, the proxy, and ready-to-paste curl commands: for
+//! every region of the table, one id of each routable kind that the table
+//! places there, found by asking the compiled table itself (so the examples
+//! stay right when the demo table changes).
 
+use std::io;
 use std::net::SocketAddr;
 
 use http::Method;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
 
-use crate::config::Config;
+use crate::config::{self, Config};
 use crate::ids::{self, Decoded, Format, Iuid, LocalityUuid, ManualClock, SystemClock, UniqidMinter};
 use crate::routing::Table;
+
+/// The demo table, embedded in the binary.
+pub const DEMO_TABLE: &str = include_str!("../../config/demo.yaml");
+
+/// `shardgate demo`: serves until Ctrl-C (exit 130) or SIGTERM (0).
+pub async fn run(listen: SocketAddr) -> io::Result<i32> {
+    let mut text = DEMO_TABLE.to_string();
+    let mut backends = Vec::new();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    for (region, placeholder) in [("eu", "127.0.0.1:18081"), ("kz", "127.0.0.1:18082"), ("us", "127.0.0.1:18083")] {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot start the {region} demo backend: {e}")))?;
+        let addr = listener.local_addr()?.to_string();
+        text = text.replace(placeholder, &addr);
+        let mut stop = stop_rx.clone();
+        tokio::spawn(super::backend::serve(listener, region.to_string(), async move {
+            let _ = stop.wait_for(|s| *s).await;
+        }));
+        backends.push((region, addr));
+    }
+    let cfg = config::load_str(&text, "demo.yaml")
+        .map_err(|e| io::Error::other(format!("the embedded demo table is invalid (a bug):\n{e}")))?;
+    let listener = TcpListener::bind(listen).await.map_err(|e| {
+        io::Error::new(e.kind(), format!("cannot listen on {listen}: {e} (choose another address with --listen)"))
+    })?;
+    let table = Table::compile(&cfg);
+    println!("shardgate demo: proxy on http://{listen}");
+    for (region, addr) in &backends {
+        println!("  backend {region:<3} on http://{addr}");
+    }
+    println!();
+    for line in curl_examples(&table, &cfg, listen) {
+        println!("{line}");
+    }
+    println!();
+    println!("Press Ctrl-C to stop.");
+    let exit = crate::app::until_signal(|stop| async move {
+        let result = crate::app::run_proxy(&cfg, &text, listener, stop).await.map(drop);
+        let _ = stop_tx.send(true);
+        result
+    })
+    .await?;
+    Ok(super::stopped(exit))
+}
 
 /// One example request.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,7 +1,7 @@
-//! A small regional backend: answers every request with JSON naming its
-//! region and echoing the request line, the headers it received and a
-//! digest of the body. Used by `shardgate demo`, `shardgate backend` (the
-//! compose topology) and the tests.
+//! `shardgate backend`: a small regional backend that answers every request
+//! with JSON naming its region and echoing the request line, the headers it
+//! received and a digest of the body. Used by `shardgate demo`, the compose
+//! topology and the tests.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -17,6 +17,16 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use sha2::{Digest, Sha256};
 use tokio::net::TcpListener;
+
+/// `shardgate backend --region R --listen ADDR`: serves until a signal.
+pub async fn run(region: String, listen: std::net::SocketAddr) -> io::Result<i32> {
+    let listener = TcpListener::bind(listen)
+        .await
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {listen}: {e}")))?;
+    tracing::info!(%listen, %region, "demo backend serving");
+    let exit = crate::app::until_signal(|stop| serve(listener, region, stop)).await?;
+    Ok(super::stopped(exit))
+}
 
 /// Serves the echo backend for `region` on `listener` until `shutdown`.
 pub async fn serve(listener: TcpListener, region: String, shutdown: impl Future<Output = ()>) -> io::Result<()> {
