@@ -27,13 +27,13 @@ use tokio::sync::watch;
 
 use crate::admin::{self, AdminState};
 use crate::config::{self, Config, ConfigErrors};
-use crate::proxy::forward::ClientSettings;
 use crate::proxy::server::{self, Drain, ServerOptions};
 use crate::proxy::Proxy;
 use crate::routing::reload::{self, Reloader};
 use crate::routing::shared::SharedTable;
 use crate::routing::Table;
 use crate::tls::{ServerTls, TlsError};
+use crate::upstream::ClientSettings;
 
 /// How a serving process ended, when it ended well.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,7 +123,7 @@ pub fn build_proxy(cfg: &Config, text: &str) -> (Arc<SharedTable>, Arc<Proxy>) {
     let shared = Arc::new(SharedTable::new(Table::compile(cfg), text));
     let proxy = Arc::new(Proxy::new(Arc::clone(&shared), client_settings(cfg), &instance_name(cfg)));
     proxy.health().track(&shared);
-    crate::mesh::health::spawn_checker_with(
+    crate::upstream::health::spawn_checker(
         Arc::downgrade(proxy.health()),
         Arc::downgrade(&shared),
         proxy.connector().clone(),

@@ -54,3 +54,4 @@ pub mod proxy;
 pub mod routing;
 pub mod telemetry;
 pub mod tls;
+pub mod upstream;

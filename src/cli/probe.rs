@@ -1,44 +1,21 @@
 //! `shardgate probe URL`: one HTTP GET, for health checks in the container
 //! image, which has no shell and no curl. Exit 0 when the answer is 2xx,
 //! 1 otherwise (with the reason on standard error).
-//!
-//! It resolves host names and connects exactly as the proxy does (hyper's
-//! `HttpConnector`, glibc's resolver), so a probe of a service name also
-//! checks name resolution inside the container.
 
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{Request, StatusCode, Uri};
-use http_body_util::Empty;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use http::{StatusCode, Uri};
 
 use super::exit;
+use crate::upstream::{connector, ClientSettings};
 
-/// GETs `uri` (plain `http://` only) and returns the status, within `timeout`.
+/// GETs `uri` (plain `http://` only) and returns the status, within
+/// `timeout`, with the proxy's own client: its connector resolves names and
+/// connects exactly as the proxy does (glibc's resolver), so a probe of a
+/// service name also checks name resolution inside the container.
 pub async fn get_status(uri: Uri, timeout: Duration) -> Result<StatusCode, String> {
-    let mut connector = HttpConnector::new();
-    connector.set_connect_timeout(Some(timeout));
-    let client: Client<HttpConnector, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build(connector);
-    let req = Request::get(uri).header(http::header::USER_AGENT, "shardgate-probe").body(Empty::new());
-    let req = req.map_err(|e| e.to_string())?;
-    match tokio::time::timeout(timeout, client.request(req)).await {
-        Ok(Ok(resp)) => Ok(resp.status()),
-        Ok(Err(e)) => {
-            // The whole chain: "client error (Connect): tcp connect error: Connection refused …".
-            let mut message = e.to_string();
-            let mut cause = std::error::Error::source(&e);
-            while let Some(c) = cause {
-                message.push_str(": ");
-                message.push_str(&c.to_string());
-                cause = c.source();
-            }
-            Err(message)
-        }
-        Err(_) => Err(format!("no answer within {timeout:?}")),
-    }
+    let settings = ClientSettings { connect_timeout: timeout, pool_idle_timeout: timeout, tls: None };
+    crate::upstream::client::get(&connector(&settings), uri, "shardgate-probe", timeout).await
 }
 
 /// `shardgate probe [--timeout D] URL`: returns the process exit code.

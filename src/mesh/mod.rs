@@ -16,8 +16,6 @@
 //! honoured only from an authenticated peer ([`crate::proxy::ConnInfo::is_mesh_peer`]);
 //! from anyone else they are removed before routing.
 
-pub mod health;
-
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 /// The path on the proxy listener that a shardgate answers itself, for

@@ -131,6 +131,20 @@ pub enum ProxyError {
 }
 
 impl ProxyError {
+    /// The error for a failed upstream attempt at `region`.
+    pub fn from_attempt(e: crate::upstream::attempt::AttemptError, region: &str) -> ProxyError {
+        use crate::upstream::attempt::AttemptError as A;
+        let region = region.to_string();
+        match e {
+            A::Connect => ProxyError::UpstreamConnect { region },
+            A::Saturated => ProxyError::UpstreamSaturated { region },
+            A::Failed => ProxyError::UpstreamFailed { region },
+            A::Timeout => ProxyError::UpstreamTimeout { region },
+            A::RequestTimeout => ProxyError::RequestTimeout,
+            A::ClientBody(detail) => ProxyError::ClientBody { detail },
+        }
+    }
+
     /// HTTP status.
     pub fn status(&self) -> StatusCode {
         match self {

@@ -18,7 +18,6 @@ pub mod headers;
 pub mod locate;
 pub mod mint;
 pub mod path;
-pub mod pool;
 pub mod server;
 
 use std::sync::Arc;
@@ -31,14 +30,14 @@ use hyper::body::{Body, Incoming};
 
 use crate::ids::{Format, SystemClock, Uuid7Minter};
 use crate::mesh;
-use crate::mesh::health::Health;
 use crate::metrics::{self, Metrics, RequestRecord};
 use crate::routing::shared::SharedTable;
 use crate::routing::{RegionId, Table};
+use crate::upstream::{
+    AttemptSettings, ClientBody, ClientSettings, Failure, Health, PoolBody, UpstreamBody, Upstreams,
+};
 
 use error::ProxyError;
-use forward::{AttemptSettings, ClientBody, ClientSettings, UpstreamBody, Upstreams};
-use pool::PoolBody;
 pub use server::ConnInfo;
 
 /// Response body: an upstream's streamed body or a proxy-made one.
@@ -156,7 +155,7 @@ impl Proxy {
     }
 
     /// The connector of the upstream client (`http://` and `https://`).
-    pub fn connector(&self) -> &forward::Connector {
+    pub fn connector(&self) -> &crate::upstream::Connector {
         self.upstreams.connector()
     }
 
@@ -432,7 +431,7 @@ impl Proxy {
             Some(_) => relayed_chain.iter().filter_map(|name| table.region_by_name(name)).collect(),
             None => vec![owner],
         };
-        let idempotent = forward::is_idempotent(&parts.method);
+        let idempotent = crate::upstream::retry::is_idempotent(&parts.method);
         let can_fail_over = idempotent || route.allow_failover_writes;
         if let Some((header, id, _)) = &minted {
             if let Ok(v) = HeaderValue::from_str(id) {
@@ -479,7 +478,7 @@ impl Proxy {
             budget_min_per_second: up.retry_budget.min_per_second,
             eject_after: up.eject_after,
             eject_for: up.eject_for.0,
-            limits: pool::Limits { max_connections: up.max_connections, max_pending: up.max_pending },
+            limits: crate::upstream::Limits { max_connections: up.max_connections, max_pending: up.max_pending },
         };
         // A body that is empty can be sent again; a client's streamed body
         // only while nothing of it has been sent (a refused connection gives it back).
@@ -530,11 +529,15 @@ impl Proxy {
             let region = target.region.name.as_str();
             let outcome = self
                 .upstreams
-                .attempt(endpoint, admit, &parts.method, &path, headers, b, region, &s, !target.via_peer, &self.health)
+                .attempt(endpoint, admit, &parts.method, &path, headers, b, &s, !target.via_peer, &self.health)
                 .await;
+            struct Failure2 {
+                error: ProxyError,
+                unsent: Option<UpstreamBody>,
+            }
             let failure = match outcome {
                 Ok(resp) => break resp,
-                Err(f) => f,
+                Err(Failure { error, unsent }) => Failure2 { error: ProxyError::from_attempt(error, region), unsent },
             };
             tried.push(&endpoint.uri);
             match failure.unsent {

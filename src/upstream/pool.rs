@@ -24,7 +24,8 @@ use rustc_hash::FxHashMap;
 use tokio::sync::Notify;
 use tower_service::Service;
 
-use super::forward::{Connector, UpstreamBody};
+use super::body::UpstreamBody;
+use super::connect::Connector;
 use crate::routing::Upstream;
 
 /// Why an upstream request failed.
@@ -368,7 +369,7 @@ impl Drop for Closed {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proxy::forward::{connector, ClientSettings};
+    use crate::upstream::connect::{connector, ClientSettings};
     use bytes::Bytes;
     use http_body_util::{BodyExt, Either, Empty};
     use std::future::Future;

@@ -18,14 +18,10 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use bytes::Bytes;
-use http::{Request, Uri};
-use http_body_util::Empty;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use http::Uri;
 
+use super::connect::Connector;
 use crate::ids::{Clock, SystemClock};
-use crate::proxy::forward::Connector;
 use crate::routing::shared::SharedTable;
 
 /// One endpoint's health.
@@ -354,26 +350,15 @@ impl Health {
     }
 }
 
-/// Runs active checks until `health` is dropped. Interval, timeout, path
-/// and thresholds are read from the current table on every round, so they
-/// reload live; an interval of 0 pauses checking.
-pub fn spawn_checker(health: Weak<Health>, shared: Weak<SharedTable>) {
-    let settings = crate::proxy::forward::ClientSettings {
-        connect_timeout: Duration::from_secs(1),
-        pool_idle_timeout: Duration::from_secs(30),
-        tls: None,
-    };
-    spawn_checker_with(health, shared, crate::proxy::forward::connector(&settings));
-}
-
-/// [`spawn_checker`] connecting through `connector` (the proxy's own, so
-/// `https://` endpoints are checked with the same roots and client certificate).
-pub fn spawn_checker_with(health: Weak<Health>, shared: Weak<SharedTable>, connector: Connector) {
+/// Runs active checks until `health` is dropped, connecting through
+/// `connector` (the proxy's own, so `https://` endpoints are checked with
+/// the same roots and client certificate). Backends are asked for
+/// `upstream.health.path`, peers for [`crate::mesh::READY_PATH`]; a 2xx or
+/// 3xx answer is a success. Interval, timeout, path and thresholds are read
+/// from the current table on every round, so they reload live; an interval
+/// of 0 turns checking off.
+pub fn spawn_checker(health: Weak<Health>, shared: Weak<SharedTable>, connector: Connector) {
     tokio::spawn(async move {
-        let client: Client<Connector, Empty<Bytes>> = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .pool_max_idle_per_host(2)
-            .build(connector);
         loop {
             let (Some(h), Some(shared)) = (health.upgrade(), shared.upgrade()) else { return };
             h.track(&shared);
@@ -392,17 +377,19 @@ pub fn spawn_checker_with(health: Weak<Health>, shared: Weak<SharedTable>, conne
             let mut checks = tokio::task::JoinSet::new();
             let mut seen = std::collections::HashSet::new();
             for region in snapshot.table.regions() {
-                let peers = region.peer.iter().map(|p| (p, super::READY_PATH));
+                let peers = region.peer.iter().map(|p| (p, crate::mesh::READY_PATH));
                 for (up, path) in region.upstreams.iter().map(|u| (u, path.as_str())).chain(peers) {
                     if !seen.insert(up.uri.clone()) {
                         continue;
                     }
-                    let client = client.clone();
+                    let connector = connector.clone();
                     let uri = up.uri.clone();
-                    let target = crate::proxy::forward::upstream_uri(&uri, path).ok();
+                    let target = super::connect::upstream_uri(&uri, path).ok();
                     checks.spawn(async move {
                         let ok = match target {
-                            Some(t) => probe(&client, t, timeout).await,
+                            Some(t) => super::client::get(&connector, t, USER_AGENT, timeout)
+                                .await
+                                .is_ok_and(|s| s.is_success() || s.is_redirection()),
                             None => false,
                         };
                         (uri, ok)
@@ -419,15 +406,8 @@ pub fn spawn_checker_with(health: Weak<Health>, shared: Weak<SharedTable>, conne
     });
 }
 
-async fn probe(client: &Client<Connector, Empty<Bytes>>, uri: Uri, timeout: Duration) -> bool {
-    let Ok(req) = Request::get(uri).header("user-agent", "shardgate-health").body(Empty::new()) else {
-        return false;
-    };
-    match tokio::time::timeout(timeout, client.request(req)).await {
-        Ok(Ok(resp)) => resp.status().is_success() || resp.status().is_redirection(),
-        _ => false,
-    }
-}
+/// The `User-Agent` of health checks (backends may leave them out of their logs).
+pub const USER_AGENT: &str = "shardgate-health";
 
 #[cfg(test)]
 mod tests {

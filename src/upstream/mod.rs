@@ -1,0 +1,26 @@
+//! The client side: how the proxy reaches upstreams and peers.
+//!
+//! * [`connect`]: the connector (`http://`, `https://`) and its start-up settings;
+//! * [`pool`]: kept-alive HTTP/1.1 connections per endpoint, shared by every
+//!   runtime thread, capped per endpoint with a bounded wait queue;
+//! * [`body`]: the client's body on its way upstream, watched, so timeouts
+//!   and blame follow what each side did;
+//! * [`attempt`]: one attempt at one endpoint: its timeout, the endpoint's
+//!   passive health, the retry budget;
+//! * [`retry`]: when a request may be sent again;
+//! * [`health`]: every endpoint's health: active checks and passive ejection;
+//! * [`client`]: one GET on a connection of its own (health checks, `probe`).
+
+pub mod attempt;
+pub mod body;
+pub mod client;
+pub mod connect;
+pub mod health;
+pub mod pool;
+pub mod retry;
+
+pub use attempt::{AttemptSettings, Failure, Upstreams};
+pub use body::{ClientBody, UpstreamBody};
+pub use connect::{connector, ClientSettings, Connector};
+pub use health::{Admit, Health};
+pub use pool::{Limits, PoolBody};
