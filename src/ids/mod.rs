@@ -396,8 +396,10 @@ pub fn parse_any(formats: &[Format], input: &str, params: &Params) -> Result<Dec
     Err(first_err.unwrap_or(IdError::new(Format::Iuid, Reason::BadFormat)))
 }
 
-/// SplitMix64 finaliser: a fast, well-distributed, stable 64-bit mix.
-pub(crate) const fn mix64(mut z: u64) -> u64 {
+/// SplitMix64 finaliser: a fast, well-distributed 64-bit mix. Stable
+/// across versions: key hashes, and the placements that hash them, depend
+/// on it.
+pub const fn mix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)

@@ -2,6 +2,7 @@
 //!
 //! * [`table`]: [`Table`] compiled from a validated [`crate::config::Config`]:
 //!   flat arrays and small maps, immutable once built;
+//! * [`rule`]: the vocabulary: [`Strategy`], [`Placement`], [`Rule`], [`NoOwner`];
 //! * [`place`]: [`Table::place`], decoded id → [`Placement`] (region and rule);
 //! * [`shared`]: [`SharedTable`], the `ArcSwap` every request takes one
 //!   snapshot from;
@@ -10,10 +11,11 @@
 
 pub mod place;
 pub mod reload;
+pub mod rule;
 pub mod shared;
 pub mod table;
 
-pub use place::{Missing, NoOwner, Placement, Rule, Strategy};
+pub use rule::{Missing, NoOwner, Placement, Rule, Strategy};
 pub use reload::{ReloadError, ReloadOutcome, Reloader, WatchOptions};
 pub use shared::{Loaded, SharedTable};
 pub use table::{

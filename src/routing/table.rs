@@ -10,7 +10,7 @@ pub use crate::config::raw::{Log as LogSettings, Server as ServerSettings, Upstr
 use crate::config::validate::{parse_decimal, parse_mac_fragment};
 use crate::ids::{self, Format, LocalityMode, NodeIdentity};
 
-use super::place::{splitmix, Rule, Strategy};
+use super::rule::{Rule, Strategy};
 
 /// Sentinel for "no region" in the flat arrays.
 pub(crate) const NONE: u16 = u16::MAX;
@@ -294,7 +294,7 @@ fn name_seed(name: &str) -> u64 {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
-    splitmix(h)
+    crate::ids::mix64(h)
 }
 
 impl Table {
