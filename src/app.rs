@@ -109,19 +109,10 @@ pub fn client_settings(cfg: &Config) -> ClientSettings {
     }
 }
 
-/// The name this instance uses in `Via`, `Proxy-Status` and `Forwarded: by=`.
-pub fn instance_name(cfg: &Config) -> String {
-    match (&cfg.instance, &cfg.region) {
-        (Some(name), _) => name.clone(),
-        (None, Some(region)) => format!("shardgate-{region}"),
-        (None, None) => "shardgate".to_string(),
-    }
-}
-
 /// Publishes a validated table and builds the proxy that reads it.
 pub fn build_proxy(cfg: &Config, text: &str) -> (Arc<SharedTable>, Arc<Proxy>) {
     let shared = Arc::new(SharedTable::new(Table::compile(cfg), text));
-    let proxy = Arc::new(Proxy::new(Arc::clone(&shared), client_settings(cfg), &instance_name(cfg)));
+    let proxy = Arc::new(Proxy::new(Arc::clone(&shared), client_settings(cfg), &cfg.instance));
     proxy.health().track(&shared);
     crate::upstream::health::spawn_checker(
         Arc::downgrade(proxy.health()),

@@ -27,7 +27,7 @@ use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use tokio_rustls::TlsAcceptor;
 
-use crate::config::raw;
+use crate::config::schema as raw;
 
 /// How often the certificate and key files are checked for changes.
 pub const RELOAD_CHECK_INTERVAL: Duration = Duration::from_secs(1);

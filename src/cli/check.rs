@@ -23,13 +23,14 @@ pub fn run(path: &Path, print: bool, out: &mut impl Write, err: &mut impl Write)
             let _ = writeln!(err, "{}: {n} problem{}", path.display(), if n == 1 { "" } else { "s" });
             exit::CONFIG
         }
-        Ok((mut cfg, text)) => {
+        Ok((cfg, text)) => {
             let table = Table::compile(&cfg);
             let sha = sha256_hex(&text);
             let _ = writeln!(out, "{}: ok: {} (sha256 {})", path.display(), table.summary(), &sha[..12]);
             if print {
-                cfg.instance = Some(table.settings().instance.clone());
-                match yaml_serde::to_string(&cfg) {
+                let mut file = cfg.file.clone();
+                file.instance = Some(cfg.instance.clone());
+                match yaml_serde::to_string(&file) {
                     Ok(yaml) => {
                         let _ = write!(out, "{yaml}");
                     }

@@ -14,6 +14,7 @@ use tokio::sync::watch;
 use crate::config::{self, Config};
 use crate::ids::{self, Decoded, Format, Iuid, LocalityUuid, ManualClock, SystemClock, UniqidMinter};
 use crate::routing::Table;
+use crate::routing::{IdRule, IdSource, Route};
 
 /// The demo table, embedded in the binary.
 pub const DEMO_TABLE: &str = include_str!("../../config/demo.yaml");
@@ -78,27 +79,34 @@ pub fn examples(table: &Table, cfg: &Config, listen: SocketAddr) -> Vec<Example>
     let mut out = Vec::new();
     let mut bad_done = false;
     for route in &cfg.routes {
-        let Some(spec) = &route.id else { continue };
-        if route.matcher.methods.as_ref().is_some_and(|m| !m.iter().any(|m| m.eq_ignore_ascii_case("GET"))) {
+        let Some(rule) = &route.id else { continue };
+        if !route.allows(&Method::GET) {
             continue;
         }
-        for format in spec.formats.iter().filter_map(|f| Format::from_name(f)) {
+        for &format in &rule.formats {
             let mut seen = std::collections::BTreeSet::new();
             for id in candidate_ids(format, cfg, now) {
-                let Some(curl) = curl_for(route, spec, &id.to_string(), listen) else { continue };
-                let Some(path) = path_for(route, spec, &id.to_string()) else { continue };
+                let Some(path) = path_for(route, rule, &id.to_string()) else { continue };
                 let Some(m) = table.match_route(&Method::GET, &path) else { continue };
                 let Ok(p) = table.place(&id, m.route.strategy) else { continue };
                 let region = table.region(p.region).name.clone();
                 if seen.insert(region.clone()) {
-                    out.push(Example { region: Some(region), format, curl });
+                    out.push(Example {
+                        region: Some(region),
+                        format,
+                        curl: curl_for(rule, &id.to_string(), &path, listen),
+                    });
                 }
             }
         }
-        let format = spec.formats.first().and_then(|f| Format::from_name(f)).unwrap_or(Format::Iuid);
-        if !bad_done && format == Format::Iuid && spec.path_param.is_some() {
-            if let Some(curl) = curl_for(route, spec, "not-an-id", listen) {
-                out.push(Example { region: None, format, curl });
+        let first_is_iuid = rule.formats.first() == Some(&Format::Iuid);
+        if !bad_done && first_is_iuid && matches!(rule.source, IdSource::PathParam(_)) {
+            if let Some(path) = path_for(route, rule, "not-an-id") {
+                out.push(Example {
+                    region: None,
+                    format: Format::Iuid,
+                    curl: curl_for(rule, "not-an-id", &path, listen),
+                });
                 bad_done = true;
             }
         }
@@ -120,15 +128,12 @@ pub fn curl_examples(table: &Table, cfg: &Config, listen: SocketAddr) -> Vec<Str
 }
 
 fn candidate_ids(format: Format, cfg: &Config, now: u64) -> Vec<Decoded> {
-    let entity = cfg.entities.values().next().copied().and_then(|e| u8::try_from(e).ok()).unwrap_or(0);
+    let entity = cfg.entities.first().map_or(0, |e| e.code);
     let mut rng = rand::rng();
     match format {
-        Format::Iuid => cfg
-            .countries
-            .values()
-            .filter_map(|c| u8::try_from(c.id).ok())
-            .map(|c| Decoded::Iuid(Iuid::from_fields(now, c, entity, rand::random())))
-            .collect(),
+        Format::Iuid => {
+            cfg.countries.iter().map(|c| Decoded::Iuid(Iuid::from_fields(now, c.id, entity, rand::random()))).collect()
+        }
         Format::Uniqid => {
             let total = cfg.shards.as_ref().map_or(16, |s| s.count).max(1);
             let clock = ManualClock::from_millis(now);
@@ -138,33 +143,28 @@ fn candidate_ids(format: Format, cfg: &Config, now: u64) -> Vec<Decoded> {
         Format::Locality => cfg
             .nodes
             .locality_mac
-            .keys()
-            .filter_map(|mac| u32::from_str_radix(mac, 16).ok())
-            .map(|mac| Decoded::Locality(LocalityUuid::from_fields(rand::random(), 1, mac, now)))
+            .iter()
+            .map(|&(mac, _)| Decoded::Locality(LocalityUuid::from_fields(rand::random(), 1, mac, now)))
             .collect(),
         _ => Vec::new(),
     }
 }
 
-fn path_for(route: &crate::config::raw::Route, spec: &crate::config::raw::IdSpec, id: &str) -> Option<String> {
-    let template = &route.matcher.path;
-    match &spec.path_param {
-        Some(p) => Some(template.replace(&format!("{{{p}}}"), id)),
-        None if !template.contains('{') => Some(template.clone()),
-        None => None,
+/// The route's path with `id` in its id parameter (or the template itself,
+/// when the id is not in the path and the template has no parameter).
+fn path_for(route: &Route, rule: &IdRule, id: &str) -> Option<String> {
+    let template = &route.template;
+    match &rule.source {
+        IdSource::PathParam(p) => Some(template.replace(&format!("{{{p}}}"), id)),
+        _ if !template.contains('{') => Some(template.clone()),
+        _ => None,
     }
 }
 
-fn curl_for(
-    route: &crate::config::raw::Route,
-    spec: &crate::config::raw::IdSpec,
-    id: &str,
-    listen: SocketAddr,
-) -> Option<String> {
-    let path = path_for(route, spec, id)?;
-    Some(match (&spec.header, &spec.query) {
-        (Some(h), _) => format!("curl -s -H '{h}: {id}' http://{listen}{path}"),
-        (None, Some(q)) => format!("curl -s 'http://{listen}{path}?{q}={id}'"),
-        (None, None) => format!("curl -s http://{listen}{path}"),
-    })
+fn curl_for(rule: &IdRule, id: &str, path: &str, listen: SocketAddr) -> String {
+    match &rule.source {
+        IdSource::Header(h) => format!("curl -s -H '{h}: {id}' http://{listen}{path}"),
+        IdSource::Query(q) => format!("curl -s 'http://{listen}{path}?{q}={id}'"),
+        IdSource::PathParam(_) => format!("curl -s http://{listen}{path}"),
+    }
 }

@@ -1,30 +1,45 @@
-//! The routing table file: schema, loading, validation and `shardgate check`.
+//! The routing table file: schema, loading, validation, and the typed
+//! [`Config`] the table compiler consumes.
 //!
 //! Loading is one pipeline with no shortcuts:
 //!
-//! 1. [`spans`] walks the YAML events once: it caps size, nesting and alias
+//! 1. [`yaml`] walks the YAML events once: it caps size, nesting and alias
 //!    expansion, records the line and column of every node under its YAML
-//!    path, reports every duplicate and unknown key, and builds a
-//!    [`yaml_serde::Value`] tree;
-//! 2. each section, and each item of a map or list section, is deserialized
-//!    on its own into the [`raw`] structs, so one bad item does not hide the
-//!    others;
+//!    path, reports every duplicate key and every key the [`schema`] does not
+//!    have, and builds a [`yaml_serde::Value`] tree;
+//! 2. [`assemble`] deserializes each section, and each item of a map or list
+//!    section, on its own into the [`schema`] structs ([`File`]), so one bad
+//!    item does not hide the others;
 //! 3. [`validate`] checks what types cannot (references, ranges, coverage,
-//!    route conflicts, failover cycles).
+//!    route conflicts, failover cycles) and builds the typed [`Config`]:
+//!    names resolved, formats, methods and strategies typed.
 //!
-//! Every problem found by any step is collected into [`ConfigErrors`], each
-//! with its YAML path, 1-based line and column and a fix hint. A file with any
-//! problem never produces a [`Config`].
+//! Every problem found by any step is collected ([`report`]) into
+//! [`ConfigErrors`], each with its YAML path, 1-based line and column and a
+//! fix hint. A file with any problem never produces a [`Config`].
+//!
+//! Beside the pipeline: [`keys`] (the walker's key lists, taken from the
+//! schema's types), [`values`] (values with a syntax of their own),
+//! [`duration`], [`template`] (the one entry to the route matcher) and
+//! [`restart`] (the keys a reload cannot change).
 
+pub mod assemble;
 pub mod duration;
-pub mod raw;
-pub mod spans;
+pub mod keys;
+pub mod model;
+pub mod report;
+pub mod restart;
+pub mod schema;
+pub mod template;
 pub mod validate;
+pub mod values;
+pub mod yaml;
 
 use std::fmt;
 use std::path::Path;
 
-pub use raw::Config;
+pub use model::Config;
+pub use schema::File;
 
 /// One problem in a routing table file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -106,11 +121,11 @@ impl std::error::Error for ConfigErrors {}
 ///
 /// `source_name` is only used in error messages (usually the file path).
 pub fn load_str(text: &str, source_name: &str) -> Result<Config, ConfigErrors> {
-    let walked = spans::walk(text).map_err(|errors| finish(source_name, errors))?;
-    let mut ctx = validate::Ctx::new(&walked.index);
+    let walked = yaml::walk(text, keys::shape()).map_err(|errors| finish(source_name, errors))?;
+    let mut ctx = report::Ctx::new(&walked.index);
     ctx.errors.extend(walked.errors);
-    let config = raw::from_value(&walked.root, &mut ctx);
-    validate::check(&config, &mut ctx);
+    let file = assemble::from_value(&walked.root, &mut ctx);
+    let config = validate::validate(&file, &mut ctx);
     if ctx.errors.is_empty() {
         Ok(config)
     } else {
@@ -132,11 +147,11 @@ pub(crate) fn read_text(path: &Path) -> Result<String, String> {
     use std::io::Read;
     let file = std::fs::File::open(path).map_err(|e| format!("cannot open config file {}: {e}", path.display()))?;
     let mut bytes = Vec::new();
-    file.take(spans::MAX_INPUT_BYTES as u64 + 1)
+    file.take(yaml::MAX_INPUT_BYTES as u64 + 1)
         .read_to_end(&mut bytes)
         .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
-    if bytes.len() > spans::MAX_INPUT_BYTES {
-        return Err(format!("config file {} is larger than {} bytes", path.display(), spans::MAX_INPUT_BYTES));
+    if bytes.len() > yaml::MAX_INPUT_BYTES {
+        return Err(format!("config file {} is larger than {} bytes", path.display(), yaml::MAX_INPUT_BYTES));
     }
     String::from_utf8(bytes).map_err(|e| {
         format!("config file {} is not valid utf-8 (at byte {})", path.display(), e.utf8_error().valid_up_to())

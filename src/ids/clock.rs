@@ -227,6 +227,86 @@ impl fmt::Display for Iso8601 {
     }
 }
 
+/// Parses an RFC 3339 timestamp into Unix milliseconds (years 1970-9999):
+/// the inverse of [`iso8601`], offsets allowed.
+pub fn parse_rfc3339(text: &str) -> Option<u64> {
+    let b = text.as_bytes();
+    if b.len() < 20 {
+        return None;
+    }
+    let digits = |r: std::ops::Range<usize>| -> Option<i64> {
+        let s = b.get(r)?;
+        if !s.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        s.iter().try_fold(0i64, |acc, d| Some(acc * 10 + i64::from(d - b'0')))
+    };
+    if b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't') || b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let (year, month, day) = (digits(0..4)?, digits(5..7)?, digits(8..10)?);
+    let (hour, min, sec) = (digits(11..13)?, digits(14..16)?, digits(17..19)?);
+    if !(1..=12).contains(&month) || day < 1 || day > days_in_month(year, month) || hour > 23 || min > 59 || sec > 60 {
+        return None;
+    }
+    let mut i = 19;
+    let mut millis = 0i64;
+    if b.get(i) == Some(&b'.') {
+        let start = i + 1;
+        let n = b[start..].iter().take_while(|c| c.is_ascii_digit()).count();
+        if n == 0 {
+            return None;
+        }
+        for k in 0..3 {
+            millis = millis * 10 + if k < n { i64::from(b[start + k] - b'0') } else { 0 };
+        }
+        i = start + n;
+    }
+    let offset_min = match b.get(i..)? {
+        [b'Z' | b'z'] => 0,
+        [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
+            let oh = digits(i + 1..i + 3)?;
+            let om = digits(i + 4..i + 6)?;
+            let _ = (h1, h2, m1, m2);
+            if oh > 23 || om > 59 {
+                return None;
+            }
+            let v = oh * 60 + om;
+            if *sign == b'-' {
+                -v
+            } else {
+                v
+            }
+        }
+        _ => return None,
+    };
+    let days = days_from_civil(year, month, day);
+    let secs = days * 86_400 + hour * 3600 + min * 60 + sec.min(59) - offset_min * 60;
+    let ms = secs.checked_mul(1000)?.checked_add(millis)?;
+    u64::try_from(ms).ok()
+}
+
+fn days_in_month(y: i64, m: i64) -> i64 {
+    match m {
+        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's
+/// `days_from_civil`; the inverse of [`civil_from_days`]).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// Days since 1970-01-01 to (year, month, day), proleptic Gregorian
 /// (Howard Hinnant's `civil_from_days`, unsigned form).
 fn civil_from_days(days: u64) -> (u64, u8, u8) {
@@ -245,6 +325,18 @@ fn civil_from_days(days: u64) -> (u64, u8, u8) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rfc3339_parses_what_iso8601_writes() {
+        for ms in [0u64, 1_700_000_000_123, 951_782_400_000, 4_102_444_799_999] {
+            let text = iso8601(ms * 1000, 3).map(|t| t.to_string()).unwrap_or_default();
+            assert_eq!(parse_rfc3339(&text), Some(ms), "{text}");
+        }
+        assert_eq!(parse_rfc3339("2024-01-01T01:00:00+01:00"), Some(1_704_067_200_000));
+        for bad in ["2024-02-30T00:00:00Z", "2024-01-01 00:00:00Z", "2024-01-01T00:00:00", "1969-12-31T23:59:59Z"] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn iso_formats_known_instants() {

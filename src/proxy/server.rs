@@ -146,7 +146,7 @@ impl ConnInfo {
     /// listener that asks for client certificates, only a verified
     /// certificate authenticates; elsewhere only a source address in
     /// `mesh.trusted_peers` does.
-    pub fn is_mesh_peer(&self, trusted_peers: &[crate::config::raw::Cidr]) -> bool {
+    pub fn is_mesh_peer(&self, trusted_peers: &[crate::config::values::Cidr]) -> bool {
         if self.client_auth {
             self.client_verified
         } else {

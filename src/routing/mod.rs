@@ -15,10 +15,10 @@ pub mod rule;
 pub mod shared;
 pub mod table;
 
-pub use rule::{Missing, NoOwner, Placement, Rule, Strategy};
 pub use reload::{ReloadError, ReloadOutcome, Reloader, WatchOptions};
+pub use rule::{Missing, NoOwner, Placement, Rule, Strategy};
 pub use shared::{Loaded, SharedTable};
 pub use table::{
-    insert_template, CountrySource, IdRule, IdSource, MintRule, Region, RegionId, Route, RouteMatch, ServerSettings,
-    Settings, Table, TemplateError, Upstream, UpstreamSettings, MAX_TEMPLATE_PARAMS,
+    CountrySource, IdRule, IdSource, MintRule, Region, RegionId, Route, RouteMatch, ServerSettings, Settings, Table,
+    Upstream, UpstreamSettings,
 };

@@ -7,62 +7,7 @@ use std::fmt;
 use crate::ids::Format;
 
 use super::table::RegionId;
-
-/// How a route places its ids.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Strategy {
-    /// The natural strategy of the decoded id's format.
-    Auto,
-    /// iUID country × entity table (overrides first).
-    Country,
-    /// uniqid shard ranges.
-    Shard,
-    /// Node tables (Locality MAC/pid, Snowflake datacenter/worker, Sonyflake machine, Instagram shard).
-    Node,
-    /// HBase-style split points over the key hash.
-    KeyRange,
-    /// Rendezvous hashing over the key hash.
-    Hash,
-    /// Time ranges over the embedded timestamp.
-    TimeRange,
-}
-
-impl Strategy {
-    /// Every strategy, in documentation order.
-    pub const ALL: [Strategy; 7] = [
-        Strategy::Auto,
-        Strategy::Country,
-        Strategy::Shard,
-        Strategy::Node,
-        Strategy::KeyRange,
-        Strategy::Hash,
-        Strategy::TimeRange,
-    ];
-
-    /// The configuration name (`auto`, `country`, `shard`, `node`, `key_range`, `hash`, `time_range`).
-    pub const fn name(self) -> &'static str {
-        match self {
-            Strategy::Auto => "auto",
-            Strategy::Country => "country",
-            Strategy::Shard => "shard",
-            Strategy::Node => "node",
-            Strategy::KeyRange => "key_range",
-            Strategy::Hash => "hash",
-            Strategy::TimeRange => "time_range",
-        }
-    }
-
-    /// Looks a strategy up by its configuration name.
-    pub fn from_name(name: &str) -> Option<Strategy> {
-        Strategy::ALL.into_iter().find(|s| s.name() == name)
-    }
-}
-
-impl fmt::Display for Strategy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+pub use crate::config::model::Strategy;
 
 /// Which region owns an id, and the rule that said so.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -274,4 +219,3 @@ impl fmt::Display for NoOwner {
 }
 
 impl std::error::Error for NoOwner {}
-

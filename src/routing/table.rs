@@ -5,12 +5,14 @@ use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::net::SocketAddr;
 
-use crate::config::raw::{Config, Flavor, LocalityModeName};
-pub use crate::config::raw::{Log as LogSettings, Server as ServerSettings, UpstreamSettings};
-use crate::config::validate::{parse_decimal, parse_mac_fragment};
-use crate::ids::{self, Format, LocalityMode, NodeIdentity};
+use crate::config::model::Config;
+pub use crate::config::model::{CountrySource, IdRule, IdSource, MintRule, Route};
+pub use crate::config::schema::{Log as LogSettings, Server as ServerSettings, UpstreamSettings};
+use crate::config::template::insert_template;
+use crate::config::values::UpstreamUrl;
+use crate::ids::{self, LocalityMode, NodeIdentity};
 
-use super::rule::{Rule, Strategy};
+use super::rule::Rule;
 
 /// Sentinel for "no region" in the flat arrays.
 pub(crate) const NONE: u16 = u16::MAX;
@@ -20,48 +22,6 @@ pub(crate) const OVERRIDE_FLAG: u16 = 0x8000;
 /// An interned region: an index into [`Table::regions`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RegionId(pub u16);
-
-/// Most `{parameters}` a route's path template may have. matchit (0.8)
-/// panics when a template has more than 26, so [`insert_template`] counts
-/// them before a template reaches it; no real route needs more than a handful.
-pub const MAX_TEMPLATE_PARAMS: usize = 16;
-
-/// Why a path template cannot go into the router.
-#[derive(Debug)]
-pub enum TemplateError {
-    /// More than [`MAX_TEMPLATE_PARAMS`] parameters (at most this many).
-    TooManyParams(usize),
-    /// matchit refused it (a conflict or a malformed parameter).
-    Router(matchit::InsertError),
-}
-
-/// Inserts `template` into `router`: the one place templates reach matchit,
-/// for validation and for the compiled table alike.
-pub fn insert_template<T>(router: &mut matchit::Router<T>, template: &str, value: T) -> Result<(), TemplateError> {
-    let params = template_params(template);
-    if params > MAX_TEMPLATE_PARAMS {
-        return Err(TemplateError::TooManyParams(params));
-    }
-    router.insert(template, value).map_err(TemplateError::Router)
-}
-
-/// An upper bound of the parameters in a path template: every `{` that is
-/// not an escaped `{{` (matchit pairs escapes the same way, left to right).
-fn template_params(template: &str) -> usize {
-    let b = template.as_bytes();
-    let (mut i, mut n) = (0, 0);
-    while i < b.len() {
-        if b[i] == b'{' {
-            if b.get(i + 1) == Some(&b'{') {
-                i += 2;
-                continue;
-            }
-            n += 1;
-        }
-        i += 1;
-    }
-    n
-}
 
 /// A region, compiled.
 #[derive(Clone, Debug)]
@@ -81,10 +41,6 @@ pub struct Region {
 pub struct Upstream {
     /// The full URI as written (`http://host:port`).
     pub uri: http::Uri,
-    /// `http` or `https`.
-    pub scheme: http::uri::Scheme,
-    /// `host:port`.
-    pub authority: http::uri::Authority,
     /// The `Host` header sent to it: the host, and the port unless it is
     /// the scheme's default (what an HTTP client would send). Built once
     /// here rather than formatted per request.
@@ -94,92 +50,10 @@ pub struct Upstream {
 }
 
 impl Upstream {
-    /// The endpoint at `uri`; `None` without a scheme and an authority.
-    pub fn new(uri: &http::Uri) -> Option<Upstream> {
-        let scheme = uri.scheme()?.clone();
-        let authority = uri.authority()?.clone();
-        let default_port = if scheme == http::uri::Scheme::HTTPS { 443 } else { 80 };
-        let host = match authority.port_u16() {
-            Some(port) if port != default_port => format!("{}:{port}", authority.host()),
-            _ => authority.host().to_string(),
-        };
-        let host = http::HeaderValue::from_str(&host).ok()?;
-        let pool_key = format!("{scheme}://{authority}").into_boxed_str();
-        Some(Upstream { uri: uri.clone(), scheme, authority, host, pool_key })
+    /// The endpoint of a validated URL.
+    pub fn from_url(url: &UpstreamUrl) -> Upstream {
+        Upstream { uri: url.uri.clone(), host: url.host.clone(), pool_key: url.base().into_boxed_str() }
     }
-}
-
-/// A compiled route.
-#[derive(Clone, Debug)]
-pub struct Route {
-    /// Position in the file's `routes` list.
-    pub index: usize,
-    /// Route name.
-    pub name: String,
-    /// matchit path template.
-    pub template: String,
-    /// Allowed methods; `None` = all. A route that allows GET also matches HEAD.
-    pub methods: Option<Vec<http::Method>>,
-    /// Where the id is (lookup routes).
-    pub id: Option<IdRule>,
-    /// How to mint (create routes).
-    pub mint: Option<MintRule>,
-    /// Placement strategy.
-    pub strategy: Strategy,
-    /// Whether non-idempotent requests may be sent to a failover region.
-    pub allow_failover_writes: bool,
-    /// Protocols `Upgrade` may switch to through this route, lowercase.
-    pub upgrades: Vec<String>,
-}
-
-/// Where a route's id is and which formats it may be in.
-#[derive(Clone, Debug)]
-pub struct IdRule {
-    /// Where to read it.
-    pub source: IdSource,
-    /// Accepted formats, tried in order.
-    pub formats: Vec<Format>,
-}
-
-/// Where an id is read from.
-#[derive(Clone, Debug)]
-pub enum IdSource {
-    /// A path parameter of the template.
-    PathParam(String),
-    /// A request header.
-    Header(http::HeaderName),
-    /// A query parameter.
-    Query(String),
-}
-
-/// How a create route mints its id.
-#[derive(Clone, Debug)]
-pub struct MintRule {
-    /// Format to mint (always mintable).
-    pub format: Format,
-    /// Service entity code (iUID).
-    pub entity: Option<u8>,
-    /// Where the country comes from (iUID).
-    pub country: Option<CountrySource>,
-    /// Header carrying the minted id to the upstream.
-    pub header: http::HeaderName,
-    /// `Location` template with `{id}`.
-    pub location: Option<String>,
-    /// Whether a client-supplied id that is valid for this rule is kept.
-    pub accept_client_id: bool,
-}
-
-/// Where a mint rule's country comes from.
-#[derive(Clone, Debug)]
-pub enum CountrySource {
-    /// Country name in this request header.
-    Header(http::HeaderName),
-    /// Country name in this query parameter.
-    Query(String),
-    /// A fixed country id.
-    Fixed(u8),
-    /// The local region's first country (resolved at compile time).
-    Local(u8),
 }
 
 /// A route matched by method and path.
@@ -207,7 +81,7 @@ pub struct Settings {
     /// Most shardgate hops a request may take.
     pub max_hops: u32,
     /// Peers whose mesh headers are honoured on connections without client certificates.
-    pub trusted_peers: Vec<crate::config::raw::Cidr>,
+    pub trusted_peers: Vec<crate::config::values::Cidr>,
     /// Node identity for minting Locality UUIDs, when configured.
     pub locality_node: Option<NodeIdentity>,
     /// Locality minting mode.
@@ -217,7 +91,7 @@ pub struct Settings {
     /// Access-log settings (`log:`, defaults filled in).
     pub log: LogSettings,
     /// The batch mint endpoint (`mint_batch:`).
-    pub mint_batch: crate::config::raw::MintBatch,
+    pub mint_batch: crate::config::schema::MintBatch,
 }
 
 /// Multiply-shift hasher for integer keys of the node tables.
@@ -279,6 +153,8 @@ pub struct Table {
     entity_names: Vec<Option<String>>,
     settings: Settings,
     counts: Counts,
+    /// The values of the restart-only keys ([`crate::config::restart`]).
+    restart_values: Vec<serde_json::Value>,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -298,193 +174,114 @@ fn name_seed(name: &str) -> u64 {
 }
 
 impl Table {
-    /// Compiles a validated config. Never fails: anything a validated config
-    /// cannot contain is skipped.
+    /// Compiles a validated config: lays its typed tables out as flat arrays
+    /// and small maps for lookups.
     pub fn compile(cfg: &Config) -> Table {
-        let mut region_index = HashMap::with_capacity(cfg.regions.len());
-        for (i, name) in cfg.regions.keys().enumerate() {
-            let id = u16::try_from(i).unwrap_or(NONE - 1).min(OVERRIDE_FLAG - 1);
-            region_index.insert(name.clone(), RegionId(id));
-        }
-        let rid = |name: &str| region_index.get(name).copied();
-        let raw_id = |name: &str| rid(name).map_or(NONE, |r| r.0);
-        let regions = cfg
+        let rid = |i: usize| RegionId(u16::try_from(i).unwrap_or(OVERRIDE_FLAG - 1).min(OVERRIDE_FLAG - 1));
+        let regions: Vec<Region> = cfg
             .regions
             .iter()
-            .map(|(name, r)| Region {
-                name: name.clone(),
-                upstreams: r.upstreams.iter().filter_map(|u| Upstream::new(&u.0)).collect(),
-                peer: r.peer.as_ref().and_then(|u| Upstream::new(&u.0)),
-                failover: r.failover.as_deref().and_then(rid),
+            .map(|r| Region {
+                name: r.name.clone(),
+                upstreams: r.upstreams.iter().map(Upstream::from_url).collect(),
+                peer: r.peer.as_ref().map(Upstream::from_url),
+                failover: r.failover.map(rid),
             })
             .collect();
+        let region_index = regions.iter().enumerate().map(|(i, r)| (r.name.clone(), rid(i))).collect();
 
-        let mut countries = HashMap::new();
+        let mut countries = HashMap::with_capacity(cfg.countries.len());
         let mut country_names = vec![None; 256];
         let mut country_entity = vec![NONE; 1 << 16].into_boxed_slice();
-        for (name, c) in &cfg.countries {
-            let Ok(id) = u8::try_from(c.id) else { continue };
-            countries.insert(name.clone(), id);
-            country_names[usize::from(id)] = Some(name.clone());
-            let r = raw_id(&c.region);
-            let base = usize::from(id) << 8;
-            country_entity[base..base + 256].fill(r);
+        for c in &cfg.countries {
+            countries.insert(c.name.clone(), c.id);
+            country_names[usize::from(c.id)] = Some(c.name.clone());
+            let base = usize::from(c.id) << 8;
+            country_entity[base..base + 256].fill(rid(c.region).0);
         }
-        let mut entities = HashMap::new();
+        let mut entities = HashMap::with_capacity(cfg.entities.len());
         let mut entity_names = vec![None; 256];
-        for (name, code) in &cfg.entities {
-            let Ok(code) = u8::try_from(*code) else { continue };
-            entities.insert(name.clone(), code);
-            entity_names[usize::from(code)] = Some(name.clone());
+        for e in &cfg.entities {
+            entities.insert(e.name.clone(), e.code);
+            entity_names[usize::from(e.code)] = Some(e.name.clone());
         }
         for o in &cfg.overrides {
-            let (Some(&c), Some(&e), Some(r)) = (countries.get(&o.country), entities.get(&o.entity), rid(&o.region))
-            else {
-                continue;
-            };
-            country_entity[(usize::from(c) << 8) | usize::from(e)] = r.0 | OVERRIDE_FLAG;
+            country_entity[(usize::from(o.country) << 8) | usize::from(o.entity)] = rid(o.region).0 | OVERRIDE_FLAG;
         }
-
-        let mut shards = Vec::new().into_boxed_slice();
-        if let Some(sh) = &cfg.shards {
-            let mut v = vec![NONE; sh.count as usize];
-            for (region, ranges) in &sh.regions {
-                let r = raw_id(region);
-                for &(a, b) in &ranges.0 {
-                    if let Some(slice) = v.get_mut(a as usize..=b as usize) {
-                        slice.fill(r);
-                    }
-                }
-            }
-            shards = v.into_boxed_slice();
+        let mut shards = vec![NONE; cfg.shards.as_ref().map_or(0, |s| s.count as usize)];
+        for &(a, b, r) in cfg.shards.iter().flat_map(|s| &s.ranges) {
+            shards[a as usize..=b as usize].fill(rid(r).0);
         }
-
-        let node_map = |entries: &std::collections::BTreeMap<String, String>, parse: &dyn Fn(&str) -> Option<u64>| {
-            let mut m = IntMap::default();
-            for (k, region) in entries {
-                if let (Some(k), Some(r)) = (parse(k), rid(region)) {
-                    m.insert(k, r.0);
-                }
-            }
-            m
+        let int_map = |entries: &mut dyn Iterator<Item = (u64, usize)>| -> IntMap {
+            entries.map(|(k, r)| (k, rid(r).0)).collect()
         };
         let n = &cfg.nodes;
-        let locality_mac = node_map(&n.locality_mac, &|k| parse_mac_fragment(k).map(u64::from));
-        let locality_pid = node_map(&n.locality_pid, &|k| parse_decimal(k, 65_535));
-        let snowflake_dc = node_map(&n.snowflake_datacenter, &|k| parse_decimal(k, u64::MAX));
-        let snowflake_worker = node_map(&n.snowflake_worker, &|k| parse_decimal(k, u64::MAX));
-        let sonyflake_machine = node_map(&n.sonyflake_machine, &|k| parse_decimal(k, 65_535));
+        let locality_mac = int_map(&mut n.locality_mac.iter().map(|&(k, r)| (u64::from(k), r)));
+        let locality_pid = int_map(&mut n.locality_pid.iter().map(|&(k, r)| (u64::from(k), r)));
+        let snowflake_dc = int_map(&mut n.snowflake_datacenter.iter().copied());
+        let snowflake_worker = int_map(&mut n.snowflake_worker.iter().copied());
+        let sonyflake_machine = int_map(&mut n.sonyflake_machine.iter().map(|&(k, r)| (u64::from(k), r)));
         let mut instagram_shard = vec![NONE; 8192].into_boxed_slice();
-        for (k, region) in &n.instagram_shard {
-            if let Ok((a, b)) = crate::config::raw::parse_range(k) {
-                if let Some(s) = instagram_shard.get_mut(a as usize..=b as usize) {
-                    s.fill(raw_id(region));
-                }
-            }
+        for &(a, b, r) in &n.instagram_shard {
+            instagram_shard[usize::from(a)..=usize::from(b)].fill(rid(r).0);
         }
-
-        let key_starts = cfg.key_ranges.iter().map(|r| r.start.0).collect();
-        let key_regions = cfg.key_ranges.iter().map(|r| raw_id(&r.region)).collect();
-        let mut hash = Vec::new();
-        let mut hash_weighted = false;
-        if let Some(h) = &cfg.hash {
-            for name in &h.regions {
-                if let Some(r) = rid(name) {
-                    let weight = h.weights.get(name).copied().unwrap_or(1.0);
-                    hash_weighted |= weight != 1.0;
-                    hash.push(HashCandidate { region: r.0, seed: name_seed(name), weight });
-                }
-            }
-        }
-        let time_until = cfg.time_ranges.iter().map(|t| t.until.map_or(u64::MAX, |u| u.0)).collect();
-        let time_regions = cfg.time_ranges.iter().map(|t| raw_id(&t.region)).collect();
-
-        let local_region = cfg.region.as_deref().and_then(rid);
-        let default_region = cfg.default_region.as_deref().and_then(rid);
-        let (routes, router) = compile_routes(cfg, &countries, &entities, local_region);
-
-        let ip = &cfg.ids;
-        let shard_count = cfg.shards.as_ref().map(|s| s.count);
-        let params = ids::Params {
-            uniqid_total_shards: if ip.uniqid.strict { ip.uniqid.total_shards.or(shard_count) } else { None },
-            snowflake: ids::SnowflakeLayout {
-                epoch_ms: ip.snowflake.epoch_ms,
-                datacenter_bits: ip.snowflake.datacenter_bits,
-                worker_bits: ip.snowflake.worker_bits,
-                sequence_bits: ip.snowflake.sequence_bits,
-            },
-            sonyflake: match ip.sonyflake.flavor {
-                Flavor::V1 => ids::SonyflakeFlavor::V1,
-                Flavor::V2 => ids::SonyflakeFlavor::V2,
-            },
-            instagram: ids::InstagramLayout { epoch_ms: ip.instagram.epoch_ms },
-        };
-        let locality_node = match (&ip.locality.mac_fragment, ip.locality.pid) {
-            (None, None) => None,
-            (mac, pid) => Some(NodeIdentity {
-                pid: pid.unwrap_or(0),
-                mac_fragment: mac.as_deref().and_then(parse_mac_fragment).unwrap_or(0),
-            }),
-        };
-        let instance = cfg.instance.clone().unwrap_or_else(|| match &cfg.region {
-            Some(r) => format!("shardgate-{r}"),
-            None => "shardgate".to_owned(),
-        });
+        let hash: Box<[HashCandidate]> = cfg
+            .hash
+            .iter()
+            .map(|&(r, weight)| HashCandidate { region: rid(r).0, seed: name_seed(&cfg.regions[r].name), weight })
+            .collect();
+        let (routes, router) = compile_routes(&cfg.routes);
         let settings = Settings {
             listen: cfg.listen,
             admin: cfg.admin,
-            instance,
+            instance: cfg.instance.clone(),
             server: cfg.server.clone(),
             upstream: cfg.upstream.clone(),
             max_hops: cfg.mesh.max_hops,
             trusted_peers: cfg.mesh.trusted_peers.clone(),
-            locality_node,
-            locality_mode: match ip.locality.mode {
-                LocalityModeName::Variable => LocalityMode::Variable,
-                LocalityModeName::Sequential => LocalityMode::Sequential,
-            },
-            uniqid_mint_shards: ip.uniqid.total_shards.or(shard_count),
+            locality_node: cfg.locality_node,
+            locality_mode: cfg.locality_mode,
+            uniqid_mint_shards: cfg.uniqid_mint_shards,
             log: cfg.log.clone(),
             mint_batch: cfg.mint_batch.clone(),
         };
-        let counts = Counts {
-            overrides: cfg.overrides.len(),
-            node_entries: n.locality_mac.len()
-                + n.locality_pid.len()
-                + n.snowflake_datacenter.len()
-                + n.snowflake_worker.len()
-                + n.sonyflake_machine.len()
-                + n.instagram_shard.len(),
-        };
-
         Table {
             regions,
             region_index,
-            local_region,
-            default_region,
+            local_region: cfg.local_region.map(rid),
+            default_region: cfg.default_region.map(rid),
             country_entity,
-            shards,
+            shards: shards.into_boxed_slice(),
             locality_mac,
             locality_pid,
             snowflake_dc,
             snowflake_worker,
             sonyflake_machine,
             instagram_shard,
-            key_starts,
-            key_regions,
-            hash: hash.into_boxed_slice(),
-            hash_weighted,
-            time_until,
-            time_regions,
+            key_starts: cfg.key_ranges.iter().map(|&(s, _)| s).collect(),
+            key_regions: cfg.key_ranges.iter().map(|&(_, r)| rid(r).0).collect(),
+            hash_weighted: hash.iter().any(|c| c.weight != 1.0),
+            hash,
+            time_until: cfg.time_ranges.iter().map(|&(u, _)| u.unwrap_or(u64::MAX)).collect(),
+            time_regions: cfg.time_ranges.iter().map(|&(_, r)| rid(r).0).collect(),
             routes,
             router,
-            params,
+            params: cfg.ids,
             countries,
             country_names,
             entities,
             entity_names,
             settings,
-            counts,
+            counts: Counts {
+                overrides: cfg.overrides.len(),
+                node_entries: n.locality_mac.len()
+                    + n.locality_pid.len()
+                    + n.snowflake_datacenter.len()
+                    + n.snowflake_worker.len()
+                    + n.sonyflake_machine.len()
+                    + n.instagram_shard.len(),
+            },
+            restart_values: crate::config::restart::values(cfg),
         }
     }
 
@@ -596,49 +393,48 @@ impl Table {
         )
     }
 
-    /// Keeps the restart-only settings of `running` (listen, admin, region,
-    /// server.tls, upstream.tls)
-    /// and returns the names of those that differ in this table.
+    /// Keeps the running values of the restart-only keys
+    /// ([`crate::config::restart::RESTART_ONLY`]) that changed in this
+    /// table, and returns their names. Fails when the served `region` is
+    /// not in this table at all.
     pub fn keep_restart_only(&mut self, running: &Table) -> Result<Vec<&'static str>, String> {
-        let mut changed = Vec::new();
-        if self.settings.listen != running.settings.listen {
-            changed.push("listen");
-            self.settings.listen = running.settings.listen;
+        let changed = crate::config::restart::changed(&running.restart_values, &self.restart_values);
+        for key in &changed {
+            self.restore(key, running)?;
         }
-        if self.settings.admin != running.settings.admin {
-            changed.push("admin");
-            self.settings.admin = running.settings.admin;
-        }
-        if self.settings.server.tls != running.settings.server.tls {
-            changed.push("server.tls");
-            self.settings.server.tls = running.settings.server.tls.clone();
-        }
-        if self.settings.upstream.tls != running.settings.upstream.tls {
-            changed.push("upstream.tls");
-            self.settings.upstream.tls = running.settings.upstream.tls.clone();
-        }
-        let old = running.local_region.map(|r| running.region(r).name.as_str());
-        let new = self.local_region.map(|r| self.region(r).name.as_str());
-        if old != new {
-            changed.push("region");
-            self.local_region = match old {
-                None => None,
-                Some(name) => Some(self.region_by_name(name).ok_or_else(|| {
-                    format!("region {name:?} served by this instance is not in the new table; restart to change it")
-                })?),
-            };
-        }
+        self.restart_values.clone_from(&running.restart_values);
         Ok(changed)
     }
-}
 
-impl Route {
-    /// Whether the route accepts `method` (GET routes also accept HEAD).
-    pub fn allows(&self, method: &http::Method) -> bool {
-        match &self.methods {
-            None => true,
-            Some(list) => list.contains(method) || (method == http::Method::HEAD && list.contains(&http::Method::GET)),
+    /// Sets the restart-only `key` back to its value in `running`.
+    fn restore(&mut self, key: &str, running: &Table) -> Result<(), String> {
+        let (s, r) = (&mut self.settings, &running.settings);
+        match key {
+            "listen" => s.listen = r.listen,
+            "admin" => s.admin = r.admin,
+            "instance" => s.instance.clone_from(&r.instance),
+            "ids.locality" => (s.locality_node, s.locality_mode) = (r.locality_node, r.locality_mode),
+            "server.tls" => s.server.tls.clone_from(&r.server.tls),
+            "server.header_read_timeout" => s.server.header_read_timeout = r.server.header_read_timeout,
+            "server.idle_timeout" => s.server.idle_timeout = r.server.idle_timeout,
+            "server.max_header_bytes" => s.server.max_header_bytes = r.server.max_header_bytes,
+            "server.max_headers" => s.server.max_headers = r.server.max_headers,
+            "server.max_connections" => s.server.max_connections = r.server.max_connections,
+            "server.admin_max_connections" => s.server.admin_max_connections = r.server.admin_max_connections,
+            "upstream.tls" => s.upstream.tls.clone_from(&r.upstream.tls),
+            "upstream.connect_timeout" => s.upstream.connect_timeout = r.upstream.connect_timeout,
+            "upstream.pool_idle_timeout" => s.upstream.pool_idle_timeout = r.upstream.pool_idle_timeout,
+            "region" => {
+                self.local_region = match running.local_region.map(|id| running.region(id).name.as_str()) {
+                    None => None,
+                    Some(name) => Some(self.region_by_name(name).ok_or_else(|| {
+                        format!("region {name:?} served by this instance is not in the new table; restart to change it")
+                    })?),
+                };
+            }
+            other => return Err(format!("restart-only key {other} has no running value to keep (a bug)")),
         }
+        Ok(())
     }
 }
 
@@ -682,116 +478,21 @@ impl fmt::Display for Explain<'_> {
     }
 }
 
-fn compile_routes(
-    cfg: &Config,
-    countries: &HashMap<String, u8>,
-    entities: &HashMap<String, u8>,
-    local_region: Option<RegionId>,
-) -> (Vec<Route>, matchit::Router<Box<[usize]>>) {
-    let local_country = local_region.and_then(|_| {
-        let local = cfg.region.as_deref()?;
-        cfg.countries.values().filter(|c| c.region == local).filter_map(|c| u8::try_from(c.id).ok()).min()
-    });
-    let mut routes = Vec::with_capacity(cfg.routes.len());
-    let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
-    for r in &cfg.routes {
-        let methods = r
-            .matcher
-            .methods
-            .as_ref()
-            .map(|ms| ms.iter().filter_map(|m| http::Method::from_bytes(m.as_bytes()).ok()).collect::<Vec<_>>());
-        let id = r.id.as_ref().and_then(|id| {
-            let source = if let Some(p) = &id.path_param {
-                IdSource::PathParam(p.clone())
-            } else if let Some(h) = &id.header {
-                IdSource::Header(http::HeaderName::from_bytes(h.as_bytes()).ok()?)
-            } else {
-                IdSource::Query(id.query.clone()?)
-            };
-            Some(IdRule { source, formats: id.formats.iter().filter_map(|f| Format::from_name(f)).collect() })
-        });
-        let mint = r.mint.as_ref().and_then(|m| {
-            let country = m.country.as_ref().and_then(|c| {
-                if let Some(h) = &c.header {
-                    http::HeaderName::from_bytes(h.as_bytes()).ok().map(CountrySource::Header)
-                } else if let Some(q) = &c.query {
-                    Some(CountrySource::Query(q.clone()))
-                } else if let Some(fx) = &c.fixed {
-                    countries.get(fx).copied().map(CountrySource::Fixed)
-                } else {
-                    local_country.map(CountrySource::Local)
-                }
-            });
-            Some(MintRule {
-                format: Format::from_name(&m.format)?,
-                entity: m.entity.as_ref().and_then(|e| entities.get(e).copied()),
-                country,
-                header: m
-                    .header
-                    .as_deref()
-                    .and_then(|h| http::HeaderName::from_bytes(h.as_bytes()).ok())
-                    .unwrap_or(http::HeaderName::from_static("x-entity-id")),
-                location: m.location.clone(),
-                accept_client_id: m.accept_client_id,
-            })
-        });
-        let pos = routes.len();
-        routes.push(Route {
-            index: r.index,
-            name: r.name.clone(),
-            template: r.matcher.path.clone(),
-            methods,
-            id,
-            mint,
-            strategy: Strategy::from_name(&r.placement).unwrap_or(Strategy::Auto),
-            allow_failover_writes: r.allow_failover_writes,
-            upgrades: r.upgrades.iter().map(|u| u.to_ascii_lowercase()).collect(),
-        });
-        match groups.iter_mut().find(|(t, _)| *t == r.matcher.path) {
+/// The routes and the router over their templates: each template maps to
+/// its routes in file order (validation rejected conflicting templates).
+fn compile_routes(routes: &[Route]) -> (Vec<Route>, matchit::Router<Box<[usize]>>) {
+    let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
+    for (pos, r) in routes.iter().enumerate() {
+        match groups.iter_mut().find(|(t, _)| *t == r.template) {
             Some((_, list)) => list.push(pos),
-            None => groups.push((r.matcher.path.clone(), vec![pos])),
+            None => groups.push((r.template.as_str(), vec![pos])),
         }
     }
     let mut router = matchit::Router::new();
     for (template, list) in groups {
-        // Validation rejected conflicts and oversized templates; a failure
-        // here only drops the template.
-        let _ = insert_template(&mut router, &template, list.into_boxed_slice());
+        // Validation inserted every template into a router of its own with
+        // the same function, so this cannot fail.
+        let _ = insert_template(&mut router, template, list.into_boxed_slice());
     }
-    (routes, router)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{insert_template, template_params, TemplateError, Upstream, MAX_TEMPLATE_PARAMS};
-
-    #[test]
-    fn template_parameters_are_counted_before_matchit_sees_them() {
-        assert_eq!(template_params("/v1/orders/{id}"), 1);
-        assert_eq!(template_params("/v1/{a}/{b}/{*rest}"), 3);
-        assert_eq!(template_params("/v1/{{literal}}/{id}"), 1);
-        assert_eq!(template_params("/{{{id}"), 1);
-        // Past matchit's limit: refused before matchit (which would panic) sees it.
-        let params = |n: usize| -> String { (0..n).map(|i| format!("/{{p{i}}}")).collect() };
-        let mut router = matchit::Router::new();
-        assert!(matches!(insert_template(&mut router, &params(30), 0usize), Err(TemplateError::TooManyParams(30))));
-        assert!(router.at("/x").is_err());
-        assert!(insert_template(&mut router, &params(MAX_TEMPLATE_PARAMS), 1).is_ok());
-        assert!(matches!(insert_template(&mut router, "/{}", 2), Err(TemplateError::Router(_))));
-    }
-
-    #[test]
-    fn host_header_leaves_out_the_default_port() {
-        for (uri, host) in [
-            ("http://a.example:80", "a.example"),
-            ("http://a.example", "a.example"),
-            ("https://a.example:443", "a.example"),
-            ("http://a.example:443", "a.example:443"),
-            ("http://127.0.0.1:8080", "127.0.0.1:8080"),
-            ("https://[::1]:8443", "[::1]:8443"),
-        ] {
-            let up = Upstream::new(&http::Uri::from_static(uri));
-            assert_eq!(up.map(|u| u.host), Some(http::HeaderValue::from_static(host)), "{uri}");
-        }
-    }
+    (routes.to_vec(), router)
 }

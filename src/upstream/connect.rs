@@ -33,7 +33,7 @@ pub fn connector(settings: &ClientSettings) -> Connector {
     http.enforce_http(false);
     let tls = match &settings.tls {
         Some(c) => (**c).clone(),
-        None => crate::tls::client_config_or_closed(&crate::config::raw::UpstreamTls::default()),
+        None => crate::tls::client_config_or_closed(&crate::config::schema::UpstreamTls::default()),
     };
     HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().wrap_connector(http)
 }

@@ -438,7 +438,7 @@ mod tests {
     type TestResult = Result<(), Box<dyn std::error::Error>>;
 
     fn endpoint(addr: std::net::SocketAddr) -> Result<Upstream, Box<dyn std::error::Error>> {
-        Ok(Upstream::new(&format!("http://{addr}").parse()?).ok_or("endpoint")?)
+        Ok(Upstream::from_url(&crate::config::values::UpstreamUrl::parse(&format!("http://{addr}"))?))
     }
 
     /// One request through `pool`, its whole body read.

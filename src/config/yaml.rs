@@ -147,123 +147,24 @@ pub struct Walked {
     pub errors: Vec<ConfigError>,
 }
 
-/// The expected shape of a node, for unknown-key detection.
+/// The expected shape of a node, for unknown-key detection
+/// ([`super::keys::shape`]).
 #[derive(Debug)]
 pub enum Shape {
     /// Anything (checked later by serde).
     Any,
     /// A mapping with exactly these keys allowed.
-    Struct(&'static [(&'static str, Shape)]),
+    Struct(Vec<(&'static str, Shape)>),
     /// A mapping with free keys whose values have this shape.
-    Map(&'static Shape),
+    Map(Box<Shape>),
     /// A sequence whose items have this shape.
-    Seq(&'static Shape),
+    Seq(Box<Shape>),
 }
 
-use Shape::{Any, Map as MapOf, Seq as SeqOf, Struct};
-
-const REGION: Shape = Struct(&[("upstreams", Any), ("peer", Any), ("failover", Any)]);
-const COUNTRY: Shape = Struct(&[("id", Any), ("region", Any)]);
-const OVERRIDE: Shape = Struct(&[("country", Any), ("entity", Any), ("region", Any)]);
-const SHARDS: Shape = Struct(&[("count", Any), ("regions", MapOf(&Any))]);
-const NODES: Shape = Struct(&[
-    ("locality_mac", MapOf(&Any)),
-    ("locality_pid", MapOf(&Any)),
-    ("snowflake_datacenter", MapOf(&Any)),
-    ("snowflake_worker", MapOf(&Any)),
-    ("sonyflake_machine", MapOf(&Any)),
-    ("instagram_shard", MapOf(&Any)),
-]);
-const KEY_RANGE: Shape = Struct(&[("start", Any), ("region", Any)]);
-const HASH: Shape = Struct(&[("regions", SeqOf(&Any)), ("weights", MapOf(&Any))]);
-const TIME_RANGE: Shape = Struct(&[("until", Any), ("region", Any)]);
-const IDS: Shape = Struct(&[
-    ("uniqid", Struct(&[("total_shards", Any), ("strict", Any)])),
-    ("snowflake", Struct(&[("epoch_ms", Any), ("datacenter_bits", Any), ("worker_bits", Any), ("sequence_bits", Any)])),
-    ("sonyflake", Struct(&[("flavor", Any)])),
-    ("instagram", Struct(&[("epoch_ms", Any)])),
-    ("locality", Struct(&[("mode", Any), ("pid", Any), ("mac_fragment", Any)])),
-]);
-const SERVER: Shape = Struct(&[
-    ("header_read_timeout", Any),
-    ("idle_timeout", Any),
-    ("max_header_bytes", Any),
-    ("max_headers", Any),
-    ("max_uri_bytes", Any),
-    ("max_connections", Any),
-    ("admin_max_connections", Any),
-    ("trusted_hops", SeqOf(&Any)),
-    ("debug_headers", Any),
-    ("drain_delay", Any),
-    ("shutdown_timeout", Any),
-    ("tls", Struct(&[("cert", Any), ("key", Any), ("client_ca", Any), ("require_client_cert", Any)])),
-]);
-const UPSTREAM: Shape = Struct(&[
-    ("connect_timeout", Any),
-    ("attempt_timeout", Any),
-    ("request_timeout", Any),
-    ("pool_idle_timeout", Any),
-    ("retries", Any),
-    ("retry_budget", Struct(&[("ratio", Any), ("min_per_second", Any)])),
-    ("health", Struct(&[("interval", Any), ("timeout", Any), ("path", Any), ("rise", Any), ("fall", Any)])),
-    ("max_connections", Any),
-    ("max_pending", Any),
-    ("eject_after", Any),
-    ("eject_for", Any),
-    ("tls", Struct(&[("ca", Any), ("cert", Any), ("key", Any)])),
-]);
-const MESH: Shape = Struct(&[("max_hops", Any), ("trusted_peers", SeqOf(&Any))]);
-const LOG: Shape = Struct(&[("access", Any), ("ids", Any)]);
-const MINT_BATCH: Shape = Struct(&[("path", Any), ("max_count", Any)]);
-const ROUTE: Shape = Struct(&[
-    ("name", Any),
-    ("match", Struct(&[("path", Any), ("methods", SeqOf(&Any))])),
-    ("id", Struct(&[("path_param", Any), ("header", Any), ("query", Any), ("formats", SeqOf(&Any))])),
-    ("placement", Any),
-    ("allow_failover_writes", Any),
-    ("upgrades", SeqOf(&Any)),
-    (
-        "mint",
-        Struct(&[
-            ("format", Any),
-            ("entity", Any),
-            ("country", Struct(&[("header", Any), ("query", Any), ("fixed", Any), ("local", Any)])),
-            ("header", Any),
-            ("location", Any),
-            ("accept_client_id", Any),
-        ]),
-    ),
-]);
-
-/// The schema of the whole file (keys only; types are serde's job).
-pub const SCHEMA: Shape = Struct(&[
-    ("version", Any),
-    ("listen", Any),
-    ("admin", Any),
-    ("region", Any),
-    ("instance", Any),
-    ("default_region", Any),
-    ("regions", MapOf(&REGION)),
-    ("countries", MapOf(&COUNTRY)),
-    ("entities", MapOf(&Any)),
-    ("overrides", SeqOf(&OVERRIDE)),
-    ("shards", SHARDS),
-    ("nodes", NODES),
-    ("key_ranges", SeqOf(&KEY_RANGE)),
-    ("hash", HASH),
-    ("time_ranges", SeqOf(&TIME_RANGE)),
-    ("ids", IDS),
-    ("server", SERVER),
-    ("upstream", UPSTREAM),
-    ("mesh", MESH),
-    ("log", LOG),
-    ("mint_batch", MINT_BATCH),
-    ("routes", SeqOf(&ROUTE)),
-]);
-
-/// Walks `text`. `Err` holds the errors that stopped the walk (syntax error,
-/// size or nesting limit); they include any key errors found before it.
-pub fn walk(text: &str) -> Result<Walked, Vec<ConfigError>> {
+/// Walks `text`, checking keys against `shape`. `Err` holds the errors that
+/// stopped the walk (syntax error, size or nesting limit); they include any
+/// key errors found before it.
+pub fn walk(text: &str, shape: &Shape) -> Result<Walked, Vec<ConfigError>> {
     if text.len() > MAX_INPUT_BYTES {
         return Err(vec![err(
             &YamlPath::root(),
@@ -273,6 +174,7 @@ pub fn walk(text: &str) -> Result<Walked, Vec<ConfigError>> {
         )]);
     }
     let mut w = Walker {
+        shape,
         parser: Parser::new(StrInput::new(text)),
         anchors: HashMap::new(),
         nodes: 0,
@@ -297,6 +199,7 @@ fn pos(span: &Span) -> Pos {
 }
 
 struct Walker<'a> {
+    shape: &'a Shape,
     parser: Parser<'a, StrInput<'a>>,
     anchors: HashMap<usize, (Value, usize)>,
     nodes: usize,
@@ -340,7 +243,7 @@ impl<'a> Walker<'a> {
                     let path = YamlPath::root();
                     self.index.map.insert(path.clone(), Entry { key: None, value: pos(&span) });
                     let mut path = path;
-                    let value = self.node(ev, span, &mut path, &SCHEMA, 0)?.0;
+                    let value = self.node(ev, span, &mut path, self.shape, 0)?.0;
                     if docs > 1 {
                         return Err(err(
                             &YamlPath::root(),
@@ -419,7 +322,7 @@ impl<'a> Walker<'a> {
                 self.count(1, &span)?;
                 let item_shape = match shape {
                     Shape::Seq(inner) => inner,
-                    _ => &Any,
+                    _ => &Shape::Any,
                 };
                 let mut items = Vec::new();
                 let mut total = 1usize;
@@ -464,20 +367,20 @@ impl<'a> Walker<'a> {
                                 Some("write the key as a plain word"),
                             ));
                             // Consume the complex key so the walk stays in step.
-                            self.node(other, kspan, path, &Any, depth + 1)?;
+                            self.node(other, kspan, path, &Shape::Any, depth + 1)?;
                             None
                         }
                     };
                     let (vev, vspan) = self.next()?;
                     let Some(key) = key else {
-                        self.node(vev, vspan, path, &Any, depth + 1)?;
+                        self.node(vev, vspan, path, &Shape::Any, depth + 1)?;
                         continue;
                     };
                     let child_path = path.k(&key);
                     let child_shape: Option<&Shape> = match shape {
                         Shape::Struct(fields) => fields.iter().find(|(n, _)| *n == key).map(|(_, s)| s),
                         Shape::Map(inner) => Some(inner),
-                        _ => Some(&Any),
+                        _ => Some(&Shape::Any),
                     };
                     if let Some(first) = seen.get(&key) {
                         self.errors.push(err(
@@ -486,7 +389,7 @@ impl<'a> Walker<'a> {
                             format!("duplicate key {} (first defined at line {})", super::show(&key), first.line),
                             Some("remove or merge one of the two entries"),
                         ));
-                        self.node(vev, vspan, path, &Any, depth + 1)?;
+                        self.node(vev, vspan, path, &Shape::Any, depth + 1)?;
                         continue;
                     }
                     seen.insert(key.clone(), kpos);
@@ -498,7 +401,7 @@ impl<'a> Walker<'a> {
                             format!("unknown key {}", super::show(&key)),
                             Some(&hint),
                         ));
-                        self.node(vev, vspan, path, &Any, depth + 1)?;
+                        self.node(vev, vspan, path, &Shape::Any, depth + 1)?;
                         continue;
                     };
                     self.index.map.insert(child_path, Entry { key: Some(kpos), value: pos(&vspan) });
@@ -660,6 +563,11 @@ fn is_float(s: &str) -> bool {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// Walks `text` against the routing table's schema.
+    fn walk(text: &str) -> Result<Walked, Vec<ConfigError>> {
+        super::walk(text, crate::config::keys::shape())
+    }
 
     #[test]
     fn records_positions_and_paths() {

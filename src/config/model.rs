@@ -1,0 +1,281 @@
+//! The validated routing table: what validation makes of a [`File`], every
+//! name resolved, every value typed. The table compiler
+//! ([`crate::routing::Table::compile`]) lays it out for lookups without
+//! parsing or skipping anything.
+//!
+//! Regions are referred to by their position in [`Config::regions`] (file
+//! order of the names, which are sorted).
+
+use std::fmt;
+use std::net::SocketAddr;
+
+use http::{HeaderName, Method};
+
+use super::schema::{File, Log, Mesh, MintBatch, Server, UpstreamSettings};
+use super::values::UpstreamUrl;
+use crate::ids::{Format, LocalityMode, NodeIdentity, Params};
+
+/// A loaded and validated routing table.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The file as written, defaults filled in (`check --print`, and the
+    /// restart-only comparison of a reload).
+    pub file: File,
+    /// Proxy listener (restart-only).
+    pub listen: SocketAddr,
+    /// Admin listener (restart-only).
+    pub admin: SocketAddr,
+    /// This instance's name in `Via`, `Proxy-Status` and `Forwarded: by=`.
+    pub instance: String,
+    /// The region this instance serves (mesh peer).
+    pub local_region: Option<usize>,
+    /// Owner when a strategy finds none.
+    pub default_region: Option<usize>,
+    /// Regions, by name order.
+    pub regions: Vec<Region>,
+    /// Countries.
+    pub countries: Vec<Country>,
+    /// Service entities.
+    pub entities: Vec<Entity>,
+    /// (country, entity) → region overrides.
+    pub overrides: Vec<Override>,
+    /// Shard ranges.
+    pub shards: Option<Shards>,
+    /// Node tables.
+    pub nodes: Nodes,
+    /// Key-range split points (start, region), ascending.
+    pub key_ranges: Vec<(u64, usize)>,
+    /// Rendezvous hashing candidates (region, weight).
+    pub hash: Vec<(usize, f64)>,
+    /// Time ranges (exclusive end in Unix ms, `None` for the open last one; region), ascending.
+    pub time_ranges: Vec<(Option<u64>, usize)>,
+    /// Per-format parsing parameters.
+    pub ids: Params,
+    /// Node identity for minting Locality UUIDs, when configured.
+    pub locality_node: Option<NodeIdentity>,
+    /// Locality minting mode.
+    pub locality_mode: LocalityMode,
+    /// Shard count for minting uniqid ids (`ids.uniqid.total_shards` or `shards.count`).
+    pub uniqid_mint_shards: Option<u32>,
+    /// `server`.
+    pub server: Server,
+    /// `upstream`.
+    pub upstream: UpstreamSettings,
+    /// `mesh`.
+    pub mesh: Mesh,
+    /// `log`.
+    pub log: Log,
+    /// `mint_batch`.
+    pub mint_batch: MintBatch,
+    /// Routes, in file order.
+    pub routes: Vec<Route>,
+}
+
+/// A region.
+#[derive(Clone, Debug)]
+pub struct Region {
+    /// Its name.
+    pub name: String,
+    /// Its backends.
+    pub upstreams: Vec<UpstreamUrl>,
+    /// Its shardgate (mesh peer).
+    pub peer: Option<UpstreamUrl>,
+    /// The region it fails over to.
+    pub failover: Option<usize>,
+}
+
+/// A country: its name, its 8-bit id and its owning region.
+#[derive(Clone, Debug)]
+pub struct Country {
+    /// Name (`KZ`).
+    pub name: String,
+    /// The id stored in iUIDs.
+    pub id: u8,
+    /// Owning region.
+    pub region: usize,
+}
+
+/// A service entity: its name and 8-bit code.
+#[derive(Clone, Debug)]
+pub struct Entity {
+    /// Name (`IntercityOrder`).
+    pub name: String,
+    /// The code stored in iUIDs.
+    pub code: u8,
+}
+
+/// A (country, entity) override.
+#[derive(Clone, Copy, Debug)]
+pub struct Override {
+    /// Country id.
+    pub country: u8,
+    /// Entity code.
+    pub entity: u8,
+    /// Owning region.
+    pub region: usize,
+}
+
+/// uniqid shards: how many, and which region owns each range.
+#[derive(Clone, Debug)]
+pub struct Shards {
+    /// Shards are `0..count`.
+    pub count: u32,
+    /// Inclusive ranges and their region; together they cover every shard once.
+    pub ranges: Vec<(u32, u32, usize)>,
+}
+
+/// The node tables, key → region.
+#[derive(Clone, Debug, Default)]
+pub struct Nodes {
+    /// Locality MAC fragment.
+    pub locality_mac: Vec<(u32, usize)>,
+    /// Locality pid.
+    pub locality_pid: Vec<(u16, usize)>,
+    /// Snowflake datacenter id.
+    pub snowflake_datacenter: Vec<(u64, usize)>,
+    /// Snowflake worker id.
+    pub snowflake_worker: Vec<(u64, usize)>,
+    /// Sonyflake machine id.
+    pub sonyflake_machine: Vec<(u16, usize)>,
+    /// Instagram logical shard ranges (inclusive).
+    pub instagram_shard: Vec<(u16, u16, usize)>,
+}
+
+/// A route.
+#[derive(Clone, Debug)]
+pub struct Route {
+    /// Position in the file's `routes` list.
+    pub index: usize,
+    /// Route name (metrics label, logs).
+    pub name: String,
+    /// matchit path template.
+    pub template: String,
+    /// Allowed methods; `None` = all. A route that allows GET also matches HEAD.
+    pub methods: Option<Vec<Method>>,
+    /// Where the id is (lookup routes).
+    pub id: Option<IdRule>,
+    /// How to mint (create routes).
+    pub mint: Option<MintRule>,
+    /// Placement strategy.
+    pub strategy: Strategy,
+    /// Whether non-idempotent requests may be sent to a failover region.
+    pub allow_failover_writes: bool,
+    /// Protocols `Upgrade` may switch to through this route, lowercase.
+    pub upgrades: Vec<String>,
+}
+
+impl Route {
+    /// Whether the route accepts `method` (GET routes also accept HEAD).
+    pub fn allows(&self, method: &Method) -> bool {
+        match &self.methods {
+            None => true,
+            Some(list) => list.contains(method) || (method == Method::HEAD && list.contains(&Method::GET)),
+        }
+    }
+}
+
+/// Where a route's id is and which formats it may be in.
+#[derive(Clone, Debug)]
+pub struct IdRule {
+    /// Where to read it.
+    pub source: IdSource,
+    /// Accepted formats, tried in order.
+    pub formats: Vec<Format>,
+}
+
+/// Where an id is read from.
+#[derive(Clone, Debug)]
+pub enum IdSource {
+    /// A path parameter of the template.
+    PathParam(String),
+    /// A request header.
+    Header(HeaderName),
+    /// A query parameter.
+    Query(String),
+}
+
+/// How a create route mints its id.
+#[derive(Clone, Debug)]
+pub struct MintRule {
+    /// Format to mint (always mintable).
+    pub format: Format,
+    /// Service entity code (iUID).
+    pub entity: Option<u8>,
+    /// Where the country comes from (iUID, uniqid).
+    pub country: Option<CountrySource>,
+    /// Header carrying the minted id to the upstream.
+    pub header: HeaderName,
+    /// `Location` template with `{id}`.
+    pub location: Option<String>,
+    /// Whether a client-supplied id that is valid for this rule is kept.
+    pub accept_client_id: bool,
+}
+
+/// Where a mint rule's country comes from.
+#[derive(Clone, Debug)]
+pub enum CountrySource {
+    /// Country name in this request header.
+    Header(HeaderName),
+    /// Country name in this query parameter.
+    Query(String),
+    /// A fixed country id.
+    Fixed(u8),
+    /// The local region's first country.
+    Local(u8),
+}
+
+/// How a route places its ids.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Strategy {
+    /// The natural strategy of the decoded id's format.
+    Auto,
+    /// iUID country × entity table (overrides first).
+    Country,
+    /// uniqid shard ranges.
+    Shard,
+    /// Node tables (Locality MAC/pid, Snowflake datacenter/worker, Sonyflake machine, Instagram shard).
+    Node,
+    /// HBase-style split points over the key hash.
+    KeyRange,
+    /// Rendezvous hashing over the key hash.
+    Hash,
+    /// Time ranges over the embedded timestamp.
+    TimeRange,
+}
+
+impl Strategy {
+    /// Every strategy, in documentation order.
+    pub const ALL: [Strategy; 7] = [
+        Strategy::Auto,
+        Strategy::Country,
+        Strategy::Shard,
+        Strategy::Node,
+        Strategy::KeyRange,
+        Strategy::Hash,
+        Strategy::TimeRange,
+    ];
+
+    /// The configuration name (`auto`, `country`, `shard`, `node`, `key_range`, `hash`, `time_range`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Strategy::Auto => "auto",
+            Strategy::Country => "country",
+            Strategy::Shard => "shard",
+            Strategy::Node => "node",
+            Strategy::KeyRange => "key_range",
+            Strategy::Hash => "hash",
+            Strategy::TimeRange => "time_range",
+        }
+    }
+
+    /// Looks a strategy up by its configuration name.
+    pub fn from_name(name: &str) -> Option<Strategy> {
+        Strategy::ALL.into_iter().find(|s| s.name() == name)
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}

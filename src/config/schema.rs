@@ -1,0 +1,647 @@
+//! The schema of the routing table file: one serde struct per section, as
+//! the file is written, defaults filled in ([`File`]).
+//!
+//! Each struct rejects unknown fields; key names and meanings are documented
+//! in `docs/config.md`. Values that have a syntax of their own are parsed by
+//! their own `Deserialize` ([`super::values`]) so a bad one is reported at its
+//! exact path; names that refer to other parts of the file (regions,
+//! countries, entities, formats, methods) stay strings here: validation
+//! resolves them into the typed [`super::Config`].
+//!
+//! The key lists the YAML walker checks unknown keys against
+//! ([`super::keys::shape`]) are taken from these types themselves, so the
+//! two cannot drift.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::duration::Dur;
+use super::values::{Cidr, KeyStart, RangeList, TimeSpec, UpstreamUrl};
+
+/// A routing table file as written, defaults filled in (not yet validated:
+/// names are strings, references unresolved).
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct File {
+    /// Schema version; only `1` exists.
+    pub version: u32,
+    /// Proxy listener address (restart-only).
+    pub listen: SocketAddr,
+    /// Admin listener address (restart-only).
+    pub admin: SocketAddr,
+    /// The region this instance serves, when it runs as a mesh peer (restart-only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// Name used in `Forwarded: by=`; `None` means the default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
+    /// Region used when a strategy finds no owner.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_region: Option<String>,
+    /// Regions by name.
+    pub regions: BTreeMap<String, Region>,
+    /// Countries by name.
+    pub countries: BTreeMap<String, Country>,
+    /// Service entity codes by name (0-255, checked by validation).
+    pub entities: BTreeMap<String, i64>,
+    /// (country, entity) → region overrides.
+    pub overrides: Vec<Override>,
+    /// Shard count and ranges.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shards: Option<Shards>,
+    /// Node tables.
+    pub nodes: Nodes,
+    /// Key-range split points.
+    pub key_ranges: Vec<KeyRange>,
+    /// Rendezvous hashing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hash: Option<Hash>,
+    /// Time ranges.
+    pub time_ranges: Vec<TimeRange>,
+    /// Per-format parameters.
+    pub ids: Ids,
+    /// Inbound server settings.
+    pub server: Server,
+    /// Upstream client settings.
+    pub upstream: UpstreamSettings,
+    /// Mesh settings.
+    pub mesh: Mesh,
+    /// Access-log settings.
+    pub log: Log,
+    /// The batch mint endpoint (disabled unless `path` is set).
+    pub mint_batch: MintBatch,
+    /// Routes, in file order.
+    pub routes: Vec<Route>,
+}
+
+/// Default proxy listener.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+/// Default admin listener.
+pub const DEFAULT_ADMIN: &str = "127.0.0.1:9901";
+
+/// `regions.<name>`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, expecting = "a region mapping such as { upstreams: [\"http://10.0.0.1:8080\"] }")]
+pub struct Region {
+    /// The region's backends.
+    #[serde(default)]
+    pub upstreams: Vec<UpstreamUrl>,
+    /// The region's shardgate (mesh peer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<UpstreamUrl>,
+    /// Region to use when this one is unavailable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover: Option<String>,
+}
+
+/// `countries.<name>`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, expecting = "a country mapping such as { id: 7, region: kz }")]
+pub struct Country {
+    /// The 8-bit country id stored in iUIDs (0-255, checked by validation).
+    pub id: i64,
+    /// Owning region.
+    pub region: String,
+}
+
+/// `overrides[i]`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, expecting = "an override such as { country: KZ, entity: WalletAccount, region: eu }")]
+pub struct Override {
+    /// Country name.
+    pub country: String,
+    /// Entity name.
+    pub entity: String,
+    /// Owning region for this pair.
+    pub region: String,
+    /// Position in the file's list.
+    #[serde(skip)]
+    pub index: usize,
+}
+
+/// `shards`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Shards {
+    /// Number of shards; shards are `0..count`.
+    pub count: u32,
+    /// Shard ranges per region.
+    pub regions: BTreeMap<String, RangeList>,
+}
+
+/// `nodes`: node tables, key text → region name (keys checked by validation).
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Nodes {
+    /// Locality UUID MAC fragment (7 hex digits) → region.
+    pub locality_mac: BTreeMap<String, String>,
+    /// Locality UUID pid (0-65535) → region.
+    pub locality_pid: BTreeMap<String, String>,
+    /// Snowflake datacenter id → region.
+    pub snowflake_datacenter: BTreeMap<String, String>,
+    /// Snowflake worker id → region.
+    pub snowflake_worker: BTreeMap<String, String>,
+    /// Sonyflake machine id (0-65535) → region.
+    pub sonyflake_machine: BTreeMap<String, String>,
+    /// Instagram logical shard (`N` or `A-B`, 0-8191) → region.
+    pub instagram_shard: BTreeMap<String, String>,
+}
+
+/// `key_ranges[i]`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, expecting = "a key range such as { start: \"8000000000000000\", region: kz }")]
+pub struct KeyRange {
+    /// First key hash of the range.
+    pub start: KeyStart,
+    /// Owning region.
+    pub region: String,
+    /// Position in the file's list.
+    #[serde(skip)]
+    pub index: usize,
+}
+
+/// `hash`: rendezvous hashing over the id's key hash.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, expecting = "a mapping such as { regions: [eu, kz] }")]
+pub struct Hash {
+    /// Candidate regions.
+    pub regions: Vec<String>,
+    /// Optional weights (default 1 each).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub weights: BTreeMap<String, f64>,
+}
+
+/// `time_ranges[i]`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, expecting = "a time range such as { until: \"2024-01-01T00:00:00Z\", region: eu }")]
+pub struct TimeRange {
+    /// Exclusive end of the range; `None` only for the last (open) range.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<TimeSpec>,
+    /// Owning region.
+    pub region: String,
+    /// Position in the file's list.
+    #[serde(skip)]
+    pub index: usize,
+}
+
+/// `ids`: per-format parameters.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Ids {
+    /// uniqid.
+    pub uniqid: UniqidParams,
+    /// Snowflake layout.
+    pub snowflake: SnowflakeParams,
+    /// Sonyflake flavour.
+    pub sonyflake: SonyflakeParams,
+    /// Instagram epoch.
+    pub instagram: InstagramParams,
+    /// Locality UUID node identity for minting.
+    pub locality: LocalityParams,
+}
+
+/// `ids.uniqid`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UniqidParams {
+    /// Historical shard count for strict checks and minting (default: `shards.count`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_shards: Option<u32>,
+    /// Reject ids whose prefix is not `microseconds % total_shards`.
+    pub strict: bool,
+}
+
+/// `ids.snowflake`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SnowflakeParams {
+    /// Epoch in Unix ms.
+    pub epoch_ms: u64,
+    /// Datacenter field width.
+    pub datacenter_bits: u8,
+    /// Worker field width.
+    pub worker_bits: u8,
+    /// Sequence field width.
+    pub sequence_bits: u8,
+}
+
+impl Default for SnowflakeParams {
+    fn default() -> Self {
+        let l = crate::ids::SnowflakeLayout::default();
+        SnowflakeParams {
+            epoch_ms: l.epoch_ms,
+            datacenter_bits: l.datacenter_bits,
+            worker_bits: l.worker_bits,
+            sequence_bits: l.sequence_bits,
+        }
+    }
+}
+
+/// `ids.sonyflake`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SonyflakeParams {
+    /// `v1` or `v2`.
+    pub flavor: Flavor,
+}
+
+/// Sonyflake flavour name.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Flavor {
+    /// sony/sonyflake v1.
+    #[default]
+    V1,
+    /// sony/sonyflake v2.
+    V2,
+}
+
+/// `ids.instagram`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct InstagramParams {
+    /// Epoch in Unix ms.
+    pub epoch_ms: u64,
+}
+
+impl Default for InstagramParams {
+    fn default() -> Self {
+        InstagramParams { epoch_ms: crate::ids::InstagramLayout::default().epoch_ms }
+    }
+}
+
+/// `ids.locality`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LocalityParams {
+    /// Counter mode for minting.
+    pub mode: LocalityModeName,
+    /// Pid field written into minted ids.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u16>,
+    /// MAC fragment (7 hex digits) written into minted ids; checked by validation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mac_fragment: Option<String>,
+}
+
+/// Locality minting mode name.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LocalityModeName {
+    /// Nibble-reversed prime-increment counter.
+    #[default]
+    Variable,
+    /// Window-seeded sequential counter.
+    Sequential,
+}
+
+/// `server`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Server {
+    /// Time allowed to receive request headers.
+    pub header_read_timeout: Dur,
+    /// Idle keep-alive connection timeout.
+    pub idle_timeout: Dur,
+    /// Largest request head.
+    pub max_header_bytes: usize,
+    /// Most request header fields.
+    pub max_headers: usize,
+    /// Longest request target.
+    pub max_uri_bytes: usize,
+    /// Most client connections open at once (beyond it: 503 and close).
+    pub max_connections: usize,
+    /// Most connections open at once on the admin listener (beyond it: 503 and close).
+    pub admin_max_connections: usize,
+    /// Peers whose `X-Forwarded-*`/`Forwarded` headers are trusted.
+    pub trusted_hops: Vec<Cidr>,
+    /// Add `X-Shardgate-*` explanation headers to responses.
+    pub debug_headers: bool,
+    /// After SIGTERM or `POST /drain`: how long to keep accepting new
+    /// connections (with `/ready` answering 503) before closing the listener.
+    pub drain_delay: Dur,
+    /// After the listener closes: how long in-flight requests may take to finish.
+    pub shutdown_timeout: Dur,
+    /// TLS on the proxy listener (restart-only; the certificate and key
+    /// files themselves are reloaded when they change on disk).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ServerTls>,
+}
+
+/// `server.tls`: TLS (and optionally client certificates) on the proxy listener.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerTls {
+    /// PEM certificate chain file, leaf first.
+    pub cert: String,
+    /// PEM private key file (PKCS#8, PKCS#1 or SEC1).
+    pub key: String,
+    /// PEM file of the CAs whose client certificates are trusted. When set,
+    /// mesh headers are honoured only from connections with a verified
+    /// client certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_ca: Option<String>,
+    /// Refuse TLS handshakes without a trusted client certificate (needs `client_ca`).
+    #[serde(default)]
+    pub require_client_cert: bool,
+}
+
+/// `upstream.tls`: how the proxy connects to `https://` upstreams and peers.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamTls {
+    /// PEM file of the CAs trusted for upstream and peer certificates; when
+    /// absent, the system's roots.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca: Option<String>,
+    /// PEM client certificate chain presented to upstreams and peers (mutual TLS).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cert: Option<String>,
+    /// PEM private key of `cert`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+impl Default for Server {
+    fn default() -> Self {
+        Server {
+            header_read_timeout: Dur(Duration::from_secs(10)),
+            idle_timeout: Dur(Duration::from_secs(60)),
+            max_header_bytes: 16 * 1024,
+            max_headers: 100,
+            max_uri_bytes: 8 * 1024,
+            max_connections: 10_000,
+            admin_max_connections: 64,
+            trusted_hops: Vec::new(),
+            debug_headers: false,
+            drain_delay: Dur(Duration::from_secs(5)),
+            shutdown_timeout: Dur(Duration::from_secs(30)),
+            tls: None,
+        }
+    }
+}
+
+/// `log`: what the access log contains.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Log {
+    /// One structured line per request (target `shardgate::access`).
+    pub access: bool,
+    /// Include the entity id (canonical form) in access-log lines; ids can be personal data.
+    pub ids: bool,
+}
+
+impl Default for Log {
+    fn default() -> Self {
+        Log { access: true, ids: false }
+    }
+}
+
+/// `mint_batch`: an endpoint that returns fresh ids as JSON, for services
+/// that mint their own. Disabled while `path` is unset.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MintBatch {
+    /// Path answered with `POST` (e.g. `/_shardgate/ids`); `None` disables the endpoint.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Most ids one request may ask for.
+    pub max_count: u32,
+}
+
+impl Default for MintBatch {
+    fn default() -> Self {
+        MintBatch { path: None, max_count: 10_000 }
+    }
+}
+
+/// `upstream`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamSettings {
+    /// TCP connect timeout.
+    pub connect_timeout: Dur,
+    /// Timeout of one attempt (until response headers).
+    pub attempt_timeout: Dur,
+    /// Timeout of the whole request, retries included.
+    pub request_timeout: Dur,
+    /// How long idle pooled connections are kept.
+    pub pool_idle_timeout: Dur,
+    /// Retries after the first attempt (safe cases only).
+    pub retries: u32,
+    /// Retry budget.
+    pub retry_budget: RetryBudget,
+    /// Active health checks of every upstream endpoint and peer.
+    pub health: HealthChecks,
+    /// Most connections open to one endpoint at once.
+    pub max_connections: usize,
+    /// Most requests waiting for a connection to one endpoint at its
+    /// `max_connections`; beyond it: 503 `upstream_saturated`.
+    pub max_pending: usize,
+    /// Consecutive failures of an endpoint's own making (refused, reset
+    /// before the response head, timed out once the request was sent, an
+    /// invalid response, a 5xx) after which it is ejected (passive health);
+    /// 0 disables passive ejection.
+    pub eject_after: u32,
+    /// How long an ejected endpoint receives no traffic.
+    pub eject_for: Dur,
+    /// TLS to `https://` upstreams and peers (restart-only).
+    pub tls: UpstreamTls,
+}
+
+/// `upstream.health`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HealthChecks {
+    /// Time between checks of one endpoint; `0s` disables active checks.
+    pub interval: Dur,
+    /// Timeout of one check.
+    pub timeout: Dur,
+    /// Path requested with GET; any 2xx or 3xx answer is a success.
+    pub path: String,
+    /// Consecutive successes that bring a down endpoint back.
+    pub rise: u32,
+    /// Consecutive failures that take an endpoint down.
+    pub fall: u32,
+}
+
+impl Default for HealthChecks {
+    fn default() -> Self {
+        HealthChecks {
+            interval: Dur(Duration::from_secs(5)),
+            timeout: Dur(Duration::from_secs(1)),
+            path: "/healthz".to_string(),
+            rise: 2,
+            fall: 3,
+        }
+    }
+}
+
+impl Default for UpstreamSettings {
+    fn default() -> Self {
+        UpstreamSettings {
+            connect_timeout: Dur(Duration::from_secs(2)),
+            attempt_timeout: Dur(Duration::from_secs(10)),
+            request_timeout: Dur(Duration::from_secs(15)),
+            pool_idle_timeout: Dur(Duration::from_secs(90)),
+            retries: 1,
+            retry_budget: RetryBudget::default(),
+            health: HealthChecks::default(),
+            max_connections: 512,
+            max_pending: 1024,
+            eject_after: 5,
+            eject_for: Dur(Duration::from_secs(10)),
+            tls: UpstreamTls::default(),
+        }
+    }
+}
+
+/// `upstream.retry_budget`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetryBudget {
+    /// Retries allowed as a fraction of requests (0-1).
+    pub ratio: f64,
+    /// Retries always allowed per second.
+    pub min_per_second: u32,
+}
+
+impl Default for RetryBudget {
+    fn default() -> Self {
+        RetryBudget { ratio: 0.2, min_per_second: 10 }
+    }
+}
+
+/// `mesh`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Mesh {
+    /// Most shardgate hops a request may take.
+    pub max_hops: u32,
+    /// Source networks of the peer shardgates on a mesh without client
+    /// certificates: only requests from them have their mesh headers
+    /// honoured. On a listener with `server.tls.client_ca` a verified client
+    /// certificate is required instead.
+    pub trusted_peers: Vec<Cidr>,
+}
+
+impl Default for Mesh {
+    fn default() -> Self {
+        // Front door → owner → failover region → its failover region.
+        Mesh { max_hops: 3, trusted_peers: Vec::new() }
+    }
+}
+
+/// `routes[i]`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, expecting = "a route mapping with name, match and id or mint")]
+pub struct Route {
+    /// Route name (metrics label, logs).
+    pub name: String,
+    /// What requests it matches.
+    #[serde(rename = "match")]
+    pub matcher: Match,
+    /// Where the id is (lookup routes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<IdSpec>,
+    /// Placement strategy name (default `auto`).
+    #[serde(default = "auto")]
+    pub placement: String,
+    /// Whether non-idempotent requests may go to a failover region.
+    #[serde(default)]
+    pub allow_failover_writes: bool,
+    /// Protocols an `Upgrade` request may switch to through this route
+    /// (the connection then becomes a tunnel); `h2c` is never allowed.
+    #[serde(default = "default_upgrades")]
+    pub upgrades: Vec<String>,
+    /// Mint rule (create routes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mint: Option<MintSpec>,
+    /// Position in the file's list.
+    #[serde(skip)]
+    pub index: usize,
+}
+
+fn auto() -> String {
+    "auto".to_owned()
+}
+
+fn default_upgrades() -> Vec<String> {
+    vec!["websocket".to_owned()]
+}
+
+/// `routes[i].match`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Match {
+    /// matchit path template.
+    pub path: String,
+    /// Allowed methods; `None` = all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub methods: Option<Vec<String>>,
+}
+
+/// `routes[i].id`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdSpec {
+    /// Path parameter name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_param: Option<String>,
+    /// Header name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header: Option<String>,
+    /// Query parameter name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<String>,
+    /// Accepted formats, tried in order.
+    pub formats: Vec<String>,
+}
+
+/// `routes[i].mint`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MintSpec {
+    /// Format to mint.
+    pub format: String,
+    /// Entity name (iUID).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entity: Option<String>,
+    /// Where the country comes from (iUID).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub country: Option<CountrySource>,
+    /// Request header that carries the minted id to the upstream (default `X-Entity-Id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header: Option<String>,
+    /// `Location` template for the response, with `{id}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
+    /// Accept an id the client sends in `header` (idempotent retries of a
+    /// create) when it is valid for this rule: the rule's format, the
+    /// requested country and the rule's entity. Off: the client's id is
+    /// dropped and a fresh one minted.
+    #[serde(default)]
+    pub accept_client_id: bool,
+}
+
+/// `routes[i].mint.country`: exactly one key.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CountrySource {
+    /// Country name from this request header.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header: Option<String>,
+    /// Country name from this query parameter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<String>,
+    /// Always this country.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fixed: Option<String>,
+    /// The first country (lowest id) owned by this instance's region.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local: Option<bool>,
+}

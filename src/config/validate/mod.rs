@@ -1,0 +1,98 @@
+//! Validation: everything the types cannot say, and the typed [`Config`]
+//! it makes of a [`File`]. One function per section; each reports its
+//! problems and carries on, so one run reports all of them, and returns its
+//! part of the typed result (an item with a problem is left out of it, and
+//! a file with any problem never yields a `Config`). Names that are defined
+//! but failed to parse (a region with a bad URL, say) still count as
+//! defined, so one mistake is reported once, not again at every reference.
+
+mod names;
+mod placement;
+mod routes;
+mod settings;
+
+use super::model::Config;
+use super::report::Ctx;
+use super::schema::File;
+use super::yaml::edit_distance;
+
+pub use names::METHODS;
+
+/// Most regions a table may define.
+pub const MAX_REGIONS: usize = 4096;
+/// Largest `shards.count`.
+pub const MAX_SHARDS: u32 = 1 << 20;
+/// Most key ranges.
+pub const MAX_KEY_RANGES: usize = 1 << 20;
+
+/// Checks `file`, reporting into `ctx`, and builds its typed form (only
+/// meaningful when `ctx` holds no error afterwards).
+pub(crate) fn validate(file: &File, ctx: &mut Ctx<'_>) -> Config {
+    let names = names::Names::new(file);
+    let regions = names::regions(file, &names, ctx);
+    let countries = names::countries(file, &names, ctx);
+    let entities = names::entities(file, ctx);
+    let overrides = names::overrides(file, &names, &countries, &entities, ctx);
+    let shards = placement::shards(file, &names, ctx);
+    let nodes = placement::nodes(file, &names, ctx);
+    let key_ranges = placement::key_ranges(file, &names, ctx);
+    let hash = placement::hash(file, &names, ctx);
+    let time_ranges = placement::time_ranges(file, &names, ctx);
+    let top = settings::top_level(file, &names, ctx);
+    let ids = settings::ids(file, ctx);
+    settings::limits_and_timeouts(file, ctx);
+    settings::tls(file, ctx);
+    let routes = routes::routes(file, &names, &countries, &entities, ctx);
+    Config {
+        file: file.clone(),
+        listen: file.listen,
+        admin: file.admin,
+        instance: top.instance,
+        local_region: top.local_region,
+        default_region: top.default_region,
+        regions,
+        countries,
+        entities,
+        overrides,
+        shards,
+        nodes,
+        key_ranges,
+        hash,
+        time_ranges,
+        ids: ids.params,
+        locality_node: ids.locality_node,
+        locality_mode: ids.locality_mode,
+        uniqid_mint_shards: ids.uniqid_mint_shards,
+        server: file.server.clone(),
+        upstream: file.upstream.clone(),
+        mesh: file.mesh.clone(),
+        log: file.log.clone(),
+        mint_batch: file.mint_batch.clone(),
+        routes,
+    }
+}
+
+/// The candidate closest to `name` (case-insensitive edit distance), if close enough to suggest.
+fn closest<'n>(name: &str, candidates: impl Iterator<Item = &'n str>) -> Option<&'n str> {
+    candidates
+        .map(|c| (edit_distance(&name.to_ascii_lowercase(), &c.to_ascii_lowercase()), c))
+        .filter(|(d, c)| *d <= 2.max(c.len() / 3))
+        .min()
+        .map(|(_, c)| c)
+}
+
+/// A name of a region, country or entity: letters, digits, `-` and `_`.
+fn is_name(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Parses a canonical decimal integer no larger than `max`.
+pub fn parse_decimal(text: &str, max: u64) -> Option<u64> {
+    if text.is_empty() || text.len() > 20 || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    if text.len() > 1 && text.starts_with('0') {
+        return None;
+    }
+    text.parse::<u64>().ok().filter(|&v| v <= max)
+}

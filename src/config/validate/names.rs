@@ -1,0 +1,287 @@
+//! The named things: regions (with their failover chains), countries,
+//! entities and overrides.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use super::{closest, is_name, MAX_REGIONS};
+use crate::config::model::{Country, Entity, Override, Region};
+use crate::config::report::{Ctx, NameKind};
+use crate::config::schema::File;
+use crate::config::show;
+use crate::config::yaml::YamlPath;
+
+/// Methods a route may list.
+pub const METHODS: [&str; 9] = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT"];
+
+/// The file's region names and their positions, for resolving references.
+#[derive(Debug)]
+pub(super) struct Names<'f> {
+    file: &'f File,
+    regions: HashMap<&'f str, usize>,
+}
+
+impl<'f> Names<'f> {
+    pub(super) fn new(file: &'f File) -> Names<'f> {
+        Names { file, regions: file.regions.keys().enumerate().map(|(i, n)| (n.as_str(), i)).collect() }
+    }
+
+    /// The region `name` refers to; an unknown one is reported at `path`
+    /// (unless it is defined but failed to parse, which was reported already).
+    pub(super) fn region(&self, ctx: &mut Ctx<'_>, path: &YamlPath, name: &str) -> Option<usize> {
+        if let Some(&i) = self.regions.get(name) {
+            return Some(i);
+        }
+        if !ctx.is_defined(NameKind::Region, name) {
+            let hint = match closest(name, self.file.regions.keys().map(String::as_str)) {
+                Some(c) => format!("did you mean `{c}`? regions are defined under `regions`"),
+                None => "define it under `regions` or use one that is".to_owned(),
+            };
+            ctx.at(path, format!("unknown region {}", show(name)), Some(&hint));
+        }
+        None
+    }
+
+    /// The country `name` refers to; an unknown one is reported at `path`.
+    pub(super) fn country(
+        &self,
+        ctx: &mut Ctx<'_>,
+        path: &YamlPath,
+        countries: &[Country],
+        name: &str,
+        hint: Option<&str>,
+    ) -> Option<u8> {
+        if let Some(c) = countries.iter().find(|c| c.name == name) {
+            return Some(c.id);
+        }
+        if !self.file.countries.contains_key(name) && !ctx.is_defined(NameKind::Country, name) {
+            let hint = match (hint, closest(name, self.file.countries.keys().map(String::as_str))) {
+                (Some(h), _) => h.to_owned(),
+                (None, Some(c)) => format!("did you mean `{c}`?"),
+                (None, None) => "define it under `countries`".to_owned(),
+            };
+            ctx.at(path, format!("unknown country {}", show(name)), Some(&hint));
+        }
+        None
+    }
+
+    /// The entity `name` refers to; an unknown one is reported at `path`.
+    pub(super) fn entity(&self, ctx: &mut Ctx<'_>, path: &YamlPath, entities: &[Entity], name: &str) -> Option<u8> {
+        if let Some(e) = entities.iter().find(|e| e.name == name) {
+            return Some(e.code);
+        }
+        if !self.file.entities.contains_key(name) && !ctx.is_defined(NameKind::Entity, name) {
+            let hint = match closest(name, self.file.entities.keys().map(String::as_str)) {
+                Some(c) => format!("did you mean `{c}`?"),
+                None => "define it under `entities`".to_owned(),
+            };
+            ctx.at(path, format!("unknown entity {}", show(name)), Some(&hint));
+        }
+        None
+    }
+}
+
+/// `regions`: names, endpoints, failover references and cycles.
+pub(super) fn regions(file: &File, names: &Names<'_>, ctx: &mut Ctx<'_>) -> Vec<Region> {
+    let root = YamlPath::root();
+    if file.regions.is_empty() && !ctx.errors.iter().any(|e| e.path.starts_with("regions")) {
+        ctx.at(&root, "no regions are defined".into(), Some("add `regions:` with at least one region"));
+    }
+    if file.regions.len() > MAX_REGIONS {
+        ctx.at(
+            &root.k("regions"),
+            format!("{} regions defined, more than the limit of {MAX_REGIONS}", file.regions.len()),
+            None,
+        );
+    }
+    let mut out = Vec::with_capacity(file.regions.len());
+    for (name, region) in &file.regions {
+        let p = root.k("regions").k(name);
+        if !is_name(name) {
+            ctx.at_key(
+                &p,
+                format!("invalid region name {}", show(name)),
+                Some("use letters, digits, `-` and `_` only"),
+            );
+        }
+        if region.upstreams.is_empty() && region.peer.is_none() {
+            ctx.at_key(
+                &p,
+                format!("region {} has neither upstreams nor peer", show(name)),
+                Some("add `upstreams: [\"http://host:port\"]` or `peer: \"http://gateway:port\"`"),
+            );
+        }
+        let failover = match &region.failover {
+            Some(f) if f == name => {
+                ctx.at(
+                    &p.k("failover"),
+                    format!("region {} fails over to itself", show(name)),
+                    Some("name a different region or remove `failover`"),
+                );
+                None
+            }
+            Some(f) => names.region(ctx, &p.k("failover"), f),
+            None => None,
+        };
+        out.push(Region {
+            name: name.clone(),
+            upstreams: region.upstreams.clone(),
+            peer: region.peer.clone(),
+            failover,
+        });
+    }
+    failover_cycles(file, ctx);
+    out
+}
+
+/// Failover chains that come back to where they started (longer than one;
+/// a region failing over to itself is reported with the region).
+fn failover_cycles(file: &File, ctx: &mut Ctx<'_>) {
+    let mut reported: HashSet<&str> = HashSet::new();
+    for start in file.regions.keys() {
+        let mut chain: Vec<&str> = vec![start.as_str()];
+        let mut cur = start.as_str();
+        while let Some(next) = file.regions.get(cur).and_then(|r| r.failover.as_deref()) {
+            if next == cur {
+                break;
+            }
+            if let Some(pos) = chain.iter().position(|c| *c == next) {
+                let cycle = &chain[pos..];
+                if pos == 0 && !cycle.iter().any(|c| reported.contains(c)) {
+                    reported.extend(cycle.iter().copied());
+                    let mut text = cycle.join(" -> ");
+                    text.push_str(" -> ");
+                    text.push_str(next);
+                    ctx.at(
+                        &YamlPath::root().k("regions").k(start).k("failover"),
+                        format!("failover cycle: {text}"),
+                        Some("failover chains must end in a region without `failover`"),
+                    );
+                }
+                break;
+            }
+            chain.push(next);
+            cur = next;
+        }
+    }
+}
+
+/// `countries`: names (unique even ignoring case), 8-bit ids, owning regions.
+pub(super) fn countries(file: &File, names: &Names<'_>, ctx: &mut Ctx<'_>) -> Vec<Country> {
+    let mut by_id: BTreeMap<i64, &str> = BTreeMap::new();
+    // Requests name countries case-insensitively (`X-Country: kz`), so two
+    // names that differ only in case would be ambiguous.
+    let mut by_folded: BTreeMap<String, &str> = BTreeMap::new();
+    let mut out = Vec::with_capacity(file.countries.len());
+    for (name, c) in &file.countries {
+        let p = YamlPath::root().k("countries").k(name);
+        if !is_name(name) {
+            ctx.at_key(
+                &p,
+                format!("invalid country name {}", show(name)),
+                Some("use letters, digits, `-` and `_` only, e.g. KZ"),
+            );
+        }
+        if let Some(other) = by_folded.insert(name.to_ascii_lowercase(), name) {
+            ctx.at_key(
+                &p,
+                format!("country name {} differs from {} only in case", show(name), show(other)),
+                Some("country names are matched case-insensitively; rename one"),
+            );
+        }
+        let id = match u8::try_from(c.id) {
+            Err(_) => {
+                ctx.at(
+                    &p.k("id"),
+                    format!("country id {} of {} is out of range 0-255", c.id, show(name)),
+                    Some("iuids store the country in 8 bits"),
+                );
+                None
+            }
+            Ok(_) if by_id.contains_key(&c.id) => {
+                let other = by_id.get(&c.id).copied().unwrap_or_default();
+                ctx.at(
+                    &p.k("id"),
+                    format!("country id {} of {} is already used by {}", c.id, show(name), show(other)),
+                    Some("each country needs its own id"),
+                );
+                None
+            }
+            Ok(id) => {
+                by_id.insert(c.id, name);
+                Some(id)
+            }
+        };
+        let region = names.region(ctx, &p.k("region"), &c.region);
+        if let (Some(id), Some(region)) = (id, region) {
+            out.push(Country { name: name.clone(), id, region });
+        }
+    }
+    out
+}
+
+/// `entities`: names and unique 8-bit codes.
+pub(super) fn entities(file: &File, ctx: &mut Ctx<'_>) -> Vec<Entity> {
+    let mut by_code: BTreeMap<i64, &str> = BTreeMap::new();
+    let mut out = Vec::with_capacity(file.entities.len());
+    for (name, &code) in &file.entities {
+        let p = YamlPath::root().k("entities").k(name);
+        if !is_name(name) {
+            ctx.at_key(
+                &p,
+                format!("invalid entity name {}", show(name)),
+                Some("use letters, digits, `-` and `_` only"),
+            );
+        }
+        match u8::try_from(code) {
+            Err(_) => ctx.at(
+                &p,
+                format!("entity code {code} of {} is out of range 0-255", show(name)),
+                Some("iuids store the service entity in 8 bits"),
+            ),
+            Ok(_) if by_code.contains_key(&code) => {
+                let other = by_code.get(&code).copied().unwrap_or_default();
+                ctx.at(
+                    &p,
+                    format!("entity code {code} of {} is already used by {}", show(name), show(other)),
+                    Some("each entity needs its own code"),
+                );
+            }
+            Ok(c) => {
+                by_code.insert(code, name);
+                out.push(Entity { name: name.clone(), code: c });
+            }
+        }
+    }
+    out
+}
+
+/// `overrides`: known names, one per (country, entity) pair.
+pub(super) fn overrides(
+    file: &File,
+    names: &Names<'_>,
+    countries: &[Country],
+    entities: &[Entity],
+    ctx: &mut Ctx<'_>,
+) -> Vec<Override> {
+    let mut pairs: HashMap<(&str, &str), usize> = HashMap::new();
+    let mut out = Vec::with_capacity(file.overrides.len());
+    for o in &file.overrides {
+        let p = YamlPath::root().k("overrides").i(o.index);
+        let country = names.country(ctx, &p.k("country"), countries, &o.country, None);
+        let entity = names.entity(ctx, &p.k("entity"), entities, &o.entity);
+        let region = names.region(ctx, &p.k("region"), &o.region);
+        if let Some(first) = pairs.get(&(o.country.as_str(), o.entity.as_str())) {
+            ctx.at(
+                &p,
+                format!("override for {}/{} repeats overrides[{first}]", show(&o.country), show(&o.entity)),
+                Some("keep one override per (country, entity) pair"),
+            );
+            continue;
+        }
+        pairs.insert((&o.country, &o.entity), o.index);
+        if let (Some(country), Some(entity), Some(region)) = (country, entity, region) {
+            out.push(Override { country, entity, region });
+        }
+    }
+    out
+}

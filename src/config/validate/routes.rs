@@ -1,0 +1,548 @@
+//! `routes`: names, methods, path templates (conflicts and unreachable
+//! routes), where the id is or how it is minted, and placements that can
+//! read the formats they are given.
+
+use std::collections::{BTreeSet, HashMap};
+
+use http::{HeaderName, Method};
+
+use super::closest;
+use super::names::{Names, METHODS};
+use crate::config::model::{Country, CountrySource, Entity, IdRule, IdSource, MintRule, Route, Strategy};
+use crate::config::report::Ctx;
+use crate::config::schema::{self, File, IdSpec, MintSpec};
+use crate::config::show;
+use crate::config::template::{insert_template, TemplateError, MAX_TEMPLATE_PARAMS};
+use crate::config::yaml::YamlPath;
+use crate::ids::Format;
+
+/// A route's methods by name; `None` means all.
+type MethodSet = Option<BTreeSet<String>>;
+
+/// What checking routes needs besides the file.
+struct Refs<'a> {
+    file: &'a File,
+    names: &'a Names<'a>,
+    countries: &'a [Country],
+    entities: &'a [Entity],
+}
+
+/// Every route, checked and typed.
+pub(super) fn routes(
+    file: &File,
+    names: &Names<'_>,
+    countries: &[Country],
+    entities: &[Entity],
+    ctx: &mut Ctx<'_>,
+) -> Vec<Route> {
+    let refs = Refs { file, names, countries, entities };
+    let mut names_seen: HashMap<&str, usize> = HashMap::new();
+    let mut templates = Templates::default();
+    let mut out = Vec::with_capacity(file.routes.len());
+    for r in &file.routes {
+        let p = YamlPath::root().k("routes").i(r.index);
+        if r.name.is_empty() || !r.name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')) {
+            ctx.at(
+                &p.k("name"),
+                format!("invalid route name {}", show(&r.name)),
+                Some("use letters, digits, `-`, `_` and `.` only"),
+            );
+        }
+        if let Some(first) = names_seen.get(r.name.as_str()) {
+            ctx.at(
+                &p.k("name"),
+                format!("route name {} is already used by routes[{first}]", show(&r.name)),
+                Some("route names label metrics and must be unique"),
+            );
+        } else {
+            names_seen.insert(&r.name, r.index);
+        }
+        let upgrades = upgrades(r, &p, ctx);
+        let (method_set, methods) = methods(r, &p, ctx);
+        templates.add(r, &method_set, &p, ctx);
+        let strategy = Strategy::from_name(&r.placement);
+        if strategy.is_none() {
+            let hint = format!("use one of {}", Strategy::ALL.iter().map(|s| s.name()).collect::<Vec<_>>().join(", "));
+            ctx.at(&p.k("placement"), format!("unknown placement {}", show(&r.placement)), Some(&hint));
+        }
+        match (&r.id, &r.mint) {
+            (None, None) => ctx.at(
+                &p,
+                format!("route {} has neither `id` nor `mint`", show(&r.name)),
+                Some("add `id: { path_param: id, formats: [iuid] }` or a `mint:` rule"),
+            ),
+            (Some(_), Some(_)) => ctx.at(
+                &p.k("mint"),
+                format!("route {} has both `id` and `mint`", show(&r.name)),
+                Some("a route either reads an id or mints one; split it in two"),
+            ),
+            _ => {}
+        }
+        let id = r.id.as_ref().and_then(|id| id_rule(&refs, r, id, strategy, &p.k("id"), ctx));
+        let mint = r.mint.as_ref().and_then(|m| mint_rule(&refs, r, m, strategy, &p.k("mint"), ctx));
+        if let Some(strategy) = strategy {
+            out.push(Route {
+                index: r.index,
+                name: r.name.clone(),
+                template: r.matcher.path.clone(),
+                methods,
+                id,
+                mint,
+                strategy,
+                allow_failover_writes: r.allow_failover_writes,
+                upgrades,
+            });
+        }
+    }
+    out
+}
+
+/// `upgrades`: protocol tokens, never h2c (a tunnel of HTTP/2 would carry
+/// requests the proxy never routed).
+fn upgrades(r: &schema::Route, p: &YamlPath, ctx: &mut Ctx<'_>) -> Vec<String> {
+    for (i, proto) in r.upgrades.iter().enumerate() {
+        let valid = !proto.is_empty() && proto.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+        if proto.eq_ignore_ascii_case("h2c") {
+            ctx.at(
+                &p.k("upgrades").i(i),
+                "h2c cannot be tunnelled: requests inside it would bypass routing".into(),
+                Some("remove it; clients reach shardgate over HTTP/2 directly (prior knowledge or ALPN)"),
+            );
+        } else if !valid {
+            ctx.at(
+                &p.k("upgrades").i(i),
+                format!("invalid upgrade protocol {}", show(proto)),
+                Some("a protocol token such as websocket"),
+            );
+        }
+    }
+    r.upgrades.iter().map(|u| u.to_ascii_lowercase()).collect()
+}
+
+/// `match.methods`: known, upper case, not repeated, not empty.
+fn methods(r: &schema::Route, p: &YamlPath, ctx: &mut Ctx<'_>) -> (MethodSet, Option<Vec<Method>>) {
+    let Some(list) = &r.matcher.methods else { return (None, None) };
+    let mp = p.k("match").k("methods");
+    if list.is_empty() {
+        ctx.at(&mp, "methods list is empty".into(), Some("remove `methods` to match every method"));
+    }
+    let mut set = BTreeSet::new();
+    let mut typed = Vec::with_capacity(list.len());
+    for (i, m) in list.iter().enumerate() {
+        if !METHODS.contains(&m.as_str()) {
+            let hint = if METHODS.contains(&m.to_ascii_uppercase().as_str()) {
+                format!("methods are upper case: {}", m.to_ascii_uppercase())
+            } else {
+                format!("use one of {}", METHODS.join(", "))
+            };
+            ctx.at(&mp.i(i), format!("unknown method {}", show(m)), Some(&hint));
+        } else if !set.insert(m.clone()) {
+            ctx.at(&mp.i(i), format!("method {} is listed twice", show(m)), Some("remove the repeat"));
+        } else if let Ok(method) = Method::from_bytes(m.as_bytes()) {
+            typed.push(method);
+        }
+    }
+    (Some(set), Some(typed))
+}
+
+/// The templates seen so far: for conflicts (matchit's) and routes made
+/// unreachable by an earlier route on the same template.
+#[derive(Default)]
+struct Templates<'f> {
+    by_template: HashMap<&'f str, Vec<(&'f schema::Route, MethodSet)>>,
+    router: matchit::Router<usize>,
+    owner: HashMap<String, &'f schema::Route>,
+}
+
+impl<'f> Templates<'f> {
+    fn add(&mut self, r: &'f schema::Route, methods: &MethodSet, p: &YamlPath, ctx: &mut Ctx<'_>) {
+        let tpl = r.matcher.path.as_str();
+        if !tpl.starts_with('/') {
+            ctx.at(
+                &p.k("match").k("path"),
+                format!("path template {} does not start with `/`", show(tpl)),
+                Some("write templates such as \"/v1/orders/{id}\""),
+            );
+            return;
+        }
+        if let Some(list) = self.by_template.get_mut(tpl) {
+            let earlier = list.iter().find(|(_, their)| match (methods, their) {
+                (None, _) | (_, None) => true,
+                (Some(a), Some(b)) => a.intersection(b).next().is_some(),
+            });
+            if let Some((earlier, _)) = earlier {
+                let at = if r.matcher.methods.is_some() { p.k("match").k("methods") } else { p.k("match").k("path") };
+                ctx.at(
+                    &at,
+                    format!(
+                        "route {} is unreachable: route {} (routes[{}]) already matches these methods on {}",
+                        show(&r.name),
+                        show(&earlier.name),
+                        earlier.index,
+                        show(tpl)
+                    ),
+                    Some("give the routes disjoint `methods`, or remove one"),
+                );
+            }
+            list.push((r, methods.clone()));
+            return;
+        }
+        self.by_template.insert(tpl, vec![(r, methods.clone())]);
+        let message = match insert_template(&mut self.router, tpl, r.index) {
+            Ok(()) => {
+                self.owner.insert(tpl.to_owned(), r);
+                return;
+            }
+            Err(TemplateError::TooManyParams(n)) => {
+                let m = format!(
+                    "path template {} has {n} parameters; at most {MAX_TEMPLATE_PARAMS} are allowed",
+                    show(tpl)
+                );
+                ctx.at(
+                    &p.k("match").k("path"),
+                    m,
+                    Some("match fewer segments as parameters, or end with a catch-all {*rest}"),
+                );
+                return;
+            }
+            Err(TemplateError::Router(matchit::InsertError::Conflict { with })) => match self.owner.get(&with) {
+                Some(o) => format!(
+                    "path template {} conflicts with {} of route {} (routes[{}])",
+                    show(tpl),
+                    show(&with),
+                    show(&o.name),
+                    o.index
+                ),
+                None => format!("path template {} conflicts with {}", show(tpl), show(&with)),
+            },
+            Err(TemplateError::Router(other)) => {
+                format!("invalid path template {}: {}", show(tpl), other.to_string().to_lowercase())
+            }
+        };
+        ctx.at(
+            &p.k("match").k("path"),
+            message,
+            Some("parameters are whole segments like {id} or a trailing {*rest}; two templates may not differ only in parameter names"),
+        );
+    }
+}
+
+/// A header name from the file, reported at `path` when it is not one.
+fn header_name(ctx: &mut Ctx<'_>, path: &YamlPath, name: &str, example: &str) -> Option<HeaderName> {
+    match HeaderName::from_bytes(name.as_bytes()) {
+        Ok(h) => Some(h),
+        Err(_) => {
+            ctx.at(
+                path,
+                format!("invalid header name {}", show(name)),
+                Some(&format!("header names are tokens such as {example}")),
+            );
+            None
+        }
+    }
+}
+
+/// `id`: exactly one source, known formats (each once), a placement that reads them.
+fn id_rule(
+    refs: &Refs<'_>,
+    r: &schema::Route,
+    id: &IdSpec,
+    strategy: Option<Strategy>,
+    ip: &YamlPath,
+    ctx: &mut Ctx<'_>,
+) -> Option<IdRule> {
+    let tpl = r.matcher.path.as_str();
+    let sources = [id.path_param.is_some(), id.header.is_some(), id.query.is_some()].iter().filter(|b| **b).count();
+    if sources != 1 {
+        ctx.at(
+            ip,
+            format!("id of route {} needs exactly one of path_param, header or query (found {sources})", show(&r.name)),
+            Some("e.g. `path_param: id`"),
+        );
+    }
+    let mut source = None;
+    if let Some(pp) = &id.path_param {
+        if !tpl.contains(&format!("{{{pp}}}")) && !tpl.contains(&format!("{{*{pp}}}")) {
+            ctx.at(
+                &ip.k("path_param"),
+                format!("path parameter {} does not appear in {}", show(pp), show(tpl)),
+                Some("name a `{param}` of the route's path"),
+            );
+        }
+        source = Some(IdSource::PathParam(pp.clone()));
+    }
+    if let Some(h) = &id.header {
+        source = header_name(ctx, &ip.k("header"), h, "X-Entity-Id").map(IdSource::Header);
+    }
+    if let Some(q) = &id.query {
+        if q.is_empty() {
+            ctx.at(&ip.k("query"), "empty query parameter name".into(), Some("e.g. `query: id`"));
+        }
+        source = Some(IdSource::Query(q.clone()));
+    }
+    if id.formats.is_empty() {
+        ctx.at(&ip.k("formats"), "formats list is empty".into(), Some("list the accepted formats, e.g. [iuid]"));
+    }
+    let mut formats = Vec::with_capacity(id.formats.len());
+    for (i, f) in id.formats.iter().enumerate() {
+        let fp = ip.k("formats").i(i);
+        let Some(format) = Format::from_name(f) else {
+            let hint = match closest(f, Format::ALL.iter().map(|f| f.name())) {
+                Some(c) => format!("did you mean `{c}`?"),
+                None => format!("use one of {}", Format::ALL.map(|f| f.name()).join(", ")),
+            };
+            ctx.at(&fp, format!("unknown id format {}", show(f)), Some(&hint));
+            continue;
+        };
+        if formats.contains(&format) {
+            ctx.at(&fp, format!("format {} is listed twice", show(f)), Some("remove the repeat"));
+            continue;
+        }
+        if let Some(s) = strategy {
+            check_strategy(refs, ctx, &fp, &r.name, format, s);
+        }
+        formats.push(format);
+    }
+    Some(IdRule { source: source?, formats })
+}
+
+/// `mint`: a mintable format, what that format needs, a valid header and `Location`.
+fn mint_rule(
+    refs: &Refs<'_>,
+    r: &schema::Route,
+    m: &MintSpec,
+    strategy: Option<Strategy>,
+    mp: &YamlPath,
+    ctx: &mut Ctx<'_>,
+) -> Option<MintRule> {
+    let mintable = Some("mintable formats: iuid, locality, uniqid, uuidv7");
+    let format = match Format::from_name(&m.format) {
+        None => {
+            ctx.at(&mp.k("format"), format!("unknown id format {}", show(&m.format)), mintable);
+            None
+        }
+        Some(f) if !f.can_mint() => {
+            ctx.at(&mp.k("format"), format!("format {} cannot be minted", show(&m.format)), mintable);
+            None
+        }
+        Some(f) => {
+            if let Some(s) = strategy {
+                check_strategy(refs, ctx, &mp.k("format"), &r.name, f, s);
+            }
+            Some(f)
+        }
+    };
+    let (entity, country) = match format {
+        Some(f) => mint_needs(refs, ctx, mp, m, f),
+        None => (None, None),
+    };
+    let header = match &m.header {
+        Some(h) => header_name(ctx, &mp.k("header"), h, "X-Entity-Id"),
+        None => Some(HeaderName::from_static("x-entity-id")),
+    };
+    if let Some(l) = &m.location {
+        if !l.contains("{id}") {
+            ctx.at(
+                &mp.k("location"),
+                format!("location template {} has no {{id}}", show(l)),
+                Some("e.g. \"/v1/orders/{id}\""),
+            );
+        }
+    }
+    Some(MintRule {
+        format: format?,
+        entity,
+        country,
+        header: header?,
+        location: m.location.clone(),
+        accept_client_id: m.accept_client_id,
+    })
+}
+
+/// What minting `f` needs: an entity and a country for iUID, a country (or
+/// none) and a shard count for uniqid, neither for the others.
+fn mint_needs(
+    refs: &Refs<'_>,
+    ctx: &mut Ctx<'_>,
+    mp: &YamlPath,
+    m: &MintSpec,
+    f: Format,
+) -> (Option<u8>, Option<CountrySource>) {
+    if f == Format::Iuid {
+        let entity = match &m.entity {
+            None => {
+                ctx.at(mp, "iuid mint rule needs `entity`".into(), Some("add `entity: <name from entities>`"));
+                None
+            }
+            Some(e) => refs.names.entity(ctx, &mp.k("entity"), refs.entities, e),
+        };
+        let country = match &m.country {
+            None => {
+                ctx.at(
+                    mp,
+                    "iuid mint rule needs `country`".into(),
+                    Some("add `country: { header: X-Country }`, `{ query: q }`, `{ fixed: KZ }` or `{ local: true }`"),
+                );
+                None
+            }
+            Some(c) => country_source(refs, ctx, mp, c),
+        };
+        return (entity, country);
+    }
+    if m.entity.is_some() {
+        ctx.at(&mp.k("entity"), format!("`entity` only applies to iuid, not {f}"), Some("remove it"));
+    }
+    let country = match &m.country {
+        // A uniqid create lands on a shard owned by the country's region.
+        Some(c) if f == Format::Uniqid => country_source(refs, ctx, mp, c),
+        Some(_) => {
+            ctx.at(&mp.k("country"), format!("`country` only applies to iuid and uniqid, not {f}"), Some("remove it"));
+            None
+        }
+        None => None,
+    };
+    let file = refs.file;
+    if f == Format::Uniqid && file.ids.uniqid.total_shards.is_none() && file.shards.is_none() {
+        ctx.at(
+            mp,
+            "minting uniqid ids needs a shard count".into(),
+            Some("set `ids.uniqid.total_shards` or `shards.count`"),
+        );
+    }
+    (None, country)
+}
+
+/// `mint.country`: exactly one of header, query, fixed or local.
+fn country_source(
+    refs: &Refs<'_>,
+    ctx: &mut Ctx<'_>,
+    mp: &YamlPath,
+    c: &schema::CountrySource,
+) -> Option<CountrySource> {
+    let cp = mp.k("country");
+    let n =
+        [c.header.is_some(), c.query.is_some(), c.fixed.is_some(), c.local.is_some()].iter().filter(|b| **b).count();
+    if n != 1 {
+        ctx.at(
+            &cp,
+            format!("country source needs exactly one of header, query, fixed or local (found {n})"),
+            Some("e.g. `country: { header: X-Country }`"),
+        );
+    }
+    let mut source = None;
+    if let Some(h) = &c.header {
+        source = header_name(ctx, &cp.k("header"), h, "X-Country").map(CountrySource::Header);
+    }
+    if let Some(q) = &c.query {
+        source = Some(CountrySource::Query(q.clone()));
+    }
+    if let Some(fx) = &c.fixed {
+        let hint = Some("define it under `countries`");
+        source = refs.names.country(ctx, &cp.k("fixed"), refs.countries, fx, hint).map(CountrySource::Fixed);
+    }
+    match c.local {
+        Some(false) => ctx.at(
+            &cp.k("local"),
+            "`local: false` is not a country source".into(),
+            Some("write `local: true` or use header, query or fixed"),
+        ),
+        Some(true) => match &refs.file.region {
+            None => ctx.at(
+                &cp.k("local"),
+                "`local: true` needs this instance's `region`".into(),
+                Some("set the top-level `region:`"),
+            ),
+            Some(r) => {
+                // The lowest-id country of the local region.
+                let local = refs.file.regions.keys().position(|name| name == r);
+                let first = refs.countries.iter().filter(|c| Some(c.region) == local).map(|c| c.id).min();
+                if !refs.file.countries.values().any(|c| &c.region == r) {
+                    ctx.at(
+                        &cp.k("local"),
+                        format!("no country is owned by the local region {}", show(r)),
+                        Some("assign a country to this region or use another source"),
+                    );
+                }
+                source = first.map(CountrySource::Local);
+            }
+        },
+        None => {}
+    }
+    source
+}
+
+/// Whether placement `s` can read `format`, and the table it reads is configured.
+fn check_strategy(refs: &Refs<'_>, ctx: &mut Ctx<'_>, path: &YamlPath, route: &str, format: Format, s: Strategy) {
+    let file = refs.file;
+    let fits = match s {
+        Strategy::Auto => {
+            if let Some(missing) = natural_configured(file, ctx, format) {
+                if file.default_region.is_none() {
+                    ctx.at(
+                        path,
+                        format!("route {} accepts {} ids but {missing} is not configured", show(route), format),
+                        Some("configure it, set `default_region`, or choose another `placement`"),
+                    );
+                }
+            }
+            return;
+        }
+        Strategy::Country => format == Format::Iuid,
+        Strategy::Shard => format == Format::Uniqid,
+        Strategy::Node => {
+            matches!(format, Format::Locality | Format::Snowflake | Format::Sonyflake | Format::Instagram)
+        }
+        Strategy::KeyRange | Strategy::Hash | Strategy::TimeRange => true,
+    };
+    if !fits {
+        ctx.at(
+            path,
+            format!("placement {} cannot place {} ids (route {})", s.name(), format, show(route)),
+            Some("use `placement: auto` or a strategy that reads this format"),
+        );
+        return;
+    }
+    let missing = match s {
+        Strategy::KeyRange if file.key_ranges.is_empty() && !ctx.has_section("key_ranges") => Some("`key_ranges`"),
+        Strategy::Hash if file.hash.is_none() && !ctx.has_section("hash") => Some("`hash`"),
+        Strategy::TimeRange if file.time_ranges.is_empty() && !ctx.has_section("time_ranges") => Some("`time_ranges`"),
+        Strategy::Country | Strategy::Shard | Strategy::Node => natural_configured(file, ctx, format),
+        _ => None,
+    };
+    if let (Some(m), None) = (missing, &file.default_region) {
+        ctx.at(
+            path,
+            format!("route {} uses placement {} but {m} is not configured", show(route), s.name()),
+            Some("configure it or set `default_region`"),
+        );
+    }
+}
+
+/// Whether the table has what the natural strategy of `format` needs;
+/// `None` when it does, else the keys it lacks.
+fn natural_configured(file: &File, ctx: &Ctx<'_>, format: Format) -> Option<&'static str> {
+    let n = &file.nodes;
+    // A section that is present but failed to parse was reported already.
+    let broken = |key: &str| ctx.has_section(key) && ctx.errors.iter().any(|e| e.path.starts_with(key));
+    let ok = match format {
+        Format::Iuid => !file.countries.is_empty() || broken("countries"),
+        Format::Uniqid => file.shards.is_some() || broken("shards"),
+        Format::Locality => !n.locality_mac.is_empty() || !n.locality_pid.is_empty(),
+        Format::Snowflake => !n.snowflake_datacenter.is_empty() || !n.snowflake_worker.is_empty(),
+        Format::Sonyflake => !n.sonyflake_machine.is_empty(),
+        Format::Instagram => !n.instagram_shard.is_empty(),
+        Format::Uuidv7 => !file.time_ranges.is_empty() || !file.key_ranges.is_empty() || file.hash.is_some(),
+    } || (format != Format::Iuid && format != Format::Uniqid && format != Format::Uuidv7 && broken("nodes"));
+    if ok {
+        return None;
+    }
+    Some(match format {
+        Format::Iuid => "`countries`",
+        Format::Uniqid => "`shards`",
+        Format::Locality => "`nodes.locality_mac` or `nodes.locality_pid`",
+        Format::Snowflake => "`nodes.snowflake_datacenter` or `nodes.snowflake_worker`",
+        Format::Sonyflake => "`nodes.sonyflake_machine`",
+        Format::Instagram => "`nodes.instagram_shard`",
+        Format::Uuidv7 => "`time_ranges`, `key_ranges` or `hash`",
+    })
+}

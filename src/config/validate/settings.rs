@@ -1,0 +1,232 @@
+//! Settings: the top-level scalars, per-format parameters, the server and
+//! upstream limits and timeouts, TLS, the mesh and the batch mint endpoint.
+
+use super::names::Names;
+use crate::config::report::Ctx;
+use crate::config::schema::{File, Flavor, LocalityModeName};
+use crate::config::show;
+use crate::config::yaml::YamlPath;
+use crate::ids::{self, parse_mac_fragment, LocalityMode, NodeIdentity, Params};
+
+/// What the top-level scalars resolve to.
+pub(super) struct TopLevel {
+    pub(super) instance: String,
+    pub(super) local_region: Option<usize>,
+    pub(super) default_region: Option<usize>,
+}
+
+/// `listen`, `admin`, `region`, `default_region`, `instance`, `mesh` and `mint_batch`.
+pub(super) fn top_level(file: &File, names: &Names<'_>, ctx: &mut Ctx<'_>) -> TopLevel {
+    let root = YamlPath::root();
+    if file.listen == file.admin {
+        ctx.at(
+            &root.k("admin"),
+            format!("admin address {} is the same as listen", file.admin),
+            Some("give the admin listener its own port"),
+        );
+    }
+    let local_region = file.region.as_ref().and_then(|r| names.region(ctx, &root.k("region"), r));
+    let default_region = file.default_region.as_ref().and_then(|r| names.region(ctx, &root.k("default_region"), r));
+    if let Some(i) = &file.instance {
+        if i.is_empty() || !i.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')) {
+            ctx.at(
+                &root.k("instance"),
+                format!("invalid instance name {}", show(i)),
+                Some("use letters, digits, `-`, `_` and `.` only"),
+            );
+        }
+    }
+    let instance = match (&file.instance, &file.region) {
+        (Some(name), _) => name.clone(),
+        (None, Some(region)) => format!("shardgate-{region}"),
+        (None, None) => "shardgate".to_owned(),
+    };
+    if file.mesh.max_hops == 0 || file.mesh.max_hops > 255 {
+        ctx.at(
+            &root.k("mesh").k("max_hops"),
+            format!("max_hops {} is outside 1-255", file.mesh.max_hops),
+            Some("3 covers a front door, the owner and two failover regions"),
+        );
+    }
+    let mb = &file.mint_batch;
+    if let Some(p) = &mb.path {
+        if !p.starts_with('/') || p.contains(['?', '#', ' ']) {
+            ctx.at(
+                &root.k("mint_batch").k("path"),
+                format!("batch mint path {} is not an absolute path", show(p)),
+                Some("e.g. `/_shardgate/ids`"),
+            );
+        }
+    }
+    if mb.max_count == 0 {
+        let path = root.k("mint_batch").k("max_count");
+        ctx.at(&path, "batch mint max_count must be at least 1".into(), Some("e.g. `max_count: 10000`"));
+    }
+    TopLevel { instance, local_region, default_region }
+}
+
+/// What `ids` resolves to.
+pub(super) struct IdSettings {
+    pub(super) params: Params,
+    pub(super) locality_node: Option<NodeIdentity>,
+    pub(super) locality_mode: LocalityMode,
+    pub(super) uniqid_mint_shards: Option<u32>,
+}
+
+/// `ids`: a snowflake layout with timestamp bits left, shard counts, the Locality node.
+pub(super) fn ids(file: &File, ctx: &mut Ctx<'_>) -> IdSettings {
+    let ip = YamlPath::root().k("ids");
+    let (sf, u) = (&file.ids.snowflake, &file.ids.uniqid);
+    let snowflake = ids::SnowflakeLayout {
+        epoch_ms: sf.epoch_ms,
+        datacenter_bits: sf.datacenter_bits,
+        worker_bits: sf.worker_bits,
+        sequence_bits: sf.sequence_bits,
+    };
+    if !snowflake.is_valid() {
+        ctx.at(
+            &ip.k("snowflake"),
+            format!(
+                "snowflake fields use {} bits; they must leave timestamp bits below bit 63",
+                u32::from(sf.datacenter_bits) + u32::from(sf.worker_bits) + u32::from(sf.sequence_bits)
+            ),
+            Some("datacenter_bits + worker_bits + sequence_bits must be below 63"),
+        );
+    }
+    if u.total_shards == Some(0) {
+        ctx.at(
+            &ip.k("uniqid").k("total_shards"),
+            "total_shards must be at least 1".into(),
+            Some("a positive whole number"),
+        );
+    }
+    let shard_count = file.shards.as_ref().map(|s| s.count);
+    if u.strict && u.total_shards.is_none() && shard_count.is_none() {
+        ctx.at(
+            &ip.k("uniqid").k("strict"),
+            "strict uniqid checks need a shard count".into(),
+            Some("set `ids.uniqid.total_shards` or `shards.count`"),
+        );
+    }
+    let loc = &file.ids.locality;
+    let mac = loc.mac_fragment.as_deref().map(|m| (m, parse_mac_fragment(m)));
+    if let Some((m, None)) = mac {
+        ctx.at(
+            &ip.k("locality").k("mac_fragment"),
+            format!("invalid mac fragment {}", show(m)),
+            Some("use 7 hex digits, e.g. \"c110002\""),
+        );
+    }
+    let locality_node = match (mac, loc.pid) {
+        (None, None) => None,
+        (mac, pid) => Some(NodeIdentity { pid: pid.unwrap_or(0), mac_fragment: mac.and_then(|(_, m)| m).unwrap_or(0) }),
+    };
+    let params = Params {
+        uniqid_total_shards: if u.strict { u.total_shards.or(shard_count) } else { None },
+        snowflake,
+        sonyflake: match file.ids.sonyflake.flavor {
+            Flavor::V1 => ids::SonyflakeFlavor::V1,
+            Flavor::V2 => ids::SonyflakeFlavor::V2,
+        },
+        instagram: ids::InstagramLayout { epoch_ms: file.ids.instagram.epoch_ms },
+    };
+    IdSettings {
+        params,
+        locality_node,
+        locality_mode: match loc.mode {
+            LocalityModeName::Variable => LocalityMode::Variable,
+            LocalityModeName::Sequential => LocalityMode::Sequential,
+        },
+        uniqid_mint_shards: u.total_shards.or(shard_count),
+    }
+}
+
+/// `server` and `upstream`: positive limits and timeouts, an attempt that
+/// fits in the request, a retry ratio that is a fraction.
+pub(super) fn limits_and_timeouts(file: &File, ctx: &mut Ctx<'_>) {
+    let root = YamlPath::root();
+    let duration_hint = Some("durations look like 250ms, 15s or 2m");
+    let (server, up) = (&file.server, &file.upstream);
+    for (key, d) in [("header_read_timeout", server.header_read_timeout), ("idle_timeout", server.idle_timeout)] {
+        if d.0.is_zero() {
+            ctx.at(&root.k("server").k(key), format!("{key} must be positive"), duration_hint);
+        }
+    }
+    for (key, v) in [
+        ("max_header_bytes", server.max_header_bytes),
+        ("max_headers", server.max_headers),
+        ("max_uri_bytes", server.max_uri_bytes),
+        ("max_connections", server.max_connections),
+        ("admin_max_connections", server.admin_max_connections),
+    ] {
+        if v == 0 {
+            ctx.at(&root.k("server").k(key), format!("{key} must be positive"), Some("a positive whole number"));
+        }
+    }
+    for (key, d) in [
+        ("connect_timeout", up.connect_timeout),
+        ("attempt_timeout", up.attempt_timeout),
+        ("request_timeout", up.request_timeout),
+    ] {
+        if d.0.is_zero() {
+            ctx.at(&root.k("upstream").k(key), format!("{key} must be positive"), duration_hint);
+        }
+    }
+    if up.max_connections == 0 {
+        ctx.at(
+            &root.k("upstream").k("max_connections"),
+            "max_connections must be positive".into(),
+            Some("a positive whole number, e.g. 512"),
+        );
+    }
+    if up.attempt_timeout > up.request_timeout {
+        ctx.at(
+            &root.k("upstream").k("attempt_timeout"),
+            format!("attempt_timeout {} is longer than request_timeout {}", up.attempt_timeout, up.request_timeout),
+            Some("one attempt must fit in the whole request"),
+        );
+    }
+    if !(0.0..=1.0).contains(&up.retry_budget.ratio) {
+        ctx.at(
+            &root.k("upstream").k("retry_budget").k("ratio"),
+            format!("retry budget ratio {} is outside 0-1", up.retry_budget.ratio),
+            Some("a fraction such as 0.2"),
+        );
+    }
+}
+
+/// `server.tls` and `upstream.tls`: paths present and non-empty, options
+/// that need each other set together. The files themselves are read when
+/// the proxy starts (`check` may run where the keys are not installed).
+pub(super) fn tls(file: &File, ctx: &mut Ctx<'_>) {
+    let root = YamlPath::root();
+    let hint = Some("a path to a PEM file, e.g. /etc/shardgate/tls/cert.pem");
+    if let Some(tls) = &file.server.tls {
+        let p = root.k("server").k("tls");
+        for (key, v) in [("cert", Some(&tls.cert)), ("key", Some(&tls.key)), ("client_ca", tls.client_ca.as_ref())] {
+            if v.is_some_and(|v| v.trim().is_empty()) {
+                ctx.at(&p.k(key), format!("server.tls.{key} is an empty path"), hint);
+            }
+        }
+        if tls.require_client_cert && tls.client_ca.is_none() {
+            ctx.at(
+                &p.k("require_client_cert"),
+                "require_client_cert needs server.tls.client_ca".into(),
+                Some("set `client_ca` to the PEM file of the CAs that sign client certificates"),
+            );
+        }
+    }
+    let t = &file.upstream.tls;
+    let p = root.k("upstream").k("tls");
+    for (key, v) in [("ca", &t.ca), ("cert", &t.cert), ("key", &t.key)] {
+        if v.as_ref().is_some_and(|v| v.trim().is_empty()) {
+            ctx.at(&p.k(key), format!("upstream.tls.{key} is an empty path"), hint);
+        }
+    }
+    let both = Some("set both `cert` and `key` for a client certificate, or neither");
+    match (&t.cert, &t.key) {
+        (Some(_), None) => ctx.at(&p.k("cert"), "upstream.tls.cert needs upstream.tls.key".into(), both),
+        (None, Some(_)) => ctx.at(&p.k("key"), "upstream.tls.key needs upstream.tls.cert".into(), both),
+        _ => {}
+    }
+}
