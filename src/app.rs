@@ -27,8 +27,8 @@ use tokio::sync::watch;
 
 use crate::admin::{self, AdminState};
 use crate::config::{self, Config, ConfigErrors};
-use crate::proxy::server::{self, Drain, ServerOptions};
-use crate::proxy::Proxy;
+use crate::proxy::server::{self, ServerOptions};
+use crate::proxy::{Drain, Proxy, Shared};
 use crate::routing::reload::{self, Reloader};
 use crate::routing::shared::SharedTable;
 use crate::routing::Table;
@@ -109,17 +109,18 @@ pub fn client_settings(cfg: &Config) -> ClientSettings {
     }
 }
 
-/// Publishes a validated table and builds the proxy that reads it.
-pub fn build_proxy(cfg: &Config, text: &str) -> (Arc<SharedTable>, Arc<Proxy>) {
-    let shared = Arc::new(SharedTable::new(Table::compile(cfg), text));
-    let proxy = Arc::new(Proxy::new(Arc::clone(&shared), client_settings(cfg), &cfg.instance));
-    proxy.health().track(&shared);
+/// Publishes a validated table, builds the proxy that reads it and starts
+/// the active health checks of its endpoints.
+pub fn build_proxy(cfg: &Config, text: &str) -> Arc<Proxy> {
+    let table = Arc::new(SharedTable::new(Table::compile(cfg), text));
+    let shared = Shared::new(Arc::clone(&table), client_settings(cfg));
+    shared.health.track(&table);
     crate::upstream::health::spawn_checker(
-        Arc::downgrade(proxy.health()),
-        Arc::downgrade(&shared),
-        proxy.connector().clone(),
+        Arc::downgrade(&shared.health),
+        Arc::downgrade(&table),
+        shared.upstreams.connector().clone(),
     );
-    (shared, proxy)
+    Arc::new(Proxy::new(shared, &cfg.instance))
 }
 
 /// A running proxy built from a validated table: publish it and serve on
@@ -129,14 +130,20 @@ pub async fn run_proxy(
     text: &str,
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
-) -> std::io::Result<Arc<SharedTable>> {
+) -> std::io::Result<Arc<Proxy>> {
     let tls = match &cfg.server.tls {
         Some(t) => Some(Arc::new(ServerTls::load(t).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?)),
         None => None,
     };
-    let (shared, proxy) = build_proxy(cfg, text);
-    server::serve_tls(listener, proxy, server_options(cfg), tls, shutdown).await?;
-    Ok(shared)
+    let proxy = build_proxy(cfg, text);
+    let opts = server_options(cfg);
+    let grace = opts.shutdown_timeout;
+    server::serve(listener, Arc::clone(&proxy), opts, tls, async move {
+        shutdown.await;
+        grace
+    })
+    .await?;
+    Ok(proxy)
 }
 
 /// A proxy with everything around it: the table, its reloader, the admin state.
@@ -158,9 +165,10 @@ impl Instance {
     /// Publishes a validated table (loaded from `path`, when given) and builds
     /// the proxy, reloader and admin state. `token`: the admin bearer token.
     pub fn new(cfg: &Config, text: &str, path: Option<PathBuf>, token: Option<String>) -> Instance {
-        let (shared, proxy) = build_proxy(cfg, text);
+        let proxy = build_proxy(cfg, text);
+        let shared = Arc::clone(&proxy.shared().table);
         let reloader = path.map(|p| Arc::new(Reloader::new(p, Arc::clone(&shared))));
-        let admin = Arc::new(AdminState::new(Arc::clone(&proxy), reloader.clone()).with_token(token));
+        let admin = Arc::new(AdminState::new(proxy.shared().clone(), reloader.clone()).with_token(token));
         Instance { shared, proxy, reloader, admin, tls: None }
     }
 
@@ -172,7 +180,7 @@ impl Instance {
 
     /// The drain shared by the proxy, `/ready`, `POST /drain` and the signal handlers.
     pub fn drain(&self) -> &Drain {
-        self.proxy.drain()
+        &self.proxy.shared().drain
     }
 
     /// Starts the graceful drain (what SIGTERM and `POST /drain` do).
@@ -207,7 +215,7 @@ impl Instance {
         });
         let sequence = drain_sequence(self.drain().clone(), Arc::clone(&self.shared));
         let tls = self.tls.clone();
-        let result = server::serve_counted_tls(listener, Arc::clone(&self.proxy), opts, tls, sequence).await;
+        let result = server::serve(listener, Arc::clone(&self.proxy), opts, tls, sequence).await;
         let _ = stop_tx.send(true);
         if let Some(task) = admin_task {
             let _ = task.await;

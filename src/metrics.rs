@@ -242,7 +242,7 @@ pub struct RequestRecord<'a> {
     pub region: Option<&'a str>,
     /// Response status.
     pub status: u16,
-    /// Outcome token ([`outcome_for_reason`] or `proxied`, `forwarded_to_peer`, `minted`).
+    /// Outcome token (the error table's, or `proxied`, `forwarded_to_peer`, `minted`).
     pub outcome: &'static str,
     /// The id the request was routed by: its format, and whether it was minted.
     pub id: Option<(&'static str, bool)>,
@@ -543,26 +543,6 @@ pub fn method_label(m: &Method) -> &'static str {
         Method::CONNECT => "CONNECT",
         Method::TRACE => "TRACE",
         _ => "_OTHER",
-    }
-}
-
-/// The `outcome` label of a request the proxy answered itself, from the
-/// problem's `reason` (unknown reasons: `proxy_error`).
-pub fn outcome_for_reason(reason: &str) -> &'static str {
-    match reason {
-        "no_route" => "no_route",
-        "no_owner" => "no_owner",
-        "missing_id" | "ambiguous_id" => "bad_id",
-        "bad_host" | "unsupported_transfer_coding" => "bad_request",
-        "missing_country" | "unknown_country" | "client_id_mismatch" => "bad_request",
-        "region_unavailable" | "upstream_saturated" => "unavailable",
-        "bad_request_body" => "bad_request",
-        "upstream_timeout" | "request_timeout" => "timeout",
-        "upstream_connect_failed" | "upstream_failed" => "upstream_error",
-        "uri_too_long" | "headers_too_large" => "too_large",
-        "loop_detected" => "loop",
-        "too_many_connections" => "refused",
-        _ => "proxy_error",
     }
 }
 

@@ -20,6 +20,7 @@
 
 pub mod clock;
 pub mod iuid;
+pub mod json;
 pub mod locality;
 pub mod snowflake;
 mod text;

@@ -33,12 +33,38 @@ pub const FAILOVER: HeaderName = HeaderName::from_static("x-shardgate-failover")
 pub const FORWARDED: HeaderName = HeaderName::from_static("forwarded");
 
 /// Mesh state of an incoming request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Hops {
     /// Peer hops the request has taken so far.
     pub count: u32,
     /// Whether `Forwarded` already names this instance.
     pub seen_self: bool,
+}
+
+/// What an incoming request says about its way through the mesh.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Relay {
+    /// Hops so far, and whether this instance is among them.
+    pub hops: Hops,
+    /// The failover chain a peer relayed (owner first; empty when none).
+    pub chain: Vec<String>,
+}
+
+impl Relay {
+    /// Reads the hop headers and takes the failover mark off `headers`
+    /// (it is never passed on as it came).
+    pub fn take(headers: &mut HeaderMap, node: &str) -> Relay {
+        Relay { hops: inspect(headers, node), chain: take_failover(headers) }
+    }
+
+    /// The region a peer asked this instance to serve the request from: the
+    /// chain's last region, when it is the one this instance serves. Such a
+    /// request comes back legitimately (this instance may have sent it to
+    /// the owner, whose backends are down).
+    pub fn served_here(&self, table: &crate::routing::Table) -> Option<crate::routing::RegionId> {
+        let last = table.region_by_name(self.chain.last()?)?;
+        (Some(last) == table.local_region()).then_some(last)
+    }
 }
 
 /// The `by=` node name for an instance: `_` + the name with characters

@@ -1,7 +1,9 @@
-//! The one place where the proxy's own failures become HTTP responses:
-//! RFC 9457 `application/problem+json` bodies with a stable `reason`, plus an
-//! RFC 9209 `Proxy-Status` header so clients can tell a proxy error from a
-//! backend's.
+//! The one table of failures shardgate answers itself, on the proxy
+//! listener and the admin listener alike: for each, its HTTP status, the
+//! stable `reason`, the RFC 9209 `Proxy-Status` error token, the RFC 9457
+//! title and type, and the `outcome` label of the request metrics
+//! ([`ProxyError::spec`]); and the one builder of their
+//! `application/problem+json` responses ([`problem_response`]).
 
 use std::fmt;
 
@@ -9,12 +11,12 @@ use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::Full;
 
-use crate::ids::{escape_for_display, IdError};
+use crate::ids::{escape_for_display, Format, IdError};
 
 /// Where a route looks for its id, as shown in error messages.
 pub type ParamName = String;
 
-/// A failure the proxy answers itself.
+/// A failure shardgate answers itself.
 #[derive(Debug)]
 pub enum ProxyError {
     /// No route matches the method and path.
@@ -22,6 +24,11 @@ pub enum ProxyError {
     /// The route's id is not in the request.
     MissingId {
         /// e.g. `path parameter 'id'`, `header 'x-entity-id'`.
+        param: ParamName,
+    },
+    /// The id appears more than once in the request with different values.
+    AmbiguousId {
+        /// Where the id was read.
         param: ParamName,
     },
     /// The id is there but no accepted format decodes it.
@@ -38,8 +45,45 @@ pub enum ProxyError {
         /// The table's explanation.
         detail: String,
     },
+    /// A create route cannot mint in the asked country (a configuration gap:
+    /// no shard of its region, a shard count that does not fit).
+    CannotMint {
+        /// Why.
+        detail: String,
+    },
+    /// A create request names no country.
+    MissingCountry {
+        /// Where the country was read.
+        param: ParamName,
+    },
+    /// A create request names a country the table does not know.
+    UnknownCountry {
+        /// Where the country was read.
+        param: ParamName,
+        /// What was there.
+        value: String,
+    },
+    /// A create request carries an id of its own that the route's mint rule
+    /// would not have minted (with `accept_client_id`).
+    ClientIdRejected {
+        /// Where the id was read.
+        param: ParamName,
+        /// Why it does not fit the rule.
+        detail: String,
+    },
+    /// A batch mint request with a bad parameter.
+    BadMintRequest {
+        /// What is wrong, naming the parameter and value.
+        detail: String,
+    },
     /// The owning region has no usable endpoint.
     RegionUnavailable {
+        /// The region's name.
+        region: String,
+    },
+    /// Every endpoint of the region is at its connection cap with its wait
+    /// queue full (`upstream.max_connections`, `upstream.max_pending`).
+    UpstreamSaturated {
         /// The region's name.
         region: String,
     },
@@ -60,12 +104,6 @@ pub enum ProxyError {
     },
     /// The whole-request deadline passed.
     RequestTimeout,
-    /// Every endpoint of the region is at its connection cap with its wait
-    /// queue full (`upstream.max_connections`, `upstream.max_pending`).
-    UpstreamSaturated {
-        /// The region's name.
-        region: String,
-    },
     /// The client's request body could not be passed on: malformed framing,
     /// or an upload cut short. The client's fault, never held against the upstream.
     ClientBody {
@@ -75,6 +113,11 @@ pub enum ProxyError {
     /// The request target is longer than the configured limit.
     UriTooLong {
         /// The configured limit in bytes.
+        limit: usize,
+    },
+    /// Too many request headers.
+    HeadersTooLarge {
+        /// The configured limit.
         limit: usize,
     },
     /// An HTTP/1.1 request without a `Host` header or with several (RFC 9112 §3.2).
@@ -87,50 +130,248 @@ pub enum ProxyError {
         /// The coding.
         coding: String,
     },
-    /// The id appears more than once in the request with different values.
-    AmbiguousId {
-        /// Where the id was read.
-        param: ParamName,
-    },
-    /// Too many request headers.
-    HeadersTooLarge {
-        /// The configured limit.
-        limit: usize,
-    },
-    /// A create request names a country the table does not know, or none.
-    BadCountry {
-        /// Where the country was read.
-        param: ParamName,
-        /// What was there (absent: `None`).
-        value: Option<String>,
-    },
-    /// A create request carries an id of its own that the route's mint rule
-    /// would not have minted (with `accept_client_id`).
-    ClientIdRejected {
-        /// Where the id was read.
-        param: ParamName,
-        /// Why it does not fit the rule.
-        detail: String,
-    },
-    /// A batch mint request with a bad parameter.
-    BadMintRequest {
-        /// What is wrong, naming the parameter and value.
-        detail: String,
-    },
     /// A mesh loop: this instance already forwarded the request, or the hop limit is reached.
     Loop {
         /// Explanation.
         detail: String,
     },
-    /// The listener is at `server.max_connections`; the connection is refused
+    /// The listener is at its connection limit; the connection is refused
     /// before any request is read.
     TooManyConnections {
-        /// The configured limit.
+        /// `server.max_connections` or `server.admin_max_connections`.
         limit: usize,
+        /// `proxy` or `admin`.
+        listener: &'static str,
+    },
+    /// The admin listener has no endpoint at this path.
+    NoEndpoint {
+        /// The path asked for.
+        path: String,
+    },
+    /// An admin endpoint asked for without the bearer token.
+    Unauthorized,
+    /// An admin endpoint asked for with a method it does not take.
+    MethodNotAllowed {
+        /// The endpoint's path.
+        path: String,
+        /// The method used.
+        method: String,
+        /// What it takes (`Allow`).
+        allow: &'static str,
+    },
+    /// `/explain` without an id.
+    ExplainWithoutId,
+    /// `/explain` for a route the table does not have.
+    UnknownRoute {
+        /// The route name asked for.
+        name: String,
+    },
+    /// `POST /reload` on an instance not started from a file.
+    NoTableFile,
+    /// `POST /reload` of a file with problems (the running table stays).
+    InvalidTable {
+        /// Every problem, in file order.
+        errors: crate::config::ConfigErrors,
+    },
+    /// `POST /reload` of a file that changes what only a restart can.
+    NeedsRestart {
+        /// What.
+        detail: String,
+    },
+    /// `POST /reload` failed to run.
+    ReloadFailed {
+        /// Why.
+        detail: String,
     },
 }
 
+/// One row of the error table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Spec {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// The stable machine-readable `reason`.
+    pub reason: &'static str,
+    /// The RFC 9209 `Proxy-Status` error token.
+    pub token: &'static str,
+    /// The RFC 9457 title.
+    pub title: &'static str,
+    /// The last segment of the RFC 9457 type URI.
+    pub slug: &'static str,
+    /// The `outcome` label of `shardgate_http_server_request_duration_seconds`.
+    pub outcome: &'static str,
+}
+
+const fn row(
+    status: StatusCode,
+    reason: &'static str,
+    token: &'static str,
+    title: &'static str,
+    slug: &'static str,
+    outcome: &'static str,
+) -> Spec {
+    Spec { status, reason, token, title, slug, outcome }
+}
+
 impl ProxyError {
+    /// The error's row of the table.
+    pub fn spec(&self) -> Spec {
+        use ProxyError as E;
+        use StatusCode as S;
+        let (req, dest) = ("http_request_error", "destination_not_found");
+        match self {
+            E::NoRoute => row(S::NOT_FOUND, "no_route", dest, "No route", "no-route", "no_route"),
+            E::MissingId { .. } => {
+                row(S::BAD_REQUEST, "missing_id", req, "Missing entity id", "invalid-entity-id", "bad_id")
+            }
+            E::AmbiguousId { .. } => {
+                row(S::BAD_REQUEST, "ambiguous_id", req, "Ambiguous entity id", "invalid-entity-id", "bad_id")
+            }
+            E::BadId { error, .. } => {
+                row(S::BAD_REQUEST, error.reason.code(), req, "Invalid entity id", "invalid-entity-id", "bad_id")
+            }
+            E::NoOwner { .. } => {
+                row(S::BAD_GATEWAY, "no_owner", dest, "No route for entity", "no-route-for-entity", "no_owner")
+            }
+            E::CannotMint { .. } => row(S::BAD_GATEWAY, "cannot_mint", dest, "Cannot mint", "cannot-mint", "no_owner"),
+            E::MissingCountry { .. } => {
+                row(S::BAD_REQUEST, "missing_country", req, "Invalid country", "invalid-country", "bad_request")
+            }
+            E::UnknownCountry { .. } => {
+                row(S::BAD_REQUEST, "unknown_country", req, "Invalid country", "invalid-country", "bad_request")
+            }
+            E::ClientIdRejected { .. } => {
+                row(S::BAD_REQUEST, "client_id_mismatch", req, "Client id rejected", "invalid-entity-id", "bad_request")
+            }
+            E::BadMintRequest { .. } => row(
+                S::BAD_REQUEST,
+                "bad_mint_request",
+                req,
+                "Invalid mint request",
+                "invalid-mint-request",
+                "bad_request",
+            ),
+            E::RegionUnavailable { .. } => row(
+                S::SERVICE_UNAVAILABLE,
+                "region_unavailable",
+                "destination_unavailable",
+                "Region unavailable",
+                "region-unavailable",
+                "unavailable",
+            ),
+            E::UpstreamSaturated { .. } => row(
+                S::SERVICE_UNAVAILABLE,
+                "upstream_saturated",
+                "connection_limit_reached",
+                "Upstream saturated",
+                "upstream-saturated",
+                "unavailable",
+            ),
+            E::UpstreamTimeout { .. } => row(
+                S::GATEWAY_TIMEOUT,
+                "upstream_timeout",
+                "http_response_timeout",
+                "Upstream timeout",
+                "timeout",
+                "timeout",
+            ),
+            E::UpstreamConnect { .. } => row(
+                S::BAD_GATEWAY,
+                "upstream_connect_failed",
+                "connection_refused",
+                "Upstream connection failed",
+                "upstream-failed",
+                "upstream_error",
+            ),
+            E::UpstreamFailed { .. } => row(
+                S::BAD_GATEWAY,
+                "upstream_failed",
+                "proxy_internal_response",
+                "Upstream failed",
+                "upstream-failed",
+                "upstream_error",
+            ),
+            E::RequestTimeout => row(
+                S::GATEWAY_TIMEOUT,
+                "request_timeout",
+                "http_response_timeout",
+                "Request timeout",
+                "timeout",
+                "timeout",
+            ),
+            E::ClientBody { .. } => {
+                row(S::BAD_REQUEST, "bad_request_body", req, "Bad request body", "bad-request-body", "bad_request")
+            }
+            E::UriTooLong { .. } => {
+                row(S::URI_TOO_LONG, "uri_too_long", req, "URI too long", "request-too-large", "too_large")
+            }
+            E::HeadersTooLarge { .. } => row(
+                S::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                "headers_too_large",
+                req,
+                "Request headers too large",
+                "request-too-large",
+                "too_large",
+            ),
+            E::BadHost { .. } => row(S::BAD_REQUEST, "bad_host", req, "Bad Host header", "bad-request", "bad_request"),
+            E::UnsupportedTransferCoding { .. } => row(
+                S::NOT_IMPLEMENTED,
+                "unsupported_transfer_coding",
+                req,
+                "Unsupported transfer coding",
+                "bad-request",
+                "bad_request",
+            ),
+            E::Loop { .. } => {
+                row(S::LOOP_DETECTED, "loop_detected", "proxy_loop_detected", "Loop detected", "loop-detected", "loop")
+            }
+            E::TooManyConnections { .. } => row(
+                S::SERVICE_UNAVAILABLE,
+                "too_many_connections",
+                "connection_limit_reached",
+                "Too many connections",
+                "too-many-connections",
+                "refused",
+            ),
+            E::NoEndpoint { .. } => row(S::NOT_FOUND, "not_found", dest, "Not Found", "admin-not-found", "no_route"),
+            E::Unauthorized => {
+                row(S::UNAUTHORIZED, "unauthorized", req, "Unauthorized", "admin-unauthorized", "bad_request")
+            }
+            E::MethodNotAllowed { .. } => row(
+                S::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                req,
+                "Method Not Allowed",
+                "admin-method-not-allowed",
+                "bad_request",
+            ),
+            E::ExplainWithoutId => row(S::BAD_REQUEST, "missing_id", req, "Bad Request", "admin-missing-id", "bad_id"),
+            E::UnknownRoute { .. } => {
+                row(S::NOT_FOUND, "unknown_route", dest, "Not Found", "admin-unknown-route", "no_route")
+            }
+            E::NoTableFile => row(S::CONFLICT, "no_file", req, "Conflict", "admin-no-file", "bad_request"),
+            E::InvalidTable { .. } => row(
+                S::UNPROCESSABLE_ENTITY,
+                "invalid_config",
+                req,
+                "Unprocessable Entity",
+                "admin-invalid-config",
+                "bad_request",
+            ),
+            E::NeedsRestart { .. } => {
+                row(S::CONFLICT, "needs_restart", req, "Conflict", "admin-needs-restart", "bad_request")
+            }
+            E::ReloadFailed { .. } => row(
+                S::INTERNAL_SERVER_ERROR,
+                "reload_failed",
+                "proxy_internal_error",
+                "Internal Server Error",
+                "admin-reload-failed",
+                "proxy_error",
+            ),
+        }
+    }
+
     /// The error for a failed upstream attempt at `region`.
     pub fn from_attempt(e: crate::upstream::attempt::AttemptError, region: &str) -> ProxyError {
         use crate::upstream::attempt::AttemptError as A;
@@ -145,139 +386,41 @@ impl ProxyError {
         }
     }
 
-    /// HTTP status.
+    /// The HTTP status.
     pub fn status(&self) -> StatusCode {
-        match self {
-            ProxyError::NoRoute => StatusCode::NOT_FOUND,
-            ProxyError::MissingId { .. }
-            | ProxyError::BadId { .. }
-            | ProxyError::BadCountry { .. }
-            | ProxyError::ClientIdRejected { .. } => StatusCode::BAD_REQUEST,
-            ProxyError::NoOwner { .. } | ProxyError::UpstreamConnect { .. } | ProxyError::UpstreamFailed { .. } => {
-                StatusCode::BAD_GATEWAY
-            }
-            ProxyError::RegionUnavailable { .. } | ProxyError::TooManyConnections { .. } => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
-            ProxyError::UpstreamTimeout { .. } | ProxyError::RequestTimeout => StatusCode::GATEWAY_TIMEOUT,
-            ProxyError::UpstreamSaturated { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            ProxyError::ClientBody { .. } => StatusCode::BAD_REQUEST,
-            ProxyError::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
-            ProxyError::BadHost { .. } | ProxyError::AmbiguousId { .. } => StatusCode::BAD_REQUEST,
-            ProxyError::UnsupportedTransferCoding { .. } => StatusCode::NOT_IMPLEMENTED,
-            ProxyError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            ProxyError::Loop { .. } => StatusCode::LOOP_DETECTED,
-            ProxyError::BadMintRequest { .. } => StatusCode::BAD_REQUEST,
-        }
+        self.spec().status
     }
 
     /// The stable machine-readable reason.
     pub fn reason(&self) -> &'static str {
-        match self {
-            ProxyError::NoRoute => "no_route",
-            ProxyError::MissingId { .. } => "missing_id",
-            ProxyError::BadId { error, .. } => error.reason.code(),
-            ProxyError::NoOwner { .. } => "no_owner",
-            ProxyError::RegionUnavailable { .. } => "region_unavailable",
-            ProxyError::UpstreamTimeout { .. } => "upstream_timeout",
-            ProxyError::UpstreamConnect { .. } => "upstream_connect_failed",
-            ProxyError::UpstreamFailed { .. } => "upstream_failed",
-            ProxyError::RequestTimeout => "request_timeout",
-            ProxyError::UpstreamSaturated { .. } => "upstream_saturated",
-            ProxyError::ClientBody { .. } => "bad_request_body",
-            ProxyError::UriTooLong { .. } => "uri_too_long",
-            ProxyError::BadHost { .. } => "bad_host",
-            ProxyError::UnsupportedTransferCoding { .. } => "unsupported_transfer_coding",
-            ProxyError::AmbiguousId { .. } => "ambiguous_id",
-            ProxyError::HeadersTooLarge { .. } => "headers_too_large",
-            ProxyError::BadCountry { value: None, .. } => "missing_country",
-            ProxyError::BadCountry { .. } => "unknown_country",
-            ProxyError::Loop { .. } => "loop_detected",
-            ProxyError::ClientIdRejected { .. } => "client_id_mismatch",
-            ProxyError::BadMintRequest { .. } => "bad_mint_request",
-            ProxyError::TooManyConnections { .. } => "too_many_connections",
-        }
+        self.spec().reason
     }
 
-    /// The RFC 9209 error token for `Proxy-Status`.
-    pub fn proxy_status_token(&self) -> &'static str {
+    /// The id format and reason of a rejected id (for the decode-failure metric).
+    pub fn rejected_id(&self) -> Option<(Format, &'static str)> {
         match self {
-            ProxyError::NoRoute | ProxyError::NoOwner { .. } => "destination_not_found",
-            ProxyError::MissingId { .. }
-            | ProxyError::BadId { .. }
-            | ProxyError::BadCountry { .. }
-            | ProxyError::ClientIdRejected { .. }
-            | ProxyError::UriTooLong { .. }
-            | ProxyError::BadHost { .. }
-            | ProxyError::UnsupportedTransferCoding { .. }
-            | ProxyError::AmbiguousId { .. }
-            | ProxyError::HeadersTooLarge { .. } => "http_request_error",
-            ProxyError::RegionUnavailable { .. } => "destination_unavailable",
-            ProxyError::UpstreamTimeout { .. } | ProxyError::RequestTimeout => "http_response_timeout",
-            ProxyError::UpstreamSaturated { .. } => "connection_limit_reached",
-            ProxyError::ClientBody { .. } => "http_request_error",
-            ProxyError::UpstreamConnect { .. } => "connection_refused",
-            ProxyError::UpstreamFailed { .. } => "proxy_internal_response",
-            ProxyError::Loop { .. } => "proxy_loop_detected",
-            ProxyError::BadMintRequest { .. } => "http_request_error",
-            ProxyError::TooManyConnections { .. } => "connection_limit_reached",
-        }
-    }
-
-    fn title(&self) -> &'static str {
-        match self {
-            ProxyError::NoRoute => "No route",
-            ProxyError::MissingId { .. } => "Missing entity id",
-            ProxyError::BadId { .. } => "Invalid entity id",
-            ProxyError::NoOwner { .. } => "No route for entity",
-            ProxyError::RegionUnavailable { .. } => "Region unavailable",
-            ProxyError::UpstreamTimeout { .. } => "Upstream timeout",
-            ProxyError::UpstreamConnect { .. } => "Upstream connection failed",
-            ProxyError::UpstreamFailed { .. } => "Upstream failed",
-            ProxyError::RequestTimeout => "Request timeout",
-            ProxyError::UpstreamSaturated { .. } => "Upstream saturated",
-            ProxyError::ClientBody { .. } => "Bad request body",
-            ProxyError::UriTooLong { .. } => "URI too long",
-            ProxyError::BadHost { .. } => "Bad Host header",
-            ProxyError::UnsupportedTransferCoding { .. } => "Unsupported transfer coding",
-            ProxyError::AmbiguousId { .. } => "Ambiguous entity id",
-            ProxyError::HeadersTooLarge { .. } => "Request headers too large",
-            ProxyError::BadCountry { .. } => "Invalid country",
-            ProxyError::ClientIdRejected { .. } => "Client id rejected",
-            ProxyError::Loop { .. } => "Loop detected",
-            ProxyError::BadMintRequest { .. } => "Invalid mint request",
-            ProxyError::TooManyConnections { .. } => "Too many connections",
-        }
-    }
-
-    fn type_slug(&self) -> &'static str {
-        match self {
-            ProxyError::BadId { .. } | ProxyError::MissingId { .. } => "invalid-entity-id",
-            ProxyError::NoOwner { .. } => "no-route-for-entity",
-            ProxyError::NoRoute => "no-route",
-            ProxyError::RegionUnavailable { .. } => "region-unavailable",
-            ProxyError::UpstreamTimeout { .. } | ProxyError::RequestTimeout => "timeout",
-            ProxyError::UpstreamSaturated { .. } => "upstream-saturated",
-            ProxyError::ClientBody { .. } => "bad-request-body",
-            ProxyError::UpstreamConnect { .. } | ProxyError::UpstreamFailed { .. } => "upstream-failed",
-            ProxyError::UriTooLong { .. } | ProxyError::HeadersTooLarge { .. } => "request-too-large",
-            ProxyError::BadHost { .. } | ProxyError::UnsupportedTransferCoding { .. } => "bad-request",
-            ProxyError::AmbiguousId { .. } => "invalid-entity-id",
-            ProxyError::BadCountry { .. } => "invalid-country",
-            ProxyError::ClientIdRejected { .. } => "invalid-entity-id",
-            ProxyError::Loop { .. } => "loop-detected",
-            ProxyError::BadMintRequest { .. } => "invalid-mint-request",
-            ProxyError::TooManyConnections { .. } => "too-many-connections",
+            ProxyError::BadId { error, .. } => Some((error.format, error.reason.code())),
+            _ => None,
         }
     }
 
     fn param(&self) -> Option<&str> {
         match self {
             ProxyError::MissingId { param }
+            | ProxyError::AmbiguousId { param }
             | ProxyError::BadId { param, .. }
-            | ProxyError::BadCountry { param, .. }
-            | ProxyError::ClientIdRejected { param, .. }
-            | ProxyError::AmbiguousId { param } => Some(param),
+            | ProxyError::MissingCountry { param }
+            | ProxyError::UnknownCountry { param, .. }
+            | ProxyError::ClientIdRejected { param, .. } => Some(param),
+            _ => None,
+        }
+    }
+
+    /// `Retry-After` for failures worth retrying later, in seconds.
+    fn retry_after(&self) -> Option<&'static str> {
+        match self {
+            ProxyError::RegionUnavailable { .. } => Some("5"),
+            ProxyError::TooManyConnections { .. } | ProxyError::UpstreamSaturated { .. } => Some("1"),
             _ => None,
         }
     }
@@ -285,104 +428,129 @@ impl ProxyError {
 
 impl fmt::Display for ProxyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use ProxyError as E;
         match self {
-            ProxyError::NoRoute => f.write_str("no route matches this method and path"),
-            ProxyError::MissingId { param } => write!(f, "the entity id is missing: expected in {param}"),
-            ProxyError::BadId { param, error, input } => write!(
+            E::NoRoute => f.write_str("no route matches this method and path"),
+            E::MissingId { param } => write!(f, "the entity id is missing: expected in {param}"),
+            E::AmbiguousId { param } => {
+                write!(f, "{param} appears more than once with different values; send the entity id once")
+            }
+            E::BadId { param, error, input } => write!(
                 f,
                 "{param} is not a valid entity id: {} is not a valid {} id: {}",
                 quote(input),
                 error.format,
                 error.reason.explain()
             ),
-            ProxyError::NoOwner { detail } => write!(f, "the routing table names no owner: {detail}"),
-            ProxyError::RegionUnavailable { region } => write!(f, "region {region} has no healthy endpoint"),
-            ProxyError::UpstreamTimeout { region } => write!(f, "region {region} did not answer in time"),
-            ProxyError::UpstreamConnect { region } => write!(f, "could not connect to any endpoint of region {region}"),
-            ProxyError::UpstreamFailed { region } => write!(f, "the connection to region {region} failed"),
-            ProxyError::RequestTimeout => f.write_str("the request did not complete within the request timeout"),
-            ProxyError::UpstreamSaturated { region } => write!(
-                f,
-                "every endpoint of region {region} is at its connection limit with a full wait queue (upstream.max_connections, upstream.max_pending)"
-            ),
-            ProxyError::ClientBody { detail } => f.write_str(detail),
-            ProxyError::UriTooLong { limit } => write!(f, "the request target exceeds {limit} bytes"),
-            ProxyError::BadHost { count: 0 } => f.write_str("the request has no Host header; one is required"),
-            ProxyError::BadHost { count } => write!(f, "the request has {count} Host headers; exactly one is allowed"),
-            ProxyError::UnsupportedTransferCoding { coding } => write!(
-                f,
-                "transfer coding {} is not supported; only chunked is",
-                quote(coding)
-            ),
-            ProxyError::AmbiguousId { param } => {
-                write!(f, "{param} appears more than once with different values; send the entity id once")
-            }
-            ProxyError::HeadersTooLarge { limit } => write!(f, "the request has more than {limit} headers"),
-            ProxyError::BadCountry { param, value: None } => write!(f, "the country is missing: expected in {param}"),
-            ProxyError::BadCountry { param, value: Some(v) } => {
-                write!(f, "{param} names an unknown country: {}", quote(v))
-            }
-            ProxyError::ClientIdRejected { param, detail } => {
+            E::NoOwner { detail } => write!(f, "the routing table names no owner: {detail}"),
+            E::CannotMint { detail } => write!(f, "the routing table cannot mint this id: {detail}"),
+            E::MissingCountry { param } => write!(f, "the country is missing: expected in {param}"),
+            E::UnknownCountry { param, value } => write!(f, "{param} names an unknown country: {}", quote(value)),
+            E::ClientIdRejected { param, detail } => {
                 write!(f, "{param} holds an id this route would not mint: {detail}")
             }
-            ProxyError::Loop { detail } => write!(f, "mesh loop: {detail}"),
-            ProxyError::BadMintRequest { detail } => write!(f, "invalid batch mint request: {detail}"),
-            ProxyError::TooManyConnections { limit } => {
+            E::BadMintRequest { detail } => write!(f, "invalid batch mint request: {detail}"),
+            E::RegionUnavailable { region } => write!(f, "region {region} has no healthy endpoint"),
+            E::UpstreamSaturated { region } => write!(
+                f,
+                "every endpoint of region {region} is at its connection limit with a full wait queue \
+                 (upstream.max_connections, upstream.max_pending)"
+            ),
+            E::UpstreamTimeout { region } => write!(f, "region {region} did not answer in time"),
+            E::UpstreamConnect { region } => write!(f, "could not connect to any endpoint of region {region}"),
+            E::UpstreamFailed { region } => write!(f, "the connection to region {region} failed"),
+            E::RequestTimeout => f.write_str("the request did not complete within the request timeout"),
+            E::ClientBody { detail } => f.write_str(detail),
+            E::UriTooLong { limit } => write!(f, "the request target exceeds {limit} bytes"),
+            E::HeadersTooLarge { limit } => write!(f, "the request has more than {limit} headers"),
+            E::BadHost { count: 0 } => f.write_str("the request has no Host header; one is required"),
+            E::BadHost { count } => write!(f, "the request has {count} Host headers; exactly one is allowed"),
+            E::UnsupportedTransferCoding { coding } => {
+                write!(f, "transfer coding {} is not supported; only chunked is", quote(coding))
+            }
+            E::Loop { detail } => write!(f, "mesh loop: {detail}"),
+            E::TooManyConnections { limit, listener: "admin" } => {
+                write!(f, "the admin listener already has {limit} open connections (server.admin_max_connections)")
+            }
+            E::TooManyConnections { limit, .. } => {
                 write!(f, "this proxy already has {limit} open connections (server.max_connections)")
             }
+            E::NoEndpoint { path } => write!(f, "no admin endpoint at {}", quote(path)),
+            E::Unauthorized => f.write_str("this endpoint needs the admin bearer token"),
+            E::MethodNotAllowed { path, method, allow } => {
+                write!(f, "{} takes {allow}, not {}", escape_for_display(path, 64), quote(method))
+            }
+            E::ExplainWithoutId => f.write_str("give the id to explain as ?id=…"),
+            E::UnknownRoute { name } => write!(f, "no route named {}", quote(name)),
+            E::NoTableFile => f.write_str("this instance was not started from a table file"),
+            E::InvalidTable { errors } => {
+                write!(f, "{} problem(s) in {}; the running table is kept", errors.len(), errors.source_name)
+            }
+            E::NeedsRestart { detail } => f.write_str(detail),
+            E::ReloadFailed { detail } => write!(f, "the reload task failed: {detail}"),
         }
     }
 }
 
 impl std::error::Error for ProxyError {}
 
-fn quote(input: &str) -> String {
+/// Untrusted input in a message: quoted, escaped, at most 64 characters.
+pub fn quote(input: &str) -> String {
     format!("'{}'", escape_for_display(input, 64))
 }
 
-/// The response body type of everything the proxy answers itself.
+/// The response body type of everything shardgate answers itself.
 pub type ErrorBody = Full<Bytes>;
 
-/// Builds the problem+json response for `err`.
-///
-/// `instance` is the request path (escaped and truncated here), `proxy_name`
-/// the RFC 9209 name of this proxy, `request_id` the request's id.
+/// The problem+json response for `err`, with `Proxy-Status` naming
+/// `proxy_name`, `instance` the request path (escaped and truncated here)
+/// and `request_id` the request's id (the caller sets the header).
 pub fn problem_response(err: &ProxyError, instance: &str, request_id: &str, proxy_name: &str) -> Response<ErrorBody> {
-    let status = err.status();
+    let spec = err.spec();
     let mut body = serde_json::json!({
-        "type": format!("https://shardgate.dev/problems/{}", err.type_slug()),
-        "title": err.title(),
-        "status": status.as_u16(),
+        "type": format!("https://shardgate.dev/problems/{}", spec.slug),
+        "title": spec.title,
+        "status": spec.status.as_u16(),
         "detail": err.to_string(),
         "instance": escape_for_display(instance, 256),
         "request_id": request_id,
-        "reason": err.reason(),
+        "reason": spec.reason,
     });
-    if let (Some(param), Some(map)) = (err.param(), body.as_object_mut()) {
-        map.insert("param".into(), param.into());
+    if let Some(map) = body.as_object_mut() {
+        if let Some(param) = err.param() {
+            map.insert("param".into(), param.into());
+        }
+        if let ProxyError::InvalidTable { errors } = err {
+            let list = errors
+                .errors
+                .iter()
+                .map(|e| serde_json::json!({ "path": e.path, "line": e.line, "col": e.col, "message": e.message, "hint": e.hint }))
+                .collect();
+            map.insert("result".into(), "failure".into());
+            map.insert("errors".into(), serde_json::Value::Array(list));
+        }
     }
     let bytes = serde_json::to_vec(&body).unwrap_or_default();
     let mut resp = Response::new(Full::new(Bytes::from(bytes)));
-    *resp.status_mut() = status;
+    *resp.status_mut() = spec.status;
     let h = resp.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    let details = format!("\"{}\"", err.reason());
-    let ps = format!("{proxy_name}; error={}; details={details}", err.proxy_status_token());
+    let ps = format!("{proxy_name}; error={}; details=\"{}\"", spec.token, spec.reason);
     if let Ok(v) = HeaderValue::from_str(&ps) {
         h.insert("proxy-status", v);
     }
+    if let Some(after) = err.retry_after() {
+        h.insert(header::RETRY_AFTER, HeaderValue::from_static(after));
+    }
     match err {
-        ProxyError::RegionUnavailable { .. } => {
-            h.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+        ProxyError::Unauthorized => {
+            h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"shardgate\""));
         }
-        ProxyError::TooManyConnections { .. } | ProxyError::UpstreamSaturated { .. } => {
-            h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        ProxyError::MethodNotAllowed { allow, .. } => {
+            h.insert(header::ALLOW, HeaderValue::from_static(allow));
         }
         _ => {}
-    }
-    if let Ok(v) = HeaderValue::from_str(request_id) {
-        h.insert("x-request-id", v);
     }
     resp
 }
@@ -409,4 +577,97 @@ pub fn http1_bytes(resp: Response<ErrorBody>) -> Vec<u8> {
     out.extend_from_slice(format!("content-length: {}\r\nconnection: close\r\n\r\n", body.len()).as_bytes());
     out.extend_from_slice(&body);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::Reason;
+
+    /// One error of every kind.
+    fn every_error() -> Vec<ProxyError> {
+        use ProxyError as E;
+        let (p, r, d) = (|| "header 'x'".to_string(), || "kz".to_string(), || "why".to_string());
+        vec![
+            E::NoRoute,
+            E::MissingId { param: p() },
+            E::AmbiguousId { param: p() },
+            E::BadId { param: p(), error: IdError::new(Format::Iuid, Reason::BadLength), input: "x".into() },
+            E::NoOwner { detail: d() },
+            E::CannotMint { detail: d() },
+            E::MissingCountry { param: p() },
+            E::UnknownCountry { param: p(), value: "XX".into() },
+            E::ClientIdRejected { param: p(), detail: d() },
+            E::BadMintRequest { detail: d() },
+            E::RegionUnavailable { region: r() },
+            E::UpstreamSaturated { region: r() },
+            E::UpstreamTimeout { region: r() },
+            E::UpstreamConnect { region: r() },
+            E::UpstreamFailed { region: r() },
+            E::RequestTimeout,
+            E::ClientBody { detail: "the client stopped" },
+            E::UriTooLong { limit: 1 },
+            E::HeadersTooLarge { limit: 1 },
+            E::BadHost { count: 2 },
+            E::UnsupportedTransferCoding { coding: "gzip".into() },
+            E::Loop { detail: d() },
+            E::TooManyConnections { limit: 1, listener: "proxy" },
+            E::NoEndpoint { path: "/x".into() },
+            E::Unauthorized,
+            E::MethodNotAllowed { path: "/x".into(), method: "PUT".into(), allow: "GET" },
+            E::ExplainWithoutId,
+            E::UnknownRoute { name: "x".into() },
+            E::NoTableFile,
+            E::InvalidTable { errors: crate::config::ConfigErrors::single("t.yaml", "bad".into(), None) },
+            E::NeedsRestart { detail: d() },
+            E::ReloadFailed { detail: d() },
+        ]
+    }
+
+    #[test]
+    fn every_error_has_a_complete_row_and_a_problem_response() -> Result<(), Box<dyn std::error::Error>> {
+        let outcomes = [
+            "no_route",
+            "bad_id",
+            "no_owner",
+            "bad_request",
+            "unavailable",
+            "timeout",
+            "upstream_error",
+            "too_large",
+            "loop",
+            "refused",
+            "proxy_error",
+        ];
+        for err in every_error() {
+            let spec = err.spec();
+            assert!(spec.status.is_client_error() || spec.status.is_server_error(), "{err:?}");
+            for text in [spec.reason, spec.token, spec.slug] {
+                assert!(!text.is_empty() && text.bytes().all(|b| b.is_ascii_lowercase() || b == b'_' || b == b'-'));
+            }
+            assert!(outcomes.contains(&spec.outcome), "{err:?}: {}", spec.outcome);
+            let message = err.to_string();
+            assert!(message.chars().next().is_some_and(|c| !c.is_uppercase()), "{message}");
+            let resp = problem_response(&err, "/p", "rid", "gw");
+            assert_eq!(resp.status(), spec.status);
+            assert_eq!(resp.headers()["content-type"], "application/problem+json");
+            let body: serde_json::Value = serde_json::from_slice(&resp.into_body().into_inner().unwrap_or_default())?;
+            assert_eq!(body["reason"], spec.reason);
+            assert_eq!(body["status"], spec.status.as_u16());
+            assert_eq!(body["detail"], message);
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn retry_after_goes_with_temporary_failures() {
+        for (err, after) in [
+            (ProxyError::RegionUnavailable { region: "kz".into() }, Some("5")),
+            (ProxyError::UpstreamSaturated { region: "kz".into() }, Some("1")),
+            (ProxyError::NoRoute, None),
+        ] {
+            let resp = problem_response(&err, "/", "-", "gw");
+            assert_eq!(resp.headers().get("retry-after").map(|v| v.to_str().unwrap_or("")), after);
+        }
+    }
 }

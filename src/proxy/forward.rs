@@ -1,8 +1,152 @@
-//! Forward: the upstream leg's ends that belong to the client's exchange:
-//! the tunnel an upgrade (WebSocket) opens between client and upstream.
+//! Forward: the upstream leg of one request, as attempts over the targets
+//! [`dispatch`](super::dispatch) gives. An attempt that sent nothing (a
+//! refused connection, a full endpoint) moves on with the body it gave
+//! back; one that failed after sending is tried again only when that is
+//! safe (idempotent, no body) and the retry budget allows; either way never
+//! at an endpoint this request already tried, so a region with none left
+//! hands over to its failover region. Saturation never moves a request to
+//! another region. Also the tunnel an upgrade opens.
 
-use http::{Response, StatusCode};
+use std::time::Instant;
+
+use http::request::Parts;
+use http::{HeaderMap, Response, StatusCode, Uri};
+use http_body_util::{Either, Empty};
+use hyper::body::{Body, Incoming};
 use hyper_util::rt::TokioIo;
+
+use super::dispatch::{dispatch, Target};
+use super::error::ProxyError;
+use super::locate::Decision;
+use super::Proxy;
+use crate::mesh;
+use crate::routing::{RegionId, Table};
+use crate::upstream::retry::is_idempotent;
+use crate::upstream::{AttemptSettings, ClientBody, Limits, PoolBody, UpstreamBody};
+
+/// What the attempts of one request share.
+#[derive(Debug)]
+pub(super) struct Leg<'t> {
+    /// The failover chain so far, the owner first.
+    pub(super) chain: Vec<RegionId>,
+    /// Whether the request may go to a failover region.
+    pub(super) can_fail_over: bool,
+    /// Peer hops the request has taken before reaching this instance.
+    pub(super) hops: u32,
+    /// The table in force.
+    pub(super) table: &'t Table,
+}
+
+/// The attempt settings of the table in force for a request that arrived at `started`.
+fn settings(table: &Table, started: Instant) -> AttemptSettings {
+    let up = &table.settings().upstream;
+    AttemptSettings {
+        attempt_timeout: up.attempt_timeout.0,
+        request_timeout: up.request_timeout.0,
+        started,
+        retries: up.retries,
+        budget_ratio: up.retry_budget.ratio,
+        budget_min_per_second: up.retry_budget.min_per_second,
+        eject_after: up.eject_after,
+        eject_for: up.eject_for.0,
+        limits: Limits { max_connections: up.max_connections, max_pending: up.max_pending },
+    }
+}
+
+/// Sends the request (`parts`, headers prepared for the upstream leg, and
+/// `body`) until an attempt answers or no safe attempt is left.
+pub(super) async fn forward<'t>(
+    proxy: &Proxy,
+    mut leg: Leg<'t>,
+    parts: &Parts,
+    body: Incoming,
+    started: Instant,
+    decision: &mut Decision<'t>,
+) -> Result<Response<PoolBody>, ProxyError> {
+    let (shared, table) = (&proxy.shared, leg.table);
+    let s = settings(table, started);
+    let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
+    let idempotent = is_idempotent(&parts.method);
+    // An empty body can be sent again; a client's streamed body only while
+    // nothing of it has been sent (a refused connection gives it back).
+    let replayable = body.is_end_stream();
+    let mut body: Option<UpstreamBody> =
+        Some(if replayable { Either::Right(Empty::new()) } else { Either::Left(ClientBody::new(body)) });
+    shared.upstreams.deposit(&s);
+    decision.upstream_started = Some(Instant::now());
+    let mut tried: Vec<&'t Uri> = Vec::new();
+    let (mut retries_used, mut last) = (0, None);
+    loop {
+        let fail_over = leg.can_fail_over && !matches!(last, Some(ProxyError::UpstreamSaturated { .. }));
+        let target = match dispatch(table, &shared.health, &mut leg.chain, fail_over, &tried) {
+            Ok(t) => t,
+            Err(e) => return Err(last.unwrap_or(e)),
+        };
+        note_target(&leg, &target, decision);
+        let Some((endpoint, admit)) = shared.upstreams.pick(target.endpoints, &tried, &shared.health) else {
+            // Health changed since dispatch looked (another request took a
+            // half-open endpoint's trial): count the region as tried.
+            tried.extend(target.endpoints.iter().map(|e| &e.uri));
+            continue;
+        };
+        let headers = peer_headers(proxy, &leg, &target, &parts.headers)?;
+        let Some(b) = body.take() else { return Err(last.unwrap_or(ProxyError::RequestTimeout)) };
+        decision.attempts += 1;
+        let outcome = shared
+            .upstreams
+            .attempt(endpoint, admit, &parts.method, &path, headers, b, &s, !target.via_peer, &shared.health)
+            .await;
+        let failure = match outcome {
+            Ok(resp) => return Ok(resp),
+            Err(f) => f,
+        };
+        tried.push(&endpoint.uri);
+        let error = ProxyError::from_attempt(failure.error, &target.region.name);
+        match failure.unsent {
+            // Nothing was sent: the next endpoint takes it as it is.
+            Some(b) => body = Some(b),
+            // Sent, and failed: again only if it is safe and the budget allows.
+            None => {
+                let safe = replayable && idempotent && !matches!(error, ProxyError::ClientBody { .. });
+                if !safe || retries_used >= s.retries || !shared.upstreams.withdraw(&s) {
+                    return Err(error);
+                }
+                retries_used += 1;
+                body = Some(Either::Right(Empty::new()));
+            }
+        }
+        last = Some(error);
+    }
+}
+
+/// Records where the request is going, for the log and the debug headers.
+fn note_target<'t>(leg: &Leg<'t>, target: &Target<'t>, decision: &mut Decision<'t>) {
+    decision.region = Some(target.region.name.as_str());
+    decision.peer = target.via_peer;
+    let owner = leg.chain.first().map(|&r| leg.table.region(r).name.as_str());
+    decision.failover_from = owner.filter(|o| *o != target.region.name);
+}
+
+/// The request headers for an attempt at `target`: to a peer, with this
+/// instance's `Forwarded: by=`, the hop count and the failover chain.
+fn peer_headers(proxy: &Proxy, leg: &Leg<'_>, target: &Target<'_>, base: &HeaderMap) -> Result<HeaderMap, ProxyError> {
+    let mut headers = base.clone();
+    if !target.via_peer {
+        return Ok(headers);
+    }
+    let max_hops = leg.table.settings().max_hops;
+    let next = leg.hops.saturating_add(1);
+    if next > max_hops {
+        return Err(ProxyError::Loop {
+            detail: format!("forwarding to region {} would exceed the hop limit of {max_hops}", target.region.name),
+        });
+    }
+    mesh::mark_forwarded(&mut headers, &proxy.me.node, next);
+    if leg.chain.len() > 1 {
+        mesh::mark_failover(&mut headers, leg.chain.iter().map(|&r| leg.table.region(r).name.as_str()));
+    }
+    Ok(headers)
+}
 
 /// Tunnels an upgraded connection (WebSocket) between client and upstream
 /// once both sides have switched protocols.

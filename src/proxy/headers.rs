@@ -1,9 +1,115 @@
-//! Header hygiene on every leg (RFC 9110 §7.6): hop-by-hop removal,
-//! `X-Forwarded-*`, `Via`, request ids.
+//! The request and response heads on both legs: what is checked and
+//! normalised on arrival ([`admit`]), and the header hygiene of RFC 9110
+//! §7.6 on the way upstream ([`to_upstream`]) and back ([`from_upstream`]):
+//! hop-by-hop removal, allowed upgrades only, `X-Forwarded-*`, `Via`,
+//! request ids, and the minted id announced on a successful create.
 
 use std::net::IpAddr;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::request::Parts;
+use http::{Request, Response};
+use hyper::body::{Body, Incoming};
+
+use super::error::ProxyError;
+use super::server::ConnInfo;
+use crate::routing::{Route, Settings};
+
+/// A request as it arrived, checked: within the limits, framed as RFC 9112
+/// wants, its path without dot segments (so what is routed is what is
+/// forwarded).
+pub fn admit(req: Request<Incoming>, settings: &Settings) -> Result<(Parts, Incoming), ProxyError> {
+    let server = &settings.server;
+    let uri_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+    if uri_len > server.max_uri_bytes {
+        return Err(ProxyError::UriTooLong { limit: server.max_uri_bytes });
+    }
+    if req.headers().len() > server.max_headers {
+        return Err(ProxyError::HeadersTooLarge { limit: server.max_headers });
+    }
+    let (mut parts, body) = req.into_parts();
+    check_framing(&parts)?;
+    if let Some(normal) = super::path::without_dot_segments(&parts.uri) {
+        parts.uri = normal;
+    }
+    Ok((parts, body))
+}
+
+/// Prepares the request head for the upstream leg: only the route's allowed
+/// upgrades, hop-by-hop headers removed, `Host` removed (each attempt sets
+/// its endpoint's), `X-Forwarded-*` and `Via` added, a body of unknown
+/// length marked chunked. Returns the client's side of an upgrade, when one
+/// is asked for.
+pub fn to_upstream(
+    parts: &mut Parts,
+    body: &Incoming,
+    route: &Route,
+    conn: &ConnInfo,
+    settings: &Settings,
+    via: &Via,
+) -> Option<hyper::upgrade::OnUpgrade> {
+    let upgrade = parts.version == http::Version::HTTP_11 && keep_allowed_upgrades(&mut parts.headers, &route.upgrades);
+    let client_upgrade = if upgrade { parts.extensions.remove::<hyper::upgrade::OnUpgrade>() } else { None };
+    // The authority the client asked for: the absolute URI's (or HTTP/2's
+    // `:authority`), else `Host`.
+    let host = parts
+        .uri
+        .authority()
+        .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        .or_else(|| parts.headers.get(header::HOST).cloned());
+    let chunked = !body.is_end_stream() && body.size_hint().exact().is_none();
+    remove_hop_by_hop(&mut parts.headers, upgrade);
+    parts.headers.remove(header::HOST);
+    let trusted = settings.server.trusted_hops.iter().any(|c| c.contains(conn.peer.ip()));
+    let keep_proto = trusted && parts.headers.contains_key(&X_FORWARDED_PROTO);
+    set_forwarded(&mut parts.headers, conn.peer.ip(), trusted, host.as_ref());
+    if conn.tls && !keep_proto {
+        parts.headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("https"));
+    }
+    append_via(&mut parts.headers, via.for_version(parts.version));
+    // A body of unknown length (chunked from the client, or HTTP/2 without
+    // content-length) goes upstream chunked, whatever the method: without
+    // the header the client leg would send a GET's body as no body.
+    if chunked {
+        parts.headers.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+    }
+    client_upgrade
+}
+
+/// A minted id to announce on the response: its header, the id, and the
+/// `Location` template.
+pub type Minted = (HeaderName, String, Option<String>);
+
+/// Prepares the upstream's response for the client: the tunnel opened on a
+/// `101`, hop-by-hop and mesh headers removed, a minted id announced when
+/// the owner accepted the create (2xx: after a failure no entity stands
+/// behind the id), `Via` added.
+pub fn from_upstream<B>(
+    mut resp: Response<B>,
+    client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    minted: Option<Minted>,
+    via: &Via,
+) -> Response<B> {
+    let switching = super::forward::is_switching(&resp);
+    if switching {
+        if let (Some(client), Some(up)) = (client_upgrade, resp.extensions_mut().remove::<hyper::upgrade::OnUpgrade>())
+        {
+            super::forward::spawn_tunnel(client, up);
+        }
+    }
+    remove_hop_by_hop(resp.headers_mut(), switching);
+    crate::mesh::strip_from_response(resp.headers_mut());
+    if let Some((header, id, location)) = minted.filter(|_| resp.status().is_success()) {
+        if let Ok(v) = HeaderValue::from_str(&id) {
+            if let Some(loc) = location.and_then(|l| HeaderValue::from_str(&l.replace("{id}", &id)).ok()) {
+                resp.headers_mut().insert(header::LOCATION, loc);
+            }
+            resp.headers_mut().insert(header, v);
+        }
+    }
+    append_via(resp.headers_mut(), &via.http11);
+    resp
+}
 
 /// How many names [`HOP_BY_HOP`] lists.
 const HOP_COUNT: usize = 8;
@@ -80,8 +186,7 @@ pub fn keep_allowed_upgrades(headers: &mut HeaderMap, allowed: &[String]) -> boo
 /// exactly one `Host` (§3.2), and a transfer coding other than `chunked`
 /// (say `gzip, chunked`) is one the proxy cannot pass on faithfully, since
 /// the upstream leg re-frames the body (§6.1: 501).
-pub fn check_framing(parts: &http::request::Parts) -> Result<(), super::error::ProxyError> {
-    use super::error::ProxyError;
+pub fn check_framing(parts: &Parts) -> Result<(), ProxyError> {
     if parts.version == http::Version::HTTP_11 {
         let hosts = parts.headers.get_all(header::HOST).iter().count();
         if hosts != 1 {

@@ -3,13 +3,53 @@
 //! region. No I/O and no allocation on the lookup path; the `request` group
 //! of `benches/routing.rs` measures exactly this function.
 
+use std::time::Instant;
+
 use http::request::Parts;
 
-use crate::ids::{self, Decoded};
-use crate::routing::{Placement, Route, Table};
+use crate::ids::{self, Decoded, Format};
+use crate::routing::{Placement, Route, Rule, Table};
 
 use super::error::ProxyError;
-use super::{extract, mint, Decision};
+use super::{extract, mint};
+
+/// What routing decided for one request, recorded as it goes: for the
+/// access log, the metrics and the debug headers, even when it failed.
+#[derive(Debug, Default)]
+pub struct Decision<'t> {
+    /// Route name, when one matched (borrowed from the request's table snapshot).
+    pub route: Option<&'t str>,
+    /// Name of the region that served the request.
+    pub region: Option<&'t str>,
+    /// Why the owner was chosen (the table's rule).
+    pub rule: Option<Rule>,
+    /// When the owner's region was down: the owner, whose failover region served.
+    pub failover_from: Option<&'t str>,
+    /// Upstream attempts made.
+    pub attempts: u32,
+    /// Whether the request went to another region's shardgate.
+    pub peer: bool,
+    /// Format of the id the request was routed by (decoded or minted).
+    pub format: Option<Format>,
+    /// Whether that id was minted by a create route.
+    pub minted: bool,
+    /// The id in canonical form, kept only when `log.ids` is on.
+    pub id: Option<String>,
+    /// When the first upstream attempt started.
+    pub upstream_started: Option<Instant>,
+}
+
+impl Decision<'_> {
+    /// The placement rule as text with the table's names (`country 7 (KZ)`,
+    /// `override KZ/WalletAccount; failover from kz`), built only when a log
+    /// line or debug header needs it.
+    pub fn rule_text(&self, table: &Table) -> Option<String> {
+        self.rule.map(|rule| match self.failover_from {
+            Some(from) => format!("{}; failover from {from}", table.explain(rule)),
+            None => table.explain(rule).to_string(),
+        })
+    }
+}
 
 /// Where a request goes, as far as the table can tell without I/O.
 #[derive(Debug)]

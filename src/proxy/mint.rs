@@ -12,7 +12,7 @@ use crate::ids::{
 };
 use crate::routing::{CountrySource, MintRule, Strategy, Table};
 
-use super::error::ProxyError;
+use super::error::{quote, ProxyError};
 use super::extract;
 
 /// The process's minters: one shared state per format, so ids are unique
@@ -61,9 +61,8 @@ pub fn country(source: &CountrySource, parts: &Parts, table: &Table) -> Result<u
             extract::query_param(parts.uri.query().unwrap_or(""), q).map(|v| extract::percent_decode(v).into_owned())
         }
     };
-    let bad = |value| ProxyError::BadCountry { param: describe(source), value };
-    let raw = raw.filter(|r| !r.is_empty()).ok_or_else(|| bad(None))?;
-    country_named(&raw, table).ok_or_else(|| bad(Some(raw)))
+    let raw = raw.filter(|r| !r.is_empty()).ok_or_else(|| ProxyError::MissingCountry { param: describe(source) })?;
+    country_named(&raw, table).ok_or_else(|| ProxyError::UnknownCountry { param: describe(source), value: raw })
 }
 
 /// A country from the table by name (`KZ`) or by its numeric id (`7`).
@@ -115,7 +114,7 @@ pub fn mint(
                     let region = country_region(c, rule, table)?;
                     let owned: Vec<u32> = (0..total).filter(|&s| table.shard_owner(s) == Some(region)).collect();
                     if owned.is_empty() {
-                        return Err(ProxyError::NoOwner {
+                        return Err(ProxyError::CannotMint {
                             detail: format!("no shard is owned by region {}", table.region(region).name),
                         });
                     }
@@ -124,11 +123,12 @@ pub fn mint(
                 None => rng.random_range(0..total),
             };
             let id = minters.uniqid.mint_in(total, shard, &mut rng);
-            Decoded::Uniqid(id.ok_or(ProxyError::NoOwner { detail: format!("shard {shard} out of range") })?)
+            let out_of_range = || ProxyError::CannotMint { detail: format!("shard {shard} is not below {total}") };
+            Decoded::Uniqid(id.ok_or_else(out_of_range)?)
         }
         Format::Snowflake | Format::Sonyflake | Format::Instagram => {
             // Validation rejects mint rules for read-only formats.
-            return Err(ProxyError::NoOwner { detail: format!("{} ids cannot be minted", rule.format) });
+            return Err(ProxyError::CannotMint { detail: format!("{} ids cannot be minted", rule.format) });
         }
     })
 }
@@ -160,7 +160,7 @@ pub fn batch(query: Option<&str>, table: &Table, minters: &Minters) -> Result<Ve
         None => None,
         Some(c) => Some(
             country_named(&c, table)
-                .ok_or(ProxyError::BadCountry { param: "query parameter 'country'".into(), value: Some(c) })?,
+                .ok_or(ProxyError::UnknownCountry { param: "query parameter 'country'".into(), value: c })?,
         ),
     };
     let entity = match param("entity") {
@@ -251,9 +251,5 @@ fn client_id(rule: &MintRule, value: &http::HeaderValue, parts: &Parts, table: &
 /// The region that owns country `c` (for the rule's entity, so overrides count).
 fn country_region(c: u8, rule: &MintRule, table: &Table) -> Result<crate::routing::RegionId, ProxyError> {
     let probe = Decoded::Iuid(Iuid::from_fields(0, c, rule.entity.unwrap_or(0), 0));
-    Ok(table.place(&probe, Strategy::Country).map_err(|e| ProxyError::NoOwner { detail: e.to_string() })?.region)
-}
-
-fn quote(s: &str) -> String {
-    format!("'{}'", ids::escape_for_display(s, 64))
+    Ok(table.place(&probe, Strategy::Country).map_err(|e| ProxyError::CannotMint { detail: e.to_string() })?.region)
 }

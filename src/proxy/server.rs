@@ -1,13 +1,10 @@
-//! Server: the accept loop. HTTP/1.1 and h2c (prior knowledge) on one
-//! port, or TLS with ALPN h2 and http/1.1 (`server.tls`), upgrades allowed,
-//! every connection watched for graceful shutdown. Each request reaches
-//! [`Proxy::handle`] with its connection's [`ConnInfo`].
-//! The listener and the shutdown signal are passed in, so tests bind port 0.
-//!
-//! [`Drain`] is the shared "we are going away" flag: the proxy adds
-//! `Connection: close` to HTTP/1.1 responses once it is set, the admin
-//! listener's `/ready` answers 503, and `app` closes the listener after the
-//! drain delay.
+//! Server: the accept loop, one path for plain and TLS connections.
+//! HTTP/1.1 and h2c (prior knowledge) on one port, or TLS with ALPN h2 and
+//! http/1.1 (`server.tls`), upgrades allowed, every connection watched for
+//! graceful shutdown and idleness. Each request reaches [`Proxy::handle`]
+//! with its connection's [`ConnInfo`]. The listener and the shutdown signal
+//! are passed in, so tests bind port 0. The [`Acceptor`] (limit, refusal,
+//! back-off) is shared with the admin listener.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -25,7 +22,6 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
 
 use super::error::ProxyError;
 use super::Proxy;
@@ -75,52 +71,6 @@ const MAX_REFUSALS_IN_FLIGHT: usize = 256;
 /// How long writing a refusal (and draining the client's first bytes) may take.
 const REFUSAL_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// The drain state shared by the proxy, the admin listener and the signal
-/// handlers. Cloning shares it; starting it twice is harmless.
-#[derive(Clone, Debug)]
-pub struct Drain {
-    inner: Arc<DrainInner>,
-}
-
-#[derive(Debug)]
-struct DrainInner {
-    flag: AtomicBool,
-    tx: watch::Sender<bool>,
-}
-
-impl Default for Drain {
-    fn default() -> Self {
-        Drain::new()
-    }
-}
-
-impl Drain {
-    /// Not draining.
-    pub fn new() -> Drain {
-        Drain { inner: Arc::new(DrainInner { flag: AtomicBool::new(false), tx: watch::Sender::new(false) }) }
-    }
-
-    /// Starts draining; returns `false` when it had already started.
-    pub fn start(&self) -> bool {
-        let first = !self.inner.flag.swap(true, Ordering::SeqCst);
-        if first {
-            self.inner.tx.send_replace(true);
-        }
-        first
-    }
-
-    /// Whether draining has started.
-    pub fn is_draining(&self) -> bool {
-        self.inner.flag.load(Ordering::Relaxed)
-    }
-
-    /// Resolves once draining has started.
-    pub async fn started(&self) {
-        let mut rx = self.inner.tx.subscribe();
-        let _ = rx.wait_for(|d| *d).await;
-    }
-}
-
 /// What the accept loop knows about a request's connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConnInfo {
@@ -161,59 +111,15 @@ impl From<SocketAddr> for ConnInfo {
     }
 }
 
-/// Serves `proxy` on `listener` until `shutdown` resolves, then stops
-/// accepting, lets in-flight requests finish (up to the shutdown timeout)
-/// and returns.
+/// Serves `proxy` on `listener` until `shutdown` resolves: HTTP/1.1 and h2c
+/// (prior knowledge), or, with `tls`, TLS with ALPN h2 and http/1.1 (the
+/// handshake bounded by `header_read_timeout`, the certificate files checked
+/// for changes every [`crate::tls::RELOAD_CHECK_INTERVAL`]). Then it stops
+/// accepting and lets in-flight requests finish for the grace period the
+/// shutdown future yields (read when the drain ends, so
+/// `server.shutdown_timeout` reloads live). Returns `true` when every
+/// connection finished within it.
 pub async fn serve(
-    listener: TcpListener,
-    proxy: Arc<Proxy>,
-    opts: ServerOptions,
-    shutdown: impl Future<Output = ()>,
-) -> io::Result<()> {
-    let timeout = opts.shutdown_timeout;
-    serve_counted(listener, proxy, opts, async move {
-        shutdown.await;
-        timeout
-    })
-    .await
-    .map(|_| ())
-}
-
-/// [`serve`] over TLS when `tls` is given.
-pub async fn serve_tls(
-    listener: TcpListener,
-    proxy: Arc<Proxy>,
-    opts: ServerOptions,
-    tls: Option<Arc<ServerTls>>,
-    shutdown: impl Future<Output = ()>,
-) -> io::Result<()> {
-    let timeout = opts.shutdown_timeout;
-    serve_counted_tls(listener, proxy, opts, tls, async move {
-        shutdown.await;
-        timeout
-    })
-    .await
-    .map(|_| ())
-}
-
-/// Like [`serve`], but the shutdown future yields the grace period for
-/// in-flight requests, so it can be read from the table in force when the
-/// drain ends (`server.shutdown_timeout` reloads live). Returns `true` when
-/// every connection finished within it.
-pub async fn serve_counted(
-    listener: TcpListener,
-    proxy: Arc<Proxy>,
-    opts: ServerOptions,
-    shutdown: impl Future<Output = Duration>,
-) -> io::Result<bool> {
-    serve_counted_tls(listener, proxy, opts, None, shutdown).await
-}
-
-/// [`serve_counted`] over TLS when `tls` is given: the handshake runs in the
-/// connection's task (bounded by `header_read_timeout`), ALPN picks h2 or
-/// HTTP/1.1, and the certificate files are checked for changes every
-/// [`crate::tls::RELOAD_CHECK_INTERVAL`] while serving.
-pub async fn serve_counted_tls(
     listener: TcpListener,
     proxy: Arc<Proxy>,
     opts: ServerOptions,
@@ -221,6 +127,40 @@ pub async fn serve_counted_tls(
     shutdown: impl Future<Output = Duration>,
 ) -> io::Result<bool> {
     let _cert_watch = tls.as_ref().map(|t| t.watch(crate::tls::RELOAD_CHECK_INTERVAL));
+    let builder = builder(&opts);
+    let graceful = GracefulShutdown::new();
+    let metrics = Arc::clone(&proxy.shared().metrics);
+    let refused = ProxyError::TooManyConnections { limit: opts.max_connections, listener: "proxy" };
+    let refusal: Arc<[u8]> = super::error::problem_http1_bytes(&refused, proxy.name()).into();
+    let mut acceptor = Acceptor::new(listener, "proxy", opts.max_connections, refusal, Arc::clone(&metrics));
+    tokio::pin!(shutdown);
+    let grace = loop {
+        let (stream, peer, slot) = tokio::select! {
+            accepted = acceptor.accept() => accepted,
+            grace = &mut shutdown => break grace,
+        };
+        let conn = Connection {
+            proxy: Arc::clone(&proxy),
+            builder: builder.clone(),
+            watcher: graceful.watcher(),
+            opts,
+            peer,
+            _open: metrics.connection_opened("proxy"),
+            _slot: slot,
+        };
+        tokio::spawn(conn.run(stream, tls.as_ref().map(|t| (t.acceptor(), t.client_auth()))));
+    };
+    // From here on new connections are refused by the kernel.
+    drop(acceptor);
+    let finished = tokio::time::timeout(grace, graceful.shutdown()).await.is_ok();
+    if !finished {
+        tracing::warn!(timeout = ?grace, "in-flight requests did not finish before the shutdown timeout");
+    }
+    Ok(finished)
+}
+
+/// The HTTP/1.1 and HTTP/2 server settings for `opts`.
+fn builder(opts: &ServerOptions) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -235,72 +175,55 @@ pub async fn serve_counted_tls(
         .http2()
         .timer(TokioTimer::new())
         .max_header_list_size(u32::try_from(opts.max_header_bytes).unwrap_or(u32::MAX));
-    let graceful = GracefulShutdown::new();
-    let refusal: Arc<[u8]> = super::error::problem_http1_bytes(
-        &ProxyError::TooManyConnections { limit: opts.max_connections },
-        proxy.name(),
-    )
-    .into();
-    let mut acceptor = Acceptor::new(listener, "proxy", opts.max_connections, refusal, proxy.metrics().clone());
-    tokio::pin!(shutdown);
-    let grace = loop {
-        let (stream, peer, slot) = tokio::select! {
-            accepted = acceptor.accept() => accepted,
-            grace = &mut shutdown => break grace,
-        };
-        let open = proxy.metrics().connection_opened("proxy");
-        let proxy = Arc::clone(&proxy);
-        if let Some(tls) = &tls {
-            let (acceptor, client_auth) = (tls.acceptor(), tls.client_auth());
-            let (builder, watcher, opts) = (builder.clone(), graceful.watcher(), opts);
-            tokio::spawn(async move {
-                let stream = Watched::new(stream);
-                let activity = Arc::clone(&stream.activity);
-                let stream = match tokio::time::timeout(opts.header_read_timeout, acceptor.accept(stream)).await {
-                    Ok(Ok(s)) => s,
-                    Ok(Err(e)) => {
-                        tracing::debug!(error = %e, %peer, "tls handshake failed");
-                        return;
-                    }
-                    Err(_) => {
-                        tracing::debug!(%peer, "tls handshake timed out (server.header_read_timeout)");
-                        return;
-                    }
-                };
-                let verified = client_auth && stream.get_ref().1.peer_certificates().is_some_and(|c| !c.is_empty());
-                let info = ConnInfo { peer, tls: true, client_auth, client_verified: verified };
-                let service = service_fn(move |req| {
-                    let proxy = Arc::clone(&proxy);
-                    async move { Ok::<_, Infallible>(proxy.handle(req, info).await) }
-                });
-                let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned();
-                until_idle(watcher.watch(conn), &activity, opts, peer).await;
-                drop(open);
-                drop(slot);
-            });
-            continue;
-        }
-        let service = service_fn(move |req| {
-            let proxy = Arc::clone(&proxy);
-            async move { Ok::<_, Infallible>(proxy.handle(req, peer).await) }
-        });
+    builder
+}
+
+/// One accepted client connection, with its places under the limits
+/// (given up when it ends).
+struct Connection {
+    proxy: Arc<Proxy>,
+    builder: auto::Builder<TokioExecutor>,
+    watcher: hyper_util::server::graceful::Watcher,
+    opts: ServerOptions,
+    peer: SocketAddr,
+    _open: crate::metrics::ConnectionGuard,
+    _slot: Slot,
+}
+
+impl Connection {
+    /// Serves the connection to its end: plain, or after the TLS handshake.
+    async fn run(self, stream: TcpStream, tls: Option<(tokio_rustls::TlsAcceptor, bool)>) {
         let stream = Watched::new(stream);
         let activity = Arc::clone(&stream.activity);
-        let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned();
-        let conn = graceful.watch(conn);
-        tokio::spawn(async move {
-            until_idle(conn, &activity, opts, peer).await;
-            drop(open);
-            drop(slot);
-        });
-    };
-    // From here on new connections are refused by the kernel.
-    drop(acceptor);
-    let finished = tokio::time::timeout(grace, graceful.shutdown()).await.is_ok();
-    if !finished {
-        tracing::warn!(timeout = ?grace, "in-flight requests did not finish before the shutdown timeout");
+        let Some((acceptor, client_auth)) = tls else {
+            let info = ConnInfo::plain(self.peer);
+            return self.serve(stream, info, &activity).await;
+        };
+        let peer = self.peer;
+        let stream = match tokio::time::timeout(self.opts.header_read_timeout, acceptor.accept(stream)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return tracing::debug!(error = %e, %peer, "tls handshake failed"),
+            Err(_) => return tracing::debug!(%peer, "tls handshake timed out (server.header_read_timeout)"),
+        };
+        let verified = client_auth && stream.get_ref().1.peer_certificates().is_some_and(|c| !c.is_empty());
+        let info = ConnInfo { peer, tls: true, client_auth, client_verified: verified };
+        self.serve(stream, info, &activity).await;
     }
-    Ok(finished)
+
+    /// Serves HTTP on `io` until it ends or idles out; each request reaches
+    /// [`Proxy::handle`] with `info`.
+    async fn serve<S>(self, io: S, info: ConnInfo, activity: &Activity)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let proxy = self.proxy;
+        let service = service_fn(move |req| {
+            let proxy = Arc::clone(&proxy);
+            async move { Ok::<_, Infallible>(proxy.handle(req, info).await) }
+        });
+        let conn = self.builder.serve_connection_with_upgrades(TokioIo::new(io), service).into_owned();
+        until_idle(self.watcher.watch(conn), activity, self.opts, self.peer).await;
+    }
 }
 
 /// Drives `conn` to its end, or until no byte has moved for

@@ -210,10 +210,14 @@ impl Health {
 
     /// Makes sure every endpoint of the current table has a state.
     pub fn track(&self, shared: &SharedTable) {
-        let snapshot = shared.snapshot();
+        self.track_table(&shared.snapshot().table);
+    }
+
+    /// Makes sure every endpoint of `table` has a state.
+    pub fn track_table(&self, table: &crate::routing::Table) {
         let current = self.states.load();
         let mut missing = Vec::new();
-        for region in snapshot.table.regions() {
+        for region in table.regions() {
             for up in region.upstreams.iter().chain(region.peer.iter()) {
                 if !current.contains_key(&up.uri) {
                     missing.push((up.uri.clone(), region.name.clone()));

@@ -158,7 +158,7 @@ async fn a_partitioned_peer_region_fails_fast_and_is_marked_down() -> TestResult
         got.status
     );
     assert!(started.elapsed() < Duration::from_secs(2));
-    let health = p.proxy.clone().ok_or("proxy")?.health().clone();
+    let health = p.proxy.clone().ok_or("proxy")?.shared().health.clone();
     let deadline = Instant::now() + Duration::from_secs(5);
     while !health.report().iter().any(|(region, _, up, _)| region == "kz" && !up) {
         if Instant::now() > deadline {
@@ -192,7 +192,7 @@ async fn reloading(
     let text = format!("# {}\n{}", "pad ".repeat(750), table(eu.addr, kz.addr, us.addr, ""));
     std::fs::write(file, &text)?;
     let p = proxy(&text).await?;
-    let shared = p.proxy.as_ref().ok_or("proxy")?.shared().clone();
+    let shared = p.proxy.as_ref().ok_or("proxy")?.shared().table.clone();
     Ok((p, Arc::new(Reloader::new(file, shared))))
 }
 
@@ -336,7 +336,7 @@ async fn a_full_disk_during_a_table_write_keeps_the_last_good_table() -> TestRes
         }
     }
     assert_eq!(std::fs::metadata(&file)?.len(), 4096);
-    let r = Reloader::new(&file, p.proxy.as_ref().ok_or("proxy")?.shared().clone());
+    let r = Reloader::new(&file, p.proxy.as_ref().ok_or("proxy")?.shared().table.clone());
     let e = reload_error(&r)?;
     assert!(e.contains("config rejected"), "{e}");
     assert_eq!(r.failures(), 1);

@@ -58,7 +58,7 @@ async fn a_dead_region_fails_over_and_comes_back() -> TestResult {
     // The health report shows the kz endpoint down once the checks notice
     // (a read fails over at once: its refused attempt moves to eu).
     let deadline = Instant::now() + Duration::from_secs(10);
-    let health = p.proxy.as_ref().ok_or("proxy")?.health().clone();
+    let health = p.proxy.as_ref().ok_or("proxy")?.shared().health.clone();
     while !health.report().iter().any(|(r, _, up, _)| r == "kz" && !up) {
         assert!(Instant::now() < deadline, "{:?}", health.report());
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -106,7 +106,7 @@ async fn passive_ejection_takes_a_failing_endpoint_out() -> TestResult {
     for _ in 0..10 {
         assert_eq!(get_bounded(&url).await?.status, 200);
     }
-    let report = p.proxy.as_ref().ok_or("proxy")?.health().report();
+    let report = p.proxy.as_ref().ok_or("proxy")?.shared().health.report();
     assert!(report.iter().any(|(_, e, _, ejected)| e.contains(&dead.to_string()) && *ejected), "{report:?}");
     Ok(())
 }

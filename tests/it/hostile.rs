@@ -374,7 +374,7 @@ async fn a_connection_flood_is_refused_at_the_limit() -> TestResult {
         held.push(s);
     }
     let deadline = Instant::now() + WAIT;
-    while p.metrics().open_connections("proxy") < 3 {
+    while p.shared().metrics.open_connections("proxy") < 3 {
         if Instant::now() > deadline {
             return Err("held connections not counted".into());
         }
@@ -394,13 +394,13 @@ async fn a_connection_flood_is_refused_at_the_limit() -> TestResult {
         assert_eq!(r.problem().map(|p| p["reason"].clone()), Some("too_many_connections".into()));
         refused += 1;
     }
-    assert_eq!(p.metrics().connections_refused("proxy"), refused);
-    assert!(p.metrics().render().contains("shardgate_connections_refused_total{listener=\"proxy\"} 20"));
+    assert_eq!(p.shared().metrics.connections_refused("proxy"), refused);
+    assert!(p.shared().metrics.render().contains("shardgate_connections_refused_total{listener=\"proxy\"} 20"));
     assert_eq!(w.hits(), 0);
     // Freeing the slots lets requests in again.
     drop(held);
     let deadline = Instant::now() + WAIT;
-    while p.metrics().open_connections("proxy") > 0 {
+    while p.shared().metrics.open_connections("proxy") > 0 {
         if Instant::now() > deadline {
             return Err("closed connections still counted".into());
         }

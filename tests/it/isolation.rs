@@ -46,7 +46,7 @@ async fn world(extra: &str, kz_failover: bool) -> Result<(Running, [Running; 3])
 
 /// The health report's entries for `region`: (endpoint, up, ejected).
 fn report(p: &Running, region: &str) -> Result<Vec<(String, bool, bool)>, BoxError> {
-    let health = p.proxy.as_ref().ok_or("proxy")?.health();
+    let health = &p.proxy.as_ref().ok_or("proxy")?.shared().health;
     Ok(health.report().into_iter().filter(|(r, ..)| r == region).map(|(_, e, up, ej)| (e, up, ej)).collect())
 }
 
@@ -315,7 +315,7 @@ async fn turning_active_checks_off_does_not_freeze_endpoints_down() -> TestResul
     // A reload turns the checks off: nothing would ever bring `a` back.
     let off = table(eu.addr, a.addr, us.addr, "upstream: { health: { interval: 0s } }");
     let cfg = shardgate::config::load_str(&off, "off.yaml").map_err(|e| e.to_string())?;
-    p.proxy.as_ref().ok_or("proxy")?.shared().publish(Table::compile(&cfg), off);
+    p.proxy.as_ref().ok_or("proxy")?.shared().table.publish(Table::compile(&cfg), off);
     let deadline = Instant::now() + WAIT;
     loop {
         let got = get(&url).await?;
@@ -363,7 +363,7 @@ async fn the_admin_listener_caps_connections_and_closes_silent_ones() -> TestRes
     assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
     let ready = get(&format!("http://{admin}/ready")).await?;
     assert_eq!(ready.status, 200);
-    assert_eq!(inst.proxy.metrics().connections_refused("admin"), 6);
+    assert_eq!(inst.proxy.shared().metrics.connections_refused("admin"), 6);
     let got = get(&format!("http://{proxy_addr}/v1/orders/{}", iuid(7))).await?;
     assert_eq!(got.status, 200);
     run.abort();

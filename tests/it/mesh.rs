@@ -151,7 +151,7 @@ async fn any_instance_reaches_the_owner_in_one_hop() -> TestResult {
     // check rounds every peer and backend is still up.
     tokio::time::sleep(std::time::Duration::from_millis(400)).await;
     for gw in &m.gateways {
-        let report = gw.proxy.as_ref().ok_or("proxy")?.health().report();
+        let report = gw.proxy.as_ref().ok_or("proxy")?.shared().health.report();
         assert_eq!(report.len(), 6, "{report:?}");
         assert!(report.iter().all(|(_, _, up, ejected)| *up && !ejected), "{report:?}");
     }
@@ -274,7 +274,7 @@ async fn failover_through_a_peer_is_served_by_the_failover_region() -> TestResul
     }
     // Peers stay up: their loop guards and 5xx are not held against them.
     for gw in &m.gateways {
-        let report = gw.proxy.as_ref().ok_or("proxy")?.health().report();
+        let report = gw.proxy.as_ref().ok_or("proxy")?.shared().health.report();
         assert!(
             report
                 .iter()

@@ -388,7 +388,7 @@ async fn mesh_over_mutual_tls_trusts_only_peers_with_certificates() -> TestResul
     // Peers check each other's readiness over mutual TLS: all stay up.
     tokio::time::sleep(Duration::from_millis(400)).await;
     for g in &gateways {
-        let report = g.proxy.as_ref().ok_or("proxy")?.health().report();
+        let report = g.proxy.as_ref().ok_or("proxy")?.shared().health.report();
         assert!(report.iter().all(|(_, _, up, ejected)| *up && !ejected), "{report:?}");
     }
 

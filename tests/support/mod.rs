@@ -278,12 +278,17 @@ pub async fn proxy_on(listener: TcpListener, yaml: &str) -> Result<Running, BoxE
         Some(t) => Some(Arc::new(shardgate::tls::ServerTls::load(t)?)),
         None => None,
     };
-    let (_shared, proxy) = shardgate::app::build_proxy(&cfg, yaml);
+    let proxy = shardgate::app::build_proxy(&cfg, yaml);
     let opts = shardgate::app::server_options(&cfg);
     let shutdown = stop_signal(&rx);
     let p = Arc::clone(&proxy);
+    let grace = opts.shutdown_timeout;
     tokio::spawn(async move {
-        let _ = shardgate::proxy::server::serve_tls(listener, p, opts, tls, shutdown).await;
+        let _ = shardgate::proxy::server::serve(listener, p, opts, tls, async move {
+            shutdown.await;
+            grace
+        })
+        .await;
     });
     Ok(Running { addr, stop, hits: Arc::new(AtomicUsize::new(0)), proxy: Some(proxy) })
 }

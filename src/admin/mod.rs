@@ -24,6 +24,8 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod explain;
+
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::Full;
@@ -32,15 +34,15 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
-use crate::ids::{self, clock::iso8601, Field, Format};
+use crate::ids::clock::iso8601;
 use crate::metrics::{self, ScrapeInputs};
-use crate::proxy::extract::{percent_decode, query_param};
+use crate::proxy::error::{problem_http1_bytes, problem_response, ProxyError};
 use crate::proxy::server::{until_idle, Acceptor, ServerOptions, Watched};
-use crate::proxy::Proxy;
-use crate::routing::{ReloadError, Reloader, Route, SharedTable, Table};
+use crate::proxy::Shared;
+use crate::routing::{ReloadError, Reloader, SharedTable};
 
 /// The environment variable holding the admin bearer token.
 pub const TOKEN_ENV: &str = "SHARDGATE_ADMIN_TOKEN";
@@ -53,16 +55,17 @@ pub fn token_from_env() -> Option<String> {
 /// What the admin endpoints read and act on.
 #[derive(Debug)]
 pub struct AdminState {
-    proxy: Arc<Proxy>,
+    shared: Shared,
     reloader: Option<Arc<Reloader>>,
     token: Option<String>,
 }
 
 impl AdminState {
-    /// State for `proxy` (its table, metrics, drain and upstream counters);
-    /// `reloader` is the table file's reloader (`None`: `/reload` answers 409).
-    pub fn new(proxy: Arc<Proxy>, reloader: Option<Arc<Reloader>>) -> AdminState {
-        AdminState { proxy, reloader, token: None }
+    /// State over what the proxy shares (its table, metrics, health, drain
+    /// and upstream counters); `reloader` is the table file's reloader
+    /// (`None`: `/reload` answers 409).
+    pub fn new(shared: Shared, reloader: Option<Arc<Reloader>>) -> AdminState {
+        AdminState { shared, reloader, token: None }
     }
 
     /// Requires `Authorization: Bearer <token>` on every non-probe endpoint.
@@ -71,29 +74,27 @@ impl AdminState {
         self
     }
 
-    fn shared(&self) -> &Arc<SharedTable> {
-        self.proxy.shared()
+    fn table(&self) -> &Arc<SharedTable> {
+        &self.shared.table
     }
 
     /// Whether `/ready` answers 200: a table is loaded and the drain has not started.
     pub fn ready(&self) -> bool {
-        self.shared().snapshot().version > 0 && !self.proxy.drain().is_draining()
+        self.table().snapshot().version > 0 && !self.shared.drain.is_draining()
     }
 
     /// The `/metrics` body.
     pub fn render_metrics(&self) -> String {
-        let m = self.proxy.metrics();
-        let (retries, budget_exhausted) = self.proxy.retry_counts();
-        let endpoints =
-            self.proxy.health().report().into_iter().map(|(region, uri, up, ejected)| (region, uri, up && !ejected));
+        let s = &self.shared;
+        let endpoints = s.health.report().into_iter().map(|(region, uri, up, ejected)| (region, uri, up && !ejected));
         let inputs = ScrapeInputs {
             reloads: self.reloader.as_ref().map(|r| (r.successes(), r.failures())),
-            retries,
-            budget_exhausted,
+            retries: s.upstreams.retries(),
+            budget_exhausted: s.upstreams.budget_exhausted(),
             endpoints: Some(endpoints.collect()),
         };
-        m.refresh(&self.shared().snapshot(), &inputs);
-        m.render()
+        s.metrics.refresh(&self.table().snapshot(), &inputs);
+        s.metrics.render()
     }
 }
 
@@ -113,16 +114,9 @@ pub async fn serve_admin(
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder.http1().timer(TokioTimer::new()).header_read_timeout(opts.header_read_timeout);
     let graceful = GracefulShutdown::new();
-    let metrics = Arc::clone(state.proxy.metrics());
-    let refusal = problem_from(
-        StatusCode::SERVICE_UNAVAILABLE,
-        problem_body(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "too_many_connections",
-            &format!("the admin listener already has {} open connections", opts.admin_max_connections),
-        ),
-    );
-    let refusal: Arc<[u8]> = crate::proxy::error::http1_bytes(refusal).into();
+    let metrics = Arc::clone(&state.shared.metrics);
+    let refused = ProxyError::TooManyConnections { limit: opts.admin_max_connections, listener: "admin" };
+    let refusal: Arc<[u8]> = problem_http1_bytes(&refused, "shardgate-admin").into();
     let mut acceptor = Acceptor::new(listener, "admin", opts.admin_max_connections, refusal, Arc::clone(&metrics));
     tokio::pin!(shutdown);
     loop {
@@ -189,12 +183,10 @@ impl Endpoint {
 pub async fn handle(state: &AdminState, req: Request<Incoming>) -> Response<AdminBody> {
     let path = req.uri().path();
     let Some(endpoint) = Endpoint::from_path(path) else {
-        return problem(StatusCode::NOT_FOUND, "not_found", &format!("no admin endpoint at {}", shown(path)));
+        return problem(&ProxyError::NoEndpoint { path: path.to_string() }, path);
     };
     if !endpoint.is_probe() && !authorized(state.token.as_deref(), req.headers()) {
-        let mut resp = problem(StatusCode::UNAUTHORIZED, "unauthorized", "this endpoint needs the admin bearer token");
-        resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"shardgate\""));
-        return resp;
+        return problem(&ProxyError::Unauthorized, path);
     }
     let allowed = if endpoint.is_post() {
         *req.method() == Method::POST
@@ -203,13 +195,8 @@ pub async fn handle(state: &AdminState, req: Request<Incoming>) -> Response<Admi
     };
     if !allowed {
         let allow = if endpoint.is_post() { "POST" } else { "GET, HEAD" };
-        let mut resp = problem(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method_not_allowed",
-            &format!("{} takes {allow}, not {}", path, shown(req.method().as_str())),
-        );
-        resp.headers_mut().insert(header::ALLOW, HeaderValue::from_static(allow));
-        return resp;
+        let err = ProxyError::MethodNotAllowed { path: path.to_string(), method: req.method().to_string(), allow };
+        return problem(&err, path);
     }
     match endpoint {
         Endpoint::Live => json_response(StatusCode::OK, &json!({ "status": "live" })),
@@ -222,7 +209,7 @@ pub async fn handle(state: &AdminState, req: Request<Incoming>) -> Response<Admi
         Endpoint::Config => config(state),
         Endpoint::Reload => reload(state).await,
         Endpoint::Drain => drain(state),
-        Endpoint::Explain => explain(state, req.uri().query().unwrap_or("")),
+        Endpoint::Explain => explain::explain(&state.table().snapshot(), req.uri().query().unwrap_or("")),
     }
 }
 
@@ -244,11 +231,11 @@ fn authorized(token: Option<&str>, headers: &http::HeaderMap) -> bool {
 }
 
 fn ready(state: &AdminState) -> Response<AdminBody> {
-    let snap = state.shared().snapshot();
+    let snap = state.table().snapshot();
     if state.ready() {
         json_response(StatusCode::OK, &json!({ "status": "ready", "version": snap.version }))
     } else {
-        let status = if state.proxy.drain().is_draining() { "draining" } else { "no_table" };
+        let status = if state.shared.drain.is_draining() { "draining" } else { "no_table" };
         let mut resp = json_response(StatusCode::SERVICE_UNAVAILABLE, &json!({ "status": status }));
         resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
         resp
@@ -256,7 +243,7 @@ fn ready(state: &AdminState) -> Response<AdminBody> {
 }
 
 fn config(state: &AdminState) -> Response<AdminBody> {
-    let snap = state.shared().snapshot();
+    let snap = state.table().snapshot();
     let at = metrics::unix_seconds(snap.loaded_at);
     let iso = iso8601((at * 1_000_000.0) as u64, 3).map(|t| t.to_string());
     json_response(
@@ -275,14 +262,12 @@ fn config(state: &AdminState) -> Response<AdminBody> {
 
 async fn reload(state: &AdminState) -> Response<AdminBody> {
     let Some(reloader) = state.reloader.clone() else {
-        return problem(StatusCode::CONFLICT, "no_file", "this instance was not started from a table file");
+        return problem(&ProxyError::NoTableFile, "/reload");
     };
     // File I/O and compilation stay off the async workers.
     let outcome = match tokio::task::spawn_blocking(move || reloader.reload_now()).await {
         Ok(outcome) => outcome,
-        Err(e) => {
-            return problem(StatusCode::INTERNAL_SERVER_ERROR, "reload_failed", &format!("the reload task failed: {e}"))
-        }
+        Err(e) => return problem(&ProxyError::ReloadFailed { detail: e.to_string() }, "/reload"),
     };
     match outcome {
         Ok(o) => json_response(
@@ -294,28 +279,17 @@ async fn reload(state: &AdminState) -> Response<AdminBody> {
                 "needs_restart": o.needs_restart,
             }),
         ),
-        Err(ReloadError::Invalid(errs)) => {
-            let errors: Vec<Value> = errs
-                .errors
-                .iter()
-                .map(|e| json!({ "path": e.path, "line": e.line, "col": e.col, "message": e.message, "hint": e.hint }))
-                .collect();
-            let detail = format!("{} problem(s) in {}; the running table is kept", errs.len(), errs.source_name);
-            let mut body = problem_body(StatusCode::UNPROCESSABLE_ENTITY, "invalid_config", &detail);
-            body.insert("result".into(), "failure".into());
-            body.insert("errors".into(), Value::Array(errors));
-            problem_from(StatusCode::UNPROCESSABLE_ENTITY, body)
-        }
-        Err(ReloadError::NeedsRestart(m)) => problem(StatusCode::CONFLICT, "needs_restart", &m),
+        Err(ReloadError::Invalid(errors)) => problem(&ProxyError::InvalidTable { errors }, "/reload"),
+        Err(ReloadError::NeedsRestart(detail)) => problem(&ProxyError::NeedsRestart { detail }, "/reload"),
     }
 }
 
 fn drain(state: &AdminState) -> Response<AdminBody> {
-    let started = state.proxy.drain().start();
+    let started = state.shared.drain.start();
     if started {
         tracing::info!("drain started by POST /drain");
     }
-    let snap = state.shared().snapshot();
+    let snap = state.table().snapshot();
     let server = &snap.table.settings().server;
     json_response(
         StatusCode::ACCEPTED,
@@ -328,117 +302,7 @@ fn drain(state: &AdminState) -> Response<AdminBody> {
     )
 }
 
-/// `GET /explain?id=…[&route=…]`.
-fn explain(state: &AdminState, query: &str) -> Response<AdminBody> {
-    let Some(id) = query_param(query, "id").map(percent_decode).filter(|s| !s.is_empty()) else {
-        return problem(StatusCode::BAD_REQUEST, "missing_id", "give the id to explain as ?id=…");
-    };
-    let route_name = query_param(query, "route").map(percent_decode);
-    let snap = state.shared().snapshot();
-    let table = &snap.table;
-    let routes: Vec<&Route> = match &route_name {
-        Some(name) => match table.routes().iter().find(|r| r.name == **name) {
-            Some(r) => vec![r],
-            None => return problem(StatusCode::NOT_FOUND, "unknown_route", &format!("no route named {}", shown(name))),
-        },
-        None => table.routes().iter().filter(|r| r.id.is_some()).collect(),
-    };
-    let mut valid_as = Vec::new();
-    let mut invalid_as = Map::new();
-    for format in Format::ALL {
-        match ids::parse(format, &id, table.id_params()) {
-            Ok(d) => valid_as.push(decoded_json(&d)),
-            Err(e) => {
-                invalid_as.insert(format.name().into(), e.reason.code().into());
-            }
-        }
-    }
-    let mut placed = Vec::new();
-    for route in routes {
-        if let Some(entry) = explain_route(table, route, &id, route_name.is_some()) {
-            placed.push(entry);
-        }
-    }
-    json_response(
-        StatusCode::OK,
-        &json!({
-            "input": ids::escape_for_display(&id, 128),
-            "table_version": snap.version,
-            "valid_as": valid_as,
-            "invalid_as": invalid_as,
-            "routes": placed,
-        }),
-    )
-}
-
-/// How `route` would place `id`; `None` when the route does not accept it
-/// and was not asked for by name.
-fn explain_route(table: &Table, route: &Route, id: &str, named: bool) -> Option<Value> {
-    let mut entry = Map::new();
-    entry.insert("route".into(), route.name.clone().into());
-    entry.insert("template".into(), route.template.clone().into());
-    entry.insert("placement".into(), route.strategy.name().into());
-    let Some(rule) = &route.id else {
-        entry.insert("error".into(), "this route mints its ids; it does not read one".into());
-        return named.then_some(Value::Object(entry));
-    };
-    entry.insert("formats".into(), rule.formats.iter().map(|f| f.name()).collect::<Vec<_>>().into());
-    let decoded = match ids::parse_any(&rule.formats, id, table.id_params()) {
-        Ok(d) => d,
-        Err(e) => {
-            if !named {
-                return None;
-            }
-            entry.insert("error".into(), e.to_string().into());
-            entry.insert("reason".into(), e.reason.code().into());
-            return Some(Value::Object(entry));
-        }
-    };
-    entry.insert("decoded_as".into(), decoded.format().name().into());
-    let strategy = match route.strategy {
-        crate::routing::Strategy::Auto => table.natural_strategy(decoded.format()),
-        s => s,
-    };
-    entry.insert("strategy".into(), strategy.name().into());
-    match table.place(&decoded, route.strategy) {
-        Ok(p) => {
-            entry.insert("region".into(), table.region(p.region).name.clone().into());
-            entry.insert("rule".into(), table.explain(p.rule).to_string().into());
-            entry.insert("rule_kind".into(), p.rule.kind().into());
-        }
-        Err(e) => {
-            entry.insert("error".into(), e.to_string().into());
-            entry.insert("reason".into(), "no_owner".into());
-        }
-    }
-    Some(Value::Object(entry))
-}
-
-/// `{format, canonical, fields: {…}}` of a decoded id.
-fn decoded_json(d: &ids::Decoded) -> Value {
-    let mut fields = Map::new();
-    d.for_each_field(&mut |name, value| {
-        fields.insert(name.into(), field_json(value));
-    });
-    json!({ "format": d.format().name(), "canonical": d.to_string(), "fields": fields })
-}
-
-fn field_json(v: Field) -> Value {
-    match v {
-        Field::Int(n) => n.into(),
-        Field::Bool(b) => b.into(),
-        Field::Hex { value, width } => format!("{value:0width$x}", width = usize::from(width)).into(),
-        Field::Str(s) => s.into(),
-        Field::TimeMs(ms) => iso8601(ms.saturating_mul(1000), 3).map_or(Value::Null, |t| t.to_string().into()),
-        Field::TimeUs(us) => iso8601(us, 6).map_or(Value::Null, |t| t.to_string().into()),
-    }
-}
-
-fn shown(s: &str) -> String {
-    format!("'{}'", ids::escape_for_display(s, 64))
-}
-
-fn json_response(status: StatusCode, body: &Value) -> Response<AdminBody> {
+pub(crate) fn json_response(status: StatusCode, body: &Value) -> Response<AdminBody> {
     let bytes = serde_json::to_vec(body).unwrap_or_default();
     let mut resp = Response::new(Full::new(Bytes::from(bytes)));
     *resp.status_mut() = status;
@@ -448,22 +312,7 @@ fn json_response(status: StatusCode, body: &Value) -> Response<AdminBody> {
     resp
 }
 
-fn problem_body(status: StatusCode, reason: &str, detail: &str) -> Map<String, Value> {
-    let mut m = Map::new();
-    m.insert("type".into(), format!("https://shardgate.dev/problems/admin-{}", reason.replace('_', "-")).into());
-    m.insert("title".into(), status.canonical_reason().unwrap_or("Error").into());
-    m.insert("status".into(), status.as_u16().into());
-    m.insert("detail".into(), detail.into());
-    m.insert("reason".into(), reason.into());
-    m
-}
-
-fn problem_from(status: StatusCode, body: Map<String, Value>) -> Response<AdminBody> {
-    let mut resp = json_response(status, &Value::Object(body));
-    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
-    resp
-}
-
-fn problem(status: StatusCode, reason: &str, detail: &str) -> Response<AdminBody> {
-    problem_from(status, problem_body(status, reason, detail))
+/// The problem+json answer for `err` at `path`, from the one error table.
+fn problem(err: &ProxyError, path: &str) -> Response<AdminBody> {
+    problem_response(err, path, "-", "shardgate-admin")
 }

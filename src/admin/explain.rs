@@ -1,0 +1,107 @@
+//! `GET /explain?id=…[&route=…]`: an id's fields in every format it is
+//! valid in, and, for the named route (or every route whose formats accept
+//! it), the format it decodes as, the strategy, the region and the rule.
+
+use http::{Response, StatusCode};
+use serde_json::{json, Map, Value};
+
+use super::{json_response, problem, AdminBody};
+use crate::ids::{self, Format};
+use crate::proxy::error::ProxyError;
+use crate::proxy::extract::{percent_decode, query_param};
+use crate::routing::{Loaded, Route, Table};
+
+/// `GET /explain?id=…[&route=…]`.
+pub(super) fn explain(snap: &Loaded, query: &str) -> Response<AdminBody> {
+    let Some(id) = query_param(query, "id").map(percent_decode).filter(|s| !s.is_empty()) else {
+        return problem(&ProxyError::ExplainWithoutId, "/explain");
+    };
+    let route_name = query_param(query, "route").map(percent_decode);
+    let table = &snap.table;
+    let routes: Vec<&Route> = match &route_name {
+        Some(name) => match table.routes().iter().find(|r| r.name == **name) {
+            Some(r) => vec![r],
+            None => return problem(&ProxyError::UnknownRoute { name: name.to_string() }, "/explain"),
+        },
+        None => table.routes().iter().filter(|r| r.id.is_some()).collect(),
+    };
+    let mut valid_as = Vec::new();
+    let mut invalid_as = Map::new();
+    for format in Format::ALL {
+        match ids::parse(format, &id, table.id_params()) {
+            Ok(d) => valid_as.push(decoded_json(&d)),
+            Err(e) => {
+                invalid_as.insert(format.name().into(), e.reason.code().into());
+            }
+        }
+    }
+    let mut placed = Vec::new();
+    for route in routes {
+        if let Some(entry) = explain_route(table, route, &id, route_name.is_some()) {
+            placed.push(entry);
+        }
+    }
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "input": ids::escape_for_display(&id, 128),
+            "table_version": snap.version,
+            "valid_as": valid_as,
+            "invalid_as": invalid_as,
+            "routes": placed,
+        }),
+    )
+}
+
+/// How `route` would place `id`; `None` when the route does not accept it
+/// and was not asked for by name.
+fn explain_route(table: &Table, route: &Route, id: &str, named: bool) -> Option<Value> {
+    let mut entry = Map::new();
+    entry.insert("route".into(), route.name.clone().into());
+    entry.insert("template".into(), route.template.clone().into());
+    entry.insert("placement".into(), route.strategy.name().into());
+    let Some(rule) = &route.id else {
+        entry.insert("error".into(), "this route mints its ids; it does not read one".into());
+        return named.then_some(Value::Object(entry));
+    };
+    entry.insert("formats".into(), rule.formats.iter().map(|f| f.name()).collect::<Vec<_>>().into());
+    let decoded = match ids::parse_any(&rule.formats, id, table.id_params()) {
+        Ok(d) => d,
+        Err(e) => {
+            if !named {
+                return None;
+            }
+            entry.insert("error".into(), e.to_string().into());
+            entry.insert("reason".into(), e.reason.code().into());
+            return Some(Value::Object(entry));
+        }
+    };
+    entry.insert("decoded_as".into(), decoded.format().name().into());
+    let strategy = match route.strategy {
+        crate::routing::Strategy::Auto => table.natural_strategy(decoded.format()),
+        s => s,
+    };
+    entry.insert("strategy".into(), strategy.name().into());
+    match table.place(&decoded, route.strategy) {
+        Ok(p) => {
+            entry.insert("region".into(), table.region(p.region).name.clone().into());
+            entry.insert("rule".into(), table.explain(p.rule).to_string().into());
+            entry.insert("rule_kind".into(), p.rule.kind().into());
+        }
+        Err(e) => {
+            entry.insert("error".into(), e.to_string().into());
+            entry.insert("reason".into(), "no_owner".into());
+        }
+    }
+    Some(Value::Object(entry))
+}
+
+/// `{format, canonical, fields: {…}}` of a decoded id (the same field
+/// values `shardgate decode --json` prints).
+fn decoded_json(d: &ids::Decoded) -> Value {
+    let mut text = Vec::with_capacity(256);
+    match ids::json::write_object(d, &mut text) {
+        Ok(()) => serde_json::from_slice(&text).unwrap_or(Value::Null),
+        Err(_) => Value::Null,
+    }
+}

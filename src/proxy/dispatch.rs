@@ -1,0 +1,140 @@
+//! Dispatch: which endpoints a placed request goes to. The owner region's
+//! backends, or its shardgate when the owner is another region (or has no
+//! backends of its own); when none of those is usable, the owner's failover
+//! region, and that one's, along the chain (reads always, writes only where
+//! the route allows), never a region already in the chain; else 503.
+//!
+//! Pure but for the endpoints' health, which it reads.
+
+use http::Uri;
+
+use super::error::ProxyError;
+use crate::routing::{Region, RegionId, Table, Upstream};
+use crate::upstream::Health;
+
+/// The endpoints a request is sent to.
+#[derive(Debug)]
+pub struct Target<'t> {
+    /// The region that serves it.
+    pub region: &'t Region,
+    /// Its backends, or its peer shardgate alone.
+    pub endpoints: &'t [Upstream],
+    /// Whether `endpoints` is the region's peer shardgate.
+    pub via_peer: bool,
+}
+
+/// Where a request whose failover `chain` (the owner first) ends in the
+/// region to try goes. Endpoints in `tried` (failed earlier for this
+/// request) do not count. When the last region of the chain has no usable
+/// endpoint, its failover region is appended and tried in turn, if
+/// `can_fail_over`.
+pub fn dispatch<'t>(
+    table: &'t Table,
+    health: &Health,
+    chain: &mut Vec<RegionId>,
+    can_fail_over: bool,
+    tried: &[&Uri],
+) -> Result<Target<'t>, ProxyError> {
+    let owner = chain.first().copied().unwrap_or(RegionId(0));
+    let usable = |u: &Upstream| !tried.contains(&&u.uri) && health.usable(&u.uri);
+    while let Some(&id) = chain.last() {
+        let region = table.region(id);
+        let remote = table.local_region().is_some_and(|local| local != id);
+        if remote || region.upstreams.is_empty() {
+            if let Some(peer) = region.peer.as_ref().filter(|p| usable(p)) {
+                return Ok(Target { region, endpoints: std::slice::from_ref(peer), via_peer: true });
+            }
+        }
+        if region.upstreams.iter().any(usable) {
+            return Ok(Target { region, endpoints: &region.upstreams, via_peer: false });
+        }
+        match region.failover {
+            Some(next) if can_fail_over && !chain.contains(&next) => chain.push(next),
+            _ => break,
+        }
+    }
+    Err(ProxyError::RegionUnavailable { region: table.region(owner).name.clone() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+    /// kz → eu → us, each with one backend and a peer; `region` served here.
+    fn table(region: &str) -> Result<Table, crate::config::ConfigErrors> {
+        let text = format!(
+            r#"version: 1
+region: {region}
+regions:
+  eu: {{ upstreams: ["http://10.0.0.1:80"], peer: "http://10.1.0.1:80", failover: us }}
+  kz: {{ upstreams: ["http://10.0.0.2:80"], peer: "http://10.1.0.2:80", failover: eu }}
+  us: {{ upstreams: ["http://10.0.0.3:80"], peer: "http://10.1.0.3:80" }}
+routes: []
+"#
+        );
+        Ok(Table::compile(&crate::config::load_str(&text, "t.yaml")?))
+    }
+
+    fn id(t: &Table, name: &str) -> Result<RegionId, String> {
+        t.region_by_name(name).ok_or_else(|| format!("no region {name}"))
+    }
+
+    /// A health state that knows `t`'s endpoints, with those in `down` ejected.
+    fn health(t: &Table, down: &[&str]) -> Health {
+        let h = Health::default();
+        h.track_table(t);
+        for uri in down {
+            if let Ok(u) = uri.parse::<Uri>() {
+                h.record(&u, true, 1, Duration::from_secs(60));
+            }
+        }
+        h
+    }
+
+    #[test]
+    fn local_backends_then_peers_then_the_failover_chain() -> TestResult {
+        let t = table("kz")?;
+        let (kz, eu, us) = (id(&t, "kz")?, id(&t, "eu")?, id(&t, "us")?);
+        // The owner is local: its backends.
+        let target = dispatch(&t, &health(&t, &[]), &mut vec![kz], true, &[])?;
+        assert_eq!((target.region.name.as_str(), target.via_peer), ("kz", false));
+        // The owner is remote: its peer.
+        let target = dispatch(&t, &health(&t, &[]), &mut vec![us], true, &[])?;
+        assert_eq!((target.region.name.as_str(), target.via_peer), ("us", true));
+        // kz's backend is down: eu's peer, and the chain says so.
+        let mut chain = vec![kz];
+        let target = dispatch(&t, &health(&t, &["http://10.0.0.2:80"]), &mut chain, true, &[])?;
+        assert_eq!((target.region.name.as_str(), target.via_peer), ("eu", true));
+        assert_eq!(chain, [kz, eu]);
+        // Tried endpoints count as down; a write that may not fail over gets 503.
+        let tried = [&t.region(kz).upstreams[0].uri];
+        let err = dispatch(&t, &health(&t, &[]), &mut vec![kz], false, &tried);
+        assert!(matches!(err, Err(ProxyError::RegionUnavailable { region }) if region == "kz"));
+        Ok(())
+    }
+
+    #[test]
+    fn a_chain_never_comes_back_to_a_region_in_it() -> TestResult {
+        let t = table("eu")?;
+        let (kz, eu, us) = (id(&t, "kz")?, id(&t, "eu")?, id(&t, "us")?);
+        // Relayed to eu as [kz, eu]; eu's backend is down: on to us's peer.
+        let h = health(&t, &["http://10.0.0.1:80"]);
+        let mut chain = vec![kz, eu];
+        let target = dispatch(&t, &h, &mut chain, true, &[])?;
+        assert_eq!((target.region.name.as_str(), target.via_peer), ("us", true));
+        // us's peer down too: us has its own backend listed, which serves.
+        let h = health(&t, &["http://10.0.0.1:80", "http://10.1.0.3:80"]);
+        let target = dispatch(&t, &h, &mut vec![kz, eu], true, &[])?;
+        assert_eq!((target.region.name.as_str(), target.via_peer), ("us", false));
+        // Everything down: 503 naming the owner, after trying each region once.
+        let all = ["http://10.0.0.1:80", "http://10.0.0.3:80", "http://10.1.0.3:80"];
+        let mut chain = vec![kz, eu];
+        let err = dispatch(&t, &health(&t, &all), &mut chain, true, &[]);
+        assert!(matches!(err, Err(ProxyError::RegionUnavailable { region }) if region == "kz"));
+        assert_eq!(chain, [kz, eu, us]);
+        Ok(())
+    }
+}

@@ -1,0 +1,167 @@
+//! Respond: the end of every request. An error becomes its problem+json
+//! answer ([`super::error`]); every answer gets the request id, and while
+//! draining `Connection: close`; the debug headers, the request metrics and
+//! the access-log line are written here, once. Also what the proxy
+//! listener answers itself: the peers' readiness check and the batch mint
+//! endpoint.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
+use http_body_util::{Either, Full};
+
+use super::error::{problem_response, ProxyError};
+use super::locate::Decision;
+use super::{headers, mint, Proxy, ProxyBody};
+use crate::ids::Format;
+use crate::metrics::RequestRecord;
+use crate::routing::Loaded;
+use crate::upstream::PoolBody;
+
+/// What is kept of a request for its answer and its log line.
+#[derive(Debug)]
+pub(super) struct Arrival {
+    /// When it arrived.
+    pub(super) started: Instant,
+    /// Its request id (the client's, if acceptable, else a fresh UUIDv7).
+    pub(super) request_id: HeaderValue,
+    pub(super) method: Method,
+    pub(super) uri: Uri,
+    pub(super) version: Version,
+}
+
+/// The answer to a request the proxy listener answers itself, if it is one:
+/// `GET /.shardgate/ready` (peers' health checks: 503 while draining) and
+/// `POST <mint_batch.path>`.
+pub(super) fn own_answer<B>(proxy: &Proxy, req: &Request<B>, loaded: &Loaded) -> Option<Response<ProxyBody>> {
+    let path = req.uri().path();
+    if path == crate::mesh::READY_PATH {
+        let (status, body) = if proxy.shared.drain.is_draining() {
+            (StatusCode::SERVICE_UNAVAILABLE, &b"draining\n"[..])
+        } else {
+            (StatusCode::OK, &b"ready\n"[..])
+        };
+        return Some(plain(status, "text/plain", Bytes::from_static(body)));
+    }
+    let table = &loaded.table;
+    if req.method() != Method::POST || table.settings().mint_batch.path.as_deref() != Some(path) {
+        return None;
+    }
+    Some(match mint::batch(req.uri().query(), table, &proxy.minters) {
+        Ok(body) => plain(StatusCode::OK, "application/json", Bytes::from(body)),
+        Err(err) => problem_response(&err, path, "-", &proxy.me.name).map(Either::Right),
+    })
+}
+
+fn plain(status: StatusCode, content_type: &'static str, body: Bytes) -> Response<ProxyBody> {
+    let mut resp = Response::new(Either::Right(Full::new(body)));
+    *resp.status_mut() = status;
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+/// The answer to a routed request, recorded: its response (or problem),
+/// the request id, `Connection: close` while draining, the debug headers,
+/// the metrics and the access-log line.
+pub(super) fn finish(
+    proxy: &Proxy,
+    loaded: &Loaded,
+    arrival: Arrival,
+    decision: &Decision<'_>,
+    result: Result<Response<PoolBody>, ProxyError>,
+) -> Response<ProxyBody> {
+    let table = &loaded.table;
+    let upstream = decision.upstream_started.map(|t| t.elapsed());
+    let (mut resp, error) = match result {
+        Ok(resp) => (resp.map(Either::Left), None),
+        Err(err) => {
+            if let Some((format, reason)) = err.rejected_id() {
+                proxy.shared.metrics.id_decode_failed(format.name(), reason);
+            }
+            tracing::debug!(error = %err, reason = err.reason(), "proxy error");
+            let id = arrival.request_id.to_str().unwrap_or("-");
+            let resp = problem_response(&err, arrival.uri.path(), id, &proxy.me.name).map(Either::Right);
+            (resp, Some(err))
+        }
+    };
+    let h = resp.headers_mut();
+    h.insert(headers::X_REQUEST_ID, arrival.request_id.clone());
+    if proxy.shared.drain.is_draining() && arrival.version <= Version::HTTP_11 {
+        h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    let settings = table.settings();
+    if settings.server.debug_headers {
+        let rule = decision.rule_text(table);
+        for (name, value) in [
+            ("x-shardgate-route", decision.route),
+            ("x-shardgate-region", decision.region),
+            ("x-shardgate-rule", rule.as_deref()),
+        ] {
+            if let Some(v) = value.and_then(|v| HeaderValue::from_str(v).ok()) {
+                h.insert(name, v);
+            }
+        }
+    }
+    let outcome = match &error {
+        Some(err) => err.spec().outcome,
+        None if decision.peer => "forwarded_to_peer",
+        None if decision.minted => "minted",
+        None => "proxied",
+    };
+    let record = Record { status: resp.status().as_u16(), outcome, error: error.as_ref(), upstream };
+    record.write(proxy, loaded, &arrival, decision);
+    resp
+}
+
+/// The metrics and the access-log line of one answered request.
+struct Record<'a> {
+    status: u16,
+    outcome: &'static str,
+    error: Option<&'a ProxyError>,
+    upstream: Option<Duration>,
+}
+
+impl Record<'_> {
+    fn write(&self, proxy: &Proxy, loaded: &Loaded, arrival: &Arrival, decision: &Decision<'_>) {
+        let duration = arrival.started.elapsed();
+        let metrics = &proxy.shared.metrics;
+        let labels = metrics.labels(loaded);
+        metrics.observe_request(
+            &labels,
+            &RequestRecord {
+                method: &arrival.method,
+                route: decision.route,
+                region: decision.region,
+                status: self.status,
+                outcome: self.outcome,
+                id: decision.format.map(|f| (f.name(), decision.minted)),
+                duration,
+                upstream: self.upstream.filter(|_| self.error.is_none()),
+            },
+        );
+        if !loaded.table.settings().log.access {
+            return;
+        }
+        tracing::info!(
+            target: "shardgate::access",
+            request_id = arrival.request_id.to_str().unwrap_or("-"),
+            method = arrival.method.as_str(),
+            route = decision.route,
+            status = self.status,
+            duration_s = duration.as_secs_f64(),
+            upstream_duration_s = self.upstream.map(|d| d.as_secs_f64()),
+            region = decision.region,
+            rule = decision.rule_text(&loaded.table).as_deref(),
+            attempts = decision.attempts,
+            peer_forwarded = decision.peer,
+            outcome = self.outcome,
+            reason = self.error.map(ProxyError::reason),
+            id_format = decision.format.map(Format::name),
+            id = decision.id.as_deref(),
+            "request"
+        );
+    }
+}
