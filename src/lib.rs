@@ -4,12 +4,14 @@
 //!
 //! ## The request path
 //!
-//! One stage per module, in flow order:
+//! One stage per file, in flow order:
 //!
 //! ```text
-//!  accept ─► match route ─► extract id ─► decode id ─► place ─► (mint) ─► dispatch ─► forward ─► respond
-//!  proxy::   routing::      proxy::        ids::        routing:: ids::    local pool  proxy::     proxy::
-//!  server    Table snapshot extract        parse_any    place()   *Minter  or peer     forward     error
+//!  accept ─► admit ─► match ─► extract ─► decode ─► place ─► (mint) ─► dispatch ─► forward ─► respond
+//!  proxy::   proxy::  routing::proxy::    ids::     routing:: proxy::   proxy::     proxy::    proxy::
+//!  server    headers  Table    extract    parse_any place     mint     dispatch    forward    respond
+//!                     └──────── proxy::locate (pure, no I/O) ────────┘             └ upstream::
+//!                                                                                    attempt, pool
 //! ```
 //!
 //! * A request loads the routing table once (an `Arc` snapshot taken from an
@@ -19,29 +21,36 @@
 //!   functions without I/O, run together by [`proxy::locate`]; that is where
 //!   the routing logic lives and where it is tested (and benched, and
 //!   fuzzed) without sockets.
-//! * Forwarding reuses keep-alive connections per endpoint ([`proxy::pool`]).
-//! * Errors the proxy itself produces become HTTP responses in one place,
-//!   [`proxy::error`] (RFC 9457 problem+json plus an RFC 9209 `Proxy-Status`).
+//! * [`proxy::dispatch`] picks the endpoints (local, peer, failover chain);
+//!   [`proxy::forward`] makes the attempts, which [`upstream`] sends over
+//!   kept-alive connections, capped per endpoint, judged by endpoint health.
+//! * Errors shardgate answers itself are one table, [`proxy::error`]
+//!   (RFC 9457 problem+json plus an RFC 9209 `Proxy-Status`), written by
+//!   [`proxy::respond`] with the metrics and the access log.
 //!
-//! ## Modules
+//! ## Modules, lowest layer first
+//!
+//! Each imports only from the layers below it (checked by
+//! `cargo test --test integration structure`).
 //!
 //! * [`ids`]: the id codecs (iUID, Locality UUID, uniqid with shard,
-//!   UUIDv7, Snowflake, Sonyflake, Instagram): parse, fields, format, mint.
-//!   Pure code, no network or configuration types.
-//! * [`config`]: the routing table file: schema, spans, validation with every
-//!   error at once, `check`.
+//!   UUIDv7, Snowflake, Sonyflake, Instagram): parse, fields, format, mint,
+//!   JSON. Pure code, no network or configuration types.
+//! * [`config`]: the routing table file: YAML walk, schema, validation per
+//!   section, the typed [`config::Config`], restart-only keys.
 //! * [`routing`]: the compiled table, placement, the shared snapshot and live reload.
-//! * [`proxy`]: server, locate, extract, mint, forward, pool, headers, errors.
-//! * [`mesh`]: hop and loop headers between regional shardgates.
-//! * [`app`]: assembly of listener, table, reload triggers and signals; `demo`.
-//! * [`cli`]: the command line (`serve`, `check`, `decode`, `mint`, `demo`, `backend`).
-//! * [`decode`]: the `decode` command's output (human table and JSON lines).
-//! * [`backend`]: the demo regional backend (echoes requests as JSON).
-//! * [`probe`]: `shardgate probe URL`, the container image's health check.
-//! * [`demo`]: the demo's example requests.
-//! * [`telemetry`]: logging setup.
 //! * [`tls`]: rustls configurations: the listener (certificate reload,
 //!   client certificates) and `https://` upstreams and peers.
+//! * [`metrics`]: Prometheus metrics, label values from the table.
+//! * [`mesh`]: hop, loop and failover headers between regional shardgates.
+//! * [`upstream`]: the client side: connector, pool, attempts, retries, health.
+//! * [`proxy`]: the request path above, the listener, the drain.
+//! * [`admin`]: the admin listener: probes, metrics, the table, reload,
+//!   drain, `explain`.
+//! * [`telemetry`]: logging setup.
+//! * [`app`]: assembly of the daemon: table, proxy, admin, reload triggers, signals.
+//! * [`cli`]: the command line: `serve` (via [`app`]), `check`, `decode`,
+//!   `mint`, `demo`, `backend`, `probe`; exit codes.
 
 pub mod admin;
 pub mod app;

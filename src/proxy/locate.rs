@@ -101,3 +101,98 @@ pub fn locate<'t>(
     decision.rule = Some(placement.rule);
     Ok(Located { route, id, placement })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::Iuid;
+
+    type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+    fn table() -> Result<Table, crate::config::ConfigErrors> {
+        let text = r#"version: 1
+regions:
+  eu: { upstreams: ["http://127.0.0.1:1"] }
+  kz: { upstreams: ["http://127.0.0.1:2"] }
+countries: { KZ: { id: 7, region: kz }, DE: { id: 49, region: eu } }
+entities: { Order: 3 }
+log: { ids: true }
+routes:
+  - { name: orders, match: { path: "/v1/orders/{id}" }, id: { path_param: id, formats: [iuid] } }
+  - { name: wallet, match: { path: "/v1/wallet" }, id: { header: X-Entity-Id, formats: [iuid] } }
+  - { name: search, match: { path: "/v1/search" }, id: { query: id, formats: [iuid] } }
+  - name: create
+    match: { path: "/v1/orders", methods: [POST] }
+    mint: { format: iuid, entity: Order, country: { header: X-Country } }
+"#;
+        Ok(Table::compile(&crate::config::load_str(text, "t.yaml")?))
+    }
+
+    fn parts(method: &str, uri: &str, headers: &[(&str, &str)]) -> Result<Parts, http::Error> {
+        let mut b = http::Request::builder().method(method).uri(uri);
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        Ok(b.body(())?.into_parts().0)
+    }
+
+    fn region<'t>(t: &'t Table, located: &Located<'_>) -> &'t str {
+        &t.region(located.placement.region).name
+    }
+
+    #[test]
+    fn reads_the_id_where_the_route_says_and_places_it() -> TestResult {
+        let t = table()?;
+        let minters = mint::Minters::new(None, crate::ids::LocalityMode::Variable);
+        let kz = Iuid::from_fields(1_700_000_000_000, 7, 3, 1).to_string();
+        for p in [
+            parts("GET", &format!("/v1/orders/{kz}"), &[])?,
+            parts("GET", "/v1/wallet", &[("x-entity-id", &kz)])?,
+            parts("GET", &format!("/v1/search?q=1&id={}", kz.replacen('-', "%2D", 1)), &[])?,
+        ] {
+            let mut d = Decision::default();
+            let located = locate(&t, &p, &minters, false, &mut d)?;
+            assert_eq!(region(&t, &located), "kz", "{}", p.uri);
+            assert_eq!(located.id.to_string(), kz);
+            assert_eq!((d.format, d.minted, d.id.as_deref()), (Some(Format::Iuid), false, Some(kz.as_str())));
+            assert_eq!(d.rule, Some(Rule::Country { country: 7 }));
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn a_create_route_mints_in_the_asked_country() -> TestResult {
+        let t = table()?;
+        let minters = mint::Minters::new(None, crate::ids::LocalityMode::Variable);
+        let mut d = Decision::default();
+        let located = locate(&t, &parts("POST", "/v1/orders", &[("x-country", "de")])?, &minters, false, &mut d)?;
+        assert_eq!((region(&t, &located), d.minted, d.route), ("eu", true, Some("create")));
+        let Decoded::Iuid(id) = located.id else { return Err("not an iuid".into()) };
+        assert_eq!((id.country(), id.service_entity()), (49, 3));
+        Ok(())
+    }
+
+    #[test]
+    fn failures_are_typed_and_the_route_is_still_recorded() -> TestResult {
+        let t = table()?;
+        let minters = mint::Minters::new(None, crate::ids::LocalityMode::Variable);
+        let cases: [(Parts, &str, Option<&str>); 5] = [
+            (parts("GET", "/nowhere", &[])?, "no_route", None),
+            (parts("GET", "/v1/orders/nope", &[])?, "bad_length", Some("orders")),
+            (parts("GET", "/v1/wallet", &[])?, "missing_id", Some("wallet")),
+            (parts("GET", "/v1/search?id=a&id=b", &[])?, "ambiguous_id", Some("search")),
+            (parts("POST", "/v1/orders", &[("x-country", "XX")])?, "unknown_country", Some("create")),
+        ];
+        for (p, reason, route) in cases {
+            let mut d = Decision::default();
+            let err = locate(&t, &p, &minters, false, &mut d).err().ok_or("accepted")?;
+            assert_eq!((err.reason(), d.route), (reason, route), "{}", p.uri);
+        }
+        // An id whose country has no owner: a configuration gap, 502.
+        let mut d = Decision::default();
+        let unowned = format!("/v1/orders/{}", Iuid::from_fields(0, 99, 3, 1));
+        let err = locate(&t, &parts("GET", &unowned, &[])?, &minters, false, &mut d).err().ok_or("accepted")?;
+        assert_eq!((err.reason(), err.status().as_u16()), ("no_owner", 502));
+        Ok(())
+    }
+}

@@ -163,3 +163,114 @@ impl Table {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{
+        Instagram, InstagramLayout, Iuid, LocalityUuid, Snowflake, Sonyflake, SonyflakeFlavor, UniqidShard, Uuid7,
+    };
+
+    type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+    fn table(extra: &str) -> Result<Table, crate::config::ConfigErrors> {
+        table_hashing("[eu, kz, us] }", extra)
+    }
+
+    fn table_hashing(hash: &str, extra: &str) -> Result<Table, crate::config::ConfigErrors> {
+        let text = format!(
+            r#"version: 1
+regions:
+  eu: {{ upstreams: ["http://127.0.0.1:1"] }}
+  kz: {{ upstreams: ["http://127.0.0.1:2"] }}
+  us: {{ upstreams: ["http://127.0.0.1:3"] }}
+countries: {{ KZ: {{ id: 7, region: kz }}, DE: {{ id: 49, region: eu }} }}
+entities: {{ Order: 3, Wallet: 4 }}
+overrides: [{{ country: KZ, entity: Wallet, region: eu }}]
+shards: {{ count: 16, regions: {{ eu: "0-5", kz: "6-10", us: "11-15" }} }}
+nodes:
+  locality_mac: {{ "c110002": eu }}
+  locality_pid: {{ 42: us }}
+  snowflake_datacenter: {{ 1: kz }}
+  snowflake_worker: {{ 9: us }}
+  sonyflake_machine: {{ 258: kz }}
+  instagram_shard: {{ "0-99": us }}
+key_ranges: [{{ start: "0000000000000000", region: eu }}, {{ start: "8000000000000000", region: us }}]
+hash: {{ regions: {hash}
+time_ranges: [{{ until: 1600000000000, region: eu }}, {{ region: kz }}]
+{extra}routes: []
+"#
+        );
+        Ok(Table::compile(&crate::config::load_str(&text, "t.yaml")?))
+    }
+
+    fn placed(t: &Table, id: Decoded, s: Strategy) -> Result<(String, Rule), NoOwner> {
+        t.place(&id, s).map(|p| (t.region(p.region).name.clone(), p.rule))
+    }
+
+    fn region(t: &Table, id: Decoded, s: Strategy) -> Result<String, NoOwner> {
+        placed(t, id, s).map(|(r, _)| r)
+    }
+
+    #[test]
+    fn each_strategy_reads_its_table() -> TestResult {
+        let t = table("")?;
+        let iuid = |c, e| Decoded::Iuid(Iuid::from_fields(1_700_000_000_000, c, e, 1));
+        assert_eq!(placed(&t, iuid(7, 3), Strategy::Auto)?, ("kz".into(), Rule::Country { country: 7 }));
+        assert_eq!(placed(&t, iuid(7, 4), Strategy::Auto)?, ("eu".into(), Rule::Override { country: 7, entity: 4 }));
+        let shard = |s: u32| -> Result<Decoded, &'static str> {
+            Ok(Decoded::Uniqid(UniqidShard::from_fields(s, 0x1234, 1_700_000_000, 5).ok_or("uniqid")?))
+        };
+        assert_eq!(region(&t, shard(8)?, Strategy::Auto)?, "kz");
+        let loc = |mac, pid| Decoded::Locality(LocalityUuid::from_fields(1, pid, mac, 1_700_000_000_000));
+        assert_eq!(placed(&t, loc(0x0c11_0002, 1), Strategy::Auto)?.0, "eu");
+        assert_eq!(placed(&t, loc(0x0000_0001, 42), Strategy::Auto)?, ("us".into(), Rule::LocalityPid { pid: 42 }));
+        // Twitter's layout: datacenter at bit 17, worker at bit 12.
+        let sf = |dc: u64, w: u64| Snowflake::parse(&((1u64 << 22) | (dc << 17) | (w << 12)).to_string());
+        assert_eq!(region(&t, Decoded::Snowflake(sf(1, 0)?), Strategy::Auto)?, "kz");
+        assert_eq!(region(&t, Decoded::Snowflake(sf(2, 9)?), Strategy::Auto)?, "us");
+        let sony = Sonyflake::parse_with(&((5u64 << 24) | 258).to_string(), SonyflakeFlavor::V1)?;
+        assert_eq!(region(&t, Decoded::Sonyflake(sony), Strategy::Auto)?, "kz");
+        let ig = Instagram::parse_with(&((5u64 << 23) | (42 << 10)).to_string(), InstagramLayout::default())?;
+        assert_eq!(region(&t, Decoded::Instagram(ig), Strategy::Auto)?, "us");
+        // UUIDv7: time ranges when configured (auto), key ranges and hashing on request.
+        let v7 = |ms: u64| Decoded::Uuidv7(Uuid7::from_fields(ms, 0, 1));
+        assert_eq!(region(&t, v7(1_500_000_000_000), Strategy::Auto)?, "eu");
+        assert_eq!(region(&t, v7(1_700_000_000_000), Strategy::TimeRange)?, "kz");
+        let id = v7(1_700_000_000_000);
+        let by_key = if id.key_hash() < 0x8000_0000_0000_0000 { "eu" } else { "us" };
+        assert_eq!(region(&t, id, Strategy::KeyRange)?, by_key);
+        let first = region(&t, v7(123), Strategy::Hash)?;
+        assert_eq!(region(&t, v7(123), Strategy::Hash)?, first, "hashing is stable");
+        Ok(())
+    }
+
+    #[test]
+    fn no_owner_is_typed_and_default_region_catches_it() -> TestResult {
+        let t = table("")?;
+        let unowned = Decoded::Iuid(Iuid::from_fields(0, 99, 3, 1));
+        let err = t.place(&unowned, Strategy::Auto).err().ok_or("placed")?;
+        assert_eq!(err.detail, Missing::Country { country: 99, entity: 3 });
+        assert_eq!(err.to_string(), "no region owns country 99 (entity 3)");
+        // A strategy that cannot read the format.
+        let err = t.place(&unowned, Strategy::Shard).err().ok_or("placed")?;
+        assert_eq!(err.detail, Missing::Unsupported { format: Format::Iuid });
+        let t = table("default_region: us\n")?;
+        assert_eq!(placed(&t, unowned, Strategy::Auto)?, ("us".into(), Rule::Default));
+        Ok(())
+    }
+
+    #[test]
+    fn weighted_hashing_follows_the_weights() -> TestResult {
+        let t = table_hashing("[eu, kz], weights: { kz: 3 } }", "")?;
+        let mut kz = 0;
+        for i in 0..4000u64 {
+            let id = Decoded::Uuidv7(Uuid7::from_fields(1_700_000_000_000 + i, (i * 7919) as u16 & 0x0fff, i));
+            if region(&t, id, Strategy::Hash)? == "kz" {
+                kz += 1;
+            }
+        }
+        assert!((2700..=3300).contains(&kz), "{kz} of 4000 to the region of weight 3 (expected about 3000)");
+        Ok(())
+    }
+}

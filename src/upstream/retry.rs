@@ -44,7 +44,11 @@ impl RetryBudget {
     }
 
     pub(super) fn withdraw(&self, min_per_second: u32) -> bool {
-        let now = crate::ids::SystemClock.unix_secs();
+        self.withdraw_at(min_per_second, crate::ids::SystemClock.unix_secs())
+    }
+
+    /// [`Self::withdraw`] in the second `now` (Unix seconds).
+    fn withdraw_at(&self, min_per_second: u32, now: u64) -> bool {
         if self.second.swap(now, Ordering::Relaxed) != now {
             self.reserve_used.store(0, Ordering::Relaxed);
         }
@@ -57,5 +61,48 @@ impl RetryBudget {
         self.milli_tokens.fetch_add(1000, Ordering::Relaxed);
         self.exhausted.fetch_add(1, Ordering::Relaxed);
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idempotent_methods_are_those_of_rfc_9110() {
+        for m in [Method::GET, Method::HEAD, Method::OPTIONS, Method::TRACE, Method::PUT, Method::DELETE] {
+            assert!(is_idempotent(&m), "{m}");
+        }
+        for m in [Method::POST, Method::PATCH, Method::CONNECT] {
+            assert!(!is_idempotent(&m), "{m}");
+        }
+    }
+
+    #[test]
+    fn the_budget_allows_a_ratio_of_requests_plus_a_reserve_per_second() {
+        let b = RetryBudget::new();
+        // No reserve and nothing deposited: refused, and counted.
+        assert!(!b.withdraw(0));
+        assert_eq!(b.exhausted.load(Ordering::Relaxed), 1);
+        // Ten requests at 0.2 deposit two retries.
+        for _ in 0..10 {
+            b.deposit(0.2);
+        }
+        assert!(b.withdraw(0) && b.withdraw(0));
+        assert!(!b.withdraw(0), "a third retry is over the ratio");
+        // The reserve allows three a second whatever the balance.
+        let b = RetryBudget::new();
+        assert!((0..3).all(|_| b.withdraw_at(3, 100)));
+        assert!(!b.withdraw_at(3, 100), "a fourth in the same second");
+        assert!(b.withdraw_at(3, 101), "a new second, a new reserve");
+        // Deposits are capped: a long quiet spell banks at most 1000 retries.
+        for _ in 0..20_000 {
+            b.deposit(1.0);
+        }
+        let banked = (0..2000).take_while(|_| b.withdraw(0)).count();
+        assert!((1000..=1001).contains(&banked), "{banked}");
+        // Ratios outside 0-1 are clamped.
+        b.deposit(-5.0);
+        assert!(!b.withdraw(0));
     }
 }

@@ -16,4 +16,5 @@ mod mesh;
 mod ops;
 mod proxy;
 mod routing;
+mod structure;
 mod tls;

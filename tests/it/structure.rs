@@ -1,0 +1,164 @@
+//! The shape of the source tree, checked: no file over 700 lines, no
+//! function over 80 lines in the request path (`src/proxy`,
+//! `src/upstream`), and no import cycle between the crate's top-level
+//! modules (the crate doc in `src/lib.rs` is the map of their layers).
+//!
+//! `cargo test --test integration structure` runs these checks.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// Every `.rs` file under `dir`, sorted.
+fn rust_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            out.extend(rust_files(&path)?);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn relative(path: &Path) -> String {
+    path.strip_prefix(src()).unwrap_or(path).display().to_string()
+}
+
+#[test]
+fn structure_no_source_file_is_over_700_lines() -> TestResult {
+    let mut long = Vec::new();
+    for file in rust_files(&src())? {
+        let lines = std::fs::read_to_string(&file)?.lines().count();
+        if lines > 700 {
+            long.push(format!("{}: {lines} lines", relative(&file)));
+        }
+    }
+    assert!(long.is_empty(), "files over 700 lines:\n{}", long.join("\n"));
+    Ok(())
+}
+
+/// The functions of `text` and their lengths in lines, found by their
+/// signature and the closing brace at the signature's indentation
+/// (the code is rustfmt-formatted).
+fn functions(text: &str) -> Vec<(String, usize, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let trimmed = line.trim_start();
+        let indent = line.len() - trimmed.len();
+        let sig = trimmed
+            .trim_start_matches("pub(crate) ")
+            .trim_start_matches("pub(super) ")
+            .trim_start_matches("pub ")
+            .trim_start_matches("const ")
+            .trim_start_matches("async ");
+        let Some(rest) = sig.strip_prefix("fn ") else { continue };
+        if trimmed.ends_with(';') {
+            continue; // a declaration without a body
+        }
+        let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        let close = format!("{}}}", " ".repeat(indent));
+        let one_line = trimmed.ends_with('}');
+        let end = if one_line { Some(0) } else { lines[i..].iter().position(|l| *l == close) };
+        if let Some(end) = end {
+            out.push((name, i + 1, end + 1));
+        }
+    }
+    out
+}
+
+#[test]
+fn structure_no_function_of_the_request_path_is_over_80_lines() -> TestResult {
+    let mut long = Vec::new();
+    for dir in ["proxy", "upstream"] {
+        for file in rust_files(&src().join(dir))? {
+            for (name, line, len) in functions(&std::fs::read_to_string(&file)?) {
+                if len > 80 {
+                    long.push(format!("{}:{line}: fn {name}: {len} lines", relative(&file)));
+                }
+            }
+        }
+    }
+    assert!(long.is_empty(), "functions over 80 lines:\n{}", long.join("\n"));
+    Ok(())
+}
+
+/// The top-level module a file belongs to (`proxy` for `src/proxy/forward.rs`).
+fn module_of(file: &Path) -> Option<String> {
+    let rel = file.strip_prefix(src()).ok()?;
+    let first = rel.components().next()?.as_os_str().to_str()?;
+    let name = first.strip_suffix(".rs").unwrap_or(first);
+    (name != "lib" && name != "main").then(|| name.to_string())
+}
+
+/// Which top-level modules each one names through `crate::`.
+fn module_graph() -> Result<BTreeMap<String, BTreeSet<String>>, Box<dyn std::error::Error>> {
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in rust_files(&src())? {
+        let Some(from) = module_of(&file) else { continue };
+        // Code only: a doc link to a higher layer is not an import.
+        let text: String = std::fs::read_to_string(&file)?
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let uses = graph.entry(from.clone()).or_default();
+        for (i, _) in text.match_indices("crate::") {
+            let to: String = text[i + 7..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            if !to.is_empty() && to != from {
+                uses.insert(to);
+            }
+        }
+    }
+    Ok(graph)
+}
+
+#[test]
+fn structure_top_level_modules_import_each_other_without_a_cycle() -> TestResult {
+    let graph = module_graph()?;
+    // Depth-first search for a back edge.
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(pos) = path.iter().position(|p| p == node) {
+            let mut cycle = path[pos..].to_vec();
+            cycle.push(node.to_string());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_string());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(c) = visit(next, graph, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.insert(node.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    for node in graph.keys() {
+        if let Some(cycle) = visit(node, &graph, &mut Vec::new(), &mut done) {
+            let edges: Vec<String> = graph.iter().map(|(m, to)| format!("{m} -> {to:?}")).collect();
+            return Err(format!("import cycle: {}\n{}", cycle.join(" -> "), edges.join("\n")).into());
+        }
+    }
+    // The layers, lowest first, as src/lib.rs draws them.
+    let ids = &graph["ids"];
+    assert!(ids.is_empty(), "ids depends on {ids:?}: it must stay a library of its own");
+    Ok(())
+}
