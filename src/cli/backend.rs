@@ -18,6 +18,10 @@ use hyper_util::server::conn::auto;
 use sha2::{Digest, Sha256};
 use tokio::net::TcpListener;
 
+use crate::metrics::Metrics;
+use crate::proxy::error::{problem_http1_bytes, ProxyError};
+use crate::proxy::server::Acceptor;
+
 /// `shardgate backend --region R --listen ADDR`: serves until a signal.
 pub async fn run(region: String, listen: std::net::SocketAddr) -> io::Result<i32> {
     let listener = TcpListener::bind(listen)
@@ -28,27 +32,34 @@ pub async fn run(region: String, listen: std::net::SocketAddr) -> io::Result<i32
     Ok(super::stopped(exit))
 }
 
+/// Most connections the backend serves at once; beyond it the shared
+/// [`Acceptor`] answers 503 and closes (it also backs off when accept fails,
+/// so a full file table does not spin the loop).
+const MAX_CONNECTIONS: usize = 4096;
+
 /// Serves the echo backend for `region` on `listener` until `shutdown`.
 pub async fn serve(listener: TcpListener, region: String, shutdown: impl Future<Output = ()>) -> io::Result<()> {
     let region: Arc<str> = region.into();
     let builder = auto::Builder::new(TokioExecutor::new());
+    let refused = ProxyError::TooManyConnections { limit: MAX_CONNECTIONS, listener: "backend" };
+    let refusal: Arc<[u8]> = problem_http1_bytes(&refused, "shardgate-backend").into();
+    let mut acceptor = Acceptor::new(listener, "backend", MAX_CONNECTIONS, refusal, Arc::new(Metrics::new()));
     tokio::pin!(shutdown);
     loop {
-        let (stream, _) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(pair) => pair,
-                Err(_) => continue,
-            },
+        let (stream, _, slot) = tokio::select! {
+            accepted = acceptor.accept() => accepted,
             () = &mut shutdown => return Ok(()),
         };
-        let _ = stream.set_nodelay(true);
         let region = Arc::clone(&region);
         let service = service_fn(move |req| {
             let region = Arc::clone(&region);
             async move { Ok::<_, Infallible>(answer(&region, req).await) }
         });
         let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-        tokio::spawn(conn);
+        tokio::spawn(async move {
+            let _slot = slot;
+            let _ = conn.await;
+        });
     }
 }
 

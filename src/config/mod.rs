@@ -164,20 +164,12 @@ fn finish(source_name: &str, mut errors: Vec<ConfigError>) -> ConfigErrors {
     ConfigErrors { source_name: source_name.to_owned(), errors }
 }
 
-/// Shortens and escapes a user value for an error message.
+/// Shortens and escapes a user value for an error message, in double
+/// quotes as YAML would write it. Same escaping as the proxy's
+/// [`crate::proxy::error::quote`] (which uses single quotes because its
+/// messages travel inside JSON strings).
 pub(crate) fn show(value: &str) -> String {
-    const MAX: usize = 60;
-    let mut out = String::with_capacity(value.len().min(MAX) + 8);
-    out.push('"');
-    for (n, c) in value.chars().enumerate() {
-        if n == MAX {
-            out.push('…');
-            break;
-        }
-        out.extend(c.escape_debug());
-    }
-    out.push('"');
-    out
+    format!("\"{}\"", crate::ids::escape_for_display(value, 60))
 }
 
 #[cfg(test)]

@@ -43,6 +43,17 @@ const fn field(v: u64, shift: u32, bits: u8) -> u64 {
     }
 }
 
+/// A canonical decimal below 2^63: Snowflake-style ids keep the top bit
+/// clear so they fit a signed 64-bit column. `top_bit` names the reason when
+/// it is set (the formats' specs word it differently).
+fn parse_below_2_63(s: &str, format: Format, top_bit: Reason) -> Result<u64, IdError> {
+    let value = text::parse_decimal_u64(s).ok_or(IdError::new(format, Reason::NotCanonicalDecimal))?;
+    if value >> 63 != 0 {
+        return Err(IdError::new(format, top_bit));
+    }
+    Ok(value)
+}
+
 /// A Snowflake id read with a [`SnowflakeLayout`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Snowflake {
@@ -58,11 +69,7 @@ impl Snowflake {
 
     /// Parses a canonical decimal (`0` or `[1-9][0-9]*`) below 2^63.
     pub fn parse_with(s: &str, layout: SnowflakeLayout) -> Result<Snowflake, IdError> {
-        let err = |r| IdError::new(Format::Snowflake, r);
-        let value = text::parse_decimal_u64(s).ok_or(err(Reason::NotCanonicalDecimal))?;
-        if value >> 63 != 0 {
-            return Err(err(Reason::SignBitSet));
-        }
+        let value = parse_below_2_63(s, Format::Snowflake, Reason::SignBitSet)?;
         Ok(Snowflake { value, layout })
     }
 
@@ -171,11 +178,7 @@ pub struct Sonyflake {
 impl Sonyflake {
     /// Parses a canonical decimal below 2^63.
     pub fn parse_with(s: &str, flavor: SonyflakeFlavor) -> Result<Sonyflake, IdError> {
-        let err = |r| IdError::new(Format::Sonyflake, r);
-        let value = text::parse_decimal_u64(s).ok_or(err(Reason::NotCanonicalDecimal))?;
-        if value >> 63 != 0 {
-            return Err(err(Reason::MsbSet));
-        }
+        let value = parse_below_2_63(s, Format::Sonyflake, Reason::MsbSet)?;
         Ok(Sonyflake { value, flavor })
     }
 

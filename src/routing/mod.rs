@@ -2,7 +2,7 @@
 //!
 //! * [`table`]: [`Table`] compiled from a validated [`crate::config::Config`]:
 //!   flat arrays and small maps, immutable once built;
-//! * [`rule`]: the vocabulary: [`Strategy`], [`Placement`], [`Rule`], [`NoOwner`];
+//! * [`rule`]: the vocabulary: [`RegionId`], [`Strategy`], [`Placement`], [`Rule`], [`NoOwner`];
 //! * [`place`]: [`Table::place`], decoded id → [`Placement`] (region and rule);
 //! * [`shared`]: [`SharedTable`], the `ArcSwap` every request takes one
 //!   snapshot from;
@@ -16,9 +16,9 @@ pub mod shared;
 pub mod table;
 
 pub use reload::{ReloadError, ReloadOutcome, Reloader, WatchOptions};
-pub use rule::{Missing, NoOwner, Placement, Rule, Strategy};
+pub use rule::{Missing, NoOwner, Placement, RegionId, Rule, Strategy};
 pub use shared::{Loaded, SharedTable};
 pub use table::{
-    CountrySource, IdRule, IdSource, MintRule, Region, RegionId, Route, RouteMatch, ServerSettings, Settings, Table,
-    Upstream, UpstreamSettings,
+    CountrySource, IdRule, IdSource, MintRule, Region, Route, RouteMatch, ServerSettings, Settings, Table, Upstream,
+    UpstreamSettings,
 };

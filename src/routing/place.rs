@@ -7,8 +7,8 @@
 
 use crate::ids::{mix64, Decoded, Format};
 
-use super::rule::{Missing, NoOwner, Placement, Rule, Strategy};
-use super::table::{RegionId, Table, NONE, OVERRIDE_FLAG};
+use super::rule::{Missing, NoOwner, Placement, RegionId, Rule, Strategy};
+use super::table::{Table, NONE, OVERRIDE_FLAG};
 
 #[inline]
 fn found(v: u16) -> Option<RegionId> {

@@ -6,8 +6,11 @@ use std::fmt;
 
 use crate::ids::Format;
 
-use super::table::RegionId;
 pub use crate::config::model::Strategy;
+
+/// An interned region: an index into [`super::Table::regions`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RegionId(pub u16);
 
 /// Which region owns an id, and the rule that said so.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -12,16 +12,12 @@ use crate::config::template::insert_template;
 use crate::config::values::UpstreamUrl;
 use crate::ids::{self, LocalityMode, NodeIdentity};
 
-use super::rule::Rule;
+use super::rule::{RegionId, Rule};
 
 /// Sentinel for "no region" in the flat arrays.
 pub(crate) const NONE: u16 = u16::MAX;
 /// Set on country×entity cells that come from an override.
 pub(crate) const OVERRIDE_FLAG: u16 = 0x8000;
-
-/// An interned region: an index into [`Table::regions`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct RegionId(pub u16);
 
 /// A region, compiled.
 #[derive(Clone, Debug)]

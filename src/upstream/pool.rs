@@ -52,12 +52,6 @@ pub struct Limits {
     pub max_pending: usize,
 }
 
-impl Default for Limits {
-    fn default() -> Self {
-        Limits { max_connections: 512, max_pending: 1024 }
-    }
-}
-
 /// One kept-open connection.
 struct Kept {
     sender: SendRequest<UpstreamBody>,
