@@ -5,8 +5,9 @@ CPU time on a shared VM moves by ±15% between runs; an instruction count
 does not. This runs the workload of compare.py (the same backends, table and
 wrk scripts) through each given shardgate binary under
 `valgrind --tool=callgrind` and divides the instructions executed by the
-requests served. Start-up (config load, table compile) is included, which is
-a few million instructions against hundreds of millions for the run.
+requests served. Counting starts once the proxy is up and has routed the
+check requests (`callgrind_control -i on`), so start-up (loading the system's
+TLS roots, the table) does not weigh on a binary that served fewer requests.
 
     benches/load/instructions.py [--mode path|header] [--seconds 15] BINARY...
 
@@ -17,6 +18,7 @@ callgrind_annotate.
 import argparse
 import os
 import signal
+import subprocess
 import tempfile
 
 import compare as c
@@ -43,11 +45,13 @@ def main():
         script = c.lua_script(tmp, ids, args.mode)
         for i, binary in enumerate(args.binaries):
             out = os.path.join(tmp, f"callgrind.{i}.{args.mode}")
-            proxy = c.start(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-                             binary, "serve", "--config", config], c.PROXY_CORE)
+            proxy = c.start(["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                             f"--callgrind-out-file={out}", binary, "serve", "--config", config], c.PROXY_CORE)
             try:
                 c.wait_port(c.PROXY_PORT, proxy, timeout=120)
                 c.check_routing(c.PROXY_PORT, ids, args.mode)
+                subprocess.run(["callgrind_control", "-i", "on", str(proxy.pid)], check=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
                 r = c.run_wrk(c.PROXY_PORT, script, args.seconds, args.connections)
             finally:
                 proxy.send_signal(signal.SIGTERM)
