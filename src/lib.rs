@@ -11,7 +11,7 @@
 //!  proxy::   proxy::  routing::proxy::    ids::     routing:: proxy::   proxy::     proxy::    proxy::
 //!  server    headers  Table    extract    parse_any place     mint     dispatch    forward    respond
 //!                     └──────── proxy::locate (pure, no I/O) ────────┘             └ upstream::
-//!                                                                                    attempt, pool
+//!                                                                           attempt, pool, exchange
 //! ```
 //!
 //! * A request loads the routing table once (an `Arc` snapshot taken from an
@@ -24,6 +24,9 @@
 //! * [`proxy::dispatch`] picks the endpoints (local, peer, failover chain);
 //!   [`proxy::forward`] makes the attempts, which [`upstream`] sends over
 //!   kept-alive connections, capped per endpoint, judged by endpoint health.
+//!   The request's own task drives its upstream connection (no connection
+//!   task): [`upstream::exchange`] writes the head once, streams the body,
+//!   and parses the answer with [`http1`].
 //! * Errors shardgate answers itself are one table, [`proxy::error`]
 //!   (RFC 9457 problem+json plus an RFC 9209 `Proxy-Status`), written by
 //!   [`proxy::respond`] with the metrics and the access log.
@@ -36,6 +39,9 @@
 //! * [`ids`]: the id codecs (iUID, Locality UUID, uniqid with shard,
 //!   UUIDv7, Snowflake, Sonyflake, Instagram): parse, fields, format, mint,
 //!   JSON. Pure code, no network or configuration types.
+//! * [`http1`]: HTTP/1.1 on the wire: request and response heads parsed with
+//!   `httparse` into one buffer, body framing and its incremental decoder,
+//!   heads written into one buffer. No I/O.
 //! * [`config`]: the routing table file: YAML walk, schema, validation per
 //!   section, the typed [`config::Config`], restart-only keys.
 //! * [`routing`]: the compiled table, placement, the shared snapshot and live reload.
@@ -43,7 +49,7 @@
 //!   client certificates) and `https://` upstreams and peers.
 //! * [`metrics`]: Prometheus metrics, label values from the table.
 //! * [`mesh`]: hop, loop and failover headers between regional shardgates.
-//! * [`upstream`]: the client side: connector, pool, attempts, retries, health.
+//! * [`upstream`]: the client side: connector, pool, exchange, attempts, retries, health.
 //! * [`proxy`]: the request path above, the listener, the drain.
 //! * [`admin`]: the admin listener: probes, metrics, the table, reload,
 //!   drain, `explain`.
@@ -56,6 +62,7 @@ pub mod admin;
 pub mod app;
 pub mod cli;
 pub mod config;
+pub mod http1;
 pub mod ids;
 pub mod mesh;
 pub mod metrics;

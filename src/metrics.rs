@@ -261,6 +261,8 @@ pub struct ScrapeInputs {
     pub retries: u64,
     /// Retries refused by the retry budget.
     pub budget_exhausted: u64,
+    /// Upstream connections opened.
+    pub connects: u64,
     /// Every known endpoint: (region, endpoint, usable).
     pub endpoints: Option<Vec<(String, String, bool)>>,
 }
@@ -276,6 +278,7 @@ pub struct Metrics {
     minted: Family<MintLabels, Counter>,
     retries: Counter,
     budget_exhausted: Counter,
+    connects: Counter,
     upstream_health: Family<HealthLabels, Gauge>,
     open_connections: Family<ListenerLabels, Gauge>,
     refused_connections: Family<ListenerLabels, Counter>,
@@ -321,6 +324,8 @@ impl Metrics {
         registry.register("ids_minted", "Ids minted for create routes, by format and region", minted.clone());
         let retries = Counter::default();
         registry.register("retries", "Upstream retries sent", retries.clone());
+        let connects = Counter::default();
+        registry.register("upstream_connects", "Upstream connections opened", connects.clone());
         let budget_exhausted = Counter::default();
         registry.register("retry_budget_exhausted", "Retries refused by the retry budget", budget_exhausted.clone());
         let upstream_health = Family::default();
@@ -364,6 +369,7 @@ impl Metrics {
             decode_failures,
             minted,
             retries,
+            connects,
             budget_exhausted,
             upstream_health,
             open_connections,
@@ -491,6 +497,7 @@ impl Metrics {
             self.reloads.get_or_create(&ResultLabels { result: "failure" }).inner().store(failed, Relaxed);
         }
         self.retries.inner().store(inputs.retries, Relaxed);
+        self.connects.inner().store(inputs.connects, Relaxed);
         self.budget_exhausted.inner().store(inputs.budget_exhausted, Relaxed);
         self.last_reload_success.set(unix_seconds(loaded.loaded_at));
         let info = TableInfoLabels { version: loaded.version, sha256: loaded.sha256.clone() };

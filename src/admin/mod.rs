@@ -90,6 +90,7 @@ impl AdminState {
         let inputs = ScrapeInputs {
             reloads: self.reloader.as_ref().map(|r| (r.successes(), r.failures())),
             retries: s.upstreams.retries(),
+            connects: s.upstreams.connects(),
             budget_exhausted: s.upstreams.budget_exhausted(),
             endpoints: Some(endpoints.collect()),
         };

@@ -10,7 +10,7 @@
 use std::time::Instant;
 
 use http::request::Parts;
-use http::{HeaderMap, Response, StatusCode, Uri};
+use http::{HeaderMap, Response, Uri};
 use http_body_util::{Either, Empty};
 use hyper::body::{Body, Incoming};
 use hyper_util::rt::TokioIo;
@@ -22,7 +22,7 @@ use super::Proxy;
 use crate::mesh;
 use crate::routing::{RegionId, Table};
 use crate::upstream::retry::is_idempotent;
-use crate::upstream::{AttemptSettings, ClientBody, Limits, PoolBody, UpstreamBody};
+use crate::upstream::{AttemptSettings, ClientBody, Conn, Limits, ResponseBody, UpstreamBody};
 
 /// What the attempts of one request share.
 #[derive(Debug)]
@@ -62,7 +62,7 @@ pub(super) async fn forward<'t>(
     body: Incoming,
     started: Instant,
     decision: &mut Decision<'t>,
-) -> Result<Response<PoolBody>, ProxyError> {
+) -> Result<Response<ResponseBody>, ProxyError> {
     let (shared, table) = (&proxy.shared, leg.table);
     let s = settings(table, started);
     let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
@@ -148,23 +148,15 @@ fn peer_headers(proxy: &Proxy, leg: &Leg<'_>, target: &Target<'_>, base: &Header
     Ok(headers)
 }
 
-/// Tunnels an upgraded connection (WebSocket) between client and upstream
-/// once both sides have switched protocols.
-pub fn spawn_tunnel(client: hyper::upgrade::OnUpgrade, upstream: hyper::upgrade::OnUpgrade) {
+/// Tunnels an upgraded connection (WebSocket) between the client, once its
+/// side has switched protocols, and the upstream connection that answered
+/// `101`.
+pub fn spawn_tunnel(client: hyper::upgrade::OnUpgrade, upstream: Conn) {
     tokio::spawn(async move {
-        let (Ok(c), Ok(u)) = (client.await, upstream.await) else {
-            tracing::debug!("upgrade failed on one side; tunnel not opened");
+        let Ok(c) = client.await else {
+            tracing::debug!("the client's side of the upgrade failed; tunnel not opened");
             return;
         };
-        let mut c = TokioIo::new(c);
-        let mut u = TokioIo::new(u);
-        if let Err(e) = tokio::io::copy_bidirectional(&mut c, &mut u).await {
-            tracing::debug!(error = %e, "upgraded tunnel closed with an error");
-        }
+        crate::upstream::exchange::tunnel(TokioIo::new(c), upstream).await;
     });
-}
-
-/// Whether an upstream answered `101 Switching Protocols`.
-pub fn is_switching<B>(resp: &Response<B>) -> bool {
-    resp.status() == StatusCode::SWITCHING_PROTOCOLS
 }

@@ -14,6 +14,7 @@ use hyper::body::{Body, Incoming};
 use super::error::ProxyError;
 use super::server::ConnInfo;
 use crate::routing::{Route, Settings};
+use crate::upstream::ResponseBody;
 
 /// A request as it arrived, checked: within the limits, framed as RFC 9112
 /// wants, its path without dot segments (so what is routed is what is
@@ -84,16 +85,15 @@ pub type Minted = (HeaderName, String, Option<String>);
 /// `101`, hop-by-hop and mesh headers removed, a minted id announced when
 /// the owner accepted the create (2xx: after a failure no entity stands
 /// behind the id), `Via` added.
-pub fn from_upstream<B>(
-    mut resp: Response<B>,
+pub fn from_upstream(
+    mut resp: Response<ResponseBody>,
     client_upgrade: Option<hyper::upgrade::OnUpgrade>,
     minted: Option<Minted>,
     via: &Via,
-) -> Response<B> {
-    let switching = super::forward::is_switching(&resp);
+) -> Response<ResponseBody> {
+    let switching = resp.status() == http::StatusCode::SWITCHING_PROTOCOLS;
     if switching {
-        if let (Some(client), Some(up)) = (client_upgrade, resp.extensions_mut().remove::<hyper::upgrade::OnUpgrade>())
-        {
+        if let (Some(client), Some(up)) = (client_upgrade, resp.body_mut().take_upgrade()) {
             super::forward::spawn_tunnel(client, up);
         }
     }

@@ -45,7 +45,7 @@ use crate::ids::{SystemClock, Uuid7Minter};
 use crate::mesh;
 use crate::metrics::Metrics;
 use crate::routing::{SharedTable, Table};
-use crate::upstream::{ClientSettings, Health, PoolBody, Upstreams};
+use crate::upstream::{ClientSettings, Health, ResponseBody, Upstreams};
 
 pub use drain::Drain;
 use error::ProxyError;
@@ -53,7 +53,7 @@ pub use locate::Decision;
 pub use server::ConnInfo;
 
 /// Response body: an upstream's streamed body or a proxy-made one.
-pub type ProxyBody = Either<PoolBody, Full<Bytes>>;
+pub type ProxyBody = Either<ResponseBody, Full<Bytes>>;
 
 /// What the proxy shares with the admin listener, the health checker and
 /// the signal handlers.
@@ -192,7 +192,7 @@ impl Proxy {
         from_peer: bool,
         started: Instant,
         decision: &mut Decision<'t>,
-    ) -> Result<Response<PoolBody>, ProxyError> {
+    ) -> Result<Response<ResponseBody>, ProxyError> {
         let (mut parts, body) = headers::admit(req, table.settings())?;
         let relay = mesh::Relay::take(&mut parts.headers, &self.me.node);
         let served_here = relay.served_here(table);

@@ -17,7 +17,7 @@ use super::{headers, mint, Proxy, ProxyBody};
 use crate::ids::Format;
 use crate::metrics::RequestRecord;
 use crate::routing::Loaded;
-use crate::upstream::PoolBody;
+use crate::upstream::ResponseBody;
 
 /// What is kept of a request for its answer and its log line.
 #[derive(Debug)]
@@ -71,7 +71,7 @@ pub(super) fn finish(
     loaded: &Loaded,
     arrival: Arrival,
     decision: &Decision<'_>,
-    result: Result<Response<PoolBody>, ProxyError>,
+    result: Result<Response<ResponseBody>, ProxyError>,
 ) -> Response<ProxyBody> {
     let table = &loaded.table;
     let upstream = decision.upstream_started.map(|t| t.elapsed());

@@ -1,5 +1,8 @@
-//! One attempt of a request at one endpoint over a kept-alive connection
-//! ([`super::pool`]), with its timeout, passive health and the retry budget.
+//! One attempt of a request at one endpoint: a connection from the pool
+//! ([`super::pool`]), the exchange on it ([`super::exchange`]), with its
+//! timeout, passive health and the retry budget. A kept connection the
+//! server closed while it was idle costs no attempt: the request goes out
+//! again on the next one.
 //!
 //! Which endpoint comes next, and whether a failed attempt is tried again
 //! (another endpoint, or the failover region), is the caller's loop: an
@@ -8,13 +11,14 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use http::{HeaderMap, Method, Request, Response, Uri};
+use http::{HeaderMap, Method, Response, Uri};
 use http_body_util::Either;
 
 use super::body::{BodyPhase, BodyWatch, UpstreamBody};
 use super::connect::{connector, ClientSettings, Connector};
+use super::exchange::{exchange, ExchangeError, Outgoing, ResponseBody};
 use super::health::{Admit, Health};
-use super::pool::{Limits, Pool, PoolBody, PoolError};
+use super::pool::{Limits, Pool, PoolError};
 use super::retry::RetryBudget;
 use crate::routing::Upstream;
 
@@ -108,6 +112,11 @@ impl Upstreams {
         self.retries.load(Ordering::Relaxed)
     }
 
+    /// Upstream connections opened so far.
+    pub fn connects(&self) -> u64 {
+        self.pool.connects()
+    }
+
     /// Counts a request against the retry budget (once per request).
     pub fn deposit(&self, s: &AttemptSettings) {
         self.budget.deposit(s.budget_ratio);
@@ -144,11 +153,11 @@ impl Upstreams {
     }
 
     /// One attempt of the request at `endpoint`: `method`, `path` (the
-    /// origin-form target), `headers` (`Host` is set here from the table)
-    /// and `body`. Records the outcome in passive health: only what the
-    /// upstream did wrong counts (refused, failed or timed out once the
-    /// request was sent, a 5xx when `count_5xx`), never the client's half
-    /// of the exchange nor the endpoint's connection cap.
+    /// origin-form target), `headers` (without `Host`: the endpoint's goes
+    /// out) and `body`. Records the outcome in passive health: only what
+    /// the upstream did wrong counts (refused, failed or timed out once the
+    /// request was sent, an invalid response, a 5xx when `count_5xx`), never
+    /// the client's half of the exchange nor the endpoint's connection cap.
     #[allow(clippy::too_many_arguments)]
     pub async fn attempt(
         &self,
@@ -156,32 +165,26 @@ impl Upstreams {
         admit: Admit,
         method: &Method,
         path: &http::uri::PathAndQuery,
-        mut headers: HeaderMap,
+        headers: HeaderMap,
         body: UpstreamBody,
         s: &AttemptSettings,
         count_5xx: bool,
         health: &Health,
-    ) -> Result<Response<PoolBody>, Failure> {
+    ) -> Result<Response<ResponseBody>, Failure> {
         let watch = match &body {
             Either::Left(b) => Some(b.watch()),
             Either::Right(_) => None,
         };
-        headers.insert(http::header::HOST, endpoint.host.clone());
-        let mut req = Request::new(body);
-        *req.method_mut() = method.clone();
-        // Origin-form: the connection is already to the endpoint.
-        *req.uri_mut() = Uri::from(path.clone());
-        *req.version_mut() = http::Version::HTTP_11;
-        *req.headers_mut() = headers;
+        let out = Outgoing { method, target: path.as_str(), host: &endpoint.host, headers: &headers };
         let record = |failed: bool| health.record(&endpoint.uri, failed, s.eject_after, s.eject_for);
-        let exchange = self.pool.send(endpoint, req, s.limits);
-        tokio::pin!(exchange);
+        let send = self.send(endpoint, &out, body, s.limits);
+        tokio::pin!(send);
         let attempt_started = Instant::now();
         let outcome = loop {
             let now = Instant::now();
             let wake = due(watch.as_deref(), attempt_started, s).unwrap_or(now + s.attempt_timeout);
             tokio::select! {
-                r = &mut exchange => break Some(r),
+                r = &mut send => break Some(r),
                 _ = tokio::time::sleep_until(wake.into()) => {
                     // The body may have moved on while this slept: judge by now.
                     if due(watch.as_deref(), attempt_started, s).is_some_and(|d| Instant::now() >= d) {
@@ -196,25 +199,31 @@ impl Upstreams {
                 record(count_5xx && resp.status().is_server_error());
                 Ok(resp)
             }
-            Some(Err(PoolError::Connect(e, req))) => {
+            Some(Err(Unsent::Connect(e, body))) => {
                 tracing::debug!(endpoint = %endpoint.uri, error = %e, "upstream connect failed");
                 record(true);
-                Err(Failure { error: AttemptError::Connect, unsent: Some(req.into_body()) })
+                Err(Failure { error: AttemptError::Connect, unsent: Some(body) })
             }
-            Some(Err(PoolError::Saturated(req))) => {
-                Err(Failure { error: AttemptError::Saturated, unsent: Some(req.into_body()) })
+            Some(Err(Unsent::Saturated(body))) => Err(Failure { error: AttemptError::Saturated, unsent: Some(body) }),
+            Some(Err(Unsent::Failed(e))) => {
+                let client = watch.as_deref().and_then(BodyWatch::client_failure);
+                match (client, &e) {
+                    (Some(detail), _) => {
+                        tracing::debug!(endpoint = %endpoint.uri, error = %e, detail, "client body failed");
+                        Err(Failure { error: AttemptError::ClientBody(detail), unsent: None })
+                    }
+                    (None, ExchangeError::ClientBody(_)) => {
+                        tracing::debug!(endpoint = %endpoint.uri, error = %e, "client body failed");
+                        let detail = "the request body could not be read from the client";
+                        Err(Failure { error: AttemptError::ClientBody(detail), unsent: None })
+                    }
+                    (None, _) => {
+                        tracing::debug!(endpoint = %endpoint.uri, error = %e, "upstream request failed");
+                        record(true);
+                        Err(Failure { error: AttemptError::Failed, unsent: None })
+                    }
+                }
             }
-            Some(Err(PoolError::Failed(e))) => match watch.as_deref().and_then(BodyWatch::client_failure) {
-                Some(detail) => {
-                    tracing::debug!(endpoint = %endpoint.uri, error = %e, detail, "client body failed");
-                    Err(Failure { error: AttemptError::ClientBody(detail), unsent: None })
-                }
-                None => {
-                    tracing::debug!(endpoint = %endpoint.uri, error = %e, "upstream request failed");
-                    record(true);
-                    Err(Failure { error: AttemptError::Failed, unsent: None })
-                }
-            },
             None => {
                 record(true);
                 let error = if watch.is_none() && Instant::now() >= s.started + s.request_timeout {
@@ -226,6 +235,39 @@ impl Upstreams {
             }
         }
     }
+
+    /// Sends the request on a connection to `endpoint`: a kept one the
+    /// server turns out to have closed is dropped and the next one taken
+    /// (the body was not touched), until a fresh one, which cannot be stale.
+    async fn send(
+        &self,
+        endpoint: &Upstream,
+        out: &Outgoing<'_>,
+        mut body: UpstreamBody,
+        limits: Limits,
+    ) -> Result<Response<ResponseBody>, Unsent> {
+        loop {
+            let conn = match self.pool.connection(endpoint, limits).await {
+                Ok(conn) => conn,
+                Err(PoolError::Connect(e)) => return Err(Unsent::Connect(e, body)),
+                Err(PoolError::Saturated) => return Err(Unsent::Saturated(body)),
+            };
+            match exchange(conn, out, &mut body).await {
+                Ok(resp) => return Ok(resp),
+                Err(ExchangeError::Stale(e)) => {
+                    tracing::debug!(endpoint = %endpoint.uri, error = %e, "kept connection was closed; sending on another");
+                }
+                Err(e) => return Err(Unsent::Failed(e)),
+            }
+        }
+    }
+}
+
+/// How [`Upstreams::send`] failed: with the body back when nothing was sent.
+enum Unsent {
+    Connect(String, UpstreamBody),
+    Saturated(UpstreamBody),
+    Failed(ExchangeError),
 }
 
 /// When the attempt times out, as things stand: `None` while the client is

@@ -5,17 +5,16 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{header, Request, StatusCode, Uri};
-use http_body_util::Empty;
-use hyper::client::conn::http1;
-use tower_service::Service;
+use bytes::BytesMut;
+use http::{Method, StatusCode, Uri};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::connect::Connector;
+use crate::http1::{self, write};
 
 /// GETs `uri` through `connector` with `user_agent`; the status, or why there
-/// is none (the whole cause chain, e.g. "tcp connect error: Connection
-/// refused"), within `timeout`.
+/// is none (e.g. "tcp connect error: Connection refused (os error 111)"),
+/// within `timeout`. Only the head is read.
 pub async fn get(
     connector: &Connector,
     uri: Uri,
@@ -23,44 +22,35 @@ pub async fn get(
     timeout: Duration,
 ) -> Result<StatusCode, String> {
     let exchange = async {
-        let mut connector = connector.clone();
-        std::future::poll_fn(|cx| connector.poll_ready(cx)).await.map_err(|e| chain(e.as_ref()))?;
-        let io = connector.call(uri.clone()).await.map_err(|e| chain(e.as_ref()))?;
-        let (mut sender, conn) = http1::handshake(io).await.map_err(|e| chain(&e))?;
+        let mut io = connector.connect(&uri).await?;
         let target = uri.path_and_query().map_or("/", |p| p.as_str());
         let host = uri.authority().map_or("", |a| a.as_str());
-        let req = Request::get(target)
-            .header(header::HOST, host)
-            .header(header::USER_AGENT, user_agent)
-            .header(header::CONNECTION, "close")
-            .body(Empty::<Bytes>::new())
-            .map_err(|e| e.to_string())?;
-        // The connection is driven here, beside the request: it ends with it.
-        let resp = sender.send_request(req);
-        tokio::pin!(resp, conn);
-        let resp = tokio::select! {
-            resp = &mut resp => resp,
-            ended = &mut conn => match ended {
-                Ok(()) => resp.await,
-                Err(e) => return Err(chain(&e)),
-            },
-        };
-        resp.map(|r| r.status()).map_err(|e| chain(&e))
+        let mut head = Vec::with_capacity(128);
+        write::request_line(&mut head, &Method::GET, target);
+        write::field(&mut head, "host", host.as_bytes());
+        write::field(&mut head, "user-agent", user_agent.as_bytes());
+        write::field(&mut head, "connection", b"close");
+        head.extend_from_slice(b"\r\n");
+        io.write_all(&head).await.map_err(|e| format!("write error: {e}"))?;
+        io.flush().await.map_err(|e| format!("write error: {e}"))?;
+        let mut buf = BytesMut::with_capacity(4096);
+        loop {
+            match http1::parse_response(&mut buf, &Method::GET) {
+                Ok(Some(h)) if h.status.is_informational() => continue,
+                Ok(Some(h)) => return Ok(h.status),
+                Ok(None) => {}
+                Err(e) => return Err(format!("invalid response: {e}")),
+            }
+            match io.read_buf(&mut buf).await {
+                Ok(0) if buf.is_empty() => return Err("connection closed before any response".to_string()),
+                Ok(0) => return Err("connection closed in the middle of the response head".to_string()),
+                Ok(_) => {}
+                Err(e) => return Err(format!("read error: {e}")),
+            }
+        }
     };
     match tokio::time::timeout(timeout, exchange).await {
         Ok(result) => result,
         Err(_) => Err(format!("no answer within {timeout:?}")),
     }
-}
-
-/// An error and its sources, joined: "client error (Connect): tcp connect error: …".
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut message = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        message.push_str(": ");
-        message.push_str(&c.to_string());
-        cause = c.source();
-    }
-    message
 }

@@ -1,17 +1,21 @@
-//! How the proxy connects to upstreams and peers: plain TCP for `http://`,
-//! rustls for `https://` (HTTP/1.1 by ALPN), with the settings fixed at
+//! How the proxy connects to upstreams and peers: TCP (no Nagle) for
+//! `http://`, rustls over it for `https://` (ALPN `http/1.1`, the server
+//! name from the URI), within the connect timeout; settings fixed at
 //! start-up.
 
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::Uri;
-use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
-use hyper_util::client::legacy::connect::HttpConnector;
-
-/// The connector of every upstream and peer client: plain TCP for
-/// `http://`, rustls for `https://` (HTTP/1.1 by ALPN).
-pub type Connector = HttpsConnector<HttpConnector>;
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::TlsConnector;
 
 /// Client settings fixed at start-up (changing them needs a restart).
 #[derive(Clone, Debug)]
@@ -24,18 +28,148 @@ pub struct ClientSettings {
     pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
+/// Opens connections to upstreams and peers; cheap to clone.
+#[derive(Clone)]
+pub struct Connector {
+    timeout: Duration,
+    tls: TlsConnector,
+}
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connector").field("timeout", &self.timeout).finish_non_exhaustive()
+    }
+}
+
 /// The connector for `settings`: `http://` and `https://` endpoints alike.
 pub fn connector(settings: &ClientSettings) -> Connector {
-    let mut http = HttpConnector::new();
-    http.set_connect_timeout(Some(settings.connect_timeout));
-    http.set_nodelay(true);
-    // The TLS layer sees `https://` URIs only if the TCP layer lets them through.
-    http.enforce_http(false);
-    let tls = match &settings.tls {
+    let mut tls = match &settings.tls {
         Some(c) => (**c).clone(),
         None => crate::tls::client_config_or_closed(&crate::config::schema::UpstreamTls::default()),
     };
-    HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().wrap_connector(http)
+    // The upstream leg speaks HTTP/1.1 only.
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Connector { timeout: settings.connect_timeout, tls: TlsConnector::from(Arc::new(tls)) }
+}
+
+/// An open connection: TCP, or TLS over TCP.
+#[derive(Debug)]
+pub enum Stream {
+    /// `http://`.
+    Tcp(TcpStream),
+    /// `https://`.
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl Connector {
+    /// Connects to the endpoint `uri` names (scheme, host and port; the
+    /// default port of the scheme when it has none). The error is the whole
+    /// story in one line ("tcp connect error: Connection refused (os error 111)").
+    pub async fn connect(&self, uri: &Uri) -> Result<Stream, String> {
+        let tls = match uri.scheme_str() {
+            Some("https") => true,
+            Some("http") | None => false,
+            Some(other) => return Err(format!("unsupported scheme {other:?}")),
+        };
+        let host = uri.host().ok_or_else(|| format!("no host in {uri}"))?;
+        let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
+        // `[::1]` in a URI is `::1` to the resolver and to TLS.
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        let tcp = tokio::time::timeout(self.timeout, tcp(bare, port))
+            .await
+            .map_err(|_| format!("tcp connect error: timed out after {:?}", self.timeout))??;
+        if !tls {
+            return Ok(Stream::Tcp(tcp));
+        }
+        let name =
+            ServerName::try_from(bare.to_owned()).map_err(|e| format!("invalid tls server name {bare:?}: {e}"))?;
+        let handshake = self.tls.connect(name, tcp);
+        match tokio::time::timeout(self.timeout, handshake).await {
+            Ok(Ok(s)) => Ok(Stream::Tls(Box::new(s))),
+            Ok(Err(e)) => Err(format!("tls handshake error: {e}")),
+            Err(_) => Err(format!("tls handshake error: timed out after {:?}", self.timeout)),
+        }
+    }
+}
+
+/// A TCP connection to `host:port`: an IP literal directly, a name through
+/// the resolver, each address in turn until one answers.
+async fn tcp(host: &str, port: u16) -> Result<TcpStream, String> {
+    let addrs: Vec<SocketAddr> = match host.parse::<IpAddr>() {
+        Ok(ip) => vec![SocketAddr::new(ip, port)],
+        Err(_) => tokio::net::lookup_host((host, port)).await.map_err(|e| format!("dns error: {host}: {e}"))?.collect(),
+    };
+    let mut last = format!("dns error: {host}: no addresses");
+    for addr in addrs {
+        match TcpStream::connect(addr).await {
+            Ok(s) => {
+                let _ = s.set_nodelay(true);
+                return Ok(s);
+            }
+            Err(e) => last = format!("tcp connect error: {e}"),
+        }
+    }
+    Err(last)
+}
+
+impl Stream {
+    /// The TCP connection underneath.
+    pub fn tcp(&self) -> &TcpStream {
+        match self {
+            Stream::Tcp(s) => s,
+            Stream::Tls(s) => s.get_ref().0,
+        }
+    }
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Stream::Tcp(s) => s.is_write_vectored(),
+            Stream::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
 }
 
 /// `endpoint` (scheme and authority) joined with the request's path and query.

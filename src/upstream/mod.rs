@@ -3,6 +3,8 @@
 //! * [`connect`]: the connector (`http://`, `https://`) and its start-up settings;
 //! * [`pool`]: kept-alive HTTP/1.1 connections per endpoint, shared by every
 //!   runtime thread, capped per endpoint with a bounded wait queue;
+//! * [`exchange`]: one HTTP/1.1 exchange on a connection the request's
+//!   task owns (no connection task): head and body out, head and body back;
 //! * [`body`]: the client's body on its way upstream, watched, so timeouts
 //!   and blame follow what each side did;
 //! * [`attempt`]: one attempt at one endpoint: its timeout, the endpoint's
@@ -15,6 +17,7 @@ pub mod attempt;
 pub mod body;
 pub mod client;
 pub mod connect;
+pub mod exchange;
 pub mod health;
 pub mod pool;
 pub mod retry;
@@ -22,5 +25,6 @@ pub mod retry;
 pub use attempt::{AttemptSettings, Failure, Upstreams};
 pub use body::{ClientBody, UpstreamBody};
 pub use connect::{connector, ClientSettings, Connector};
+pub use exchange::ResponseBody;
 pub use health::{Admit, Health};
-pub use pool::{Limits, PoolBody};
+pub use pool::{Conn, Limits};

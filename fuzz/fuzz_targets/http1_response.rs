@@ -1,0 +1,74 @@
+//! Upstream response fuzz target: what the proxy reads from an upstream
+//! (`http1::parse_response`, then the body through `framing::Decoder`).
+//! The first byte picks the request method (HEAD or GET) and how many bytes
+//! arrive per read; the rest is the upstream's bytes. No input may panic,
+//! and:
+//! * the head parses to the same outcome read at once or piecemeal;
+//! * the body yields at most the bytes that followed the head, and the
+//!   same bytes whether they arrive at once or piecemeal.
+#![no_main]
+
+use bytes::{Bytes, BytesMut};
+use http::Method;
+use libfuzzer_sys::fuzz_target;
+use shardgate::http1::{parse_response, Decoded, Decoder};
+
+/// Body bytes out of `rest`, fed `step` bytes at a time; `None` on a framing error.
+fn body(decoder: &mut Decoder, rest: &[u8], step: usize) -> Option<Vec<u8>> {
+    let mut buf = BytesMut::new();
+    let mut out = Vec::new();
+    let mut fed = 0;
+    loop {
+        match decoder.decode(&mut buf) {
+            Ok(Decoded::Data(d)) => out.extend_from_slice(&d),
+            Ok(Decoded::Done) => return Some(out),
+            Ok(Decoded::NeedMore) if fed < rest.len() => {
+                let n = step.min(rest.len() - fed);
+                buf.extend_from_slice(&rest[fed..fed + n]);
+                fed += n;
+            }
+            Ok(Decoded::NeedMore) => return decoder.eof().ok().map(|()| out),
+            Err(_) => return None,
+        }
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&first, input)) = data.split_first() else { return };
+    let method = if first & 1 == 1 { Method::HEAD } else { Method::GET };
+    let step = usize::from(first >> 1).max(1);
+
+    let mut whole = BytesMut::from(input);
+    let at_once = parse_response(&mut whole, &method);
+
+    let mut piecemeal = BytesMut::new();
+    let mut fed = 0;
+    let by_pieces = loop {
+        match parse_response(&mut piecemeal, &method) {
+            Ok(None) if fed < input.len() => {
+                let n = step.min(input.len() - fed);
+                piecemeal.extend_from_slice(&input[fed..fed + n]);
+                fed += n;
+            }
+            other => break other,
+        }
+    };
+    match (&at_once, &by_pieces) {
+        (Ok(Some(a)), Ok(Some(b))) => {
+            assert_eq!((a.status, a.framing, a.keep_alive), (b.status, b.framing, b.keep_alive));
+            assert_eq!(a.headers, b.headers);
+            let rest: Bytes = whole.freeze();
+            let mut d1 = Decoder::new(a.framing);
+            let mut d2 = Decoder::new(a.framing);
+            let one = body(&mut d1, &rest, rest.len().max(1));
+            let many = body(&mut d2, &rest, step);
+            if let Some(b) = &one {
+                assert!(b.len() <= rest.len());
+            }
+            assert_eq!(one, many, "the body depends on how its bytes arrive");
+        }
+        (Ok(None), Ok(None)) | (Err(_), Err(_)) => {}
+        // A head too large may be seen as such before or after completion.
+        _ => assert!(input.len() > shardgate::http1::response::MAX_HEAD_BYTES, "{at_once:?} vs {by_pieces:?}"),
+    }
+});

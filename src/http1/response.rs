@@ -1,0 +1,208 @@
+//! A response head (RFC 9112 §4), parsed out of an upstream connection's
+//! read buffer, and how its body is delimited (§6.3):
+//!
+//! ```text
+//! status-line = HTTP-version SP status-code SP [ reason-phrase ] CRLF
+//! body        = none      for HEAD, 1xx, 204, 304
+//!             | chunked   Transfer-Encoding ending in chunked
+//!             | to close  any other Transfer-Encoding, or no length at all
+//!             | n bytes   Content-Length (repeats and lists must agree)
+//! ```
+//!
+//! Keep-alive: HTTP/1.1 unless `Connection: close`, HTTP/1.0 only with
+//! `Connection: keep-alive`, never for a body delimited by the close.
+
+use std::mem::MaybeUninit;
+
+use bytes::BytesMut;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, StatusCode, Version};
+
+use super::{connection, content_length, ends_chunked, parse_error, range_in, Error, Framing, Part, Reason};
+
+/// Most header fields in a response head.
+pub const MAX_HEADERS: usize = 100;
+/// Largest response head, in bytes.
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+
+/// A parsed response head.
+#[derive(Debug)]
+pub struct ResponseHead {
+    /// Status.
+    pub status: StatusCode,
+    /// `HTTP/1.0` or `HTTP/1.1`.
+    pub version: Version,
+    /// Header fields, in order, names lowercased.
+    pub headers: HeaderMap,
+    /// How the body is delimited (given the request's method).
+    pub framing: Framing,
+    /// Whether the connection may carry another request after this response.
+    pub keep_alive: bool,
+}
+
+/// Parses a response head at the start of `buf`, for a request with
+/// `method`. `Ok(None)`: incomplete, read more. On success the head's bytes
+/// leave `buf`. A 1xx head is returned like any other (the caller skips
+/// it, or switches protocols on a 101).
+pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<ResponseHead>, Error> {
+    let err = |r| Error::new(Part::ResponseHead, r);
+    let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut resp = httparse::Response::new(&mut []);
+    let bytes: &[u8] = buf;
+    let len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(&mut resp, bytes, &mut fields)
+    {
+        Ok(httparse::Status::Complete(len)) if len > MAX_HEAD_BYTES => return Err(err(Reason::HeadTooLarge)),
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) if bytes.len() > MAX_HEAD_BYTES => return Err(err(Reason::HeadTooLarge)),
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => return Err(parse_error(Part::ResponseHead, e)),
+    };
+    let (Some(minor), Some(code)) = (resp.version, resp.code) else { return Err(err(Reason::Status)) };
+    let status = StatusCode::from_u16(code).map_err(|_| err(Reason::Status))?;
+    // Each field's name, and where its value lies once the head leaves the
+    // buffer. (A list sized by the count, not an array sized by the limit:
+    // zeroing the latter cost more than the parse itself.)
+    let count = resp.headers.len();
+    let mut parsed = Vec::with_capacity(count);
+    for h in resp.headers.iter() {
+        let name = HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| err(Reason::HeaderName))?;
+        parsed.push((name, range_in(bytes, h.value)));
+    }
+    let head = buf.split_to(len).freeze();
+    let http11 = minor == 1;
+    let mut out = ResponseHead {
+        status,
+        version: if http11 { Version::HTTP_11 } else { Version::HTTP_10 },
+        headers: HeaderMap::with_capacity(count),
+        framing: Framing::Empty,
+        keep_alive: http11,
+    };
+    let (mut length, mut bad_length, mut encoded, mut chunked, mut close) = (None, false, false, false, false);
+    for (name, value) in parsed {
+        let value = HeaderValue::from_maybe_shared(head.slice(value)).map_err(|_| err(Reason::HeaderValue))?;
+        match name {
+            header::TRANSFER_ENCODING => {
+                encoded = true;
+                chunked = ends_chunked(value.as_bytes());
+            }
+            header::CONTENT_LENGTH => {
+                // A list (`5, 5`) is fine when every element agrees.
+                for part in value.as_bytes().split(|&b| b == b',') {
+                    match (content_length(part.trim_ascii()), length) {
+                        (None, _) => bad_length = true,
+                        (Some(n), Some(prev)) if n != prev => bad_length = true,
+                        (Some(n), _) => length = Some(n),
+                    }
+                }
+            }
+            header::CONNECTION => connection(value.as_bytes(), http11, &mut close, &mut out.keep_alive),
+            _ => {}
+        }
+        out.headers.append(name, value);
+    }
+    let bodiless = *method == Method::HEAD
+        || status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED;
+    out.framing = match (bodiless, encoded, length) {
+        (true, _, _) => Framing::Empty,
+        (false, true, _) if chunked && http11 => Framing::Chunked,
+        (false, true, _) => Framing::UntilClose,
+        (false, false, _) if bad_length => return Err(err(Reason::ContentLength)),
+        (false, false, Some(0)) => Framing::Empty,
+        (false, false, Some(n)) => Framing::Length(n),
+        (false, false, None) => Framing::UntilClose,
+    };
+    // Transfer-Encoding beside a length: the length is ignored, and the
+    // connection is not trusted with another message (§6.3 rule 3).
+    if out.framing == Framing::UntilClose || (encoded && length.is_some()) {
+        out.keep_alive = false;
+    }
+    Ok(Some(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+    fn parse(text: &str, method: Method) -> Result<Option<ResponseHead>, Error> {
+        parse_response(&mut BytesMut::from(text.as_bytes()), &method)
+    }
+
+    fn framing(text: &str, method: Method) -> Option<(Framing, bool)> {
+        parse(text, method).ok().flatten().map(|h| (h.framing, h.keep_alive))
+    }
+
+    #[test]
+    fn the_body_is_delimited_as_section_6_3_says() -> TestResult {
+        let get = Method::GET;
+        assert_eq!(
+            framing("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", get.clone()),
+            Some((Framing::Length(5), true))
+        );
+        assert_eq!(framing("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", Method::HEAD), Some((Framing::Empty, true)));
+        assert_eq!(framing("HTTP/1.1 204 No Content\r\n\r\n", get.clone()), Some((Framing::Empty, true)));
+        assert_eq!(
+            framing("HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n", get.clone()),
+            Some((Framing::Empty, true))
+        );
+        assert_eq!(
+            framing("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", get.clone()),
+            Some((Framing::Chunked, true))
+        );
+        assert_eq!(
+            framing("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", get.clone()),
+            Some((Framing::UntilClose, false))
+        );
+        assert_eq!(framing("HTTP/1.1 200 OK\r\n\r\n", get.clone()), Some((Framing::UntilClose, false)));
+        assert_eq!(
+            framing("HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\n", get.clone()),
+            Some((Framing::Length(5), true))
+        );
+        assert_eq!(
+            framing("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", get.clone()),
+            Some((Framing::Chunked, false))
+        );
+        assert_eq!(
+            framing("HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\n", get.clone()),
+            Some((Framing::Length(1), false))
+        );
+        assert_eq!(
+            framing("HTTP/1.0 200 OK\r\nContent-Length: 1\r\nConnection: keep-alive\r\n\r\n", get.clone()),
+            Some((Framing::Length(1), true))
+        );
+        assert_eq!(
+            framing("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 1\r\n\r\n", get),
+            Some((Framing::Length(1), false))
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn bad_lengths_and_statuses_are_refused() {
+        let reason = |t: &str| parse(t, Method::GET).err().map(|e| e.reason);
+        assert_eq!(
+            reason("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n"),
+            Some(Reason::ContentLength)
+        );
+        assert_eq!(reason("HTTP/1.1 200 OK\r\nContent-Length: five\r\n\r\n"), Some(Reason::ContentLength));
+        assert_eq!(reason("HTTP/1.1 2000 OK\r\n\r\n"), Some(Reason::Status));
+        assert_eq!(reason("HTTP/1.1 099 OK\r\n\r\n"), Some(Reason::Status));
+        assert!(matches!(parse("HTTP/1.1 200 OK\r\n", Method::GET), Ok(None)));
+    }
+
+    #[test]
+    fn the_head_leaves_the_buffer_and_values_are_kept() -> TestResult {
+        let mut buf = BytesMut::from(
+            &b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\nframes"[..],
+        );
+        let head = parse_response(&mut buf, &Method::GET)?.ok_or("complete")?;
+        assert_eq!(head.status, StatusCode::SWITCHING_PROTOCOLS);
+        assert_eq!(head.framing, Framing::Empty);
+        assert_eq!(head.headers.get("upgrade").map(|v| v.as_bytes()), Some(&b"websocket"[..]));
+        assert_eq!(&buf[..], b"frames");
+        Ok(())
+    }
+}

@@ -1,0 +1,487 @@
+//! One HTTP/1.1 exchange on a connection the request's task owns: the
+//! request head written once, the body streamed under its framing, the
+//! response head parsed with `httparse`, the response body handed to the
+//! client leg as it arrives (RFC 9112):
+//!
+//! ```text
+//! write   head ─ body (Content-Length: as is │ unknown length: chunked)
+//!           │ (bytes arriving meanwhile: a 100 is skipped, a final head
+//!           │  ends the upload early and the connection is not kept)
+//! read    1xx… ─ final head ─ body (length │ chunked │ until close │ none)
+//!                     │ 101: the connection leaves for the tunnel
+//! end     body read to its end and keep-alive ─▶ back to the pool
+//! ```
+//!
+//! There is no connection task and no channel: the request's task drives
+//! the socket, and the response body ([`ResponseBody`]) reads from it while
+//! the client leg polls it. Body bytes are never copied on the way down
+//! (they are split off the read buffer); on the way up a frame is copied
+//! once into the write buffer with its chunk framing, so a small request
+//! leaves in one system call.
+
+use std::fmt;
+use std::io;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Method, Response};
+use hyper::body::{Body, Frame, SizeHint};
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use super::pool::Conn;
+use crate::http1::{self, framing, Decoded, Decoder, ResponseHead};
+
+/// Most bytes read from an upstream socket at once.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// The request as it goes upstream: method, origin-form target, the
+/// endpoint's `Host`, and the header fields (without `Host`).
+#[derive(Debug)]
+pub struct Outgoing<'a> {
+    /// Method.
+    pub method: &'a Method,
+    /// Origin-form target (`/path?query`).
+    pub target: &'a str,
+    /// The endpoint's authority.
+    pub host: &'a HeaderValue,
+    /// Header fields, hop-by-hop ones removed already.
+    pub headers: &'a HeaderMap,
+}
+
+/// Why an exchange failed.
+#[derive(Debug)]
+pub enum ExchangeError {
+    /// A kept connection turned out closed before it carried the request:
+    /// the server closed it while it was idle. Nothing of the body was
+    /// taken and nothing was answered, so the request goes out again on
+    /// another connection, and the endpoint is not blamed.
+    Stale(String),
+    /// The connection failed (reset, closed) after the request was, or may
+    /// have been, sent.
+    Io(String),
+    /// The upstream's response is not valid HTTP/1.1.
+    BadResponse(http1::Error),
+    /// The client's body failed (malformed framing, cut short).
+    ClientBody(String),
+}
+
+impl fmt::Display for ExchangeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExchangeError::Stale(e) => write!(f, "kept connection closed before use: {e}"),
+            ExchangeError::Io(e) => write!(f, "upstream connection failed: {e}"),
+            ExchangeError::BadResponse(e) => write!(f, "invalid upstream response: {e}"),
+            ExchangeError::ClientBody(e) => write!(f, "client body failed: {e}"),
+        }
+    }
+}
+
+/// How the request body goes upstream, chosen from its headers and size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Upload {
+    None,
+    Length,
+    Chunked,
+}
+
+/// Sends the request (`out` and `body`) on `conn` and reads the response
+/// head. The body is borrowed: on [`ExchangeError::Stale`] it was not
+/// touched and can go out again as it is. The response's body reads the
+/// rest from the connection, and gives the connection back to the pool
+/// when it ends, if the connection can carry another request.
+pub async fn exchange<B>(
+    mut conn: Conn,
+    out: &Outgoing<'_>,
+    body: &mut B,
+) -> Result<Response<ResponseBody>, ExchangeError>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: fmt::Display,
+{
+    let upload = write_head(&mut conn.write, out, body);
+    let mut send = Send { upload, written: 0, body_done: upload == Upload::None, touched: false, early: None };
+    let sent = std::future::poll_fn(|cx| send.poll(cx, &mut conn, body, out.method)).await;
+    let stale = |send: &Send, conn: &Conn, e: String| {
+        // A kept connection that failed before any answer, with the
+        // request's body untouched, and either nothing delivered or a
+        // request the server may see twice: the server closed it idle.
+        if conn.reused && conn.read.is_empty() && !send.touched && retry_safe(out.method) {
+            ExchangeError::Stale(e)
+        } else {
+            ExchangeError::Io(e)
+        }
+    };
+    let early = match sent {
+        Ok(()) => send.early.take(),
+        Err(SendError::Io(e)) => return Err(stale(&send, &conn, e)),
+        Err(SendError::Client(e)) => return Err(ExchangeError::ClientBody(e)),
+        Err(SendError::Bad(e)) => return Err(ExchangeError::BadResponse(e)),
+    };
+    // An answer that came before the whole body went: the rest of the body
+    // is never sent, so the connection cannot carry another request.
+    let finished_upload = early.is_none();
+    let head = match early {
+        Some(head) => head,
+        None => match std::future::poll_fn(|cx| poll_head(cx, &mut conn, out.method)).await {
+            Ok(head) => head,
+            Err(HeadError::Io(e)) => return Err(stale(&send, &conn, e)),
+            Err(HeadError::Bad(e)) => return Err(ExchangeError::BadResponse(e)),
+        },
+    };
+    Ok(response(head, conn, finished_upload))
+}
+
+/// Whether a request that may have reached the server can go out again
+/// after a kept connection closed without answering: methods whose repeat
+/// does no harm (RFC 9110 §9.2.2). Others are retried only when nothing
+/// was written, which a closed kept connection rarely tells apart.
+fn retry_safe(method: &Method) -> bool {
+    super::retry::is_idempotent(method)
+}
+
+/// Writes the request head into `w` and chooses the body's framing:
+/// `Transfer-Encoding` (set by the caller for a body of unknown length)
+/// means chunked; `Content-Length` is kept; a body whose size is known gets
+/// one; a finished body has none; any other gets chunked, except on
+/// methods that never carry one without saying so (hyper's rule).
+fn write_head<B: Body>(w: &mut Vec<u8>, out: &Outgoing<'_>, body: &B) -> Upload {
+    w.clear();
+    http1::write::request_head_open(w, out.method, out.target, out.host, out.headers);
+    let upload = if out.headers.contains_key(header::TRANSFER_ENCODING) {
+        Upload::Chunked
+    } else if out.headers.contains_key(header::CONTENT_LENGTH) {
+        Upload::Length
+    } else if body.is_end_stream() {
+        Upload::None
+    } else if let Some(n) = body.size_hint().exact() {
+        http1::write::field(w, "content-length", itoa::Buffer::new().format(n).as_bytes());
+        Upload::Length
+    } else if matches!(*out.method, Method::GET | Method::HEAD | Method::CONNECT) {
+        Upload::None
+    } else {
+        http1::write::field(w, "transfer-encoding", b"chunked");
+        Upload::Chunked
+    };
+    w.extend_from_slice(b"\r\n");
+    upload
+}
+
+/// The upload's state, polled by [`exchange`].
+struct Send {
+    upload: Upload,
+    /// Bytes of the connection's write buffer already written.
+    written: usize,
+    /// Whether the body's end has been put in the write buffer.
+    body_done: bool,
+    /// Whether a frame was taken from the body.
+    touched: bool,
+    /// A final response head that arrived before the upload ended.
+    early: Option<ResponseHead>,
+}
+
+enum SendError {
+    Io(String),
+    Client(String),
+    Bad(http1::Error),
+}
+
+impl Send {
+    /// Writes the buffer, refills it from the body, and meanwhile watches
+    /// the socket for an answer; ready when everything is sent and flushed,
+    /// or when a final answer came first.
+    fn poll<B>(
+        &mut self,
+        cx: &mut Context<'_>,
+        conn: &mut Conn,
+        body: &mut B,
+        method: &Method,
+    ) -> Poll<Result<(), SendError>>
+    where
+        B: Body<Data = Bytes> + Unpin,
+        B::Error: fmt::Display,
+    {
+        loop {
+            while self.written < conn.write.len() {
+                match Pin::new(&mut conn.io).poll_write(cx, &conn.write[self.written..]) {
+                    Poll::Ready(Ok(0)) => {
+                        return Poll::Ready(Err(SendError::Io("connection closed while writing".into())))
+                    }
+                    Poll::Ready(Ok(n)) => self.written += n,
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(SendError::Io(e.to_string()))),
+                    Poll::Pending => return self.watch(cx, conn, method),
+                }
+            }
+            conn.write.clear();
+            self.written = 0;
+            if self.body_done {
+                return match Pin::new(&mut conn.io).poll_flush(cx) {
+                    Poll::Ready(Ok(())) => Poll::Ready(Ok(())),
+                    Poll::Ready(Err(e)) => Poll::Ready(Err(SendError::Io(e.to_string()))),
+                    Poll::Pending => self.watch(cx, conn, method),
+                };
+            }
+            match Pin::new(&mut *body).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    self.touched = true;
+                    // Trailers are not forwarded (the upstream leg sends none).
+                    if let Ok(data) = frame.into_data() {
+                        self.frame(&mut conn.write, &data);
+                    }
+                }
+                Poll::Ready(None) => {
+                    if self.upload == Upload::Chunked {
+                        conn.write.extend_from_slice(framing::LAST_CHUNK);
+                    }
+                    self.body_done = true;
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    self.touched = true;
+                    return Poll::Ready(Err(SendError::Client(e.to_string())));
+                }
+                Poll::Pending => {
+                    // What is written may sit in TLS's buffer: push it out.
+                    if let Poll::Ready(Err(e)) = Pin::new(&mut conn.io).poll_flush(cx) {
+                        return Poll::Ready(Err(SendError::Io(e.to_string())));
+                    }
+                    return self.watch(cx, conn, method);
+                }
+            }
+        }
+    }
+
+    /// A data frame into the write buffer, in the upload's framing.
+    fn frame(&self, w: &mut Vec<u8>, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        match self.upload {
+            Upload::Chunked => {
+                framing::chunk_head(w, data.len());
+                w.extend_from_slice(data);
+                w.extend_from_slice(framing::CHUNK_END);
+            }
+            Upload::Length => w.extend_from_slice(data),
+            // A body the head announced as none is not sent.
+            Upload::None => {}
+        }
+    }
+
+    /// While the upload waits: reads what the upstream sends meanwhile. A
+    /// `100 Continue` is skipped; a final head ends the upload (the server
+    /// answered without the rest); a close is an error.
+    fn watch(&mut self, cx: &mut Context<'_>, conn: &mut Conn, method: &Method) -> Poll<Result<(), SendError>> {
+        loop {
+            match poll_fill(cx, conn) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(SendError::Io("connection closed by upstream".into()))),
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(SendError::Io(e.to_string()))),
+                Poll::Ready(Ok(_)) => {}
+            }
+            loop {
+                match http1::parse_response(&mut conn.read, method) {
+                    Ok(None) => break,
+                    Ok(Some(h)) if h.status.is_informational() && h.status != http::StatusCode::SWITCHING_PROTOCOLS => {
+                    }
+                    Ok(Some(h)) => {
+                        self.early = Some(h);
+                        return Poll::Ready(Ok(()));
+                    }
+                    Err(e) => return Poll::Ready(Err(SendError::Bad(e))),
+                }
+            }
+        }
+    }
+}
+
+/// Reads into the connection's buffer: the number of bytes read (0: closed).
+fn poll_fill(cx: &mut Context<'_>, conn: &mut Conn) -> Poll<io::Result<usize>> {
+    if conn.read.capacity() - conn.read.len() < 1024 {
+        conn.read.reserve(READ_CHUNK);
+    }
+    tokio_util::io::poll_read_buf(Pin::new(&mut conn.io), cx, &mut conn.read)
+}
+
+enum HeadError {
+    Io(String),
+    Bad(http1::Error),
+}
+
+/// Reads until a final response head (1xx other than 101 skipped).
+fn poll_head(cx: &mut Context<'_>, conn: &mut Conn, method: &Method) -> Poll<Result<ResponseHead, HeadError>> {
+    loop {
+        match http1::parse_response(&mut conn.read, method) {
+            Ok(Some(h)) if h.status.is_informational() && h.status != http::StatusCode::SWITCHING_PROTOCOLS => continue,
+            Ok(Some(h)) => return Poll::Ready(Ok(h)),
+            Ok(None) => {}
+            Err(e) => return Poll::Ready(Err(HeadError::Bad(e))),
+        }
+        match ready!(poll_fill(cx, conn)) {
+            Ok(0) if conn.read.is_empty() => {
+                return Poll::Ready(Err(HeadError::Io("connection closed before any response".into())))
+            }
+            Ok(0) => {
+                let e = http1::Error::new(http1::Part::ResponseHead, http1::Reason::HeadIncomplete);
+                return Poll::Ready(Err(HeadError::Bad(e)));
+            }
+            Ok(_) => {}
+            Err(e) => return Poll::Ready(Err(HeadError::Io(e.to_string()))),
+        }
+    }
+}
+
+/// The response for the client leg: the head as parsed, the body reading
+/// the rest from `conn`.
+fn response(head: ResponseHead, conn: Conn, finished_upload: bool) -> Response<ResponseBody> {
+    let upgrade = head.status == http::StatusCode::SWITCHING_PROTOCOLS;
+    let decoder = Decoder::new(head.framing);
+    let reusable = head.keep_alive && finished_upload && !upgrade;
+    let mut body = ResponseBody { conn: Some(conn), decoder, reusable, upgrade };
+    if !upgrade && body.decoder.is_done() {
+        body.finish();
+    }
+    let mut resp = Response::new(body);
+    *resp.status_mut() = head.status;
+    *resp.version_mut() = head.version;
+    *resp.headers_mut() = head.headers;
+    resp
+}
+
+/// An upstream response body, read from the connection as the client leg
+/// asks for it. At its end the connection goes back to the pool (when
+/// keep-alive allows and nothing else was received); dropped before its
+/// end, the connection is closed.
+#[derive(Debug)]
+pub struct ResponseBody {
+    conn: Option<Conn>,
+    decoder: Decoder,
+    reusable: bool,
+    /// A `101`: the connection is kept for the tunnel ([`ResponseBody::take_upgrade`]).
+    upgrade: bool,
+}
+
+/// Why a response body could not be read to its end.
+#[derive(Debug)]
+pub enum BodyError {
+    /// The connection failed.
+    Io(io::Error),
+    /// The body's framing is broken, or the upstream closed before its end.
+    Framing(http1::Error),
+}
+
+impl fmt::Display for BodyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BodyError::Io(e) => write!(f, "upstream body: {e}"),
+            BodyError::Framing(e) => write!(f, "upstream body: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for BodyError {}
+
+impl ResponseBody {
+    /// The connection of a `101 Switching Protocols` response, for the
+    /// tunnel (its read buffer may already hold the upstream's first bytes).
+    pub fn take_upgrade(&mut self) -> Option<Conn> {
+        if self.upgrade {
+            self.upgrade = false;
+            self.conn.take()
+        } else {
+            None
+        }
+    }
+
+    /// The body is complete: the connection goes home or closes.
+    fn finish(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            if self.reusable && conn.read.is_empty() {
+                conn.release();
+            }
+        }
+    }
+}
+
+impl Body for ResponseBody {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let this = &mut *self;
+        if this.upgrade {
+            return Poll::Ready(None);
+        }
+        loop {
+            let Some(conn) = this.conn.as_mut() else { return Poll::Ready(None) };
+            match this.decoder.decode(&mut conn.read) {
+                Ok(Decoded::Data(data)) => {
+                    if this.decoder.is_done() {
+                        this.finish();
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Ok(Decoded::Done) => {
+                    this.finish();
+                    return Poll::Ready(None);
+                }
+                Ok(Decoded::NeedMore) => {}
+                Err(e) => {
+                    this.conn = None;
+                    return Poll::Ready(Some(Err(BodyError::Framing(e))));
+                }
+            }
+            match ready!(poll_fill(cx, conn)) {
+                Ok(0) => {
+                    let end = this.decoder.eof();
+                    this.conn = None;
+                    return match end {
+                        Ok(()) => Poll::Ready(None),
+                        Err(e) => Poll::Ready(Some(Err(BodyError::Framing(e)))),
+                    };
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    this.conn = None;
+                    return Poll::Ready(Some(Err(BodyError::Io(e))));
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.upgrade || self.conn.is_none() || self.decoder.is_done()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        if self.upgrade {
+            return SizeHint::with_exact(0);
+        }
+        match self.decoder.remaining() {
+            Some(n) => SizeHint::with_exact(n),
+            None => SizeHint::default(),
+        }
+    }
+}
+
+/// Tunnels an upgraded connection: the upstream's bytes already read go to
+/// the client first, then both directions are copied until either closes.
+pub async fn tunnel<C>(mut client: C, mut conn: Conn)
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    use tokio::io::AsyncWriteExt;
+    if !conn.read.is_empty() {
+        let early = conn.read.split();
+        if let Err(e) = client.write_all(&early).await {
+            tracing::debug!(error = %e, "upgraded tunnel closed with an error");
+            return;
+        }
+    }
+    if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut conn.io).await {
+        tracing::debug!(error = %e, "upgraded tunnel closed with an error");
+    }
+}
+
+#[cfg(test)]
+mod tests;
