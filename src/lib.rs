@@ -38,7 +38,8 @@
 //!
 //! * [`ids`]: the id codecs (iUID, Locality UUID, uniqid with shard,
 //!   UUIDv7, Snowflake, Sonyflake, Instagram): parse, fields, format, mint,
-//!   JSON. Pure code, no network or configuration types.
+//!   JSON. A library of its own (`crates/entity-ids`, which services link
+//!   too): no network, runtime or configuration types.
 //! * [`http1`]: HTTP/1.1 on the wire: request and response heads parsed with
 //!   `httparse` into one buffer, body framing and its incremental decoder,
 //!   heads written into one buffer. No I/O.
@@ -63,11 +64,14 @@ pub mod app;
 pub mod cli;
 pub mod config;
 pub mod http1;
-pub mod ids;
 pub mod mesh;
 pub mod metrics;
 pub mod proxy;
 pub mod routing;
 pub mod telemetry;
 pub mod tls;
+
+/// The id codecs: the `entity-ids` crate (crates/entity-ids), under the name
+/// the rest of the proxy has always used.
+pub use entity_ids as ids;
 pub mod upstream;

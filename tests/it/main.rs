@@ -2,7 +2,6 @@
 
 mod cli;
 mod config;
-mod ids_props;
 mod vectors;
 
 #[path = "../support/mod.rs"]

@@ -11,7 +11,7 @@ fn every_error() -> Vec<ProxyError> {
         E::NoRoute,
         E::MissingId { param: p() },
         E::AmbiguousId { param: p() },
-        E::BadId { param: p(), error: IdError::new(Format::Iuid, Reason::BadLength), input: "x".into() },
+        E::BadId { param: p(), error: IdError { format: Format::Iuid, reason: Reason::BadLength }, input: "x".into() },
         E::NoOwner { detail: d() },
         E::CannotMint { detail: d() },
         E::MissingCountry { param: p() },

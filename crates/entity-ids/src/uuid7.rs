@@ -1,9 +1,32 @@
 //! UUIDv7 (RFC 9562 §5.7): 48-bit Unix milliseconds, then random bits.
 //! No routing field: route it by time range or by a hash of all 128 bits.
+//!
+//! ```text
+//! tttttttt-tttt-7aaa-VBBB-BBBBBBBBBBBB
+//! unix_ts_ms (48) | ver 7 (4) | rand_a (12) | var 10 (2) | rand_b (62)
+//! ```
+//!
+//! Parse, read the fields, format; mint with an injected clock:
+//!
+//! ```
+//! use entity_ids::{ManualClock, Uuid7, Uuid7Minter};
+//!
+//! let text = Uuid7::from_fields(1_645_557_742_000, 0xcc3, 0x18c4_dc0c_0c07_398f).to_string();
+//! assert_eq!(text, "017f22e2-79b0-7cc3-98c4-dc0c0c07398f");
+//! let id = Uuid7::parse(&text)?;
+//! assert_eq!((id.unix_ts_ms(), id.rand_a()), (1_645_557_742_000, 0xcc3));
+//!
+//! let minter = Uuid7Minter::new(ManualClock::from_millis(1_645_557_742_000));
+//! let mut rng = rand::rng();
+//! let minted = minter.mint(&mut rng);
+//! assert_eq!(minted.unix_ts_ms(), 1_645_557_742_000);
+//! assert!(minter.mint(&mut rng) > minted, "increasing within a millisecond");
+//! # Ok::<(), entity_ids::IdError>(())
+//! ```
 
 use std::fmt;
 
-use rand::RngCore;
+use rand_core::RngCore;
 
 use super::clock::{Clock, Monotonic};
 use super::{text, Field, Format, IdError, Reason};
@@ -91,7 +114,7 @@ impl fmt::Display for Uuid7 {
 /// top 10 bits of `rand_b`, seeded randomly (guard bit clear) at each new
 /// millisecond and incremented within it; overflow advances the timestamp.
 /// The remaining 52 bits of `rand_b` are random per id. See
-/// [`crate::ids::clock`] for why this method.
+/// [`crate::clock`] for why this method.
 #[derive(Debug, Default)]
 pub struct Uuid7Minter<C: Clock> {
     clock: C,
@@ -111,6 +134,12 @@ impl<C: Clock> Uuid7Minter<C> {
         let rand_a = (counter >> 10) as u16;
         let rand_b = (u64::from(counter & 0x3ff) << 52) | (rng.next_u64() & ((1 << 52) - 1));
         Uuid7::from_fields(ms, rand_a, rand_b)
+    }
+
+    /// [`Uuid7Minter::mint`] with the thread-local RNG (`rand::rng()`).
+    #[cfg(feature = "rand")]
+    pub fn mint_random(&self) -> Uuid7 {
+        self.mint(&mut rand::rng())
     }
 }
 

@@ -7,11 +7,29 @@
 //!
 //! Only the fixed 17-character suffix separates the shard from the random
 //! prefix (both may start with digits), so parsing works from the end.
+//!
+//! Parse, read the fields, format; mint with an injected clock:
+//!
+//! ```
+//! use entity_ids::{ManualClock, UniqidMinter, UniqidShard};
+//!
+//! // Lenient (no shard count): the prefix is the shard.
+//! let id = UniqidShard::parse("36a016b019df3543ab")?;
+//! assert_eq!(id.shard(), 3);
+//! assert_eq!(id.to_string(), "36a016b019df3543ab");
+//!
+//! let minter = UniqidMinter::new(ManualClock::from_millis(1_700_000_000_000), 64);
+//! let minted = minter.mint(&mut rand::rng());
+//! assert_eq!(u64::from(minted.unix_seconds()), 1_700_000_000);
+//! assert!(minted.shard() < 64);
+//! assert_eq!(UniqidShard::parse_with(&minted.to_string(), Some(64))?, minted);
+//! # Ok::<(), entity_ids::IdError>(())
+//! ```
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rand::RngCore;
+use rand_core::RngCore;
 
 use super::clock::Clock;
 use super::{Field, Format, IdError, Reason};
@@ -162,6 +180,12 @@ impl<C: Clock> UniqidMinter<C> {
         self.total_shards
     }
 
+    /// [`UniqidMinter::mint`] with the thread-local RNG (`rand::rng()`).
+    #[cfg(feature = "rand")]
+    pub fn mint_random(&self) -> UniqidShard {
+        self.mint(&mut rand::rng())
+    }
+
     /// A fresh id; its shard is `microseconds % total_shards`, as in the scheme.
     pub fn mint<R: RngCore + ?Sized>(&self, rng: &mut R) -> UniqidShard {
         let us = self.next_us(|_| true);
@@ -224,7 +248,7 @@ impl<C: Clock> UniqidMinter<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::ManualClock;
+    use crate::ManualClock;
 
     #[test]
     fn prefix_boundary_comes_from_the_suffix_length() {

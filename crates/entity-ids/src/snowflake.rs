@@ -2,6 +2,22 @@
 //! Instagram sharded ids (spec §5–7). Read only: shardgate routes them but
 //! does not mint them. All three are indistinguishable by shape and differ
 //! in epoch and bit layout, which therefore come from configuration.
+//!
+//! Read only: parse and read the fields, with the layout the issuer used.
+//!
+//! ```
+//! use entity_ids::{Instagram, InstagramLayout, Snowflake, Sonyflake, SonyflakeFlavor};
+//!
+//! let id = Snowflake::parse("1050118621198921728")?;
+//! assert_eq!((id.unix_ts_ms(), id.datacenter_id(), id.worker_id(), id.sequence()), (1_539_202_764_211, 10, 27, 0));
+//! assert_eq!(id.to_string(), "1050118621198921728");
+//!
+//! let sony = Sonyflake::parse_with("1050118621198921728", SonyflakeFlavor::V1)?;
+//! assert_eq!(sony.to_string(), "1050118621198921728");
+//! let insta = Instagram::parse_with("1050118621198921728", InstagramLayout::default())?;
+//! assert_eq!(insta.to_string(), "1050118621198921728");
+//! # Ok::<(), entity_ids::IdError>(())
+//! ```
 
 use std::fmt;
 

@@ -8,6 +8,25 @@
 //! A vB id has no RFC variant (octet 8 holds MAC bits). The parser accepts
 //! exactly Java's `isValidUUID` shape (no trimming) and then requires the
 //! version digit `b`/`B`.
+//!
+//! Parse, read the fields, format; mint with an injected clock (no random
+//! source: the counter and the node identity make ids unique):
+//!
+//! ```
+//! use entity_ids::{LocalityMinter, LocalityUuid, ManualClock, NodeIdentity};
+//!
+//! let text = LocalityUuid::from_fields(0x1234_5678, 4464, 0x0c1_1002, 1_700_000_000_000).to_string();
+//! let id = LocalityUuid::parse(&text)?;
+//! assert_eq!((id.pid(), id.mac_fragment(), id.timestamp_ms()), (4464, 0x0c1_1002, 1_700_000_000_000));
+//! assert_eq!(id.to_string(), text);
+//!
+//! let node = NodeIdentity { pid: 4464, mac_fragment: 0x0c1_1002 };
+//! let minter = LocalityMinter::new(ManualClock::from_millis(1_700_000_000_000), node, 0);
+//! let minted = minter.mint();
+//! assert_eq!((minted.pid(), minted.timestamp_ms()), (4464, 1_700_000_000_000));
+//! assert_ne!(minter.mint(), minted);
+//! # Ok::<(), entity_ids::IdError>(())
+//! ```
 
 use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
@@ -262,7 +281,7 @@ impl<C: Clock> LocalityMinter<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::ManualClock;
+    use crate::ManualClock;
 
     #[test]
     fn reversal_is_of_characters_not_bytes() {

@@ -1,7 +1,9 @@
-//! Entity-id codecs: parse, read fields, format, mint.
+//! Entity ids that say where their entity lives: parse, read fields, format,
+//! mint. The codecs behind the shardgate proxy, as a library a service links
+//! to mint and read the same ids (no async runtime, no HTTP, no
+//! configuration types).
 //!
-//! Pure code: no tokio, hyper or configuration types, so this module could be
-//! published as a crate of its own. Every format has the same shape:
+//! Every format has the same shape:
 //!
 //! * `Type::parse(&str) -> Result<Type, IdError>` validates every character
 //!   position before converting anything (no `+`, no whitespace, no trimming,
@@ -9,19 +11,34 @@
 //! * field accessors (`country()`, `shard()`, `timestamp_ms()`, ...);
 //! * `Display` writes the canonical (lowercase) text form;
 //! * mintable formats have a `*Minter` that takes an injected [`Clock`] and a
-//!   random source, and is safe to share between threads without a lock.
+//!   random source, and is safe to share between threads without a lock
+//!   (with the `rand` feature, `mint_random` uses the thread-local RNG).
+//!
+//! | format | module | fields | mint |
+//! |---|---|---|---|
+//! | iUID (UUIDv8) | [`iuid`] | time, country, service entity, random | yes |
+//! | Locality UUID (version `b`) | [`locality`] | counter, pid, MAC fragment, time | yes |
+//! | uniqid with shard prefix | [`uniqid`] | shard, random prefix, seconds, microseconds | yes |
+//! | UUIDv7 | [`uuid7`] | time, random | yes |
+//! | Snowflake, Sonyflake, Instagram | [`snowflake`] | time, machine/shard, sequence | no |
 //!
 //! The exact rules, with the pitfalls of the reference implementations, are in
-//! `shared/spec/id-formats.md`; the golden vectors live in `tests/data/`.
+//! shardgate's `docs/id-formats.md`; the golden vectors the tests check are in
+//! `tests/data/`.
 //!
 //! Shapes overlap (a 36-character UUID may be an iUID, a UUIDv7 or a Locality
 //! UUID; a decimal string may be any of the 64-bit formats), so the format is
-//! always chosen by configuration, never guessed. [`Format`] names them.
+//! always chosen by the caller, never guessed. [`Format`] names them.
+//!
+//! Features: `rand` (default) mints with the thread-local RNG; `serde`
+//! serializes ids as their canonical text (module `serde_text`).
 
 pub mod clock;
 pub mod iuid;
 pub mod json;
 pub mod locality;
+#[cfg(feature = "serde")]
+pub mod serde_text;
 pub mod snowflake;
 mod text;
 pub mod uniqid;
@@ -36,7 +53,7 @@ pub use snowflake::{Instagram, InstagramLayout, Snowflake, SnowflakeLayout, Sony
 pub use uniqid::{UniqidMinter, UniqidShard};
 pub use uuid7::{Uuid7, Uuid7Minter};
 
-/// The id formats shardgate knows.
+/// The id formats this crate knows.
 ///
 /// The names (`iuid`, `locality`, ...) are the ones used in routing tables,
 /// on the command line and in JSON output.

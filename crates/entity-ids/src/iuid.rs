@@ -5,10 +5,28 @@
 //! tttttttt-tttt-8Vcc-XXXX-XXXXXXXXXXXX
 //! ts (48) | ver 8 (4) | ver1 (4) | country (8) | var 10 (2) | service_entity (8) | rand (54)
 //! ```
+//!
+//! Parse, read the fields, format; mint with an injected clock:
+//!
+//! ```
+//! use entity_ids::{Iuid, IuidMinter, ManualClock};
+//!
+//! let text = Iuid::from_fields(1_710_512_853_183, 7, 3, 0x2e_9b1f_0a47).to_string();
+//! assert_eq!(text, "018e4282-d0bf-8007-80c0-002e9b1f0a47");
+//! let id = Iuid::parse(&text)?;
+//! assert_eq!((id.country(), id.service_entity(), id.unix_ts_ms()), (7, 3, 1_710_512_853_183));
+//!
+//! let minter = IuidMinter::new(ManualClock::from_millis(1_710_512_853_183));
+//! let mut rng = rand::rng();
+//! let minted = minter.mint(7, 3, &mut rng);
+//! assert_eq!((minted.country(), minted.service_entity(), minted.unix_ts_ms()), (7, 3, 1_710_512_853_183));
+//! assert!(minter.mint(7, 3, &mut rng) > minted, "increasing within a millisecond");
+//! # Ok::<(), entity_ids::IdError>(())
+//! ```
 
 use std::fmt;
 
-use rand::RngCore;
+use rand_core::RngCore;
 
 use super::clock::{Clock, Monotonic, COUNTER_BITS};
 use super::{text, Field, Format, IdError, Reason};
@@ -112,6 +130,7 @@ impl Iuid {
 }
 
 impl fmt::Display for Iuid {
+    #[inline]
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         text::write_uuid(self.0, f)
     }
@@ -121,7 +140,7 @@ impl fmt::Display for Iuid {
 /// number of threads, without a lock.
 ///
 /// The top 22 bits of the 54-bit random field are an RFC 9562 §6.2
-/// "Method 1" counter (see [`Monotonic`]): reseeded with random bits at each
+/// "Method 1" counter (see `Monotonic` in the clock module): reseeded with random bits at each
 /// new millisecond, +1 for each id inside it. One state is shared by all
 /// countries and entities, so every id of a minter has a distinct
 /// (timestamp, counter) pair and ids are unique even across countries. The
@@ -146,12 +165,18 @@ impl<C: Clock> IuidMinter<C> {
         let rand = (u64::from(counter) << (RAND_BITS - COUNTER_BITS)) | (r & 0xffff_ffff);
         Iuid::from_fields(ms, country, service_entity, rand)
     }
+
+    /// [`IuidMinter::mint`] with the thread-local RNG (`rand::rng()`).
+    #[cfg(feature = "rand")]
+    pub fn mint_random(&self, country: u8, service_entity: u8) -> Iuid {
+        self.mint(country, service_entity, &mut rand::rng())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::ManualClock;
+    use crate::ManualClock;
 
     #[test]
     fn service_entity_is_not_nibble_aligned() {

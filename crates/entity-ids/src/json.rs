@@ -83,6 +83,7 @@ fn write_hex(value: u128, width: u8, w: &mut impl Write) -> io::Result<()> {
     w.write_all(&out[32 - n..])
 }
 
+/// Writes one field value as JSON: a number, a string, or a boolean.
 pub fn write_value(v: Field, w: &mut impl Write) -> io::Result<()> {
     match v {
         Field::Int(n) => w.write_all(itoa::Buffer::new().format(n).as_bytes()),
@@ -144,7 +145,7 @@ mod tests {
 
     #[test]
     fn json_canonical_is_the_display_form_for_every_format() -> Result<(), Box<dyn std::error::Error>> {
-        let params = crate::ids::Params::default();
+        let params = crate::Params::default();
         for input in [
             "018E4282-D0BF-8007-8C3A-5D2E9B1F0A47",
             "20be0ffc-314a-bd53-7a50-013a65ca76d2",
@@ -154,7 +155,7 @@ mod tests {
             "0",
         ] {
             let decoded: Vec<Decoded> =
-                crate::ids::Format::ALL.iter().filter_map(|&f| crate::ids::parse(f, input, &params).ok()).collect();
+                crate::Format::ALL.iter().filter_map(|&f| crate::parse(f, input, &params).ok()).collect();
             assert!(!decoded.is_empty(), "{input}");
             for d in &decoded {
                 let mut ours = Vec::new();

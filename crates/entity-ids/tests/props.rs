@@ -12,13 +12,14 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use entity_ids as ids;
+use entity_ids::{
+    Format, Instagram, InstagramLayout, Iuid, IuidMinter, LocalityMinter, LocalityMode, LocalityUuid, ManualClock,
+    NodeIdentity, Params, Reason, Snowflake, Sonyflake, SonyflakeFlavor, SystemClock, UniqidMinter, UniqidShard, Uuid7,
+    Uuid7Minter,
+};
 use proptest::prelude::*;
 use rand::RngCore;
-use shardgate::ids::{
-    self, Format, Instagram, InstagramLayout, Iuid, IuidMinter, LocalityMinter, LocalityMode, LocalityUuid,
-    ManualClock, NodeIdentity, Params, Reason, Snowflake, Sonyflake, SonyflakeFlavor, SystemClock, UniqidMinter,
-    UniqidShard, Uuid7, Uuid7Minter,
-};
 
 // ---------------------------------------------------------------------------
 // helpers
