@@ -8,6 +8,9 @@
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
+
+#[path = "http1_common.rs"]
+mod common;
 use shardgate::http1::{parse_request, Framing, RequestLimits};
 
 const LIMITS: RequestLimits = RequestLimits { max_head_bytes: 16 * 1024, max_headers: 64 };
@@ -17,18 +20,7 @@ fuzz_target!(|data: &[u8]| {
     let step = usize::from(first).max(1);
     let mut whole = BytesMut::from(input);
     let at_once = parse_request(&mut whole, &LIMITS);
-    let mut piecemeal = BytesMut::new();
-    let mut fed = 0;
-    let by_pieces = loop {
-        match parse_request(&mut piecemeal, &LIMITS) {
-            Ok(None) if fed < input.len() => {
-                let n = step.min(input.len() - fed);
-                piecemeal.extend_from_slice(&input[fed..fed + n]);
-                fed += n;
-            }
-            other => break other,
-        }
-    };
+    let by_pieces = common::piecemeal(input, step, |b| parse_request(b, &LIMITS));
     match (&at_once, &by_pieces) {
         (Ok(Some(a)), Ok(Some(b))) => {
             assert_eq!((&a.method, &a.uri, a.version, a.framing), (&b.method, &b.uri, b.version, b.framing));

@@ -11,6 +11,9 @@
 use bytes::{Bytes, BytesMut};
 use http::Method;
 use libfuzzer_sys::fuzz_target;
+
+#[path = "http1_common.rs"]
+mod common;
 use shardgate::http1::{parse_response, Decoded, Decoder};
 
 /// Body bytes out of `rest`, fed `step` bytes at a time; `None` on a framing error.
@@ -41,18 +44,7 @@ fuzz_target!(|data: &[u8]| {
     let mut whole = BytesMut::from(input);
     let at_once = parse_response(&mut whole, &method);
 
-    let mut piecemeal = BytesMut::new();
-    let mut fed = 0;
-    let by_pieces = loop {
-        match parse_response(&mut piecemeal, &method) {
-            Ok(None) if fed < input.len() => {
-                let n = step.min(input.len() - fed);
-                piecemeal.extend_from_slice(&input[fed..fed + n]);
-                fed += n;
-            }
-            other => break other,
-        }
-    };
+    let by_pieces = common::piecemeal(input, step, |b| parse_response(b, &method));
     match (&at_once, &by_pieces) {
         (Ok(Some(a)), Ok(Some(b))) => {
             assert_eq!((a.status, a.framing, a.keep_alive), (b.status, b.framing, b.keep_alive));

@@ -323,4 +323,4 @@ impl Drop for Waiting<'_> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

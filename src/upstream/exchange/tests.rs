@@ -1,6 +1,6 @@
 use super::*;
 use crate::routing::Upstream;
-use crate::upstream::connect::{connector, ClientSettings};
+use crate::upstream::pool::tests::{endpoint, pool};
 use crate::upstream::pool::{Limits, Pool};
 use http_body_util::{BodyExt, Empty, Full};
 use std::time::Duration;
@@ -10,19 +10,6 @@ use tokio::net::TcpListener;
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 const LIMITS: Limits = Limits { max_connections: 8, max_pending: 8 };
-
-fn pool() -> Pool {
-    let settings = ClientSettings {
-        connect_timeout: Duration::from_secs(1),
-        pool_idle_timeout: Duration::from_secs(30),
-        tls: None,
-    };
-    Pool::new(connector(&settings), Duration::from_secs(30), 4)
-}
-
-fn endpoint(addr: std::net::SocketAddr) -> Result<Upstream, Box<dyn std::error::Error>> {
-    Ok(Upstream::from_url(&crate::config::values::UpstreamUrl::parse(&format!("http://{addr}"))?))
-}
 
 /// A backend that reads one request head (and `body` more bytes) per
 /// answer and writes the scripted answers in turn on one connection; the

@@ -68,7 +68,8 @@ async fn send(pool: &Pool, up: &Upstream, limits: Limits) -> Result<Response<Res
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
-fn endpoint(addr: std::net::SocketAddr) -> Result<Upstream, Box<dyn std::error::Error>> {
+/// The pool entry for a backend at `addr` (shared with the exchange tests).
+pub(crate) fn endpoint(addr: std::net::SocketAddr) -> Result<Upstream, Box<dyn std::error::Error>> {
     Ok(Upstream::from_url(&crate::config::values::UpstreamUrl::parse(&format!("http://{addr}"))?))
 }
 
@@ -78,7 +79,8 @@ async fn fetch(pool: &Pool, up: &Upstream) -> Result<Bytes, Box<dyn std::error::
     Ok(resp.into_body().collect().await?.to_bytes())
 }
 
-fn pool() -> Pool {
+/// A pool keeping 4 idle connections per endpoint (shared with the exchange tests).
+pub(crate) fn pool() -> Pool {
     let settings = ClientSettings {
         connect_timeout: Duration::from_secs(1),
         pool_idle_timeout: Duration::from_secs(30),
