@@ -20,7 +20,7 @@ fuzz_target!(|data: &[u8]| {
     let step = usize::from(first).max(1);
     let mut whole = BytesMut::from(input);
     let at_once = parse_request(&mut whole, &LIMITS);
-    let by_pieces = common::piecemeal(input, step, |b| parse_request(b, &LIMITS));
+    let by_pieces = common::piecemeal(input, step, LIMITS.max_head_bytes, |b| parse_request(b, &LIMITS));
     match (&at_once, &by_pieces) {
         (Ok(Some(a)), Ok(Some(b))) => {
             assert_eq!((&a.method, &a.uri, a.version, a.framing), (&b.method, &b.uri, b.version, b.framing));

@@ -44,7 +44,8 @@ fuzz_target!(|data: &[u8]| {
     let mut whole = BytesMut::from(input);
     let at_once = parse_response(&mut whole, &method);
 
-    let by_pieces = common::piecemeal(input, step, |b| parse_response(b, &method));
+    let by_pieces =
+        common::piecemeal(input, step, shardgate::http1::response::MAX_HEAD_BYTES, |b| parse_response(b, &method));
     match (&at_once, &by_pieces) {
         (Ok(Some(a)), Ok(Some(b))) => {
             assert_eq!((a.status, a.framing, a.keep_alive), (b.status, b.framing, b.keep_alive));

@@ -201,6 +201,34 @@ fn content_length(value: &[u8]) -> Option<u64> {
     })
 }
 
+/// Watches a read buffer for the end of a message head, so that the head
+/// is parsed once it is complete instead of after every read: a peer that
+/// sends its head a byte at a time would otherwise have it parsed from the
+/// start each time (quadratic in the head's size). Only the bytes added
+/// since the last look are searched.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HeadScan {
+    scanned: usize,
+}
+
+impl HeadScan {
+    /// Whether `buf` is worth parsing: it holds a blank line (`\n\n` or
+    /// `\n\r\n`, as httparse ends a head) or more than `max` bytes (so
+    /// the parser can refuse it).
+    pub fn ready(&mut self, buf: &[u8], max: usize) -> bool {
+        // A terminator may begin in the last bytes already searched.
+        let from = self.scanned.saturating_sub(2).min(buf.len());
+        self.scanned = buf.len();
+        let tail = &buf[from..];
+        buf.len() > max || tail.windows(2).any(|w| w == b"\n\n") || tail.windows(3).any(|w| w == b"\n\r\n")
+    }
+
+    /// A head was taken out of the buffer: look at what is left from its start.
+    pub fn reset(&mut self) {
+        self.scanned = 0;
+    }
+}
+
 /// Applies a `Connection` field to a message's keep-alive: once any line
 /// says `close`, a later `keep-alive` does not undo it; HTTP/1.0 keeps the
 /// connection only when asked.
@@ -232,6 +260,29 @@ fn range_in(whole: &[u8], part: &[u8]) -> std::ops::Range<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn head_scan_finds_the_blank_line_across_reads_and_looks_at_new_bytes_only() {
+        let head = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+        // Fed a byte at a time, it is ready exactly when the last byte arrives.
+        let mut scan = HeadScan::default();
+        for end in 1..=head.len() {
+            assert_eq!(scan.ready(&head[..end], 1024), end == head.len(), "after {end} bytes");
+        }
+        // Bare LF line ends, split between reads.
+        let mut scan = HeadScan::default();
+        assert!(!scan.ready(b"HTTP/1.1 200 OK\n", 1024));
+        assert!(scan.ready(b"HTTP/1.1 200 OK\n\n", 1024));
+        // Too much without a blank line: ready, so the parser can refuse it.
+        let mut scan = HeadScan::default();
+        assert!(!scan.ready(&[b'a'; 64], 64));
+        assert!(scan.ready(&[b'a'; 65], 64));
+        // After a head leaves the buffer, what is left is looked at whole.
+        let mut scan = HeadScan::default();
+        assert!(scan.ready(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n\r\n", 1024));
+        scan.reset();
+        assert!(scan.ready(b"HTTP/1.1 200 OK\r\n\r\n", 1024));
+    }
 
     #[test]
     fn content_length_is_digits_only() {

@@ -31,7 +31,8 @@ use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::pool::Conn;
-use crate::http1::{self, framing, Decoded, Decoder, ResponseHead};
+use crate::http1::response::MAX_HEAD_BYTES;
+use crate::http1::{self, framing, Decoded, Decoder, HeadScan, ResponseHead};
 
 /// Most bytes read from an upstream socket at once.
 const READ_CHUNK: usize = 16 * 1024;
@@ -101,7 +102,14 @@ where
     B::Error: fmt::Display,
 {
     let upload = write_head(&mut conn.write, out, body);
-    let mut send = Send { upload, written: 0, body_done: upload == Upload::None, touched: false, early: None };
+    let mut send = Send {
+        upload,
+        written: 0,
+        body_done: upload == Upload::None,
+        touched: false,
+        early: None,
+        scan: HeadScan::default(),
+    };
     let sent = std::future::poll_fn(|cx| send.poll(cx, &mut conn, body, out.method)).await;
     let stale = |send: &Send, conn: &Conn, e: String| {
         // A kept connection that failed before any answer, with the
@@ -124,7 +132,7 @@ where
     let finished_upload = early.is_none();
     let head = match early {
         Some(head) => head,
-        None => match std::future::poll_fn(|cx| poll_head(cx, &mut conn, out.method)).await {
+        None => match std::future::poll_fn(|cx| poll_head(cx, &mut conn, out.method, &mut send.scan)).await {
             Ok(head) => head,
             Err(HeadError::Io(e)) => return Err(stale(&send, &conn, e)),
             Err(HeadError::Bad(e)) => return Err(ExchangeError::BadResponse(e)),
@@ -179,6 +187,8 @@ struct Send {
     touched: bool,
     /// A final response head that arrived before the upload ended.
     early: Option<ResponseHead>,
+    /// Where the search for the end of a response head stands.
+    scan: HeadScan,
 }
 
 enum SendError {
@@ -309,13 +319,22 @@ enum HeadError {
 }
 
 /// Reads until a final response head (1xx other than 101 skipped).
-fn poll_head(cx: &mut Context<'_>, conn: &mut Conn, method: &Method) -> Poll<Result<ResponseHead, HeadError>> {
+fn poll_head(
+    cx: &mut Context<'_>,
+    conn: &mut Conn,
+    method: &Method,
+    scan: &mut HeadScan,
+) -> Poll<Result<ResponseHead, HeadError>> {
     loop {
-        match http1::parse_response(&mut conn.read, method) {
-            Ok(Some(h)) if h.status.is_informational() && h.status != http::StatusCode::SWITCHING_PROTOCOLS => continue,
-            Ok(Some(h)) => return Poll::Ready(Ok(h)),
-            Ok(None) => {}
-            Err(e) => return Poll::Ready(Err(HeadError::Bad(e))),
+        while scan.ready(&conn.read, MAX_HEAD_BYTES) {
+            match http1::parse_response(&mut conn.read, method) {
+                Ok(Some(h)) if h.status.is_informational() && h.status != http::StatusCode::SWITCHING_PROTOCOLS => {
+                    scan.reset();
+                }
+                Ok(Some(h)) => return Poll::Ready(Ok(h)),
+                Ok(None) => break,
+                Err(e) => return Poll::Ready(Err(HeadError::Bad(e))),
+            }
         }
         match ready!(poll_fill(cx, conn)) {
             Ok(0) if conn.read.is_empty() => {

@@ -226,3 +226,24 @@ async fn a_kept_connection_closed_by_the_server_is_stale_for_a_get_only() -> Tes
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn a_head_that_arrives_a_byte_at_a_time_is_read() -> TestResult {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let up = endpoint(listener.local_addr()?)?;
+    tokio::spawn(async move {
+        let Ok((mut s, _)) = listener.accept().await else { return };
+        let mut buf = [0u8; 1024];
+        let _ = s.read(&mut buf).await;
+        let _ = s.set_nodelay(true);
+        for b in b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok" {
+            if s.write_all(&[*b]).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    });
+    assert_eq!(get(&pool(), &up, &Method::GET).await?, (200, Bytes::from("ok")));
+    Ok(())
+}
