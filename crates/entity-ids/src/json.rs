@@ -19,11 +19,11 @@ pub fn write_field_pairs(d: &Decoded, after_others: bool, w: &mut impl Write) ->
     d.for_each_field(&mut |name, value| {
         if res.is_ok() {
             res = (|| {
-                if !first {
-                    w.write_all(b",")?;
-                }
-                write_str(name, w)?;
-                w.write_all(b":")?;
+                // Names are the codecs' own identifiers: nothing to escape
+                // (`field_names_need_no_escaping` checks every one).
+                w.write_all(if first { b"\"" } else { b",\"" })?;
+                w.write_all(name.as_bytes())?;
+                w.write_all(b"\":")?;
                 write_value(value, w)
             })();
             first = false;
@@ -111,10 +111,22 @@ fn write_iso(us: u64, digits: u8, w: &mut impl Write) -> io::Result<()> {
     }
 }
 
-/// `s` as a JSON string (RFC 8259 escaping).
+/// Whether `b` must be escaped in a JSON string.
+const fn needs_escape(b: u8) -> bool {
+    b < 0x20 || b == b'"' || b == b'\\' || b == 0x7f
+}
+
+/// `s` as a JSON string (RFC 8259 escaping). Most strings (ids, field
+/// names) need none: they are checked in one pass that compiles to a few
+/// wide comparisons and written at once.
 pub fn write_str(s: &str, w: &mut impl Write) -> io::Result<()> {
-    w.write_all(b"\"")?;
     let bytes = s.as_bytes();
+    if !bytes.iter().any(|&b| needs_escape(b)) {
+        w.write_all(b"\"")?;
+        w.write_all(bytes)?;
+        return w.write_all(b"\"");
+    }
+    w.write_all(b"\"")?;
     let mut start = 0;
     for (i, &b) in bytes.iter().enumerate() {
         let esc: &[u8] = match b {
@@ -142,6 +154,30 @@ pub fn write_str(s: &str, w: &mut impl Write) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn field_names_need_no_escaping() {
+        let params = crate::Params::default();
+        let mut seen = 0;
+        for input in [
+            "018e4282-d0bf-8007-80c0-002e9b1f0a47",
+            "017f22e2-79b0-7cc3-98c4-dc0c0c07398f",
+            "36a016b019df3543ab",
+            "1050118621198921728",
+        ] {
+            for d in crate::Format::ALL.iter().filter_map(|&f| crate::parse(f, input, &params).ok()) {
+                d.for_each_field(&mut |name, _| {
+                    assert!(
+                        !name.is_empty()
+                            && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+                        "{name:?}"
+                    );
+                    seen += 1;
+                });
+            }
+        }
+        assert!(seen > 20, "{seen}");
+    }
 
     #[test]
     fn json_canonical_is_the_display_form_for_every_format() -> Result<(), Box<dyn std::error::Error>> {
