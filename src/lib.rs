@@ -29,7 +29,7 @@
 //!   and parses the answer with [`http1`].
 //! * Errors shardgate answers itself are one table, [`proxy::error`]
 //!   (RFC 9457 problem+json plus an RFC 9209 `Proxy-Status`), written by
-//!   [`proxy::respond`] with the metrics and the access log.
+//!   `proxy::respond` with the metrics and the access log.
 //!
 //! ## Modules, lowest layer first
 //!

@@ -16,7 +16,7 @@
 //! * [`mint`]: ids minted for create routes, and the batch mint endpoint.
 //! * [`dispatch`]: which endpoints: local, peer, or along the failover chain.
 //! * [`forward`]: the attempts of the upstream leg ([`crate::upstream`] sends them), the tunnel.
-//! * [`respond`]: every answer's end: problem+json, request id, metrics, access log.
+//! * `respond`: every answer's end: problem+json, request id, metrics, access log.
 //! * [`error`]: the one table of failures shardgate answers itself.
 //! * [`drain`]: the "going away" flag.
 

@@ -3,7 +3,7 @@
 //! http/1.1 (`server.tls`), upgrades allowed, every connection watched for
 //! graceful shutdown and idleness. Each request reaches [`Proxy::handle`]
 //! with its connection's [`ConnInfo`]. The listener and the shutdown signal
-//! are passed in, so tests bind port 0. The [`Acceptor`] (limit, refusal,
+//! are passed in, so tests bind port 0. The `Acceptor` (limit, refusal,
 //! back-off) is shared with the admin listener.
 
 use std::convert::Infallible;

@@ -109,7 +109,7 @@ impl Rule {
 }
 
 impl fmt::Display for Rule {
-    /// The rule with numbers only; [`Table::explain`] adds country and entity names.
+    /// The rule with numbers only; [`Table::explain`](super::Table::explain) adds country and entity names.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Rule::Override { country, entity } => write!(f, "override {country}/{entity}"),
