@@ -287,44 +287,24 @@ pub async fn serve(path: PathBuf) -> Result<Exit, ServeError> {
 }
 
 /// SIGTERM and SIGQUIT start the drain (a second one exits at once);
-/// SIGINT resolves the returned future with [`Exit::Interrupted`].
+/// SIGINT resolves the returned future with [`Exit::Interrupted`]. The
+/// handlers are in place when this returns.
 fn spawn_drain_signals(drain: Drain, mut stop: watch::Receiver<bool>) -> impl Future<Output = Exit> {
     let (tx, rx) = tokio::sync::oneshot::channel::<Exit>();
+    let mut signals = Signals::install(true);
     tokio::spawn(async move {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{signal, SignalKind};
-            let (Ok(mut term), Ok(mut quit)) = (signal(SignalKind::terminate()), signal(SignalKind::quit())) else {
-                tracing::warn!(
-                    "cannot install the SIGTERM/SIGQUIT handlers; only Ctrl-C and POST /drain stop shardgate"
-                );
-                let _ = tokio::signal::ctrl_c().await;
-                let _ = tx.send(Exit::Interrupted);
-                return;
-            };
-            loop {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = quit.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {
-                        let _ = tx.send(Exit::Interrupted);
-                        return;
-                    }
-                    _ = stop.wait_for(|s| *s) => return,
-                }
-                if !start_drain(&drain) {
-                    tracing::warn!("second termination signal during the drain: exiting now");
-                    let _ = tx.send(Exit::Stopped);
-                    return;
-                }
-            }
-        }
-        #[cfg(not(unix))]
-        {
-            let _ = drain;
+        loop {
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => { let _ = tx.send(Exit::Interrupted); }
-                _ = stop.wait_for(|s| *s) => {}
+                exit = signals.next() => if matches!(exit, Exit::Interrupted) {
+                    let _ = tx.send(Exit::Interrupted);
+                    return;
+                },
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            if !start_drain(&drain) {
+                tracing::warn!("second termination signal during the drain: exiting now");
+                let _ = tx.send(Exit::Stopped);
+                return;
             }
         }
     });
@@ -365,34 +345,77 @@ fn spawn_reload_triggers(reloader: &Arc<Reloader>, stop: watch::Receiver<bool>) 
     }
 }
 
-/// Resolves on SIGTERM ([`Exit::Stopped`], a graceful stop) or SIGINT
-/// (Ctrl-C, [`Exit::Interrupted`]).
-pub async fn shutdown_signal() -> Exit {
+/// The termination signals, with their handlers registered when this is
+/// made: a signal that arrives before anyone waits (right after the
+/// listener answers, say) is kept, not lost to the default action, which
+/// would kill the process with the wrong exit status.
+struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => Exit::Stopped,
-                    _ = tokio::signal::ctrl_c() => Exit::Interrupted,
-                }
+    term: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    quit: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    /// SIGTERM and SIGINT, and SIGQUIT when `with_quit` (it counts as SIGTERM).
+    fn install(with_quit: bool) -> Signals {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let term = signal(SignalKind::terminate()).ok();
+            let quit = if with_quit { signal(SignalKind::quit()).ok() } else { None };
+            let int = signal(SignalKind::interrupt()).ok();
+            if term.is_none() || int.is_none() {
+                tracing::warn!("cannot install the SIGTERM/SIGINT handlers; Ctrl-C and POST /drain still work");
             }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-                Exit::Interrupted
-            }
+            Signals { term, quit, int }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = with_quit;
+            Signals {}
         }
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-        Exit::Interrupted
+
+    /// The next signal: [`Exit::Stopped`] for SIGTERM (or SIGQUIT),
+    /// [`Exit::Interrupted`] for SIGINT.
+    async fn next(&mut self) -> Exit {
+        #[cfg(unix)]
+        {
+            async fn on(s: &mut Option<tokio::signal::unix::Signal>) {
+                match s {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            }
+            if self.int.is_none() {
+                tokio::select! {
+                    _ = on(&mut self.term) => Exit::Stopped,
+                    _ = on(&mut self.quit) => Exit::Stopped,
+                    _ = tokio::signal::ctrl_c() => Exit::Interrupted,
+                }
+            } else {
+                tokio::select! {
+                    _ = on(&mut self.term) => Exit::Stopped,
+                    _ = on(&mut self.quit) => Exit::Stopped,
+                    _ = on(&mut self.int) => Exit::Interrupted,
+                }
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            Exit::Interrupted
+        }
     }
 }
 
 /// Runs `serve` until a termination signal, which stops it gracefully
-/// (in-flight requests finish); returns what [`shutdown_signal`] saw.
+/// (in-flight requests finish); returns which signal it was.
 pub async fn until_signal<F, E>(
     serve: impl FnOnce(std::pin::Pin<Box<dyn Future<Output = ()> + Send>>) -> F,
 ) -> Result<Exit, E>
@@ -400,8 +423,9 @@ where
     F: Future<Output = Result<(), E>>,
 {
     let (exit_tx, exit_rx) = tokio::sync::oneshot::channel();
+    let mut signals = Signals::install(false);
     let stop = Box::pin(async move {
-        let _ = exit_tx.send(shutdown_signal().await);
+        let _ = exit_tx.send(signals.next().await);
     });
     serve(stop).await?;
     Ok(exit_rx.await.unwrap_or(Exit::Stopped))
