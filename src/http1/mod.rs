@@ -9,7 +9,7 @@
 //!   (one framing, a valid length, chunked last), ready as `http` types;
 //! * [`response`]: a response head and how its body is delimited (§6.3);
 //! * [`framing`]: body framing and the incremental decoder;
-//! * [`write`](mod@write): request and response heads, `Date`.
+//! * [`write`](mod@write): upstream request heads.
 //!
 //! Why by hand: hyper's HTTP/1 state machines (a task and a channel per
 //! upstream connection, a dispatcher per client connection) were most of

@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use http::{Method, StatusCode, Uri};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 use super::connect::Connector;
-use crate::http1::{self, write};
+use super::exchange::{poll_head, HeadError};
+use crate::http1::{write, HeadScan};
 
 /// GETs `uri` through `connector` with `user_agent`; the status, or why there
 /// is none (e.g. "tcp connect error: Connection refused (os error 111)"),
@@ -33,20 +34,11 @@ pub async fn get(
         head.extend_from_slice(b"\r\n");
         io.write_all(&head).await.map_err(|e| format!("write error: {e}"))?;
         io.flush().await.map_err(|e| format!("write error: {e}"))?;
-        let mut buf = BytesMut::with_capacity(4096);
-        loop {
-            match http1::parse_response(&mut buf, &Method::GET) {
-                Ok(Some(h)) if h.status.is_informational() => continue,
-                Ok(Some(h)) => return Ok(h.status),
-                Ok(None) => {}
-                Err(e) => return Err(format!("invalid response: {e}")),
-            }
-            match io.read_buf(&mut buf).await {
-                Ok(0) if buf.is_empty() => return Err("connection closed before any response".to_string()),
-                Ok(0) => return Err("connection closed in the middle of the response head".to_string()),
-                Ok(_) => {}
-                Err(e) => return Err(format!("read error: {e}")),
-            }
+        let (mut buf, mut scan) = (BytesMut::with_capacity(4096), HeadScan::default());
+        match std::future::poll_fn(|cx| poll_head(cx, &mut io, &mut buf, &Method::GET, &mut scan)).await {
+            Ok(head) => Ok(head.status),
+            Err(HeadError::Io(e)) => Err(e),
+            Err(HeadError::Bad(e)) => Err(format!("invalid response: {e}")),
         }
     };
     match tokio::time::timeout(timeout, exchange).await {

@@ -112,16 +112,6 @@ async fn tcp(host: &str, port: u16) -> Result<TcpStream, String> {
     Err(last)
 }
 
-impl Stream {
-    /// The TCP connection underneath.
-    pub fn tcp(&self) -> &TcpStream {
-        match self {
-            Stream::Tcp(s) => s,
-            Stream::Tls(s) => s.get_ref().0,
-        }
-    }
-}
-
 impl AsyncRead for Stream {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {

@@ -24,7 +24,7 @@ use std::io;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Response};
 use hyper::body::{Body, Frame, SizeHint};
@@ -113,9 +113,10 @@ where
     let sent = std::future::poll_fn(|cx| send.poll(cx, &mut conn, body, out.method)).await;
     let stale = |send: &Send, conn: &Conn, e: String| {
         // A kept connection that failed before any answer, with the
-        // request's body untouched, and either nothing delivered or a
-        // request the server may see twice: the server closed it idle.
-        if conn.reused && conn.read.is_empty() && !send.touched && retry_safe(out.method) {
+        // request's body untouched: the server closed it while idle. It may
+        // still have seen the request, so only a method whose repeat does
+        // no harm (RFC 9110 §9.2.2) goes out again.
+        if conn.reused && conn.read.is_empty() && !send.touched && super::retry::is_idempotent(out.method) {
             ExchangeError::Stale(e)
         } else {
             ExchangeError::Io(e)
@@ -132,21 +133,17 @@ where
     let finished_upload = early.is_none();
     let head = match early {
         Some(head) => head,
-        None => match std::future::poll_fn(|cx| poll_head(cx, &mut conn, out.method, &mut send.scan)).await {
-            Ok(head) => head,
-            Err(HeadError::Io(e)) => return Err(stale(&send, &conn, e)),
-            Err(HeadError::Bad(e)) => return Err(ExchangeError::BadResponse(e)),
-        },
+        None => {
+            match std::future::poll_fn(|cx| poll_head(cx, &mut conn.io, &mut conn.read, out.method, &mut send.scan))
+                .await
+            {
+                Ok(head) => head,
+                Err(HeadError::Io(e)) => return Err(stale(&send, &conn, e)),
+                Err(HeadError::Bad(e)) => return Err(ExchangeError::BadResponse(e)),
+            }
+        }
     };
     Ok(response(head, conn, finished_upload))
-}
-
-/// Whether a request that may have reached the server can go out again
-/// after a kept connection closed without answering: methods whose repeat
-/// does no harm (RFC 9110 §9.2.2). Others are retried only when nothing
-/// was written, which a closed kept connection rarely tells apart.
-fn retry_safe(method: &Method) -> bool {
-    super::retry::is_idempotent(method)
 }
 
 /// Writes the request head into `w` and chooses the body's framing:
@@ -156,7 +153,7 @@ fn retry_safe(method: &Method) -> bool {
 /// methods that never carry one without saying so (hyper's rule).
 fn write_head<B: Body>(w: &mut Vec<u8>, out: &Outgoing<'_>, body: &B) -> Upload {
     w.clear();
-    http1::write::request_head_open(w, out.method, out.target, out.host, out.headers);
+    http1::write::request_head(w, out.method, out.target, out.host, out.headers);
     let upload = if out.headers.contains_key(header::TRANSFER_ENCODING) {
         Upload::Chunked
     } else if out.headers.contains_key(header::CONTENT_LENGTH) {
@@ -283,61 +280,73 @@ impl Send {
     /// answered without the rest); a close is an error.
     fn watch(&mut self, cx: &mut Context<'_>, conn: &mut Conn, method: &Method) -> Poll<Result<(), SendError>> {
         loop {
-            match poll_fill(cx, conn) {
+            match fill(cx, &mut conn.io, &mut conn.read) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Ok(0)) => return Poll::Ready(Err(SendError::Io("connection closed by upstream".into()))),
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(SendError::Io(e.to_string()))),
                 Poll::Ready(Ok(_)) => {}
             }
-            loop {
-                match http1::parse_response(&mut conn.read, method) {
-                    Ok(None) => break,
-                    Ok(Some(h)) if h.status.is_informational() && h.status != http::StatusCode::SWITCHING_PROTOCOLS => {
-                    }
-                    Ok(Some(h)) => {
-                        self.early = Some(h);
-                        return Poll::Ready(Ok(()));
-                    }
-                    Err(e) => return Poll::Ready(Err(SendError::Bad(e))),
+            match next_head(&mut conn.read, method, &mut self.scan) {
+                Ok(Some(h)) => {
+                    self.early = Some(h);
+                    return Poll::Ready(Ok(()));
                 }
+                Ok(None) => {}
+                Err(e) => return Poll::Ready(Err(SendError::Bad(e))),
             }
         }
     }
 }
 
-/// Reads into the connection's buffer: the number of bytes read (0: closed).
-fn poll_fill(cx: &mut Context<'_>, conn: &mut Conn) -> Poll<io::Result<usize>> {
-    if conn.read.capacity() - conn.read.len() < 1024 {
-        conn.read.reserve(READ_CHUNK);
+/// Reads from `io` into `buf`: the number of bytes read (0: closed).
+fn fill<S: AsyncRead + Unpin>(cx: &mut Context<'_>, io: &mut S, buf: &mut BytesMut) -> Poll<io::Result<usize>> {
+    if buf.capacity() - buf.len() < 1024 {
+        buf.reserve(READ_CHUNK);
     }
-    tokio_util::io::poll_read_buf(Pin::new(&mut conn.io), cx, &mut conn.read)
+    tokio_util::io::poll_read_buf(Pin::new(io), cx, buf)
 }
 
-enum HeadError {
+/// The first final response head in `buf` (a 1xx other than 101 is taken
+/// out and skipped), parsed once `scan` sees one may be complete; `None`:
+/// read more.
+fn next_head(buf: &mut BytesMut, method: &Method, scan: &mut HeadScan) -> Result<Option<ResponseHead>, http1::Error> {
+    while scan.ready(buf, MAX_HEAD_BYTES) {
+        match http1::parse_response(buf, method)? {
+            Some(h) if h.status.is_informational() && h.status != http::StatusCode::SWITCHING_PROTOCOLS => scan.reset(),
+            Some(h) => return Ok(Some(h)),
+            None => break,
+        }
+    }
+    Ok(None)
+}
+
+/// Why no response head was read.
+#[derive(Debug)]
+pub(crate) enum HeadError {
+    /// The connection failed or closed before any byte of an answer.
     Io(String),
+    /// What arrived is not a response head (or stopped in the middle of one).
     Bad(http1::Error),
 }
 
-/// Reads until a final response head (1xx other than 101 skipped).
-fn poll_head(
+/// Reads from `io` into `buf` until a final response head (1xx other than
+/// 101 skipped). The exchange and the one-shot client (`super::client`)
+/// both read heads this way.
+pub(crate) fn poll_head<S: AsyncRead + Unpin>(
     cx: &mut Context<'_>,
-    conn: &mut Conn,
+    io: &mut S,
+    buf: &mut BytesMut,
     method: &Method,
     scan: &mut HeadScan,
 ) -> Poll<Result<ResponseHead, HeadError>> {
     loop {
-        while scan.ready(&conn.read, MAX_HEAD_BYTES) {
-            match http1::parse_response(&mut conn.read, method) {
-                Ok(Some(h)) if h.status.is_informational() && h.status != http::StatusCode::SWITCHING_PROTOCOLS => {
-                    scan.reset();
-                }
-                Ok(Some(h)) => return Poll::Ready(Ok(h)),
-                Ok(None) => break,
-                Err(e) => return Poll::Ready(Err(HeadError::Bad(e))),
-            }
+        match next_head(buf, method, scan) {
+            Ok(Some(h)) => return Poll::Ready(Ok(h)),
+            Ok(None) => {}
+            Err(e) => return Poll::Ready(Err(HeadError::Bad(e))),
         }
-        match ready!(poll_fill(cx, conn)) {
-            Ok(0) if conn.read.is_empty() => {
+        match ready!(fill(cx, io, buf)) {
+            Ok(0) if buf.is_empty() => {
                 return Poll::Ready(Err(HeadError::Io("connection closed before any response".into())))
             }
             Ok(0) => {
@@ -345,7 +354,7 @@ fn poll_head(
                 return Poll::Ready(Err(HeadError::Bad(e)));
             }
             Ok(_) => {}
-            Err(e) => return Poll::Ready(Err(HeadError::Io(e.to_string()))),
+            Err(e) => return Poll::Ready(Err(HeadError::Io(format!("read error: {e}")))),
         }
     }
 }
@@ -450,7 +459,7 @@ impl Body for ResponseBody {
                     return Poll::Ready(Some(Err(BodyError::Framing(e))));
                 }
             }
-            match ready!(poll_fill(cx, conn)) {
+            match ready!(fill(cx, &mut conn.io, &mut conn.read)) {
                 Ok(0) => {
                     let end = this.decoder.eof();
                     this.conn = None;
