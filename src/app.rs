@@ -392,18 +392,21 @@ impl Signals {
                     None => std::future::pending().await,
                 }
             }
-            if self.int.is_none() {
-                tokio::select! {
-                    _ = on(&mut self.term) => Exit::Stopped,
-                    _ = on(&mut self.quit) => Exit::Stopped,
-                    _ = tokio::signal::ctrl_c() => Exit::Interrupted,
+            // Without its own handler, SIGINT is still Ctrl-C.
+            async fn interrupt(s: &mut Option<tokio::signal::unix::Signal>) {
+                match s {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => {
+                        let _ = tokio::signal::ctrl_c().await;
+                    }
                 }
-            } else {
-                tokio::select! {
-                    _ = on(&mut self.term) => Exit::Stopped,
-                    _ = on(&mut self.quit) => Exit::Stopped,
-                    _ = on(&mut self.int) => Exit::Interrupted,
-                }
+            }
+            tokio::select! {
+                _ = on(&mut self.term) => Exit::Stopped,
+                _ = on(&mut self.quit) => Exit::Stopped,
+                _ = interrupt(&mut self.int) => Exit::Interrupted,
             }
         }
         #[cfg(not(unix))]
