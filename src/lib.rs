@@ -14,6 +14,10 @@
 //!                                                                           attempt, pool, exchange
 //! ```
 //!
+//! * [`proxy::server`] accepts; a connection that opens with the HTTP/2
+//!   preface is hyper's, any other is served by the proxy's own HTTP/1.1
+//!   server (`proxy::h1`, heads parsed by [`http1`]), which hands each
+//!   request to `Proxy::handle` with its body reading from the socket.
 //! * A request loads the routing table once (an `Arc` snapshot taken from an
 //!   `ArcSwap`, [`routing::shared`]) and uses that snapshot to the end, so a
 //!   reload never mixes old and new tables within one request.
@@ -40,9 +44,9 @@
 //!   UUIDv7, Snowflake, Sonyflake, Instagram): parse, fields, format, mint,
 //!   JSON. A library of its own (`crates/entity-ids`, which services link
 //!   too): no network, runtime or configuration types.
-//! * [`http1`]: HTTP/1.1 on the wire: request and response heads parsed with
-//!   `httparse` into one buffer, body framing and its incremental decoder,
-//!   heads written into one buffer. No I/O.
+//! * [`http1`]: HTTP/1.1 on the wire, for both legs: request and response
+//!   heads parsed with `httparse` into one buffer, body framing and its
+//!   incremental decoder, heads written into one buffer. No I/O.
 //! * [`config`]: the routing table file: YAML walk, schema, validation per
 //!   section, the typed [`config::Config`], restart-only keys.
 //! * [`routing`]: the compiled table, placement, the shared snapshot and live reload.

@@ -1,15 +1,14 @@
 //! HTTP/1.1 messages on the wire: heads parsed with `httparse` straight
 //! out of a connection's read buffer, bodies framed and decoded without
 //! copying, heads written into one buffer. No I/O and no policy: the
-//! upstream exchange (`upstream::exchange`) drives these over its sockets.
-//! The request side ([`request`]) is checked and fuzzed here ahead of a
-//! client leg of the same make; the client leg is hyper's today.
+//! upstream exchange (`upstream::exchange`) and the client leg's HTTP/1.1
+//! server (`proxy::h1`) drive these over their sockets.
 //!
 //! * [`request`]: a request head, checked as RFC 9112 §6 and RFC 9110 want
 //!   (one framing, a valid length, chunked last), ready as `http` types;
 //! * [`response`]: a response head and how its body is delimited (§6.3);
 //! * [`framing`]: body framing and the incremental decoder;
-//! * [`write`](mod@write): upstream request heads.
+//! * [`write`](mod@write): heads and fields written into a buffer.
 //!
 //! Why by hand: hyper's HTTP/1 state machines (a task and a channel per
 //! upstream connection, a dispatcher per client connection) were most of
@@ -219,13 +218,16 @@ impl HeadScan {
         // A terminator may begin in the last bytes already searched.
         let from = self.scanned.saturating_sub(2).min(buf.len());
         self.scanned = buf.len();
-        let tail = &buf[from..];
-        // memchr's vectorised search stops at the first match (the head's
-        // end); a byte-window scan over the whole read (head and body) cost
-        // about 2,900 instructions per proxied response.
+        // Each line feed is looked at once, by memchr's vectorised search,
+        // which stops at the head's end (a byte-window scan over the whole
+        // read cost about 2,900 instructions per proxied response, and two
+        // substring searches about 900).
         buf.len() > max
-            || memchr::memmem::find(tail, b"\n\r\n").is_some()
-            || memchr::memmem::find(tail, b"\n\n").is_some()
+            || memchr::memchr_iter(b'\n', &buf[from..]).any(|i| match buf.get(from + i + 1) {
+                Some(b'\n') => true,
+                Some(b'\r') => buf.get(from + i + 2) == Some(&b'\n'),
+                _ => false,
+            })
     }
 
     /// A head was taken out of the buffer: look at what is left from its start.

@@ -12,17 +12,18 @@ use std::time::Instant;
 use http::request::Parts;
 use http::{HeaderMap, Response, Uri};
 use http_body_util::{Either, Empty};
-use hyper::body::{Body, Incoming};
+use hyper::body::Body;
 use hyper_util::rt::TokioIo;
 
 use super::dispatch::{dispatch, Target};
 use super::error::ProxyError;
 use super::locate::Decision;
+use super::upgrade::ClientUpgrade;
 use super::Proxy;
 use crate::mesh;
 use crate::routing::{RegionId, Table};
 use crate::upstream::retry::is_idempotent;
-use crate::upstream::{AttemptSettings, ClientBody, Conn, Limits, ResponseBody, UpstreamBody};
+use crate::upstream::{AttemptSettings, ClientBody, Conn, Limits, RequestBody, ResponseBody, UpstreamBody};
 
 /// What the attempts of one request share.
 #[derive(Debug)]
@@ -59,7 +60,7 @@ pub(super) async fn forward<'t>(
     proxy: &Proxy,
     mut leg: Leg<'t>,
     parts: &Parts,
-    body: Incoming,
+    body: RequestBody,
     started: Instant,
     decision: &mut Decision<'t>,
 ) -> Result<Response<ResponseBody>, ProxyError> {
@@ -151,12 +152,18 @@ fn peer_headers(proxy: &Proxy, leg: &Leg<'_>, target: &Target<'_>, base: &Header
 /// Tunnels an upgraded connection (WebSocket) between the client, once its
 /// side has switched protocols, and the upstream connection that answered
 /// `101`.
-pub fn spawn_tunnel(client: hyper::upgrade::OnUpgrade, upstream: Conn) {
+pub fn spawn_tunnel(client: ClientUpgrade, upstream: Conn) {
+    use crate::upstream::exchange::tunnel;
     tokio::spawn(async move {
-        let Ok(c) = client.await else {
-            tracing::debug!("the client's side of the upgrade failed; tunnel not opened");
-            return;
-        };
-        crate::upstream::exchange::tunnel(TokioIo::new(c), upstream).await;
+        match client {
+            ClientUpgrade::Hyper(on) => match on.await {
+                Ok(c) => tunnel(TokioIo::new(c), upstream).await,
+                Err(e) => tracing::debug!(error = %e, "the client's side of the upgrade failed; tunnel not opened"),
+            },
+            ClientUpgrade::Http1(rx) => match rx.await {
+                Ok(c) => tunnel(c, upstream).await,
+                Err(_) => tracing::debug!("the client's side of the upgrade failed; tunnel not opened"),
+            },
+        }
     });
 }

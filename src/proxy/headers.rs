@@ -9,17 +9,18 @@ use std::net::IpAddr;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::request::Parts;
 use http::{Request, Response};
-use hyper::body::{Body, Incoming};
+use hyper::body::Body;
 
 use super::error::ProxyError;
 use super::server::ConnInfo;
+use super::upgrade::ClientUpgrade;
 use crate::routing::{Route, Settings};
-use crate::upstream::ResponseBody;
+use crate::upstream::{RequestBody, ResponseBody};
 
 /// A request as it arrived, checked: within the limits, framed as RFC 9112
 /// wants, its path without dot segments (so what is routed is what is
 /// forwarded).
-pub fn admit(req: Request<Incoming>, settings: &Settings) -> Result<(Parts, Incoming), ProxyError> {
+pub fn admit(req: Request<RequestBody>, settings: &Settings) -> Result<(Parts, RequestBody), ProxyError> {
     let server = &settings.server;
     let uri_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
     if uri_len > server.max_uri_bytes {
@@ -43,14 +44,14 @@ pub fn admit(req: Request<Incoming>, settings: &Settings) -> Result<(Parts, Inco
 /// is asked for.
 pub fn to_upstream(
     parts: &mut Parts,
-    body: &Incoming,
+    body: &RequestBody,
     route: &Route,
     conn: &ConnInfo,
     settings: &Settings,
     via: &Via,
-) -> Option<hyper::upgrade::OnUpgrade> {
+) -> Option<ClientUpgrade> {
     let upgrade = parts.version == http::Version::HTTP_11 && keep_allowed_upgrades(&mut parts.headers, &route.upgrades);
-    let client_upgrade = if upgrade { parts.extensions.remove::<hyper::upgrade::OnUpgrade>() } else { None };
+    let client_upgrade = if upgrade { ClientUpgrade::take(&mut parts.extensions) } else { None };
     // The authority the client asked for: the absolute URI's (or HTTP/2's
     // `:authority`), else `Host`.
     let host = parts
@@ -87,7 +88,7 @@ pub type Minted = (HeaderName, String, Option<String>);
 /// behind the id), `Via` added.
 pub fn from_upstream(
     mut resp: Response<ResponseBody>,
-    client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    client_upgrade: Option<ClientUpgrade>,
     minted: Option<Minted>,
     via: &Via,
 ) -> Response<ResponseBody> {

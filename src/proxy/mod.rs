@@ -8,7 +8,11 @@
 //!                              place     chain
 //! ```
 //!
-//! * [`server`]: one accept path for plain and TLS, graceful shutdown, idle limits.
+//! * [`server`]: one accept path for plain and TLS, graceful shutdown, idle
+//!   limits; HTTP/2 by hyper, HTTP/1.1 by `h1`, the proxy's own server.
+//! * `h1`: the client leg's HTTP/1.1 server: heads, bodies, keep-alive,
+//!   pipelining, `100-continue`, upgrades, problem+json for unreadable heads.
+//! * [`upgrade`]: the client's side of an upgrade, from either server.
 //! * [`headers`]: the heads on both legs: admission checks, hygiene, `X-Forwarded-*`, `Via`.
 //! * [`path`]: dot segments removed before matching.
 //! * [`locate`]: match → extract → decode (or mint) → place, pure; and the [`Decision`] it records.
@@ -25,12 +29,14 @@ pub mod drain;
 pub mod error;
 pub mod extract;
 pub mod forward;
+mod h1;
 pub mod headers;
 pub mod locate;
 pub mod mint;
 pub mod path;
 mod respond;
 pub mod server;
+pub mod upgrade;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -39,13 +45,12 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response};
 use http_body_util::{Either, Full};
-use hyper::body::Incoming;
 
 use crate::ids::{SystemClock, Uuid7Minter};
 use crate::mesh;
 use crate::metrics::Metrics;
 use crate::routing::{SharedTable, Table};
-use crate::upstream::{ClientSettings, Health, ResponseBody, Upstreams};
+use crate::upstream::{ClientSettings, Health, RequestBody, ResponseBody, Upstreams};
 
 pub use drain::Drain;
 use error::ProxyError;
@@ -133,7 +138,7 @@ impl Proxy {
 
     /// Handles one request end to end. Never fails: errors become responses.
     /// `conn` describes its connection (a bare `SocketAddr` is a plain-HTTP one).
-    pub async fn handle(&self, mut req: Request<Incoming>, conn: impl Into<ConnInfo>) -> Response<ProxyBody> {
+    pub async fn handle(&self, mut req: Request<RequestBody>, conn: impl Into<ConnInfo>) -> Response<ProxyBody> {
         let loaded = self.shared.table.snapshot();
         if let Some(resp) = respond::own_answer(self, &req, &loaded) {
             return resp;
@@ -156,7 +161,7 @@ impl Proxy {
 
     /// Whether `conn` is an authenticated peer shardgate; from anyone else
     /// the mesh headers are removed (and `Forwarded`, unless from a trusted hop).
-    fn trust(&self, req: &mut Request<Incoming>, conn: &ConnInfo, table: &Table) -> bool {
+    fn trust(&self, req: &mut Request<RequestBody>, conn: &ConnInfo, table: &Table) -> bool {
         let settings = table.settings();
         let from_peer = conn.is_mesh_peer(&settings.trusted_peers);
         if !from_peer {
@@ -170,7 +175,7 @@ impl Proxy {
 
     /// The request's id: the client's when acceptable, else a fresh UUIDv7,
     /// set on the request so the upstream sees the same one.
-    fn request_id(&self, req: &mut Request<Incoming>) -> HeaderValue {
+    fn request_id(&self, req: &mut Request<RequestBody>) -> HeaderValue {
         match req.headers().get(headers::X_REQUEST_ID) {
             Some(v) if headers::acceptable_request_id(v) => v.clone(),
             _ => {
@@ -187,7 +192,7 @@ impl Proxy {
     async fn route<'t>(
         &self,
         table: &'t Table,
-        req: Request<Incoming>,
+        req: Request<RequestBody>,
         conn: ConnInfo,
         from_peer: bool,
         started: Instant,

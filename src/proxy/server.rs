@@ -1,7 +1,9 @@
 //! Server: the accept loop, one path for plain and TLS connections.
 //! HTTP/1.1 and h2c (prior knowledge) on one port, or TLS with ALPN h2 and
 //! http/1.1 (`server.tls`), upgrades allowed, every connection watched for
-//! graceful shutdown and idleness. Each request reaches [`Proxy::handle`]
+//! graceful shutdown and idleness. A connection whose first bytes are the
+//! HTTP/2 preface is served by hyper; any other by the proxy's own
+//! HTTP/1.1 server ([`super::h1`]). Each request reaches [`Proxy::handle`]
 //! with its connection's [`ConnInfo`]. The listener and the shutdown signal
 //! are passed in, so tests bind port 0. The `Acceptor` (limit, refusal,
 //! back-off) is shared with the admin listener.
@@ -16,16 +18,23 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use bytes::BytesMut;
+use hyper::server::conn::http2;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 
 use super::error::ProxyError;
+use super::upgrade::{ClientIo, Rewound};
 use super::Proxy;
 use crate::tls::ServerTls;
+use crate::upstream::RequestBody;
+
+/// What an HTTP/2 client sends first (RFC 9113 §3.4).
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// Connection-level limits, fixed when the listener starts.
 #[derive(Clone, Copy, Debug)]
@@ -129,6 +138,9 @@ pub async fn serve(
     let _cert_watch = tls.as_ref().map(|t| t.watch(crate::tls::RELOAD_CHECK_INTERVAL));
     let builder = builder(&opts);
     let graceful = GracefulShutdown::new();
+    // The HTTP/1.1 connections' shutdown signal; they finish the request in
+    // flight, close when idle, and drop their receiver when they end.
+    let (stop_tx, stop) = watch::channel(false);
     let metrics = Arc::clone(&proxy.shared().metrics);
     let refused = ProxyError::TooManyConnections { limit: opts.max_connections, listener: "proxy" };
     let refusal: Arc<[u8]> = super::error::problem_http1_bytes(&refused, proxy.name()).into();
@@ -143,6 +155,7 @@ pub async fn serve(
             proxy: Arc::clone(&proxy),
             builder: builder.clone(),
             watcher: graceful.watcher(),
+            stop: stop.clone(),
             opts,
             peer,
             _open: metrics.connection_opened("proxy"),
@@ -152,29 +165,20 @@ pub async fn serve(
     };
     // From here on new connections are refused by the kernel.
     drop(acceptor);
-    let finished = tokio::time::timeout(grace, graceful.shutdown()).await.is_ok();
+    drop(stop);
+    stop_tx.send_replace(true);
+    let finished =
+        tokio::time::timeout(grace, async { tokio::join!(graceful.shutdown(), stop_tx.closed()) }).await.is_ok();
     if !finished {
         tracing::warn!(timeout = ?grace, "in-flight requests did not finish before the shutdown timeout");
     }
     Ok(finished)
 }
 
-/// The HTTP/1.1 and HTTP/2 server settings for `opts`.
-fn builder(opts: &ServerOptions) -> auto::Builder<TokioExecutor> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(opts.header_read_timeout)
-        // Above the configured count the proxy answers 431 problem+json
-        // itself; far above it hyper refuses the head (a bare 431).
-        .max_headers(opts.max_headers.saturating_mul(2).saturating_add(8))
-        // hyper's floor for the read buffer is 8 KiB.
-        .max_buf_size(opts.max_header_bytes.max(8192));
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_header_list_size(u32::try_from(opts.max_header_bytes).unwrap_or(u32::MAX));
+/// The HTTP/2 server settings for `opts`.
+fn builder(opts: &ServerOptions) -> http2::Builder<TokioExecutor> {
+    let mut builder = http2::Builder::new(TokioExecutor::new());
+    builder.timer(TokioTimer::new()).max_header_list_size(u32::try_from(opts.max_header_bytes).unwrap_or(u32::MAX));
     builder
 }
 
@@ -182,8 +186,9 @@ fn builder(opts: &ServerOptions) -> auto::Builder<TokioExecutor> {
 /// (given up when it ends).
 struct Connection {
     proxy: Arc<Proxy>,
-    builder: auto::Builder<TokioExecutor>,
+    builder: http2::Builder<TokioExecutor>,
     watcher: hyper_util::server::graceful::Watcher,
+    stop: watch::Receiver<bool>,
     opts: ServerOptions,
     peer: SocketAddr,
     _open: crate::metrics::ConnectionGuard,
@@ -210,19 +215,35 @@ impl Connection {
         self.serve(stream, info, &activity).await;
     }
 
-    /// Serves HTTP on `io` until it ends or idles out; each request reaches
-    /// [`Proxy::handle`] with `info`.
-    async fn serve<S>(self, io: S, info: ConnInfo, activity: &Activity)
-    where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
-        let proxy = self.proxy;
-        let service = service_fn(move |req| {
-            let proxy = Arc::clone(&proxy);
-            async move { Ok::<_, Infallible>(proxy.handle(req, info).await) }
-        });
-        let conn = self.builder.serve_connection_with_upgrades(TokioIo::new(io), service).into_owned();
-        until_idle(self.watcher.watch(conn), activity, self.opts, self.peer).await;
+    /// Serves HTTP on `io` until it ends or idles out: HTTP/2 (hyper) when
+    /// the client's first bytes are its preface, else HTTP/1.1 (the proxy's
+    /// own server); each request reaches [`Proxy::handle`] with `info`.
+    async fn serve<S: ClientIo + 'static>(self, mut io: S, info: ConnInfo, activity: &Activity) {
+        let Connection { proxy, builder, watcher, stop, opts, peer, _open, _slot } = self;
+        let conn = async move {
+            let mut buf = BytesMut::with_capacity(8 * 1024);
+            loop {
+                if io.read_buf(&mut buf).await.map_err(|e| e.to_string())? == 0 {
+                    return Ok(());
+                }
+                let sniffed = buf.len().min(PREFACE.len());
+                if buf[..sniffed] != PREFACE[..sniffed] {
+                    let wire = super::h1::Wire::new(Box::new(io), buf);
+                    super::h1::serve(proxy, wire, info, opts, stop).await;
+                    return Ok(());
+                }
+                if sniffed == PREFACE.len() {
+                    break;
+                }
+            }
+            let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                let proxy = Arc::clone(&proxy);
+                async move { Ok::<_, Infallible>(proxy.handle(req.map(RequestBody::from), info).await) }
+            });
+            let conn = builder.serve_connection(TokioIo::new(Rewound::new(buf, io)), service);
+            watcher.watch(conn).await.map_err(|e| e.to_string())
+        };
+        until_idle(conn, activity, opts, peer).await;
     }
 }
 

@@ -2,8 +2,12 @@
 //! client is being waited for, when the last bytes went, whether the client
 //! broke it. The attempt's timeout ([`super::attempt`]) and the blame for a
 //! failure (the client's 400, or a failure held against the upstream) are
-//! read from here.
+//! read from here. The body itself is a [`RequestBody`], whichever server
+//! read the request: hyper's (HTTP/2) or the proxy's own HTTP/1.1 one.
 
+use std::fmt;
+use std::io;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -12,6 +16,101 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::{Either, Empty};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
+
+use crate::http1;
+
+/// A client's request body as the server that read the request hands it on.
+pub enum RequestBody {
+    /// No body.
+    Empty,
+    /// Read by hyper (HTTP/2).
+    Hyper(Incoming),
+    /// Read by the proxy's own HTTP/1.1 server from the client's connection.
+    Http1(Pin<Box<dyn Body<Data = Bytes, Error = RequestBodyError> + Send>>),
+}
+
+impl fmt::Debug for RequestBody {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RequestBody::Empty => f.write_str("RequestBody::Empty"),
+            RequestBody::Hyper(b) => f.debug_tuple("RequestBody::Hyper").field(b).finish(),
+            RequestBody::Http1(b) => f.debug_tuple("RequestBody::Http1").field(&b.size_hint()).finish(),
+        }
+    }
+}
+
+impl From<Incoming> for RequestBody {
+    fn from(body: Incoming) -> RequestBody {
+        RequestBody::Hyper(body)
+    }
+}
+
+/// Why a client's request body could not be read to its end.
+#[derive(Debug)]
+pub enum RequestBodyError {
+    /// hyper's reading of it (HTTP/2) failed.
+    Hyper(hyper::Error),
+    /// Its HTTP/1.1 framing is broken, or the client closed before its end.
+    Framing(http1::Error),
+    /// The client's connection failed.
+    Io(io::Error),
+    /// The request was answered already; the connection went on without this body.
+    Detached,
+}
+
+impl RequestBodyError {
+    /// Whether the client stopped before the body's end (rather than
+    /// sending something malformed).
+    pub fn is_incomplete(&self) -> bool {
+        match self {
+            RequestBodyError::Hyper(e) => e.is_incomplete_message(),
+            RequestBodyError::Framing(e) => e.reason == http1::Reason::BodyIncomplete,
+            RequestBodyError::Io(_) | RequestBodyError::Detached => true,
+        }
+    }
+}
+
+impl fmt::Display for RequestBodyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RequestBodyError::Hyper(e) => write!(f, "client body: {e}"),
+            RequestBodyError::Framing(e) => write!(f, "client body: {e}"),
+            RequestBodyError::Io(e) => write!(f, "client body: {e}"),
+            RequestBodyError::Detached => f.write_str("client body: the request was answered already"),
+        }
+    }
+}
+
+impl std::error::Error for RequestBodyError {}
+
+impl Body for RequestBody {
+    type Data = Bytes;
+    type Error = RequestBodyError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, RequestBodyError>>> {
+        match self.get_mut() {
+            RequestBody::Empty => Poll::Ready(None),
+            RequestBody::Hyper(b) => Pin::new(b).poll_frame(cx).map_err(RequestBodyError::Hyper),
+            RequestBody::Http1(b) => b.as_mut().poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            RequestBody::Empty => true,
+            RequestBody::Hyper(b) => b.is_end_stream(),
+            RequestBody::Http1(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            RequestBody::Empty => SizeHint::with_exact(0),
+            RequestBody::Hyper(b) => b.size_hint(),
+            RequestBody::Http1(b) => b.size_hint(),
+        }
+    }
+}
 
 /// Body sent upstream: the client's streamed body, or nothing (which can be
 /// sent again on a retry).
@@ -89,13 +188,13 @@ impl BodyWatch {
 /// against the upstream.
 #[derive(Debug)]
 pub struct ClientBody {
-    inner: Incoming,
+    inner: RequestBody,
     watch: Arc<BodyWatch>,
 }
 
 impl ClientBody {
     /// Watches `inner`.
-    pub fn new(inner: Incoming) -> ClientBody {
+    pub fn new(inner: RequestBody) -> ClientBody {
         ClientBody { inner, watch: Arc::new(BodyWatch::new()) }
     }
 
@@ -107,13 +206,13 @@ impl ClientBody {
 
 impl Body for ClientBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = RequestBodyError;
 
     fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
+    ) -> Poll<Option<Result<Frame<Bytes>, RequestBodyError>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
         let w = &self.watch;
         match &polled {
             Poll::Pending => {
@@ -121,7 +220,7 @@ impl Body for ClientBody {
             }
             Poll::Ready(Some(Ok(_))) => w.touch(0),
             Poll::Ready(None) => w.touch(FINISHED),
-            Poll::Ready(Some(Err(e))) => w.touch(if e.is_incomplete_message() { ABORTED } else { MALFORMED }),
+            Poll::Ready(Some(Err(e))) => w.touch(if e.is_incomplete() { ABORTED } else { MALFORMED }),
         }
         polled
     }

@@ -23,7 +23,7 @@ pub mod pool;
 pub mod retry;
 
 pub use attempt::{AttemptSettings, Failure, Upstreams};
-pub use body::{ClientBody, UpstreamBody};
+pub use body::{ClientBody, RequestBody, RequestBodyError, UpstreamBody};
 pub use connect::{connector, ClientSettings, Connector};
 pub use exchange::ResponseBody;
 pub use health::{Admit, Health};

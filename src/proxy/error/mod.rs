@@ -120,6 +120,17 @@ pub enum ProxyError {
         /// The configured limit.
         limit: usize,
     },
+    /// An HTTP/1.1 request head larger than `server.max_header_bytes`.
+    HeadTooLarge {
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// An HTTP/1.1 request head that cannot be read: a malformed request
+    /// line or field, ambiguous framing (RFC 9112 §6.3), obs-fold, bare CR.
+    MalformedHead {
+        /// Which rule the head broke.
+        detail: String,
+    },
     /// An HTTP/1.1 request without a `Host` header or with several (RFC 9112 §3.2).
     BadHost {
         /// How many `Host` fields the request has.
@@ -224,6 +235,8 @@ enum Kind {
     ClientBody,
     UriTooLong,
     HeadersTooLarge,
+    HeadTooLarge,
+    MalformedHead,
     BadHost,
     UnsupportedTransferCoding,
     Loop,
@@ -256,7 +269,7 @@ const DEST: &str = "destination_not_found";
 /// The table, one row per [`Kind`], in its order: status, reason,
 /// Proxy-Status token, title, type slug, metrics outcome. (A rejected id's
 /// reason is its decoder's: `bad_length`, `bad_format`, ….)
-const TABLE: [Spec; 32] = [
+const TABLE: [Spec; 34] = [
     row(StatusCode::NOT_FOUND, "no_route", DEST, "No route", "no-route", "no_route"),
     row(StatusCode::BAD_REQUEST, "missing_id", REQ, "Missing entity id", "invalid-entity-id", "bad_id"),
     row(StatusCode::BAD_REQUEST, "ambiguous_id", REQ, "Ambiguous entity id", "invalid-entity-id", "bad_id"),
@@ -332,6 +345,15 @@ const TABLE: [Spec; 32] = [
         "request-too-large",
         "too_large",
     ),
+    row(
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        "head_too_large",
+        REQ,
+        "Request head too large",
+        "request-too-large",
+        "too_large",
+    ),
+    row(StatusCode::BAD_REQUEST, "bad_request_head", REQ, "Malformed request", "bad-request", "bad_request"),
     row(StatusCode::BAD_REQUEST, "bad_host", REQ, "Bad Host header", "bad-request", "bad_request"),
     row(
         StatusCode::NOT_IMPLEMENTED,
@@ -414,6 +436,8 @@ impl ProxyError {
             E::ClientBody { .. } => Kind::ClientBody,
             E::UriTooLong { .. } => Kind::UriTooLong,
             E::HeadersTooLarge { .. } => Kind::HeadersTooLarge,
+            E::HeadTooLarge { .. } => Kind::HeadTooLarge,
+            E::MalformedHead { .. } => Kind::MalformedHead,
             E::BadHost { .. } => Kind::BadHost,
             E::UnsupportedTransferCoding { .. } => Kind::UnsupportedTransferCoding,
             E::Loop { .. } => Kind::Loop,
@@ -521,6 +545,8 @@ impl fmt::Display for ProxyError {
             E::ClientBody { detail } => f.write_str(detail),
             E::UriTooLong { limit } => write!(f, "the request target exceeds {limit} bytes"),
             E::HeadersTooLarge { limit } => write!(f, "the request has more than {limit} headers"),
+            E::HeadTooLarge { limit } => write!(f, "the request head exceeds {limit} bytes"),
+            E::MalformedHead { detail } => f.write_str(detail),
             E::BadHost { count: 0 } => f.write_str("the request has no Host header; one is required"),
             E::BadHost { count } => write!(f, "the request has {count} Host headers; exactly one is allowed"),
             E::UnsupportedTransferCoding { coding } => {

@@ -1,0 +1,554 @@
+//! The client leg's HTTP/1.1 server: one connection, its requests in turn
+//! (RFC 9112), each handed to [`Proxy::handle`]:
+//!
+//! ```text
+//! read    head (httparse, once complete; header_read_timeout from the wait's start)
+//!           │ malformed ─▶ 400/431 problem+json, Connection: close
+//! handle  request ─▶ Proxy::handle ─▶ response
+//!           │ the body, if any, reads from the socket meanwhile (100-continue
+//!           │ sent on its first read); the socket comes back when handle returns
+//! write   head + body (Content-Length, else chunked, else until close) in as
+//!         few writes as the body allows
+//! next    keep-alive and the body read to its end ─▶ next head (pipelined
+//!         bytes are in the buffer already); 101 ─▶ the socket leaves for the
+//!         tunnel; otherwise close (writes shut, the client's last bytes drained)
+//! ```
+//!
+//! Why by hand, not hyper's server: its dispatcher, header map encoding and
+//! wake-ups were most of the proxy's remaining per-request CPU (callgrind,
+//! `benches/load/instructions.py`). HTTP/2 stays hyper's (`server.rs`
+//! tells the two apart by the client's preface), as does the admin listener.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+
+use bytes::{Bytes, BytesMut};
+use http::header::{self, HeaderMap};
+use http::{Method, Request, Response, StatusCode, Version};
+use http_body_util::BodyExt;
+use hyper::body::{Body, Frame, SizeHint};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::watch;
+
+use super::error::ProxyError;
+use super::server::{ConnInfo, ServerOptions};
+use super::upgrade::{ClientIo, PendingUpgrade, Rewound};
+use super::{Proxy, ProxyBody};
+use crate::http1::{self, framing, Decoded, Decoder, Framing, HeadScan, Reason, RequestHead, RequestLimits};
+use crate::upstream::{RequestBody, RequestBodyError};
+
+/// Most bytes read from a client socket at once.
+const READ_CHUNK: usize = 8 * 1024;
+/// Body bytes copied into the write buffer behind the head; a larger frame
+/// is written from where it lies.
+const COALESCE: usize = 16 * 1024;
+/// How long a closing connection waits for the client to finish sending,
+/// so that closing does not reset it before it has read the answer.
+const LINGER: Duration = Duration::from_millis(500);
+/// Sent before the first read of a body whose client asked `Expect: 100-continue`.
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+/// A client socket and the bytes read from it not yet used.
+#[derive(Debug)]
+pub(super) struct Wire {
+    io: Box<dyn ClientIo>,
+    buf: BytesMut,
+}
+
+impl Wire {
+    /// `io`, with `buf` read from it already.
+    pub(super) fn new(io: Box<dyn ClientIo>, buf: BytesMut) -> Wire {
+        Wire { io, buf }
+    }
+}
+
+/// Serves HTTP/1.1 requests on `wire` until the client closes, a response
+/// closes the connection, the head read times out, or `shutdown` turns true
+/// while no request is in flight.
+pub(super) async fn serve(
+    proxy: Arc<Proxy>,
+    mut wire: Wire,
+    info: ConnInfo,
+    opts: ServerOptions,
+    shutdown: watch::Receiver<bool>,
+) {
+    let limits = RequestLimits {
+        max_head_bytes: opts.max_header_bytes,
+        // Above the configured count the proxy answers 431 problem+json itself
+        // (`headers::admit`, with the live table's limit); far above it, here.
+        max_headers: opts.max_headers.saturating_mul(2).saturating_add(8),
+    };
+    let mut conn = Server {
+        proxy,
+        info,
+        limits,
+        header_read_timeout: opts.header_read_timeout,
+        shutdown,
+        timer: Box::pin(tokio::time::sleep(opts.header_read_timeout)),
+        out: Vec::with_capacity(1024),
+    };
+    loop {
+        let head = match conn.read_head(&mut wire).await {
+            Ok(Some(head)) => head,
+            Ok(None) => return,
+            Err(e) => return conn.refuse(wire, e).await,
+        };
+        match conn.exchange(wire, head).await {
+            Some(next) => wire = next,
+            None => return,
+        }
+    }
+}
+
+/// One connection's server state, kept across its requests.
+struct Server {
+    proxy: Arc<Proxy>,
+    info: ConnInfo,
+    limits: RequestLimits,
+    header_read_timeout: Duration,
+    shutdown: watch::Receiver<bool>,
+    /// The head-read deadline: one timer per connection, moved forward for
+    /// each head (moving a timer later does not touch the timer wheel).
+    timer: Pin<Box<tokio::time::Sleep>>,
+    /// The response being written, reused.
+    out: Vec<u8>,
+}
+
+/// What the response writer needs to know of its request.
+#[derive(Clone, Copy, Debug)]
+struct Asked {
+    head: bool,
+    http11: bool,
+    /// The client allows another request on the connection, and its body was read to the end.
+    keep_alive: bool,
+}
+
+/// How a response body goes on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Framed {
+    None,
+    Length,
+    Chunked,
+    UntilClose,
+}
+
+impl Server {
+    /// The next request head; `None` when the connection should just end
+    /// (the client closed between requests, the head did not arrive within
+    /// `header_read_timeout`, or shutdown began while idle).
+    async fn read_head(&mut self, wire: &mut Wire) -> Result<Option<RequestHead>, http1::Error> {
+        let mut scan = HeadScan::default();
+        let mut armed = false;
+        loop {
+            if scan.ready(&wire.buf, self.limits.max_head_bytes) {
+                if let Some(head) = http1::parse_request(&mut wire.buf, &self.limits)? {
+                    return Ok(Some(head));
+                }
+            }
+            if !armed {
+                armed = true;
+                let deadline = tokio::time::Instant::now() + self.header_read_timeout;
+                self.timer.as_mut().reset(deadline);
+            }
+            let idle = wire.buf.is_empty();
+            if idle && *self.shutdown.borrow() {
+                return Ok(None);
+            }
+            if wire.buf.capacity() - wire.buf.len() < 1024 {
+                wire.buf.reserve(READ_CHUNK);
+            }
+            let read = tokio::select! {
+                biased;
+                read = wire.io.read_buf(&mut wire.buf) => read,
+                () = &mut self.timer => {
+                    tracing::debug!(peer = %self.info.peer, "no request head within server.header_read_timeout; closing");
+                    return Ok(None);
+                }
+                _ = self.shutdown.changed(), if idle => return Ok(None),
+            };
+            match read {
+                Ok(0) if wire.buf.is_empty() => return Ok(None),
+                Ok(0) => return Err(http1::Error::new(http1::Part::RequestHead, Reason::HeadIncomplete)),
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(peer = %self.info.peer, error = %e, "client connection failed");
+                    return Ok(None);
+                }
+            }
+        }
+    }
+
+    /// Answers a head that cannot be read with problem+json (nothing for a
+    /// client that left in the middle of it) and closes.
+    async fn refuse(&mut self, mut wire: Wire, e: http1::Error) {
+        let err = match e.reason {
+            Reason::HeadIncomplete => return,
+            Reason::HeadTooLarge => ProxyError::HeadTooLarge { limit: self.limits.max_head_bytes },
+            Reason::TooManyHeaders => ProxyError::HeadersTooLarge { limit: self.limits.max_headers },
+            _ => ProxyError::MalformedHead { detail: e.to_string() },
+        };
+        tracing::debug!(peer = %self.info.peer, error = %e, "unreadable request head refused");
+        let answer = super::error::problem_http1_bytes(&err, self.proxy.name());
+        if wire.io.write_all(&answer).await.is_ok() {
+            linger(wire).await;
+        }
+    }
+
+    /// One request: handed to the proxy with its body reading from the
+    /// socket, answered, and the socket back for the next (`None`: closed,
+    /// or gone to an upgrade's tunnel).
+    async fn exchange(&mut self, wire: Wire, head: RequestHead) -> Option<Wire> {
+        let RequestHead { method, uri, version, headers, framing, keep_alive, expect_continue } = head;
+        let http11 = version == Version::HTTP_11;
+        let upgrade = (http11 && super::headers::is_upgrade_request(&headers)).then(PendingUpgrade::new);
+        let mut req = Request::new(RequestBody::Empty);
+        let asked = Asked { head: method == Method::HEAD, http11, keep_alive };
+        *req.method_mut() = method;
+        *req.uri_mut() = uri;
+        *req.version_mut() = version;
+        *req.headers_mut() = headers;
+        let (mut wire, slot) = if framing == Framing::Empty {
+            (Some(wire), None)
+        } else {
+            let reader = Reader {
+                wire,
+                decoder: Decoder::new(framing),
+                continued: if expect_continue && http11 { 0 } else { CONTINUE.len() },
+            };
+            let slot = Arc::new(Mutex::new(Some(reader)));
+            let remaining = match framing {
+                Framing::Length(n) => Some(n),
+                _ => None,
+            };
+            *req.body_mut() = RequestBody::Http1(Box::pin(H1Body { slot: Arc::clone(&slot), remaining, done: false }));
+            (None, Some(slot))
+        };
+        let tunnel = upgrade.map(|(pending, tx)| {
+            req.extensions_mut().insert(pending);
+            tx
+        });
+        let resp = self.proxy.handle(req, self.info).await;
+        // The socket back from the body (which may outlive the request: it
+        // then reads nothing more); its rest unread, the connection cannot
+        // carry another request.
+        let mut body_done = true;
+        if let Some(slot) = slot {
+            let reader = slot.lock().unwrap_or_else(PoisonError::into_inner).take()?;
+            body_done = reader.decoder.is_done();
+            wire = Some(reader.wire);
+        }
+        let mut wire = wire?;
+        let asked = Asked { keep_alive: asked.keep_alive && body_done && !*self.shutdown.borrow(), ..asked };
+        let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
+        let keep = match self.respond(&mut wire, resp, asked).await {
+            Ok(keep) => keep,
+            Err(e) => {
+                tracing::debug!(peer = %self.info.peer, error = %e, "writing the response failed");
+                return None;
+            }
+        };
+        if switching {
+            if let Some(tx) = tunnel {
+                let _ = tx.send(Rewound::new(wire.buf, wire.io));
+            }
+            return None;
+        }
+        if keep {
+            return Some(wire);
+        }
+        linger(wire).await;
+        None
+    }
+
+    /// Writes `resp`: its head in one buffer with the body's first bytes,
+    /// the rest as it arrives. Returns whether the connection stays open.
+    async fn respond(&mut self, wire: &mut Wire, resp: Response<ProxyBody>, asked: Asked) -> io::Result<bool> {
+        let (parts, mut body) = resp.into_parts();
+        let status = parts.status;
+        let out = &mut self.out;
+        out.clear();
+        let (framed, keep) = write_head(out, status, &parts.headers, &body, asked);
+        if framed == Framed::None {
+            // Let a finished upstream body give its connection back to the pool.
+            if body.is_end_stream() {
+                let _ = now_or_never(&mut body).await;
+            }
+            wire.io.write_all(out).await?;
+            wire.io.flush().await?;
+            return Ok(keep);
+        }
+        loop {
+            let frame = match now_or_never(&mut body).await {
+                Some(frame) => frame,
+                None => {
+                    // Nothing yet: what is written so far goes now.
+                    write_out(&mut wire.io, out).await?;
+                    body.frame().await
+                }
+            };
+            match frame {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        put_data(&mut wire.io, out, data, framed).await?;
+                    }
+                }
+                None => {
+                    if framed == Framed::Chunked {
+                        out.extend_from_slice(framing::LAST_CHUNK);
+                    }
+                    write_out(&mut wire.io, out).await?;
+                    wire.io.flush().await?;
+                    return Ok(keep);
+                }
+                Some(Err(e)) => {
+                    // The client sees a body cut short (no last chunk, or
+                    // fewer bytes than announced) and the connection closes.
+                    tracing::debug!(peer = %self.info.peer, error = %e, "response body failed mid-stream");
+                    write_out(&mut wire.io, out).await?;
+                    return Ok(false);
+                }
+            }
+        }
+    }
+}
+
+/// Writes a response head into `out`: the status line, the fields, `Date`,
+/// the body's framing and the connection's fate. Returns how the body goes
+/// and whether the connection stays open after it.
+fn write_head(
+    out: &mut Vec<u8>,
+    status: StatusCode,
+    headers: &HeaderMap,
+    body: &ProxyBody,
+    asked: Asked,
+) -> (Framed, bool) {
+    let switching = status == StatusCode::SWITCHING_PROTOCOLS;
+    let close = headers.get_all(header::CONNECTION).iter().any(|v| http1::has_token(v.as_bytes(), "close"));
+    let mut keep = asked.keep_alive && !close;
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    out.extend_from_slice(b"\r\n");
+    let no_body = asked.head
+        || status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED;
+    let framed = if no_body {
+        Framed::None
+    } else if headers.contains_key(header::CONTENT_LENGTH) {
+        Framed::Length
+    } else if let Some(n) = body.size_hint().exact() {
+        http1::write::field(out, "content-length", itoa::Buffer::new().format(n).as_bytes());
+        Framed::Length
+    } else if asked.http11 {
+        http1::write::field(out, "transfer-encoding", b"chunked");
+        Framed::Chunked
+    } else {
+        keep = false;
+        Framed::UntilClose
+    };
+    for (name, value) in headers {
+        // The connection's fate is this server's to say (a 101 keeps its `Connection: upgrade`).
+        if name != header::CONNECTION || switching {
+            http1::write::field(out, name.as_str(), value.as_bytes());
+        }
+    }
+    if !headers.contains_key(header::DATE) {
+        http1::write::field(out, "date", &http_date());
+    }
+    if !switching {
+        if !keep {
+            http1::write::field(out, "connection", b"close");
+        } else if !asked.http11 {
+            http1::write::field(out, "connection", b"keep-alive");
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+    (framed, keep)
+}
+
+/// Adds a body frame to the write buffer, or, past [`COALESCE`], writes
+/// the buffer and the frame where it lies.
+async fn put_data(io: &mut Box<dyn ClientIo>, out: &mut Vec<u8>, data: Bytes, framed: Framed) -> io::Result<()> {
+    if data.is_empty() {
+        return Ok(());
+    }
+    let chunked = framed == Framed::Chunked;
+    if chunked {
+        framing::chunk_head(out, data.len());
+    }
+    if out.len() + data.len() <= COALESCE {
+        out.extend_from_slice(&data);
+    } else {
+        write_out(io, out).await?;
+        io.write_all(&data).await?;
+    }
+    if chunked {
+        out.extend_from_slice(framing::CHUNK_END);
+    }
+    Ok(())
+}
+
+/// Writes and empties the buffer.
+async fn write_out(io: &mut Box<dyn ClientIo>, out: &mut Vec<u8>) -> io::Result<()> {
+    if !out.is_empty() {
+        io.write_all(out).await?;
+        out.clear();
+    }
+    Ok(())
+}
+
+/// The body's next frame if it is ready now; `None`: it is not.
+async fn now_or_never<B: Body + Unpin>(body: &mut B) -> Option<Option<Result<Frame<B::Data>, B::Error>>> {
+    std::future::poll_fn(|cx| match Pin::new(&mut *body).poll_frame(cx) {
+        Poll::Ready(frame) => Poll::Ready(Some(frame)),
+        Poll::Pending => Poll::Ready(None),
+    })
+    .await
+}
+
+/// Closes a connection politely: writes shut, then what the client still
+/// sends is read and dropped (for at most [`LINGER`]), so closing with
+/// unread bytes does not reset the connection before the client has read
+/// its answer.
+async fn linger(mut wire: Wire) {
+    let _ = tokio::time::timeout(LINGER, async {
+        wire.io.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        while wire.io.read(&mut sink).await? > 0 {}
+        Ok::<_, io::Error>(())
+    })
+    .await;
+}
+
+/// `Date` for a response: the current second's, formatted once per second per thread.
+fn http_date() -> [u8; 29] {
+    use std::cell::Cell;
+    thread_local! {
+        static CACHED: Cell<(u64, [u8; 29])> = const { Cell::new((u64::MAX, [0; 29])) };
+    }
+    let now = SystemTime::now();
+    let second = now.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    CACHED.with(|c| {
+        let (at, text) = c.get();
+        if at == second {
+            return text;
+        }
+        let mut fresh = [0u8; 29];
+        let formatted = httpdate::fmt_http_date(now);
+        if formatted.len() == fresh.len() {
+            fresh.copy_from_slice(formatted.as_bytes());
+        }
+        c.set((second, fresh));
+        fresh
+    })
+}
+
+/// The socket while a request's body is read from it, shared between the
+/// body and the connection (which takes it back when the request is answered).
+#[derive(Debug)]
+struct Reader {
+    wire: Wire,
+    decoder: Decoder,
+    /// How much of `100 Continue` is written (all of it when not asked for).
+    continued: usize,
+}
+
+/// A request body read from the client's connection as the upstream leg asks for it.
+#[derive(Debug)]
+struct H1Body {
+    slot: Arc<Mutex<Option<Reader>>>,
+    /// Bytes still to come, when the framing says.
+    remaining: Option<u64>,
+    done: bool,
+}
+
+impl Body for H1Body {
+    type Data = Bytes;
+    type Error = RequestBodyError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, RequestBodyError>>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        let polled = {
+            let mut slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
+            match slot.as_mut() {
+                Some(reader) => reader.poll_data(cx),
+                None => Poll::Ready(Err(RequestBodyError::Detached)),
+            }
+        };
+        match polled {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(Some(data))) => {
+                if let Some(left) = self.remaining.as_mut() {
+                    *left = left.saturating_sub(data.len() as u64);
+                }
+                Poll::Ready(Some(Ok(Frame::data(data))))
+            }
+            Poll::Ready(Ok(None)) => {
+                self.done = true;
+                Poll::Ready(None)
+            }
+            Poll::Ready(Err(e)) => {
+                self.done = true;
+                Poll::Ready(Some(Err(e)))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done || self.remaining == Some(0)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.remaining {
+            Some(n) => SizeHint::with_exact(n),
+            None => SizeHint::default(),
+        }
+    }
+}
+
+impl Reader {
+    /// The body's next bytes (`None` at its end), reading the socket as needed.
+    fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, RequestBodyError>> {
+        while let Some(rest) = CONTINUE.get(self.continued..).filter(|r| !r.is_empty()) {
+            match Pin::new(&mut self.wire.io).poll_write(cx, rest) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(RequestBodyError::Io(io::ErrorKind::WriteZero.into()))),
+                Poll::Ready(Ok(n)) => self.continued += n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(RequestBodyError::Io(e))),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        loop {
+            match self.decoder.decode(&mut self.wire.buf) {
+                Ok(Decoded::Data(data)) => return Poll::Ready(Ok(Some(data))),
+                Ok(Decoded::Done) => return Poll::Ready(Ok(None)),
+                Ok(Decoded::NeedMore) => {}
+                Err(e) => return Poll::Ready(Err(RequestBodyError::Framing(e))),
+            }
+            let buf = &mut self.wire.buf;
+            if buf.capacity() - buf.len() < 1024 {
+                buf.reserve(READ_CHUNK);
+            }
+            match tokio_util::io::poll_read_buf(Pin::new(&mut self.wire.io), cx, buf) {
+                Poll::Ready(Ok(0)) => {
+                    return Poll::Ready(match self.decoder.eof() {
+                        Ok(()) => Ok(None),
+                        Err(e) => Err(RequestBodyError::Framing(e)),
+                    })
+                }
+                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(RequestBodyError::Io(e))),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
