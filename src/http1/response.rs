@@ -73,7 +73,7 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Resp
     let mut out = ResponseHead {
         status,
         version: if http11 { Version::HTTP_11 } else { Version::HTTP_10 },
-        headers: HeaderMap::with_capacity(count),
+        headers: HeaderMap::with_capacity(count + super::request::ROOM_FOR_PROXY_FIELDS),
         framing: Framing::Empty,
         keep_alive: http11,
     };
