@@ -114,6 +114,19 @@ pub fn parse_request(buf: &mut BytesMut, limits: &RequestLimits) -> Result<Optio
         keep_alive: http11,
         expect_continue: false,
     };
+    take_fields(&mut out, parsed, &head, http11)?;
+    Ok(Some(out))
+}
+
+/// Puts the parsed fields (`parsed`, value ranges in `head`) into `out` and
+/// reads its framing, keep-alive and `Expect` from them.
+fn take_fields(
+    out: &mut RequestHead,
+    parsed: Vec<(HeaderName, std::ops::Range<usize>)>,
+    head: &bytes::Bytes,
+    http11: bool,
+) -> Result<(), Error> {
+    let err = |r| Error::new(Part::RequestHead, r);
     let (mut length, mut chunked, mut encoded, mut close) = (None, false, false, false);
     for (name, value) in parsed {
         let value = HeaderValue::from_maybe_shared(head.slice(value)).map_err(|_| err(Reason::HeaderValue))?;
@@ -129,7 +142,10 @@ pub fn parse_request(buf: &mut BytesMut, limits: &RequestLimits) -> Result<Optio
                 let n = content_length(value.as_bytes()).ok_or(err(Reason::ContentLength))?;
                 match length {
                     Some(prev) if prev != n => return Err(err(Reason::ContentLength)),
-                    _ => length = Some(n),
+                    // A repeat that agrees is one field (as hyper reads it): two
+                    // would go upstream, where a stricter server could refuse them.
+                    Some(_) => continue,
+                    None => length = Some(n),
                 }
             }
             header::CONNECTION => connection(value.as_bytes(), http11, &mut close, &mut out.keep_alive),
@@ -145,7 +161,7 @@ pub fn parse_request(buf: &mut BytesMut, limits: &RequestLimits) -> Result<Optio
         (false, Some(0) | None) => Framing::Empty,
         (false, Some(n)) => Framing::Length(n),
     };
-    Ok(Some(out))
+    Ok(())
 }
 
 #[cfg(test)]
@@ -195,6 +211,8 @@ mod tests {
         assert_eq!(ok("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"), Some(Framing::Chunked));
         assert_eq!(ok("POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"), Some(Framing::Chunked));
         assert_eq!(ok("POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n"), Some(Framing::Length(3)));
+        let twice = parse("POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n")?.ok_or("complete")?;
+        assert_eq!(twice.headers.get_all("content-length").iter().count(), 1, "an agreeing repeat is one field");
         assert_eq!(ok("GET / HTTP/1.1\r\n\r\n"), Some(Framing::Empty));
         for (text, want) in [
             ("POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", Reason::LengthAndEncoding),

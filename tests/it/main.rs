@@ -2,6 +2,7 @@
 
 mod cli;
 mod config;
+mod differential;
 mod vectors;
 
 #[path = "../support/mod.rs"]
