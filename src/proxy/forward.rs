@@ -90,7 +90,8 @@ pub(super) async fn forward<'t>(
             tried.extend(target.endpoints.iter().map(|e| &e.uri));
             continue;
         };
-        let headers = peer_headers(proxy, &leg, &target, &parts.headers)?;
+        let to_peer = peer_headers(proxy, &leg, &target, &parts.headers)?;
+        let headers = to_peer.as_ref().unwrap_or(&parts.headers);
         let Some(b) = body.take() else { return Err(last.unwrap_or(ProxyError::RequestTimeout)) };
         decision.attempts += 1;
         let outcome = shared
@@ -128,13 +129,19 @@ fn note_target<'t>(leg: &Leg<'t>, target: &Target<'t>, decision: &mut Decision<'
     decision.failover_from = owner.filter(|o| *o != target.region.name);
 }
 
-/// The request headers for an attempt at `target`: to a peer, with this
-/// instance's `Forwarded: by=`, the hop count and the failover chain.
-fn peer_headers(proxy: &Proxy, leg: &Leg<'_>, target: &Target<'_>, base: &HeaderMap) -> Result<HeaderMap, ProxyError> {
-    let mut headers = base.clone();
+/// The request headers for an attempt at `target` when it is a peer:
+/// `base` with this instance's `Forwarded: by=`, the hop count and the
+/// failover chain (`None`: not a peer, `base` goes as it is, uncopied).
+fn peer_headers(
+    proxy: &Proxy,
+    leg: &Leg<'_>,
+    target: &Target<'_>,
+    base: &HeaderMap,
+) -> Result<Option<HeaderMap>, ProxyError> {
     if !target.via_peer {
-        return Ok(headers);
+        return Ok(None);
     }
+    let mut headers = base.clone();
     let max_hops = leg.table.settings().max_hops;
     let next = leg.hops.saturating_add(1);
     if next > max_hops {
@@ -146,7 +153,7 @@ fn peer_headers(proxy: &Proxy, leg: &Leg<'_>, target: &Target<'_>, base: &Header
     if leg.chain.len() > 1 {
         mesh::mark_failover(&mut headers, leg.chain.iter().map(|&r| leg.table.region(r).name.as_str()));
     }
-    Ok(headers)
+    Ok(Some(headers))
 }
 
 /// Tunnels an upgraded connection (WebSocket) between the client, once its

@@ -165,7 +165,7 @@ impl Upstreams {
         admit: Admit,
         method: &Method,
         path: &http::uri::PathAndQuery,
-        headers: HeaderMap,
+        headers: &HeaderMap,
         body: UpstreamBody,
         s: &AttemptSettings,
         count_5xx: bool,
@@ -175,7 +175,7 @@ impl Upstreams {
             Either::Left(b) => Some(b.watch()),
             Either::Right(_) => None,
         };
-        let out = Outgoing { method, target: path.as_str(), host: &endpoint.host, headers: &headers };
+        let out = Outgoing { method, target: path.as_str(), host: &endpoint.host, headers };
         let record = |failed: bool| health.record(&endpoint.uri, failed, s.eject_after, s.eject_for);
         let send = self.send(endpoint, &out, body, s.limits);
         tokio::pin!(send);
