@@ -11,6 +11,7 @@ mod support;
 mod faults;
 mod health;
 mod hostile;
+mod http1;
 mod isolation;
 mod mesh;
 mod ops;

@@ -1,0 +1,205 @@
+//! The client leg's HTTP/1.1 server on the wire: pipelining, `Expect:
+//! 100-continue`, HTTP/1.0 clients, how a response body is framed for the
+//! client (length, chunked, until close), HEAD, and idle keep-alive
+//! connections. Raw sockets against the proxy, real backends behind it.
+
+use std::time::{Duration, Instant};
+
+use shardgate::ids::Iuid;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::support::{proxy, raw, read_until_closed, table, three_backends, BoxError, Running, TestResult};
+
+const WAIT: Duration = Duration::from_secs(5);
+
+/// An iUID of country 7 (KZ, served by the kz backend).
+fn id() -> String {
+    Iuid::from_fields(1_700_000_000_000, 7, 3, 12345).to_string()
+}
+
+async fn world(extra: &str) -> Result<([Running; 3], Running), BoxError> {
+    let backends = three_backends().await?;
+    let p = proxy(&table(backends[0].addr, backends[1].addr, backends[2].addr, extra)).await?;
+    Ok((backends, p))
+}
+
+/// One response cut out of `bytes`: status, head (lowercased), body; and the rest.
+fn next_response(bytes: &[u8]) -> Option<(u16, String, Vec<u8>, &[u8])> {
+    let end = bytes.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    let head = String::from_utf8_lossy(&bytes[..end]).to_ascii_lowercase();
+    let status = head.get(9..12)?.parse().ok()?;
+    let rest = &bytes[end..];
+    if status == 204 || status == 304 {
+        return Some((status, head, Vec::new(), rest));
+    }
+    if let Some(len) = field(&head, "content-length").and_then(|v| v.parse::<usize>().ok()) {
+        return Some((status, head, rest.get(..len)?.to_vec(), &rest[len..]));
+    }
+    if field(&head, "transfer-encoding").as_deref() == Some("chunked") {
+        let (body, rest) = dechunk(rest)?;
+        return Some((status, head, body, rest));
+    }
+    Some((status, head, rest.to_vec(), &[]))
+}
+
+/// A header field's value in a lowercased head.
+fn field(head: &str, name: &str) -> Option<String> {
+    head.lines().find_map(|l| l.split_once(':').filter(|(k, _)| *k == name).map(|(_, v)| v.trim().to_string()))
+}
+
+/// A chunked body decoded (no extensions or trailers expected), and what follows it.
+fn dechunk(mut bytes: &[u8]) -> Option<(Vec<u8>, &[u8])> {
+    let mut body = Vec::new();
+    loop {
+        let line = bytes.windows(2).position(|w| w == b"\r\n")?;
+        let size = usize::from_str_radix(std::str::from_utf8(&bytes[..line]).ok()?, 16).ok()?;
+        bytes = &bytes[line + 2..];
+        if size == 0 {
+            return Some((body, bytes.get(2..)?));
+        }
+        body.extend_from_slice(bytes.get(..size)?);
+        bytes = bytes.get(size + 2..)?;
+    }
+}
+
+/// Reads one response head (through its blank line).
+async fn read_head(s: &mut TcpStream) -> Result<String, BoxError> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if tokio::time::timeout(WAIT, s.read(&mut byte)).await?? == 0 {
+            return Err(format!("closed after {:?}", String::from_utf8_lossy(&head)).into());
+        }
+        head.push(byte[0]);
+    }
+    Ok(String::from_utf8_lossy(&head).into_owned())
+}
+
+#[tokio::test]
+async fn pipelined_requests_are_answered_in_order() -> TestResult {
+    let ([_eu, kz, _us], p) = world("").await?;
+    let id = id();
+    let requests = format!(
+        "GET /v1/orders/{id}?n=1 HTTP/1.1\r\nHost: x\r\n\r\n\
+         POST /v1/orders/{id}?n=2 HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello\
+         POST /v1/orders/{id}?n=3 HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n\
+         GET /v1/orders/{id}?n=4 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    );
+    let r = raw(p.addr, requests.as_bytes(), WAIT).await?;
+    assert!(r.closed, "the last request asked to close: {}", r.text());
+    let mut rest = &r.bytes[..];
+    let mut seen = Vec::new();
+    while let Some((status, _, body, more)) = next_response(rest) {
+        let json: serde_json::Value = serde_json::from_slice(&body)?;
+        seen.push((status, json["query"].as_str().unwrap_or("").to_string(), json["body_bytes"].as_u64()));
+        rest = more;
+    }
+    let want = [(200, "n=1", Some(0)), (200, "n=2", Some(5)), (200, "n=3", Some(3)), (200, "n=4", Some(0))];
+    let want: Vec<_> = want.iter().map(|(s, q, b)| (*s, q.to_string(), *b)).collect();
+    assert_eq!(seen, want, "{}", r.text());
+    assert_eq!(kz.hits(), 4);
+    Ok(())
+}
+
+#[tokio::test]
+async fn expect_continue_is_answered_before_the_body_is_sent() -> TestResult {
+    let ([_eu, kz, _us], p) = world("").await?;
+    let mut s = TcpStream::connect(p.addr).await?;
+    let head =
+        format!("PUT /v1/orders/{} HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n", id());
+    s.write_all(head.as_bytes()).await?;
+    // The client waits for the interim answer before it sends the body.
+    let interim = read_head(&mut s).await?;
+    assert!(interim.starts_with("HTTP/1.1 100 Continue\r\n"), "{interim}");
+    s.write_all(b"hello").await?;
+    let head = read_head(&mut s).await?.to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200 "), "{head}");
+    let len: usize = field(&head, "content-length").ok_or("no length")?.parse()?;
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).await?;
+    let json: serde_json::Value = serde_json::from_slice(&body)?;
+    assert_eq!(json["body_bytes"], 5);
+    assert_eq!(kz.hits(), 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn http10_clients_close_unless_they_ask_to_keep_alive() -> TestResult {
+    let ([_eu, _kz, _us], p) = world("").await?;
+    let id = id();
+    // No keep-alive asked: the answer says close, and the connection closes.
+    let r = raw(p.addr, format!("GET /v1/orders/{id} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes(), WAIT).await?;
+    let (status, head, _, _) = next_response(&r.bytes).ok_or("no response")?;
+    assert_eq!((status, field(&head, "connection").as_deref(), r.closed), (200, Some("close"), true), "{head}");
+    // Asked: the answer says keep-alive, and a second request is served on the same connection.
+    let mut s = TcpStream::connect(p.addr).await?;
+    let ask = format!("GET /v1/orders/{id} HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\n");
+    s.write_all(ask.as_bytes()).await?;
+    let head = read_head(&mut s).await?.to_ascii_lowercase();
+    assert_eq!(field(&head, "connection").as_deref(), Some("keep-alive"), "{head}");
+    let mut body = vec![0u8; field(&head, "content-length").ok_or("no length")?.parse()?];
+    s.read_exact(&mut body).await?;
+    s.write_all(format!("GET /v1/orders/{id} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes()).await?;
+    let second = read_until_closed(&mut s, WAIT).await?;
+    assert_eq!(second.status(), Some(200), "{}", second.text());
+    assert!(second.closed);
+    // A body of unknown length goes to an HTTP/1.0 client until the close, not chunked.
+    let r = raw(p.addr, format!("GET /t/chunked/{id} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes(), WAIT).await?;
+    let (status, head, body, _) = next_response(&r.bytes).ok_or("no response")?;
+    assert_eq!(status, 200, "{head}");
+    assert!(field(&head, "transfer-encoding").is_none() && field(&head, "content-length").is_none(), "{head}");
+    assert_eq!(String::from_utf8_lossy(&body), "chunk0;chunk1;chunk2;chunk3;chunk4;");
+    assert!(r.closed);
+    Ok(())
+}
+
+#[tokio::test]
+async fn response_bodies_are_framed_for_the_client() -> TestResult {
+    let ([_eu, _kz, _us], p) = world("").await?;
+    let id = id();
+    // Unknown length to an HTTP/1.1 client: chunked; then HEAD (no body) and
+    // 204 (no body) on the same connection, and a last request that closes.
+    let requests = format!(
+        "GET /t/chunked/{id} HTTP/1.1\r\nHost: x\r\n\r\n\
+         HEAD /v1/orders/{id} HTTP/1.1\r\nHost: x\r\n\r\n\
+         GET /t/status204/{id} HTTP/1.1\r\nHost: x\r\n\r\n\
+         GET /v1/orders/{id} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    );
+    let r = raw(p.addr, requests.as_bytes(), WAIT).await?;
+    let (status, head, body, rest) = next_response(&r.bytes).ok_or("no first response")?;
+    assert_eq!((status, field(&head, "transfer-encoding").as_deref()), (200, Some("chunked")), "{head}");
+    assert_eq!(String::from_utf8_lossy(&body), "chunk0;chunk1;chunk2;chunk3;chunk4;");
+    // HEAD: the length of the body a GET would get, and no body.
+    let end = rest.windows(4).position(|w| w == b"\r\n\r\n").ok_or("no HEAD response")? + 4;
+    let head = String::from_utf8_lossy(&rest[..end]).to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200 ") && field(&head, "content-length").is_some(), "{head}");
+    let rest = &rest[end..];
+    let (status, head, body, rest) = next_response(rest).ok_or("no 204")?;
+    assert_eq!((status, body.len()), (204, 0), "{head}");
+    let (status, head, body, rest) = next_response(rest).ok_or("no last response")?;
+    assert_eq!(status, 200, "{head}");
+    assert!(serde_json::from_slice::<serde_json::Value>(&body).is_ok());
+    assert!(rest.is_empty() && r.closed, "{}", r.text());
+    // Every answer carries a Date: the upstream's, or one the proxy adds.
+    assert!(field(&head, "date").is_some_and(|d| d.ends_with(" gmt")), "{head}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_idle_keep_alive_connection_closes_at_header_read_timeout() -> TestResult {
+    let ([_eu, _kz, _us], p) = world("server: { header_read_timeout: 400ms }").await?;
+    let mut s = TcpStream::connect(p.addr).await?;
+    s.write_all(format!("GET /v1/orders/{} HTTP/1.1\r\nHost: x\r\n\r\n", id()).as_bytes()).await?;
+    let head = read_head(&mut s).await?.to_ascii_lowercase();
+    let mut body = vec![0u8; field(&head, "content-length").ok_or("no length")?.parse()?];
+    s.read_exact(&mut body).await?;
+    // Nothing more is sent: the connection closes at the timeout, not at
+    // the (60 s) idle timeout, and with no answer.
+    let waited = Instant::now();
+    let r = read_until_closed(&mut s, WAIT).await?;
+    let elapsed = waited.elapsed();
+    assert!(r.closed && r.bytes.is_empty(), "{}", r.text());
+    assert!(elapsed >= Duration::from_millis(300) && elapsed < Duration::from_secs(3), "{elapsed:?}");
+    Ok(())
+}
