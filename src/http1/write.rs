@@ -3,17 +3,39 @@
 //! keeps them (lowercase); repeated fields go out as repeated lines, in
 //! order.
 
-use http::header::{HeaderMap, HeaderValue};
+use http::header::{self, HeaderMap, HeaderValue};
 use http::Method;
+
+/// The framing fields a written head carries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WrittenFraming {
+    /// `Content-Length`.
+    pub length: bool,
+    /// `Transfer-Encoding`.
+    pub chunked: bool,
+}
 
 /// Writes `METHOD target HTTP/1.1`, `host`, then `headers`: an upstream
 /// request head without its blank line, so that framing fields can follow.
-/// `headers` must not hold `Host`.
-pub fn request_head(out: &mut Vec<u8>, method: &Method, target: &str, host: &HeaderValue, headers: &HeaderMap) {
+/// `headers` must not hold `Host`. Returns which framing fields it wrote
+/// (seen on the way, rather than looked up in the map again).
+pub fn request_head(
+    out: &mut Vec<u8>,
+    method: &Method,
+    target: &str,
+    host: &HeaderValue,
+    headers: &HeaderMap,
+) -> WrittenFraming {
     out.reserve(64 + target.len() + headers.len() * 32);
     request_line(out, method, target);
     field(out, "host", host.as_bytes());
-    fields(out, headers);
+    let mut seen = WrittenFraming::default();
+    for (name, value) in headers {
+        seen.length |= name == header::CONTENT_LENGTH;
+        seen.chunked |= name == header::TRANSFER_ENCODING;
+        field(out, name.as_str(), value.as_bytes());
+    }
+    seen
 }
 
 /// Writes `METHOD target HTTP/1.1`.
@@ -22,13 +44,6 @@ pub fn request_line(out: &mut Vec<u8>, method: &Method, target: &str) {
     out.push(b' ');
     out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
-}
-
-/// Writes every field of `headers` as `name: value` lines.
-pub fn fields(out: &mut Vec<u8>, headers: &HeaderMap) {
-    for (name, value) in headers {
-        field(out, name.as_str(), value.as_bytes());
-    }
 }
 
 /// Writes one `name: value` line.

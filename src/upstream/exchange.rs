@@ -25,7 +25,7 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use bytes::{Bytes, BytesMut};
-use http::header::{self, HeaderMap, HeaderValue};
+use http::header::{HeaderMap, HeaderValue};
 use http::{Method, Response};
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -153,10 +153,10 @@ where
 /// methods that never carry one without saying so (hyper's rule).
 fn write_head<B: Body>(w: &mut Vec<u8>, out: &Outgoing<'_>, body: &B) -> Upload {
     w.clear();
-    http1::write::request_head(w, out.method, out.target, out.host, out.headers);
-    let upload = if out.headers.contains_key(header::TRANSFER_ENCODING) {
+    let framing = http1::write::request_head(w, out.method, out.target, out.host, out.headers);
+    let upload = if framing.chunked {
         Upload::Chunked
-    } else if out.headers.contains_key(header::CONTENT_LENGTH) {
+    } else if framing.length {
         Upload::Length
     } else if body.is_end_stream() {
         Upload::None

@@ -2,6 +2,7 @@ use super::*;
 use crate::routing::Upstream;
 use crate::upstream::pool::tests::{endpoint, pool};
 use crate::upstream::pool::{Limits, Pool};
+use http::header;
 use http_body_util::{BodyExt, Empty, Full};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
