@@ -40,11 +40,13 @@ pub struct RequestLimits {
 /// `server.max_headers` above it) are parsed into a vector.
 const STACK_HEADERS: usize = 128;
 
-/// Fields a proxy adds to a request on its way on (`X-Forwarded-*`, `Via`,
-/// a request id, mesh marks): room is made for them up front, since growing
-/// a header map re-hashes it (four times per proxied request, about 2,000
-/// instructions, before this).
-pub const ROOM_FOR_PROXY_FIELDS: usize = 8;
+/// Fields a proxy adds to a request on its way on (a request id,
+/// `X-Forwarded-For/Proto/Host`, `Via`): room is made for them up front,
+/// since growing a header map re-hashes it (four times per proxied request,
+/// about 2,000 instructions, before this). No more than that: a map's
+/// entries are about 100 bytes each, and past 1 KiB an allocation leaves
+/// the allocator's fast path.
+pub const ROOM_FOR_PROXY_FIELDS: usize = 5;
 
 /// A parsed request head and what it says about the connection.
 #[derive(Debug)]

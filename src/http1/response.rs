@@ -47,6 +47,11 @@ pub struct ResponseHead {
     pub keep_alive: bool,
 }
 
+/// Fields a proxy adds to a response on its way back (`Via`, a request id,
+/// one more): room made up front, as for requests
+/// ([`super::request::ROOM_FOR_PROXY_FIELDS`]).
+pub const ROOM_FOR_PROXY_FIELDS: usize = 3;
+
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
@@ -94,7 +99,7 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Resp
     let mut out = ResponseHead {
         status,
         version: if http11 { Version::HTTP_11 } else { Version::HTTP_10 },
-        headers: HeaderMap::with_capacity(count + super::request::ROOM_FOR_PROXY_FIELDS),
+        headers: HeaderMap::with_capacity(count + ROOM_FOR_PROXY_FIELDS),
         framing: Framing::Empty,
         keep_alive: http11,
     };

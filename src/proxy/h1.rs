@@ -77,9 +77,9 @@ pub(super) async fn serve(
 ) {
     let limits = RequestLimits {
         max_head_bytes: opts.max_header_bytes,
-        // Above the configured count the proxy answers 431 problem+json itself
-        // (`headers::admit`, with the live table's limit); far above it, here.
-        max_headers: opts.max_headers.saturating_mul(2).saturating_add(8),
+        // Both limits are restart-only, so the listener's copy is the
+        // table's. (Under 128 fields the parser's slots are on the stack.)
+        max_headers: opts.max_headers,
     };
     let mut conn = Server {
         proxy,
