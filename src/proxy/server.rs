@@ -219,11 +219,16 @@ impl Connection {
     /// the client's first bytes are its preface, else HTTP/1.1 (the proxy's
     /// own server); each request reaches [`Proxy::handle`] with `info`.
     async fn serve<S: ClientIo + 'static>(self, mut io: S, info: ConnInfo, activity: &Activity) {
-        let Connection { proxy, builder, watcher, stop, opts, peer, _open, _slot } = self;
+        let Connection { proxy, builder, watcher, mut stop, opts, peer, _open, _slot } = self;
         let conn = async move {
             let mut buf = BytesMut::with_capacity(8 * 1024);
             loop {
-                if io.read_buf(&mut buf).await.map_err(|e| e.to_string())? == 0 {
+                // A connection that has sent nothing yet ends when shutdown begins.
+                let read = tokio::select! {
+                    read = io.read_buf(&mut buf) => read.map_err(|e| e.to_string())?,
+                    _ = stop.wait_for(|stopping| *stopping), if buf.is_empty() => return Ok(()),
+                };
+                if read == 0 {
                     return Ok(());
                 }
                 let sniffed = buf.len().min(PREFACE.len());

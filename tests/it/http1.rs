@@ -203,3 +203,47 @@ async fn an_idle_keep_alive_connection_closes_at_header_read_timeout() -> TestRe
     assert!(elapsed >= Duration::from_millis(300) && elapsed < Duration::from_secs(3), "{elapsed:?}");
     Ok(())
 }
+
+#[tokio::test]
+async fn shutdown_finishes_the_request_in_flight_without_waiting_for_idle_sockets() -> TestResult {
+    let [eu, kz, us] = three_backends().await?;
+    // A long head-read timeout: idle sockets must not be what ends the wait.
+    let yaml = table(eu.addr, kz.addr, us.addr, "server: { header_read_timeout: 30s }");
+    let cfg = shardgate::config::load_str(&yaml, "test.yaml").map_err(|e| e.to_string())?;
+    let proxy = shardgate::app::build_proxy(&cfg, &yaml);
+    let opts = shardgate::app::server_options(&cfg);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let (begin, shutdown) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(shardgate::proxy::server::serve(listener, proxy, opts, None, async move {
+        let _ = shutdown.await;
+        Duration::from_secs(20)
+    }));
+    let id = id();
+    // A socket that has sent nothing, one idle between requests, and a request in flight.
+    let mut silent = TcpStream::connect(addr).await?;
+    let mut idle = TcpStream::connect(addr).await?;
+    idle.write_all(format!("GET /v1/orders/{id} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).await?;
+    let head = read_head(&mut idle).await?.to_ascii_lowercase();
+    let mut body = vec![0u8; field(&head, "content-length").ok_or("no length")?.parse()?];
+    idle.read_exact(&mut body).await?;
+    let mut slow = TcpStream::connect(addr).await?;
+    slow.write_all(format!("GET /t/slow/{id} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    begin.send(()).map_err(|()| "server gone")?;
+    let finished = tokio::time::timeout(Duration::from_secs(10), server).await???;
+    let elapsed = started.elapsed();
+    assert!(finished, "in-flight requests did not finish within the grace period");
+    assert!(elapsed < Duration::from_secs(5), "shutdown took {elapsed:?}");
+    // The request in flight got its answer, marked as the connection's last.
+    let r = read_until_closed(&mut slow, WAIT).await?;
+    let (status, head, _, _) = next_response(&r.bytes).ok_or("no answer")?;
+    assert_eq!((status, field(&head, "connection").as_deref(), r.closed), (200, Some("close"), true), "{head}");
+    // The others were closed without an answer.
+    for s in [&mut silent, &mut idle] {
+        let r = read_until_closed(s, WAIT).await?;
+        assert!(r.closed && r.bytes.is_empty(), "{}", r.text());
+    }
+    Ok(())
+}
