@@ -236,8 +236,8 @@ impl Server {
         // carry another request.
         let mut body_done = true;
         if let Some(slot) = slot {
-            let reader = slot.lock().unwrap_or_else(PoisonError::into_inner).take()?;
-            body_done = reader.decoder.is_done();
+            let mut reader = slot.lock().unwrap_or_else(PoisonError::into_inner).take()?;
+            body_done = reader.skip_buffered_rest();
             wire = Some(reader.wire);
         }
         let mut wire = wire?;
@@ -517,6 +517,29 @@ impl Body for H1Body {
 }
 
 impl Reader {
+    /// Whether the body has been read to its end, after skipping what of
+    /// its rest is in the buffer already: a small body the proxy answered
+    /// without reading (a `404` to a `POST`) then leaves the connection
+    /// reusable. What has not arrived is not waited for.
+    fn skip_buffered_rest(&mut self) -> bool {
+        if !self.continued_or_not_asked() {
+            // The client waits for `100 Continue` before it sends the body;
+            // it may still send it, so the connection cannot go on.
+            return false;
+        }
+        loop {
+            match self.decoder.decode(&mut self.wire.buf) {
+                Ok(Decoded::Data(_)) => {}
+                Ok(Decoded::Done) => return true,
+                Ok(Decoded::NeedMore) | Err(_) => return false,
+            }
+        }
+    }
+
+    fn continued_or_not_asked(&self) -> bool {
+        self.continued >= CONTINUE.len()
+    }
+
     /// The body's next bytes (`None` at its end), reading the socket as needed.
     fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, RequestBodyError>> {
         while let Some(rest) = CONTINUE.get(self.continued..).filter(|r| !r.is_empty()) {

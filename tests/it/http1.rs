@@ -247,3 +247,26 @@ async fn shutdown_finishes_the_request_in_flight_without_waiting_for_idle_socket
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn a_body_the_proxy_did_not_read_is_skipped_when_it_has_arrived() -> TestResult {
+    let ([_eu, kz, _us], p) = world("").await?;
+    let id = id();
+    // No route for the first request: answered without reading its body,
+    // which is in the same packet; the connection carries the next request.
+    let requests = format!(
+        "POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Length: 11\r\n\r\nhello world\
+         POST /nowhere HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n\
+         GET /v1/orders/{id} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    );
+    let r = raw(p.addr, requests.as_bytes(), WAIT).await?;
+    assert_eq!(r.statuses(), vec![404, 404, 200], "{}", r.text());
+    assert_eq!(kz.hits(), 1);
+    // A body that has not arrived is not waited for: the connection closes after the answer.
+    let mut s = TcpStream::connect(p.addr).await?;
+    s.write_all(b"POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nonly part").await?;
+    let r = read_until_closed(&mut s, WAIT).await?;
+    assert_eq!((r.status(), r.closed), (Some(404), true), "{}", r.text());
+    assert!(r.text().to_ascii_lowercase().contains("connection: close"), "{}", r.text());
+    Ok(())
+}
