@@ -33,8 +33,8 @@ use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
+use super::conn::{ConnInfo, ServerOptions};
 use super::error::ProxyError;
-use super::server::{ConnInfo, ServerOptions};
 use super::upgrade::{ClientIo, PendingUpgrade, Rewound};
 use super::{Proxy, ProxyBody};
 use crate::http1::{self, framing, Decoded, Decoder, Framing, HeadScan, Reason, RequestHead, RequestLimits};

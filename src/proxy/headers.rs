@@ -11,8 +11,8 @@ use http::request::Parts;
 use http::{Request, Response};
 use hyper::body::Body;
 
+use super::conn::ConnInfo;
 use super::error::ProxyError;
-use super::server::ConnInfo;
 use super::upgrade::ClientUpgrade;
 use crate::routing::{Route, Settings};
 use crate::upstream::{RequestBody, ResponseBody};

@@ -8,6 +8,7 @@
 //!                              place     chain
 //! ```
 //!
+//! * [`conn`]: a connection's peer and TLS facts, and its listener's limits.
 //! * [`server`]: one accept path for plain and TLS, graceful shutdown, idle
 //!   limits; HTTP/2 by hyper, HTTP/1.1 by `h1`, the proxy's own server.
 //! * `h1`: the client leg's HTTP/1.1 server: heads, bodies, keep-alive,
@@ -24,6 +25,7 @@
 //! * [`error`]: the one table of failures shardgate answers itself.
 //! * [`drain`]: the "going away" flag.
 
+pub mod conn;
 pub mod dispatch;
 pub mod drain;
 pub mod error;
@@ -52,10 +54,10 @@ use crate::metrics::Metrics;
 use crate::routing::{SharedTable, Table};
 use crate::upstream::{ClientSettings, Health, RequestBody, ResponseBody, Upstreams};
 
+pub use conn::ConnInfo;
 pub use drain::Drain;
 use error::ProxyError;
 pub use locate::Decision;
-pub use server::ConnInfo;
 
 /// Response body: an upstream's streamed body or a proxy-made one.
 pub type ProxyBody = Either<ResponseBody, Full<Bytes>>;

@@ -27,6 +27,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+pub use super::conn::{ConnInfo, ServerOptions};
 use super::error::ProxyError;
 use super::upgrade::{ClientIo, Rewound};
 use super::Proxy;
@@ -36,89 +37,10 @@ use crate::upstream::RequestBody;
 /// What an HTTP/2 client sends first (RFC 9113 §3.4).
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// Connection-level limits, fixed when the listener starts.
-#[derive(Clone, Copy, Debug)]
-pub struct ServerOptions {
-    /// Time allowed to receive a request head (slowloris); on HTTP/1.1 it
-    /// also bounds how long an idle keep-alive connection waits for its next
-    /// request.
-    pub header_read_timeout: Duration,
-    /// Largest request head in bytes (beyond it: 431).
-    pub max_header_bytes: usize,
-    /// Most header fields (beyond it: 431).
-    pub max_headers: usize,
-    /// How long in-flight requests may take to finish after shutdown starts.
-    pub shutdown_timeout: Duration,
-    /// A connection on which no byte moves in either direction for this long
-    /// is closed, whatever it is doing: a request body that stalls, a client
-    /// that stops reading its response. Upgraded (WebSocket) tunnels are
-    /// not covered; idle keep-alive waits end at `header_read_timeout`.
-    pub idle_timeout: Duration,
-    /// Most client connections open at once; beyond it a new connection is
-    /// answered `503` problem+json with `Connection: close` and closed.
-    pub max_connections: usize,
-    /// The same limit for the admin listener, which shares the timeouts above.
-    pub admin_max_connections: usize,
-}
-
-impl Default for ServerOptions {
-    fn default() -> Self {
-        ServerOptions {
-            header_read_timeout: Duration::from_secs(10),
-            max_header_bytes: 16 * 1024,
-            max_headers: 100,
-            shutdown_timeout: Duration::from_secs(30),
-            idle_timeout: Duration::from_secs(60),
-            max_connections: 10_000,
-            admin_max_connections: 64,
-        }
-    }
-}
-
 /// Refusals being written at once; past it a refused connection is just closed.
 const MAX_REFUSALS_IN_FLIGHT: usize = 256;
 /// How long writing a refusal (and draining the client's first bytes) may take.
 const REFUSAL_TIMEOUT: Duration = Duration::from_millis(500);
-
-/// What the accept loop knows about a request's connection.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ConnInfo {
-    /// The client's address.
-    pub peer: SocketAddr,
-    /// Whether the connection is TLS.
-    pub tls: bool,
-    /// Whether the listener asks for client certificates (`server.tls.client_ca`).
-    pub client_auth: bool,
-    /// Whether the client presented a certificate that verified against `server.tls.client_ca`.
-    pub client_verified: bool,
-}
-
-impl ConnInfo {
-    /// A plain-HTTP connection from `peer`.
-    pub fn plain(peer: SocketAddr) -> ConnInfo {
-        ConnInfo { peer, tls: false, client_auth: false, client_verified: false }
-    }
-
-    /// Whether the connection comes from an authenticated peer shardgate,
-    /// whose mesh headers (`Forwarded` with `by=`, `X-Shardgate-Hops`,
-    /// `X-Shardgate-Failover`, a relayed minted id) are honoured. On a
-    /// listener that asks for client certificates, only a verified
-    /// certificate authenticates; elsewhere only a source address in
-    /// `mesh.trusted_peers` does.
-    pub fn is_mesh_peer(&self, trusted_peers: &[crate::config::values::Cidr]) -> bool {
-        if self.client_auth {
-            self.client_verified
-        } else {
-            trusted_peers.iter().any(|c| c.contains(self.peer.ip()))
-        }
-    }
-}
-
-impl From<SocketAddr> for ConnInfo {
-    fn from(peer: SocketAddr) -> ConnInfo {
-        ConnInfo::plain(peer)
-    }
-}
 
 /// Serves `proxy` on `listener` until `shutdown` resolves: HTTP/1.1 and h2c
 /// (prior knowledge), or, with `tls`, TLS with ALPN h2 and http/1.1 (the

@@ -122,10 +122,8 @@ fn module_graph() -> Result<BTreeMap<String, BTreeSet<String>>, Box<dyn std::err
     Ok(graph)
 }
 
-#[test]
-fn structure_top_level_modules_import_each_other_without_a_cycle() -> TestResult {
-    let graph = module_graph()?;
-    // Depth-first search for a back edge.
+/// A cycle in `graph`, if it has one (depth-first search for a back edge).
+fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
     fn visit(
         node: &str,
         graph: &BTreeMap<String, BTreeSet<String>>,
@@ -151,11 +149,15 @@ fn structure_top_level_modules_import_each_other_without_a_cycle() -> TestResult
         None
     }
     let mut done = BTreeSet::new();
-    for node in graph.keys() {
-        if let Some(cycle) = visit(node, &graph, &mut Vec::new(), &mut done) {
-            let edges: Vec<String> = graph.iter().map(|(m, to)| format!("{m} -> {to:?}")).collect();
-            return Err(format!("import cycle: {}\n{}", cycle.join(" -> "), edges.join("\n")).into());
-        }
+    graph.keys().find_map(|node| visit(node, graph, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn structure_top_level_modules_import_each_other_without_a_cycle() -> TestResult {
+    let graph = module_graph()?;
+    if let Some(cycle) = find_cycle(&graph) {
+        let edges: Vec<String> = graph.iter().map(|(m, to)| format!("{m} -> {to:?}")).collect();
+        return Err(format!("import cycle: {}\n{}", cycle.join(" -> "), edges.join("\n")).into());
     }
     // The layers, lowest first, as src/lib.rs draws them.
     let http1 = &graph["http1"];
@@ -184,5 +186,60 @@ fn structure_the_id_library_links_no_proxy_crate() -> TestResult {
         let text = std::fs::read_to_string(entry?.path())?;
         assert!(!text.contains("shardgate::"), "entity-ids refers to the proxy crate");
     }
+    Ok(())
+}
+
+/// Which sibling files each file of one directory module names through
+/// `super::` (the parent `mod.rs`, which declares them all, left out).
+fn sibling_graph(dir: &Path) -> Result<BTreeMap<String, BTreeSet<String>>, Box<dyn std::error::Error>> {
+    let stem = |p: &Path| p.file_stem().and_then(|s| s.to_str()).unwrap_or("").to_string();
+    let files: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "rs") && stem(p) != "mod")
+        .collect();
+    let names: BTreeSet<String> = files.iter().map(|p| stem(p)).collect();
+    let mut graph = BTreeMap::new();
+    for file in &files {
+        let text: String = std::fs::read_to_string(file)?
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let mut uses = BTreeSet::new();
+        for (i, _) in text.match_indices("super::") {
+            let rest = &text[i + 7..];
+            // `super::{a, b::C}` names several.
+            let named: Vec<String> = match rest.strip_prefix('{') {
+                Some(list) => list
+                    .split('}')
+                    .next()
+                    .unwrap_or("")
+                    .split(',')
+                    .map(|n| n.trim().split("::").next().unwrap_or("").to_string())
+                    .collect(),
+                None => vec![rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect()],
+            };
+            uses.extend(named.into_iter().filter(|n| names.contains(n) && *n != stem(file)));
+        }
+        graph.insert(stem(file), uses);
+    }
+    Ok(graph)
+}
+
+#[test]
+fn structure_the_files_of_each_module_import_each_other_without_a_cycle() -> TestResult {
+    let mut checked = 0;
+    for entry in std::fs::read_dir(src())? {
+        let dir = entry?.path();
+        if !dir.is_dir() {
+            continue;
+        }
+        let graph = sibling_graph(&dir)?;
+        if let Some(cycle) = find_cycle(&graph) {
+            return Err(format!("import cycle in {}: {}", relative(&dir), cycle.join(" -> ")).into());
+        }
+        checked += graph.len();
+    }
+    assert!(checked > 20, "only {checked} files looked at");
     Ok(())
 }
