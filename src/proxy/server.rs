@@ -3,7 +3,7 @@
 //! http/1.1 (`server.tls`), upgrades allowed, every connection watched for
 //! graceful shutdown and idleness. A connection whose first bytes are the
 //! HTTP/2 preface is served by hyper; any other by the proxy's own
-//! HTTP/1.1 server ([`super::h1`]). Each request reaches [`Proxy::handle`]
+//! HTTP/1.1 server (`h1`). Each request reaches [`Proxy::handle`]
 //! with its connection's [`ConnInfo`]. The listener and the shutdown signal
 //! are passed in, so tests bind port 0. The `Acceptor` (limit, refusal,
 //! back-off) is shared with the admin listener.
