@@ -111,7 +111,10 @@ pub fn parse_request(buf: &mut BytesMut, limits: &RequestLimits) -> Result<Optio
         method,
         uri,
         version: if http11 { Version::HTTP_11 } else { Version::HTTP_10 },
-        headers: HeaderMap::with_capacity(count + ROOM_FOR_PROXY_FIELDS),
+        // `try_`: a map holds at most 32,768 fields, and the configured
+        // limit has no ceiling of its own.
+        headers: HeaderMap::try_with_capacity(count + ROOM_FOR_PROXY_FIELDS)
+            .map_err(|_| err(Reason::TooManyHeaders))?,
         framing: Framing::Empty,
         keep_alive: http11,
         expect_continue: false,
@@ -154,7 +157,7 @@ fn take_fields(
             header::EXPECT => out.expect_continue = value.as_bytes().eq_ignore_ascii_case(b"100-continue"),
             _ => {}
         }
-        out.headers.append(name, value);
+        out.headers.try_append(name, value).map_err(|_| err(Reason::TooManyHeaders))?;
     }
     out.framing = match (encoded, length) {
         (true, Some(_)) => return Err(err(Reason::LengthAndEncoding)),
@@ -242,6 +245,15 @@ mod tests {
         assert_eq!(keep("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n"), Some(true));
         assert_eq!(keep("GET / HTTP/1.1\r\nConnection: close\r\nConnection: keep-alive\r\n\r\n"), Some(false));
         assert_eq!(parse("PUT / HTTP/1.1\r\nExpect: 100-Continue\r\n\r\n")?.map(|h| h.expect_continue), Some(true));
+        Ok(())
+    }
+
+    #[test]
+    fn more_fields_than_a_header_map_holds_are_refused_not_a_panic() -> TestResult {
+        let limits = RequestLimits { max_head_bytes: 1 << 20, max_headers: 40_000 };
+        let fields: String = (0..33_000).map(|i| format!("x{i}: v\r\n")).collect();
+        let mut buf = BytesMut::from(format!("GET / HTTP/1.1\r\n{fields}\r\n").as_bytes());
+        assert_eq!(parse_request(&mut buf, &limits).err().map(|e| e.reason), Some(Reason::TooManyHeaders));
         Ok(())
     }
 }

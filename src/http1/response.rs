@@ -117,8 +117,12 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Resp
         (false, false, Some(n)) => Framing::Length(n),
         (false, false, None) => Framing::UntilClose,
     };
-    // Transfer-Encoding beside a length: the length is ignored, and the
-    // connection is not trusted with another message (§6.3 rule 3).
+    // Transfer-Encoding beside a length: the length is ignored, and removed
+    // (whoever reads the fields next must not frame the body by it), and
+    // the connection is not trusted with another message (§6.3 rule 3).
+    if encoded && length.is_some() {
+        out.headers.remove(header::CONTENT_LENGTH);
+    }
     if out.framing == Framing::UntilClose || (encoded && length.is_some()) {
         out.keep_alive = false;
     }
@@ -273,6 +277,15 @@ mod tests {
             .ok_or("complete")?;
         assert_eq!(head.headers.get("connection").map(|v| v.as_bytes()), Some(&b"close, X-Secret"[..]));
         assert!(!head.keep_alive);
+        Ok(())
+    }
+
+    #[test]
+    fn a_length_beside_transfer_encoding_is_dropped_with_it() -> TestResult {
+        let text = "HTTP/1.1 200 OK\r\nContent-Length: 10\r\nTransfer-Encoding: chunked\r\n\r\n";
+        let head = parse(text, Method::GET)?.ok_or("complete")?;
+        assert_eq!((head.framing, head.keep_alive), (Framing::Chunked, false));
+        assert!(head.headers.get("content-length").is_none(), "{:?}", head.headers);
         Ok(())
     }
 }

@@ -130,7 +130,10 @@ struct Asked {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Framed {
     None,
-    Length,
+    /// This many bytes, no more: a body that gives more is cut there and a
+    /// shorter one closes the connection, so the client never reads one
+    /// response's bytes as the next one's.
+    Length(u64),
     Chunked,
     UntilClose,
 }
@@ -217,6 +220,8 @@ impl Server {
                 wire,
                 decoder: Decoder::new(framing),
                 continued: if expect_continue && http11 { 0 } else { CONTINUE.len() },
+                unflushed: false,
+                failed: false,
             };
             let slot = Arc::new(Mutex::new(Some(reader)));
             let remaining = match framing {
@@ -230,17 +235,27 @@ impl Server {
             req.extensions_mut().insert(pending);
             tx
         });
-        let resp = self.proxy.handle(req, self.info).await;
+        let resp = match wire.as_mut() {
+            Some(w) => self.handle_watching(req, w).await?,
+            None => self.proxy.handle(req, self.info).await,
+        };
         // The socket back from the body (which may outlive the request: it
         // then reads nothing more); its rest unread, the connection cannot
         // carry another request.
         let mut body_done = true;
+        let mut interim: &[u8] = &[];
         if let Some(slot) = slot {
             let mut reader = slot.lock().unwrap_or_else(PoisonError::into_inner).take()?;
             body_done = reader.skip_buffered_rest();
+            // A `100 Continue` cut short by a full socket is finished first,
+            // or the final answer would run into it.
+            interim = CONTINUE.get(reader.continued..).filter(|_| reader.continued > 0).unwrap_or(&[]);
             wire = Some(reader.wire);
         }
         let mut wire = wire?;
+        if !interim.is_empty() && wire.io.write_all(interim).await.is_err() {
+            return None;
+        }
         let asked = Asked { keep_alive: asked.keep_alive && body_done && !*self.shutdown.borrow(), ..asked };
         let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
         let keep = match self.respond(&mut wire, resp, asked).await {
@@ -263,6 +278,33 @@ impl Server {
         None
     }
 
+    /// Hands a request without a body to the proxy while watching its
+    /// socket: a client that closes before its answer abandons the request
+    /// (the upstream attempt is dropped, as hyper's server did), and bytes
+    /// it pipelines meanwhile wait in the buffer, up to one head's worth.
+    /// `None`: the client left.
+    async fn handle_watching(&mut self, req: Request<RequestBody>, w: &mut Wire) -> Option<Response<ProxyBody>> {
+        let handled = self.proxy.handle(req, self.info);
+        tokio::pin!(handled);
+        loop {
+            let room = w.buf.len() < self.limits.max_head_bytes;
+            if room && w.buf.capacity() - w.buf.len() < 1024 {
+                w.buf.reserve(READ_CHUNK);
+            }
+            tokio::select! {
+                biased;
+                resp = &mut handled => return Some(resp),
+                read = w.io.read_buf(&mut w.buf), if room => match read {
+                    Ok(0) | Err(_) => {
+                        tracing::debug!(peer = %self.info.peer, "client closed before its answer; request abandoned");
+                        return None;
+                    }
+                    Ok(_) => {}
+                },
+            }
+        }
+    }
+
     /// Writes `resp`: its head in one buffer with the body's first bytes,
     /// the rest as it arrives. Returns whether the connection stays open.
     async fn respond(&mut self, wire: &mut Wire, resp: Response<ProxyBody>, asked: Asked) -> io::Result<bool> {
@@ -280,20 +322,38 @@ impl Server {
             wire.io.flush().await?;
             return Ok(keep);
         }
+        // Bytes still owed under Content-Length.
+        let mut owed = match framed {
+            Framed::Length(n) => Some(n),
+            _ => None,
+        };
         loop {
             let frame = match now_or_never(&mut body).await {
                 Some(frame) => frame,
                 None => {
-                    // Nothing yet: what is written so far goes now.
+                    // Nothing yet: what is written so far goes now (flushed:
+                    // TLS may hold records back until asked).
                     write_out(&mut wire.io, out).await?;
+                    wire.io.flush().await?;
                     body.frame().await
                 }
             };
             match frame {
                 Some(Ok(frame)) => {
-                    if let Ok(data) = frame.into_data() {
-                        put_data(&mut wire.io, out, data, framed).await?;
+                    let Ok(mut data) = frame.into_data() else { continue };
+                    if let Some(left) = owed.as_mut() {
+                        let over = data.len() as u64 > *left;
+                        data.truncate(usize::try_from(*left).unwrap_or(usize::MAX));
+                        *left -= data.len() as u64;
+                        if over {
+                            tracing::debug!(peer = %self.info.peer, "response body longer than its Content-Length; cut");
+                            put_data(&mut wire.io, out, data, framed).await?;
+                            write_out(&mut wire.io, out).await?;
+                            wire.io.flush().await?;
+                            return Ok(false);
+                        }
                     }
+                    put_data(&mut wire.io, out, data, framed).await?;
                 }
                 None => {
                     if framed == Framed::Chunked {
@@ -301,7 +361,8 @@ impl Server {
                     }
                     write_out(&mut wire.io, out).await?;
                     wire.io.flush().await?;
-                    return Ok(keep);
+                    // A body shorter than announced: only a close tells the client.
+                    return Ok(keep && owed.is_none_or(|left| left == 0));
                 }
                 Some(Err(e)) => {
                     // The client sees a body cut short (no last chunk, or
@@ -339,11 +400,17 @@ fn write_head(
         || status == StatusCode::NOT_MODIFIED;
     let framed = if no_body {
         Framed::None
-    } else if headers.contains_key(header::CONTENT_LENGTH) {
-        Framed::Length
+    } else if let Some(value) = headers.get(header::CONTENT_LENGTH) {
+        match std::str::from_utf8(value.as_bytes()).ok().and_then(|v| v.parse().ok()) {
+            Some(n) => Framed::Length(n),
+            None => {
+                keep = false;
+                Framed::UntilClose
+            }
+        }
     } else if let Some(n) = body.size_hint().exact() {
         http1::write::field(out, "content-length", itoa::Buffer::new().format(n).as_bytes());
-        Framed::Length
+        Framed::Length(n)
     } else if asked.http11 {
         http1::write::field(out, "transfer-encoding", b"chunked");
         Framed::Chunked
@@ -456,6 +523,12 @@ struct Reader {
     decoder: Decoder,
     /// How much of `100 Continue` is written (all of it when not asked for).
     continued: usize,
+    /// Whether `100 Continue` bytes were written and not flushed yet (TLS
+    /// holds records until asked).
+    unflushed: bool,
+    /// Whether reading the body failed: what follows in the buffer is not
+    /// a message boundary the connection can go on from.
+    failed: bool,
 }
 
 /// A request body read from the client's connection as the upstream leg asks for it.
@@ -522,7 +595,7 @@ impl Reader {
     /// without reading (a `404` to a `POST`) then leaves the connection
     /// reusable. What has not arrived is not waited for.
     fn skip_buffered_rest(&mut self) -> bool {
-        if !self.continued_or_not_asked() {
+        if self.failed || !self.continued_or_not_asked() {
             // The client waits for `100 Continue` before it sends the body;
             // it may still send it, so the connection cannot go on.
             return false;
@@ -540,16 +613,43 @@ impl Reader {
         self.continued >= CONTINUE.len()
     }
 
-    /// The body's next bytes (`None` at its end), reading the socket as needed.
+    /// The body's next bytes (`None` at its end), reading the socket as
+    /// needed; a failure is remembered (see `skip_buffered_rest`).
     fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, RequestBodyError>> {
+        let polled = self.poll_continue(cx).map_err(RequestBodyError::Io);
+        let polled = match polled {
+            Poll::Ready(Ok(())) => self.poll_body(cx),
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        };
+        if let Poll::Ready(Err(_)) = polled {
+            self.failed = true;
+        }
+        polled
+    }
+
+    /// Writes and flushes `100 Continue` when the client asked for it and it has not gone yet.
+    fn poll_continue(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while let Some(rest) = CONTINUE.get(self.continued..).filter(|r| !r.is_empty()) {
             match Pin::new(&mut self.wire.io).poll_write(cx, rest) {
-                Poll::Ready(Ok(0)) => return Poll::Ready(Err(RequestBodyError::Io(io::ErrorKind::WriteZero.into()))),
-                Poll::Ready(Ok(n)) => self.continued += n,
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(RequestBodyError::Io(e))),
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => {
+                    self.continued += n;
+                    self.unflushed = true;
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => return Poll::Pending,
             }
         }
+        if self.unflushed {
+            std::task::ready!(Pin::new(&mut self.wire.io).poll_flush(cx))?;
+            self.unflushed = false;
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// The body's next bytes from the buffer, or from the socket.
+    fn poll_body(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, RequestBodyError>> {
         loop {
             match self.decoder.decode(&mut self.wire.buf) {
                 Ok(Decoded::Data(data)) => return Poll::Ready(Ok(Some(data))),

@@ -9,7 +9,9 @@ use shardgate::ids::Iuid;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::support::{proxy, raw, read_until_closed, table, three_backends, BoxError, Running, TestResult};
+use crate::support::{
+    backend, proxy, raw, raw_backend, read_until_closed, table, three_backends, BoxError, Running, TestResult,
+};
 
 const WAIT: Duration = Duration::from_secs(5);
 
@@ -268,5 +270,78 @@ async fn a_body_the_proxy_did_not_read_is_skipped_when_it_has_arrived() -> TestR
     let r = read_until_closed(&mut s, WAIT).await?;
     assert_eq!((r.status(), r.closed), (Some(404), true), "{}", r.text());
     assert!(r.text().to_ascii_lowercase().contains("connection: close"), "{}", r.text());
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_upstream_length_beside_chunked_is_not_passed_on() -> TestResult {
+    // RFC 9112 §6.3: the length is ignored and must not be forwarded, or the
+    // client would frame the body by it and read the next answer into this one.
+    let kz = raw_backend(|mut s: TcpStream| async move {
+        let answer =
+            b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n";
+        let _ = s.write_all(answer).await;
+        let _ = s.shutdown().await;
+    })
+    .await?;
+    let (eu, us) = (backend("eu").await?, backend("us").await?);
+    let p = proxy(&table(eu.addr, kz.addr, us.addr, "upstream: { health: { interval: 0s } }")).await?;
+    let id = id();
+    let two = format!(
+        "GET /v1/orders/{id} HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/orders/{id} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    );
+    let r = raw(p.addr, two.as_bytes(), WAIT).await?;
+    let (status, head, body, rest) = next_response(&r.bytes).ok_or("no first answer")?;
+    assert_eq!((status, body.as_slice()), (200, &b"abc"[..]), "{}", r.text());
+    assert!(field(&head, "content-length").is_none(), "{head}");
+    let (status, _, body, rest) = next_response(rest).ok_or("no second answer")?;
+    assert_eq!((status, body.as_slice(), rest.is_empty()), (200, &b"abc"[..], true), "{}", r.text());
+    Ok(())
+}
+
+#[tokio::test]
+async fn after_a_malformed_body_the_connection_closes() -> TestResult {
+    let ([_eu, kz, _us], p) = world("").await?;
+    let id = id();
+    // The chunk's data is followed by `X`, not CRLF: what comes after is no
+    // message boundary, and the GET in it must never be served.
+    let req = format!(
+        "POST /v1/orders/{id} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcX\r\n0\r\n\r\n\
+         GET /v1/orders/{id}?smuggled=1 HTTP/1.1\r\nHost: x\r\n\r\n"
+    );
+    let r = raw(p.addr, req.as_bytes(), WAIT).await?;
+    assert_eq!((r.statuses(), r.closed), (vec![400], true), "{}", r.text());
+    assert!(r.text().to_ascii_lowercase().contains("connection: close"), "{}", r.text());
+    assert!(kz.hits() <= 1, "the pipelined GET reached the backend");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_abandons_its_request() -> TestResult {
+    // The backend never answers; it notes when the proxy closes its side.
+    let closed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = std::sync::Arc::clone(&closed);
+    let kz = raw_backend(move |mut s: TcpStream| {
+        let seen = std::sync::Arc::clone(&seen);
+        async move {
+            let mut buf = [0u8; 64];
+            if let Ok(Ok(0)) = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await {
+                seen.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    })
+    .await?;
+    let (eu, us) = (backend("eu").await?, backend("us").await?);
+    let extra = "upstream: { health: { interval: 0s }, attempt_timeout: 20s, request_timeout: 30s }";
+    let p = proxy(&table(eu.addr, kz.addr, us.addr, extra)).await?;
+    let mut s = TcpStream::connect(p.addr).await?;
+    s.write_all(format!("GET /v1/orders/{} HTTP/1.1\r\nHost: x\r\n\r\n", id()).as_bytes()).await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(s);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !closed.load(std::sync::atomic::Ordering::SeqCst) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(closed.load(std::sync::atomic::Ordering::SeqCst), "the upstream request outlived its client");
     Ok(())
 }
