@@ -78,6 +78,14 @@ async fn read_head(s: &mut TcpStream) -> Result<String, BoxError> {
     Ok(String::from_utf8_lossy(&head).into_owned())
 }
 
+/// Reads one response with a `Content-Length` body: its head (lowercased) and body.
+async fn read_sized(s: &mut TcpStream) -> Result<(String, Vec<u8>), BoxError> {
+    let head = read_head(s).await?.to_ascii_lowercase();
+    let mut body = vec![0u8; field(&head, "content-length").ok_or("no length")?.parse()?];
+    s.read_exact(&mut body).await?;
+    Ok((head, body))
+}
+
 #[tokio::test]
 async fn pipelined_requests_are_answered_in_order() -> TestResult {
     let ([_eu, kz, _us], p) = world("").await?;
@@ -115,11 +123,8 @@ async fn expect_continue_is_answered_before_the_body_is_sent() -> TestResult {
     let interim = read_head(&mut s).await?;
     assert!(interim.starts_with("HTTP/1.1 100 Continue\r\n"), "{interim}");
     s.write_all(b"hello").await?;
-    let head = read_head(&mut s).await?.to_ascii_lowercase();
+    let (head, body) = read_sized(&mut s).await?;
     assert!(head.starts_with("http/1.1 200 "), "{head}");
-    let len: usize = field(&head, "content-length").ok_or("no length")?.parse()?;
-    let mut body = vec![0u8; len];
-    s.read_exact(&mut body).await?;
     let json: serde_json::Value = serde_json::from_slice(&body)?;
     assert_eq!(json["body_bytes"], 5);
     assert_eq!(kz.hits(), 1);
@@ -138,10 +143,8 @@ async fn http10_clients_close_unless_they_ask_to_keep_alive() -> TestResult {
     let mut s = TcpStream::connect(p.addr).await?;
     let ask = format!("GET /v1/orders/{id} HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\n");
     s.write_all(ask.as_bytes()).await?;
-    let head = read_head(&mut s).await?.to_ascii_lowercase();
+    let (head, _) = read_sized(&mut s).await?;
     assert_eq!(field(&head, "connection").as_deref(), Some("keep-alive"), "{head}");
-    let mut body = vec![0u8; field(&head, "content-length").ok_or("no length")?.parse()?];
-    s.read_exact(&mut body).await?;
     s.write_all(format!("GET /v1/orders/{id} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes()).await?;
     let second = read_until_closed(&mut s, WAIT).await?;
     assert_eq!(second.status(), Some(200), "{}", second.text());
@@ -193,9 +196,7 @@ async fn an_idle_keep_alive_connection_closes_at_header_read_timeout() -> TestRe
     let ([_eu, _kz, _us], p) = world("server: { header_read_timeout: 400ms }").await?;
     let mut s = TcpStream::connect(p.addr).await?;
     s.write_all(format!("GET /v1/orders/{} HTTP/1.1\r\nHost: x\r\n\r\n", id()).as_bytes()).await?;
-    let head = read_head(&mut s).await?.to_ascii_lowercase();
-    let mut body = vec![0u8; field(&head, "content-length").ok_or("no length")?.parse()?];
-    s.read_exact(&mut body).await?;
+    read_sized(&mut s).await?;
     // Nothing more is sent: the connection closes at the timeout, not at
     // the (60 s) idle timeout, and with no answer.
     let waited = Instant::now();
@@ -226,9 +227,7 @@ async fn shutdown_finishes_the_request_in_flight_without_waiting_for_idle_socket
     let mut silent = TcpStream::connect(addr).await?;
     let mut idle = TcpStream::connect(addr).await?;
     idle.write_all(format!("GET /v1/orders/{id} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).await?;
-    let head = read_head(&mut idle).await?.to_ascii_lowercase();
-    let mut body = vec![0u8; field(&head, "content-length").ok_or("no length")?.parse()?];
-    idle.read_exact(&mut body).await?;
+    read_sized(&mut idle).await?;
     let mut slow = TcpStream::connect(addr).await?;
     slow.write_all(format!("GET /t/slow/{id} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).await?;
     tokio::time::sleep(Duration::from_millis(300)).await;
