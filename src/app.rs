@@ -384,29 +384,20 @@ impl Signals {
     async fn next(&mut self) -> Exit {
         #[cfg(unix)]
         {
-            async fn on(s: &mut Option<tokio::signal::unix::Signal>) {
+            /// The signal's next delivery, or `otherwise` without a handler.
+            async fn on(s: &mut Option<tokio::signal::unix::Signal>, otherwise: impl Future<Output = ()>) {
                 match s {
                     Some(s) => {
                         s.recv().await;
                     }
-                    None => std::future::pending().await,
-                }
-            }
-            // Without its own handler, SIGINT is still Ctrl-C.
-            async fn interrupt(s: &mut Option<tokio::signal::unix::Signal>) {
-                match s {
-                    Some(s) => {
-                        s.recv().await;
-                    }
-                    None => {
-                        let _ = tokio::signal::ctrl_c().await;
-                    }
+                    None => otherwise.await,
                 }
             }
             tokio::select! {
-                _ = on(&mut self.term) => Exit::Stopped,
-                _ = on(&mut self.quit) => Exit::Stopped,
-                _ = interrupt(&mut self.int) => Exit::Interrupted,
+                _ = on(&mut self.term, std::future::pending()) => Exit::Stopped,
+                _ = on(&mut self.quit, std::future::pending()) => Exit::Stopped,
+                // Without its own handler, SIGINT is still Ctrl-C.
+                _ = on(&mut self.int, async { let _ = tokio::signal::ctrl_c().await; }) => Exit::Interrupted,
             }
         }
         #[cfg(not(unix))]
