@@ -25,7 +25,7 @@ use std::fmt;
 
 pub use framing::{Decoded, Decoder, Framing};
 pub use request::{parse_request, RequestHead, RequestLimits};
-pub use response::{parse_response, ResponseHead};
+pub use response::{bodiless, parse_response, ResponseHead};
 
 /// Which part of a message broke a rule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -190,7 +190,7 @@ fn parse_error(part: Part, e: httparse::Error) -> Error {
 
 /// A `Content-Length` value: one or more ASCII digits, within 64 bits
 /// (no sign, no spaces, no list).
-fn content_length(value: &[u8]) -> Option<u64> {
+pub fn content_length(value: &[u8]) -> Option<u64> {
     if value.is_empty() {
         return None;
     }

@@ -66,6 +66,12 @@ fn only_connection_tokens(value: &[u8]) -> bool {
     })
 }
 
+/// Whether a response with `status` to a request (a `HEAD` when
+/// `to_head`) has no body, whatever its fields say (RFC 9112 §6.3 rule 1).
+pub fn bodiless(status: StatusCode, to_head: bool) -> bool {
+    to_head || status.is_informational() || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED
+}
+
 /// Parses a response head at the start of `buf`, for a request with
 /// `method`. `Ok(None)`: incomplete, read more. On success the head's bytes
 /// leave `buf`. A 1xx head is returned like any other (the caller skips
@@ -104,10 +110,7 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Resp
         keep_alive: http11,
     };
     let FramingFields { length, bad_length, encoded, chunked } = take_fields(&mut out, parsed, &head, http11)?;
-    let bodiless = *method == Method::HEAD
-        || status.is_informational()
-        || status == StatusCode::NO_CONTENT
-        || status == StatusCode::NOT_MODIFIED;
+    let bodiless = bodiless(status, *method == Method::HEAD);
     out.framing = match (bodiless, encoded, length) {
         (true, _, _) => Framing::Empty,
         (false, true, _) if chunked && http11 => Framing::Chunked,

@@ -38,10 +38,9 @@ use super::error::ProxyError;
 use super::upgrade::{ClientIo, PendingUpgrade, Rewound};
 use super::{Proxy, ProxyBody};
 use crate::http1::{self, framing, Decoded, Decoder, Framing, HeadScan, Reason, RequestHead, RequestLimits};
+use crate::upstream::exchange::{self, BodyError};
 use crate::upstream::{RequestBody, RequestBodyError};
 
-/// Most bytes read from a client socket at once.
-const READ_CHUNK: usize = 8 * 1024;
 /// Body bytes copied into the write buffer behind the head; a larger frame
 /// is written from where it lies.
 const COALESCE: usize = 16 * 1024;
@@ -160,12 +159,9 @@ impl Server {
             if idle && *self.shutdown.borrow() {
                 return Ok(None);
             }
-            if wire.buf.capacity() - wire.buf.len() < 1024 {
-                wire.buf.reserve(READ_CHUNK);
-            }
             let read = tokio::select! {
                 biased;
-                read = wire.io.read_buf(&mut wire.buf) => read,
+                read = std::future::poll_fn(|cx| exchange::fill(cx, &mut wire.io, &mut wire.buf)) => read,
                 () = &mut self.timer => {
                     tracing::debug!(peer = %self.info.peer, "no request head within server.header_read_timeout; closing");
                     return Ok(None);
@@ -288,13 +284,10 @@ impl Server {
         tokio::pin!(handled);
         loop {
             let room = w.buf.len() < self.limits.max_head_bytes;
-            if room && w.buf.capacity() - w.buf.len() < 1024 {
-                w.buf.reserve(READ_CHUNK);
-            }
             tokio::select! {
                 biased;
                 resp = &mut handled => return Some(resp),
-                read = w.io.read_buf(&mut w.buf), if room => match read {
+                read = std::future::poll_fn(|cx| exchange::fill(cx, &mut w.io, &mut w.buf)), if room => match read {
                     Ok(0) | Err(_) => {
                         tracing::debug!(peer = %self.info.peer, "client closed before its answer; request abandoned");
                         return None;
@@ -341,19 +334,19 @@ impl Server {
             match frame {
                 Some(Ok(frame)) => {
                     let Ok(mut data) = frame.into_data() else { continue };
+                    let mut over = false;
                     if let Some(left) = owed.as_mut() {
-                        let over = data.len() as u64 > *left;
+                        over = data.len() as u64 > *left;
                         data.truncate(usize::try_from(*left).unwrap_or(usize::MAX));
                         *left -= data.len() as u64;
-                        if over {
-                            tracing::debug!(peer = %self.info.peer, "response body longer than its Content-Length; cut");
-                            put_data(&mut wire.io, out, data, framed).await?;
-                            write_out(&mut wire.io, out).await?;
-                            wire.io.flush().await?;
-                            return Ok(false);
-                        }
                     }
                     put_data(&mut wire.io, out, data, framed).await?;
+                    if over {
+                        tracing::debug!(peer = %self.info.peer, "response body longer than its Content-Length; cut");
+                        write_out(&mut wire.io, out).await?;
+                        wire.io.flush().await?;
+                        return Ok(false);
+                    }
                 }
                 None => {
                     if framed == Framed::Chunked {
@@ -394,14 +387,10 @@ fn write_head(
     out.push(b' ');
     out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
     out.extend_from_slice(b"\r\n");
-    let no_body = asked.head
-        || status.is_informational()
-        || status == StatusCode::NO_CONTENT
-        || status == StatusCode::NOT_MODIFIED;
-    let framed = if no_body {
+    let framed = if http1::bodiless(status, asked.head) {
         Framed::None
     } else if let Some(value) = headers.get(header::CONTENT_LENGTH) {
-        match std::str::from_utf8(value.as_bytes()).ok().and_then(|v| v.parse().ok()) {
+        match http1::content_length(value.as_bytes()) {
             Some(n) => Framed::Length(n),
             None => {
                 keep = false;
@@ -650,28 +639,10 @@ impl Reader {
 
     /// The body's next bytes from the buffer, or from the socket.
     fn poll_body(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, RequestBodyError>> {
-        loop {
-            match self.decoder.decode(&mut self.wire.buf) {
-                Ok(Decoded::Data(data)) => return Poll::Ready(Ok(Some(data))),
-                Ok(Decoded::Done) => return Poll::Ready(Ok(None)),
-                Ok(Decoded::NeedMore) => {}
-                Err(e) => return Poll::Ready(Err(RequestBodyError::Framing(e))),
-            }
-            let buf = &mut self.wire.buf;
-            if buf.capacity() - buf.len() < 1024 {
-                buf.reserve(READ_CHUNK);
-            }
-            match tokio_util::io::poll_read_buf(Pin::new(&mut self.wire.io), cx, buf) {
-                Poll::Ready(Ok(0)) => {
-                    return Poll::Ready(match self.decoder.eof() {
-                        Ok(()) => Ok(None),
-                        Err(e) => Err(RequestBodyError::Framing(e)),
-                    })
-                }
-                Poll::Ready(Ok(_)) => {}
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(RequestBodyError::Io(e))),
-                Poll::Pending => return Poll::Pending,
-            }
-        }
+        let wire = &mut self.wire;
+        exchange::poll_body(cx, &mut self.decoder, &mut wire.io, &mut wire.buf).map_err(|e| match e {
+            BodyError::Io(e) => RequestBodyError::Io(e),
+            BodyError::Framing(e) => RequestBodyError::Framing(e),
+        })
     }
 }

@@ -298,12 +298,43 @@ impl Send {
     }
 }
 
-/// Reads from `io` into `buf`: the number of bytes read (0: closed).
-fn fill<S: AsyncRead + Unpin>(cx: &mut Context<'_>, io: &mut S, buf: &mut BytesMut) -> Poll<io::Result<usize>> {
+/// Reads from `io` into `buf` (making room first): the number of bytes
+/// read (0: closed). Every read of an HTTP/1.1 connection, on both legs,
+/// goes through here.
+pub(crate) fn fill<S: AsyncRead + Unpin>(
+    cx: &mut Context<'_>,
+    io: &mut S,
+    buf: &mut BytesMut,
+) -> Poll<io::Result<usize>> {
     if buf.capacity() - buf.len() < 1024 {
         buf.reserve(READ_CHUNK);
     }
     tokio_util::io::poll_read_buf(Pin::new(io), cx, buf)
+}
+
+/// The next piece of a body framed as `decoder` says: from `buf`, else
+/// read from `io` into it. `None`: the body's end (what follows it stays
+/// in `buf`). A request body on the client leg and a response body on the
+/// upstream leg are read alike.
+pub(crate) fn poll_body<S: AsyncRead + Unpin>(
+    cx: &mut Context<'_>,
+    decoder: &mut Decoder,
+    io: &mut S,
+    buf: &mut BytesMut,
+) -> Poll<Result<Option<Bytes>, BodyError>> {
+    loop {
+        match decoder.decode(buf) {
+            Ok(Decoded::Data(data)) => return Poll::Ready(Ok(Some(data))),
+            Ok(Decoded::Done) => return Poll::Ready(Ok(None)),
+            Ok(Decoded::NeedMore) => {}
+            Err(e) => return Poll::Ready(Err(BodyError::Framing(e))),
+        }
+        match ready!(fill(cx, io, buf)) {
+            Ok(0) => return Poll::Ready(decoder.eof().map(|()| None).map_err(BodyError::Framing)),
+            Ok(_) => {}
+            Err(e) => return Poll::Ready(Err(BodyError::Io(e))),
+        }
+    }
 }
 
 /// The first final response head in `buf` (a 1xx other than 101 is taken
@@ -389,12 +420,12 @@ pub struct ResponseBody {
     upgrade: bool,
 }
 
-/// Why a response body could not be read to its end.
+/// Why a body could not be read to its end.
 #[derive(Debug)]
 pub enum BodyError {
     /// The connection failed.
     Io(io::Error),
-    /// The body's framing is broken, or the upstream closed before its end.
+    /// The body's framing is broken, or the peer closed before its end.
     Framing(http1::Error),
 }
 
@@ -440,39 +471,23 @@ impl Body for ResponseBody {
         if this.upgrade {
             return Poll::Ready(None);
         }
-        loop {
-            let Some(conn) = this.conn.as_mut() else { return Poll::Ready(None) };
-            match this.decoder.decode(&mut conn.read) {
-                Ok(Decoded::Data(data)) => {
-                    if this.decoder.is_done() {
-                        this.finish();
-                    }
-                    return Poll::Ready(Some(Ok(Frame::data(data))));
-                }
-                Ok(Decoded::Done) => {
+        let Some(conn) = this.conn.as_mut() else { return Poll::Ready(None) };
+        match ready!(poll_body(cx, &mut this.decoder, &mut conn.io, &mut conn.read)) {
+            Ok(Some(data)) => {
+                if this.decoder.is_done() {
                     this.finish();
-                    return Poll::Ready(None);
                 }
-                Ok(Decoded::NeedMore) => {}
-                Err(e) => {
-                    this.conn = None;
-                    return Poll::Ready(Some(Err(BodyError::Framing(e))));
-                }
+                Poll::Ready(Some(Ok(Frame::data(data))))
             }
-            match ready!(fill(cx, &mut conn.io, &mut conn.read)) {
-                Ok(0) => {
-                    let end = this.decoder.eof();
-                    this.conn = None;
-                    return match end {
-                        Ok(()) => Poll::Ready(None),
-                        Err(e) => Poll::Ready(Some(Err(BodyError::Framing(e)))),
-                    };
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    this.conn = None;
-                    return Poll::Ready(Some(Err(BodyError::Io(e))));
-                }
+            // At the body's end, or at the close that ends a body read
+            // until close (whose connection is never reusable).
+            Ok(None) => {
+                this.finish();
+                Poll::Ready(None)
+            }
+            Err(e) => {
+                this.conn = None;
+                Poll::Ready(Some(Err(e)))
             }
         }
     }
