@@ -9,6 +9,7 @@
 use std::io::{self, Write};
 
 use super::clock::iso8601;
+use super::text::uuid_ascii;
 use super::{Decoded, Field};
 
 /// The fields of `d` as `"name":value` pairs separated by commas (to go
@@ -46,9 +47,10 @@ pub fn write_object(d: &Decoded, w: &mut impl Write) -> io::Result<()> {
 /// The id's canonical text, as its `Display` writes it (checked by a test).
 pub fn write_canonical(d: &Decoded, w: &mut impl Write) -> io::Result<()> {
     match d {
-        Decoded::Iuid(id) => write_uuid(id.as_u128(), w),
-        Decoded::Locality(id) => write_uuid(id.as_u128(), w),
-        Decoded::Uuidv7(id) => write_uuid(id.as_u128(), w),
+        // The same digits `Display` makes (`text::uuid_ascii`).
+        Decoded::Iuid(id) => w.write_all(&uuid_ascii(id.as_u128())),
+        Decoded::Locality(id) => w.write_all(&uuid_ascii(id.as_u128())),
+        Decoded::Uuidv7(id) => w.write_all(&uuid_ascii(id.as_u128())),
         Decoded::Snowflake(id) => w.write_all(itoa::Buffer::new().format(id.value()).as_bytes()),
         Decoded::Sonyflake(id) => w.write_all(itoa::Buffer::new().format(id.value()).as_bytes()),
         Decoded::Instagram(id) => w.write_all(itoa::Buffer::new().format(id.value()).as_bytes()),
@@ -57,19 +59,6 @@ pub fn write_canonical(d: &Decoded, w: &mut impl Write) -> io::Result<()> {
 }
 
 const LOWER_HEX: &[u8; 16] = b"0123456789abcdef";
-
-/// Lowercase `8-4-4-4-12` text of a 128-bit value.
-fn write_uuid(v: u128, w: &mut impl Write) -> io::Result<()> {
-    let mut out = [b'-'; 36];
-    let mut shift = 128;
-    for (i, o) in out.iter_mut().enumerate() {
-        if !matches!(i, 8 | 13 | 18 | 23) {
-            shift -= 4;
-            *o = LOWER_HEX[((v >> shift) & 0xf) as usize];
-        }
-    }
-    w.write_all(&out)
-}
 
 /// `value` in lowercase hex, zero-padded to `width` digits (more digits when
 /// the value needs them, like `{:0width$x}`), as a JSON string: quotes and
