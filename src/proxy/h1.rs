@@ -41,6 +41,9 @@ use crate::http1::{self, framing, Decoded, Decoder, Framing, HeadScan, Reason, R
 use crate::upstream::exchange::{self, BodyError};
 use crate::upstream::{RequestBody, RequestBodyError};
 
+/// Room made in a client connection's read buffer when it runs low (half
+/// the upstream leg's: client heads are small, and there are many clients).
+const READ_CHUNK: usize = 8 * 1024;
 /// Body bytes copied into the write buffer behind the head; a larger frame
 /// is written from where it lies.
 const COALESCE: usize = 16 * 1024;
@@ -161,7 +164,7 @@ impl Server {
             }
             let read = tokio::select! {
                 biased;
-                read = std::future::poll_fn(|cx| exchange::fill(cx, &mut wire.io, &mut wire.buf)) => read,
+                read = std::future::poll_fn(|cx| exchange::fill(cx, &mut wire.io, &mut wire.buf, READ_CHUNK)) => read,
                 () = &mut self.timer => {
                     tracing::debug!(peer = %self.info.peer, "no request head within server.header_read_timeout; closing");
                     return Ok(None);
@@ -287,7 +290,7 @@ impl Server {
             tokio::select! {
                 biased;
                 resp = &mut handled => return Some(resp),
-                read = std::future::poll_fn(|cx| exchange::fill(cx, &mut w.io, &mut w.buf)), if room => match read {
+                read = std::future::poll_fn(|cx| exchange::fill(cx, &mut w.io, &mut w.buf, READ_CHUNK)), if room => match read {
                     Ok(0) | Err(_) => {
                         tracing::debug!(peer = %self.info.peer, "client closed before its answer; request abandoned");
                         return None;
@@ -640,7 +643,7 @@ impl Reader {
     /// The body's next bytes from the buffer, or from the socket.
     fn poll_body(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, RequestBodyError>> {
         let wire = &mut self.wire;
-        exchange::poll_body(cx, &mut self.decoder, &mut wire.io, &mut wire.buf).map_err(|e| match e {
+        exchange::poll_body(cx, &mut self.decoder, &mut wire.io, &mut wire.buf, READ_CHUNK).map_err(|e| match e {
             BodyError::Io(e) => RequestBodyError::Io(e),
             BodyError::Framing(e) => RequestBodyError::Framing(e),
         })

@@ -280,7 +280,7 @@ impl Send {
     /// answered without the rest); a close is an error.
     fn watch(&mut self, cx: &mut Context<'_>, conn: &mut Conn, method: &Method) -> Poll<Result<(), SendError>> {
         loop {
-            match fill(cx, &mut conn.io, &mut conn.read) {
+            match fill(cx, &mut conn.io, &mut conn.read, READ_CHUNK) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Ok(0)) => return Poll::Ready(Err(SendError::Io("connection closed by upstream".into()))),
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(SendError::Io(e.to_string()))),
@@ -298,29 +298,31 @@ impl Send {
     }
 }
 
-/// Reads from `io` into `buf` (making room first): the number of bytes
-/// read (0: closed). Every read of an HTTP/1.1 connection, on both legs,
-/// goes through here.
+/// Reads from `io` into `buf`, first making room for `chunk` bytes when
+/// less than 1 KiB is left: the number of bytes read (0: closed). Every
+/// read of an HTTP/1.1 connection, on both legs, goes through here.
 pub(crate) fn fill<S: AsyncRead + Unpin>(
     cx: &mut Context<'_>,
     io: &mut S,
     buf: &mut BytesMut,
+    chunk: usize,
 ) -> Poll<io::Result<usize>> {
     if buf.capacity() - buf.len() < 1024 {
-        buf.reserve(READ_CHUNK);
+        buf.reserve(chunk);
     }
     tokio_util::io::poll_read_buf(Pin::new(io), cx, buf)
 }
 
 /// The next piece of a body framed as `decoder` says: from `buf`, else
-/// read from `io` into it. `None`: the body's end (what follows it stays
-/// in `buf`). A request body on the client leg and a response body on the
-/// upstream leg are read alike.
+/// read from `io` into it (see [`fill`] for `chunk`). `None`: the body's
+/// end (what follows it stays in `buf`). A request body on the client leg
+/// and a response body on the upstream leg are read alike.
 pub(crate) fn poll_body<S: AsyncRead + Unpin>(
     cx: &mut Context<'_>,
     decoder: &mut Decoder,
     io: &mut S,
     buf: &mut BytesMut,
+    chunk: usize,
 ) -> Poll<Result<Option<Bytes>, BodyError>> {
     loop {
         match decoder.decode(buf) {
@@ -329,7 +331,7 @@ pub(crate) fn poll_body<S: AsyncRead + Unpin>(
             Ok(Decoded::NeedMore) => {}
             Err(e) => return Poll::Ready(Err(BodyError::Framing(e))),
         }
-        match ready!(fill(cx, io, buf)) {
+        match ready!(fill(cx, io, buf, chunk)) {
             Ok(0) => return Poll::Ready(decoder.eof().map(|()| None).map_err(BodyError::Framing)),
             Ok(_) => {}
             Err(e) => return Poll::Ready(Err(BodyError::Io(e))),
@@ -376,7 +378,7 @@ pub(crate) fn poll_head<S: AsyncRead + Unpin>(
             Ok(None) => {}
             Err(e) => return Poll::Ready(Err(HeadError::Bad(e))),
         }
-        match ready!(fill(cx, io, buf)) {
+        match ready!(fill(cx, io, buf, READ_CHUNK)) {
             Ok(0) if buf.is_empty() => {
                 return Poll::Ready(Err(HeadError::Io("connection closed before any response".into())))
             }
@@ -472,7 +474,7 @@ impl Body for ResponseBody {
             return Poll::Ready(None);
         }
         let Some(conn) = this.conn.as_mut() else { return Poll::Ready(None) };
-        match ready!(poll_body(cx, &mut this.decoder, &mut conn.io, &mut conn.read)) {
+        match ready!(poll_body(cx, &mut this.decoder, &mut conn.io, &mut conn.read, READ_CHUNK)) {
             Ok(Some(data)) => {
                 if this.decoder.is_done() {
                     this.finish();
