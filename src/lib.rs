@@ -47,6 +47,8 @@
 //! * [`http1`]: HTTP/1.1 on the wire, for both legs: request and response
 //!   heads parsed with `httparse` into one buffer, body framing and its
 //!   incremental decoder, heads written into one buffer. No I/O.
+//! * [`merge`]: the JSON arrays of a fan-out's regions as one array in one
+//!   order, a page at a time, with the cursor of the next page. No I/O.
 //! * [`config`]: the routing table file: YAML walk, schema, validation per
 //!   section, the typed [`config::Config`], restart-only keys.
 //! * [`routing`]: the compiled table, placement, the shared snapshot and live reload.
@@ -68,6 +70,7 @@ pub mod app;
 pub mod cli;
 pub mod config;
 pub mod http1;
+pub mod merge;
 pub mod mesh;
 pub mod metrics;
 pub mod proxy;

@@ -1,0 +1,292 @@
+//! Merge: the JSON arrays that regions answer a fan-out with, made into one
+//! array in one order, a page at a time. Pure: answer bytes in, page out.
+//!
+//! ```text
+//!  answer bytes ─► items (parse once, borrow)  ─┐
+//!  answer bytes ─► items                        ├─► page (order, after the cursor, limit) ─► write
+//!  answer bytes ─► items                        ┘
+//! ```
+//!
+//! * Each answer is parsed once into borrowed elements (`serde_json`'s
+//!   `RawValue`): the elements reach the client byte for byte as their
+//!   region wrote them, never re-serialised.
+//! * Each element's sort key is read from one field by [`pick`], which skips
+//!   the others without building them: by default the time embedded in the
+//!   element's id (iUIDs, UUIDv7, Locality UUIDs and Snowflakes are
+//!   k-sortable), or a named field's value (numbers, or strings such as
+//!   RFC 3339 times).
+//! * The order is total: the key, then a hash of the element's id (or of
+//!   the element), then the region's name. So a [`Cursor`], the last
+//!   element's place in it, says exactly where the next page starts: paging
+//!   returns every element once, whatever the regions' own order.
+//!
+//! Answers that are not JSON, have no array where the rule says, or hold an
+//! element without its sort key are errors of that region ([`LegError`]),
+//! never merged in part.
+
+mod cursor;
+mod pick;
+
+use std::borrow::Cow;
+use std::cmp::Ordering;
+use std::fmt;
+
+use serde_json::value::RawValue;
+
+use crate::ids::{self, Format, Params};
+
+pub use cursor::{Cursor, CursorError};
+
+/// How a fan-out route merges: where the array is, what it is ordered by.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Spec {
+    /// The field of each answer holding the array; `None`: the answer is the array.
+    pub items: Option<String>,
+    /// What elements are ordered by.
+    pub sort: SortKey,
+    /// Largest first (newest first for times).
+    pub descending: bool,
+}
+
+/// What elements are ordered by.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SortKey {
+    /// The time embedded in the id held in `field`, decoded as one of `formats`.
+    IdTime {
+        /// The element field holding the id.
+        field: String,
+        /// Formats the id may be in, tried in order.
+        formats: Vec<Format>,
+    },
+    /// A field's value: numbers in numeric order before strings in byte order.
+    Field(String),
+}
+
+impl SortKey {
+    /// The field the key is read from.
+    pub fn field(&self) -> &str {
+        match self {
+            SortKey::IdTime { field, .. } | SortKey::Field(field) => field,
+        }
+    }
+}
+
+/// One element's sort value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value<'b> {
+    /// Unix ms from an id.
+    Time(u64),
+    /// A JSON number.
+    Number(f64),
+    /// A JSON string, unescaped.
+    Text(Cow<'b, str>),
+}
+
+impl Value<'_> {
+    fn cmp(&self, other: &Value<'_>) -> Ordering {
+        match (self, other) {
+            (Value::Time(a), Value::Time(b)) => a.cmp(b),
+            (Value::Number(a), Value::Number(b)) => a.total_cmp(b),
+            (Value::Text(a), Value::Text(b)) => a.as_bytes().cmp(b.as_bytes()),
+            (a, b) => a.rank().cmp(&b.rank()),
+        }
+    }
+
+    fn rank(&self) -> u8 {
+        match self {
+            Value::Time(_) => 0,
+            Value::Number(_) => 1,
+            Value::Text(_) => 2,
+        }
+    }
+}
+
+/// An element's place in the merged order: its value, a tie-breaking hash,
+/// its region.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Key<'b> {
+    /// The sort value.
+    pub value: Value<'b>,
+    /// FNV-1a of the id text (id time) or of the element's bytes (field).
+    pub tie: u64,
+    /// The region that answered it.
+    pub region: &'b str,
+}
+
+impl Key<'_> {
+    /// Ascending order of keys.
+    fn cmp(&self, other: &Key<'_>) -> Ordering {
+        self.value.cmp(&other.value).then(self.tie.cmp(&other.tie)).then_with(|| self.region.cmp(other.region))
+    }
+}
+
+/// One element of an answer, with its key.
+#[derive(Clone, Debug)]
+pub struct Item<'b> {
+    /// Where it goes in the order.
+    pub key: Key<'b>,
+    /// The element as its region wrote it.
+    pub raw: &'b RawValue,
+}
+
+/// Why one region's answer cannot be merged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LegError {
+    /// The body is not JSON (the parser's message).
+    NotJson(String),
+    /// The body is JSON but has no array where the rule says (what it found).
+    NoArray(String),
+    /// An element lacks a usable sort key.
+    BadItem {
+        /// Its position in the region's array.
+        index: usize,
+        /// What is wrong.
+        detail: String,
+    },
+}
+
+impl LegError {
+    /// A stable snake_case token for logs and the failure list.
+    pub const fn reason(&self) -> &'static str {
+        match self {
+            LegError::NotJson(_) => "invalid_json",
+            LegError::NoArray(_) => "no_array",
+            LegError::BadItem { .. } => "bad_item",
+        }
+    }
+}
+
+impl fmt::Display for LegError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LegError::NotJson(e) => write!(f, "the answer is not JSON: {e}"),
+            LegError::NoArray(what) => write!(f, "the answer has no array to merge: {what}"),
+            LegError::BadItem { index, detail } => write!(f, "element {index}: {detail}"),
+        }
+    }
+}
+
+impl std::error::Error for LegError {}
+
+/// The elements of `region`'s answer `body`, each with its key, in the
+/// answer's order.
+pub fn items<'b>(spec: &Spec, params: &Params, region: &'b str, body: &'b [u8]) -> Result<Vec<Item<'b>>, LegError> {
+    let text = std::str::from_utf8(body).map_err(|e| LegError::NotJson(format!("not UTF-8: {e}")))?;
+    let array: &RawValue = match &spec.items {
+        None => serde_json::from_str(text).map_err(|e| LegError::NotJson(e.to_string()))?,
+        Some(field) => match pick::field(text, field) {
+            Ok(Some(raw)) => raw,
+            Ok(None) => return Err(LegError::NoArray(format!("no field {}", quoted(field)))),
+            Err(e) => return Err(LegError::NotJson(e)),
+        },
+    };
+    let elements: Vec<&RawValue> = serde_json::from_str(array.get())
+        .map_err(|_| LegError::NoArray(format!("found {}", kind(array.get()))))?;
+    let mut out = Vec::with_capacity(elements.len());
+    for (index, raw) in elements.into_iter().enumerate() {
+        let key = key(spec, params, region, raw).map_err(|detail| LegError::BadItem { index, detail })?;
+        out.push(Item { key, raw });
+    }
+    Ok(out)
+}
+
+/// The key of one element.
+fn key<'b>(spec: &Spec, params: &Params, region: &'b str, raw: &'b RawValue) -> Result<Key<'b>, String> {
+    let name = spec.sort.field();
+    let text = raw.get();
+    let value = pick::field(text, name).map_err(|e| format!("not a JSON object: {e}"))?;
+    let Some(value) = value else { return Err(format!("no field {}", quoted(name))) };
+    match &spec.sort {
+        SortKey::IdTime { formats, .. } => {
+            let id: Cow<'b, str> = serde_json::from_str(value.get())
+                .map_err(|_| format!("field {} is {}, not an id", quoted(name), kind(value.get())))?;
+            let decoded = ids::parse_any(formats, &id, params)
+                .map_err(|e| format!("field {} is not an id of the route's formats: {e}", quoted(name)))?;
+            Ok(Key { value: Value::Time(decoded.unix_ms()), tie: fnv(id.as_bytes()), region })
+        }
+        SortKey::Field(_) => {
+            let v = value.get();
+            let value = if v.starts_with('"') {
+                Value::Text(serde_json::from_str(v).map_err(|e| format!("field {}: {e}", quoted(name)))?)
+            } else {
+                match serde_json::from_str::<f64>(v) {
+                    Ok(n) => Value::Number(n),
+                    Err(_) => return Err(format!("field {} is {}, not a number or string", quoted(name), kind(v))),
+                }
+            };
+            Ok(Key { value, tie: fnv(text.as_bytes()), region })
+        }
+    }
+}
+
+/// One page of the merged order.
+#[derive(Debug)]
+pub struct Page<'b> {
+    /// The page's elements, in order.
+    pub items: Vec<Item<'b>>,
+    /// Where the next page starts, when elements remain after this one.
+    pub next: Option<Cursor>,
+}
+
+/// Orders `all` (every region's elements) by `spec`, skips up to and
+/// including `after`, and keeps `limit`.
+pub fn page<'b>(spec: &Spec, mut all: Vec<Item<'b>>, after: Option<&Cursor>, limit: usize) -> Page<'b> {
+    let order = |a: &Key<'_>, b: &Key<'_>| if spec.descending { b.cmp(a) } else { a.cmp(b) };
+    if let Some(c) = after {
+        let mark = c.key();
+        all.retain(|i| order(&i.key, &mark) == Ordering::Greater);
+    }
+    let limit = limit.min(all.len());
+    if limit < all.len() {
+        // Only the page needs sorting: partition it off first.
+        all.select_nth_unstable_by(limit, |a, b| order(&a.key, &b.key));
+        all.truncate(limit);
+        all.sort_unstable_by(|a, b| order(&a.key, &b.key));
+        let next = all.last().map(|i| Cursor::at(&i.key));
+        return Page { items: all, next };
+    }
+    all.sort_unstable_by(|a, b| order(&a.key, &b.key));
+    Page { items: all, next: None }
+}
+
+/// Writes the page's elements as a JSON array (their bytes as received).
+pub fn write_array(items: &[Item<'_>], out: &mut Vec<u8>) {
+    out.reserve(items.iter().map(|i| i.raw.get().len() + 1).sum::<usize>() + 2);
+    out.push(b'[');
+    for (n, item) in items.iter().enumerate() {
+        if n > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(item.raw.get().as_bytes());
+    }
+    out.push(b']');
+}
+
+/// 64-bit FNV-1a: the stable tie-breaker between equal sort values.
+fn fnv(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// What kind of JSON value `text` is, for messages.
+fn kind(text: &str) -> &'static str {
+    match text.trim_start().as_bytes().first() {
+        Some(b'{') => "an object",
+        Some(b'[') => "an array",
+        Some(b'"') => "a string",
+        Some(b't' | b'f') => "a boolean",
+        Some(b'n') => "null",
+        _ => "a number",
+    }
+}
+
+fn quoted(name: &str) -> String {
+    format!("'{}'", ids::escape_for_display(name, 64))
+}
+
+#[cfg(test)]
+mod tests;

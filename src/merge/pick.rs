@@ -1,0 +1,50 @@
+//! One field of a JSON object, found without building the object: the
+//! other fields are skipped as the parser passes them.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde_json::value::RawValue;
+
+/// The raw value of field `name` of the JSON object `text` (`None` when it
+/// has no such field; an error when `text` is not a JSON object). A
+/// repeated field gives its last value, as most JSON readers do.
+pub(super) fn field<'b>(text: &'b str, name: &str) -> Result<Option<&'b RawValue>, String> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let found = Pick { name }.deserialize(&mut de).map_err(|e| e.to_string())?;
+    de.end().map_err(|e| e.to_string())?;
+    Ok(found)
+}
+
+struct Pick<'n> {
+    name: &'n str,
+}
+
+impl<'de> DeserializeSeed<'de> for Pick<'_> {
+    type Value = Option<&'de RawValue>;
+
+    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<Self::Value, D::Error> {
+        de.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Pick<'_> {
+    type Value = Option<&'de RawValue>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = None;
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            if key == self.name {
+                found = Some(map.next_value::<&'de RawValue>()?);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(found)
+    }
+}
