@@ -115,6 +115,14 @@ struct ResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LegLabels {
+    kind: &'static str,
+    route: String,
+    region: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TableInfoLabels {
     version: u64,
     sha256: String,
@@ -265,6 +273,8 @@ pub struct ScrapeInputs {
     pub connects: u64,
     /// Every known endpoint: (region, endpoint, usable).
     pub endpoints: Option<Vec<(String, String, bool)>>,
+    /// The counters of the search cache.
+    pub found: crate::routing::FoundStats,
 }
 
 /// Every metric shardgate exports, and the registry that renders them.
@@ -285,6 +295,10 @@ pub struct Metrics {
     reloads: Family<ResultLabels, Counter>,
     last_reload_success: Gauge<f64, AtomicU64>,
     table_info: Family<TableInfoLabels, Gauge>,
+    legs: Family<LegLabels, Counter>,
+    search_cache: Family<ResultLabels, Counter>,
+    search_cache_evictions: Counter,
+    search_cache_entries: Gauge,
     labels: ArcSwap<TableLabels>,
 }
 
@@ -360,8 +374,32 @@ impl Metrics {
         for result in ["success", "failure"] {
             let _ = reloads.get_or_create(&ResultLabels { result });
         }
+        let legs = Family::default();
+        registry.register(
+            "legs",
+            "Fan-out and search requests to one region, by kind, route, region and outcome",
+            legs.clone(),
+        );
+        let search_cache = Family::default();
+        registry.register(
+            "search_cache_lookups",
+            "Search cache lookups, by result (hit, miss, stale)",
+            search_cache.clone(),
+        );
+        let search_cache_evictions = Counter::default();
+        registry.register(
+            "search_cache_evictions",
+            "Search cache entries evicted to make room",
+            search_cache_evictions.clone(),
+        );
+        let search_cache_entries = Gauge::default();
+        registry.register("search_cache_entries", "Ids the search cache holds", search_cache_entries.clone());
         let empty = TableLabels::build(0, &[], &[]);
         Metrics {
+            legs,
+            search_cache,
+            search_cache_evictions,
+            search_cache_entries,
             registry,
             requests,
             upstream,
@@ -499,6 +537,12 @@ impl Metrics {
         self.retries.inner().store(inputs.retries, Relaxed);
         self.connects.inner().store(inputs.connects, Relaxed);
         self.budget_exhausted.inner().store(inputs.budget_exhausted, Relaxed);
+        let f = &inputs.found;
+        for (result, n) in [("hit", f.hits), ("miss", f.misses), ("stale", f.stale)] {
+            self.search_cache.get_or_create(&ResultLabels { result }).inner().store(n, Relaxed);
+        }
+        self.search_cache_evictions.inner().store(f.evictions, Relaxed);
+        self.search_cache_entries.set(i64::try_from(f.entries).unwrap_or(i64::MAX));
         self.last_reload_success.set(unix_seconds(loaded.loaded_at));
         let info = TableInfoLabels { version: loaded.version, sha256: loaded.sha256.clone() };
         if self.table_info.get(&info).is_none() {
@@ -511,6 +555,13 @@ impl Metrics {
                 self.set_upstream_health(region, endpoint, *up);
             }
         }
+    }
+
+    /// One leg of a fan-out or search (`kind`) of `route` to `region`, and
+    /// what came of it (`ok`, `found`, `not_found`, a failure's reason).
+    pub fn leg(&self, kind: &'static str, route: &str, region: &str, outcome: &'static str) {
+        let labels = LegLabels { kind, route: route.to_string(), region: region.to_string(), outcome };
+        self.legs.get_or_create(&labels).inc();
     }
 
     /// The whole registry in OpenMetrics text.

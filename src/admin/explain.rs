@@ -1,6 +1,8 @@
 //! `GET /explain?id=…[&route=…]`: an id's fields in every format it is
 //! valid in, and, for the named route (or every route whose formats accept
-//! it), the format it decodes as, the strategy, the region and the rule.
+//! it), the format it decodes as, the strategy, the region and the rule. On
+//! a search route, the regions it asks and where the id was found, if it
+//! was; on a fan-out route (named), the regions it asks and how it merges.
 
 use http::{Response, StatusCode};
 use serde_json::{json, Map, Value};
@@ -9,10 +11,10 @@ use super::{json_response, problem, AdminBody};
 use crate::ids::{self, Format};
 use crate::proxy::error::ProxyError;
 use crate::proxy::extract::{percent_decode, query_param};
-use crate::routing::{Loaded, Route, Table};
+use crate::routing::{Found, Loaded, RegionId, Route, Strategy, Table};
 
 /// `GET /explain?id=…[&route=…]`.
-pub(super) fn explain(snap: &Loaded, query: &str) -> Response<AdminBody> {
+pub(super) fn explain(snap: &Loaded, found: &Found, query: &str) -> Response<AdminBody> {
     let Some(id) = query_param(query, "id").map(percent_decode).filter(|s| !s.is_empty()) else {
         return problem(&ProxyError::ExplainWithoutId, "/explain");
     };
@@ -37,7 +39,7 @@ pub(super) fn explain(snap: &Loaded, query: &str) -> Response<AdminBody> {
     }
     let mut placed = Vec::new();
     for route in routes {
-        if let Some(entry) = explain_route(table, route, &id, route_name.is_some()) {
+        if let Some(entry) = explain_route(table, found, route, &id, route_name.is_some()) {
             placed.push(entry);
         }
     }
@@ -55,11 +57,28 @@ pub(super) fn explain(snap: &Loaded, query: &str) -> Response<AdminBody> {
 
 /// How `route` would place `id`; `None` when the route does not accept it
 /// and was not asked for by name.
-fn explain_route(table: &Table, route: &Route, id: &str, named: bool) -> Option<Value> {
+fn explain_route(table: &Table, found: &Found, route: &Route, id: &str, named: bool) -> Option<Value> {
     let mut entry = Map::new();
     entry.insert("route".into(), route.name.clone().into());
     entry.insert("template".into(), route.template.clone().into());
     entry.insert("placement".into(), route.strategy.name().into());
+    let names = |list: &[usize]| -> Vec<String> {
+        list.iter().filter_map(|&i| u16::try_from(i).ok()).map(|i| table.region(RegionId(i)).name.clone()).collect()
+    };
+    if let Some(f) = &route.fanout {
+        entry.insert("placement".into(), "fanout".into());
+        let sort = match &f.merge.sort {
+            crate::merge::SortKey::IdTime { field, .. } => json!({ "id_field": field }),
+            crate::merge::SortKey::Field(field) => json!({ "field": field }),
+        };
+        let order = if f.merge.descending { "desc" } else { "asc" };
+        let partial = if f.require_all { "fail" } else { "allow" };
+        entry.insert(
+            "fanout".into(),
+            json!({ "regions": names(&f.regions), "sort": sort, "order": order, "partial": partial }),
+        );
+        return named.then_some(Value::Object(entry));
+    }
     let Some(rule) = &route.id else {
         entry.insert("error".into(), "this route mints its ids; it does not read one".into());
         return named.then_some(Value::Object(entry));
@@ -77,6 +96,18 @@ fn explain_route(table: &Table, route: &Route, id: &str, named: bool) -> Option<
         }
     };
     entry.insert("decoded_as".into(), decoded.format().name().into());
+    if let (Strategy::Search, Some(search)) = (route.strategy, &route.search) {
+        let cached = found.peek(&route.name, &decoded.to_string(), std::time::Instant::now());
+        let cached = cached.map(|(region, age)| json!({ "region": region, "found_seconds_ago": age.as_secs() }));
+        entry.insert(
+            "search".into(),
+            json!({ "regions": names(&search.regions), "sequential": search.sequential, "found": cached }),
+        );
+        if let Some(region) = cached.as_ref().and_then(|c| c["region"].as_str()) {
+            entry.insert("region".into(), region.into());
+        }
+        return Some(Value::Object(entry));
+    }
     let strategy = match route.strategy {
         crate::routing::Strategy::Auto => table.natural_strategy(decoded.format()),
         s => s,

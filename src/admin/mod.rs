@@ -10,7 +10,7 @@
 //! | `/config` | GET | the active table's text, sha256, load time and version |
 //! | `/reload` | POST | reload the table file now: 200 with the outcome, 422 with every error |
 //! | `/drain` | POST | start the graceful drain (as SIGTERM does): 202 |
-//! | `/explain?id=…[&route=…]` | GET | decoded fields, every valid format, region and rule |
+//! | `/explain?id=…[&route=…]` | GET | decoded fields, every valid format, region and rule (a search route: where the id was found; a fan-out route: its regions) |
 //!
 //! When the environment variable [`TOKEN_ENV`] is set (and not empty), every
 //! endpoint except the probes (`/live*`, `/ready*`, `/healthz`) requires
@@ -93,6 +93,7 @@ impl AdminState {
             connects: s.upstreams.connects(),
             budget_exhausted: s.upstreams.budget_exhausted(),
             endpoints: Some(endpoints.collect()),
+            found: s.found.stats(),
         };
         s.metrics.refresh(&self.table().snapshot(), &inputs);
         s.metrics.render()
@@ -210,7 +211,9 @@ pub async fn handle(state: &AdminState, req: Request<Incoming>) -> Response<Admi
         Endpoint::Config => config(state),
         Endpoint::Reload => reload(state).await,
         Endpoint::Drain => drain(state),
-        Endpoint::Explain => explain::explain(&state.table().snapshot(), req.uri().query().unwrap_or("")),
+        Endpoint::Explain => {
+            explain::explain(&state.table().snapshot(), &state.shared.found, req.uri().query().unwrap_or(""))
+        }
     }
 }
 

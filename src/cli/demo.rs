@@ -124,7 +124,40 @@ pub fn curl_examples(table: &Table, cfg: &Config, listen: SocketAddr) -> Vec<Str
         }
         lines.push(e.curl);
     }
+    lines.extend(global_read_examples(cfg, listen));
     lines
+}
+
+/// A curl for each fan-out route (one user's orders, from every region)
+/// and each search route (a legacy id that only the last region holds).
+pub fn global_read_examples(cfg: &Config, listen: SocketAddr) -> Vec<String> {
+    let mut lines = Vec::new();
+    for route in &cfg.routes {
+        let template = &route.template;
+        if route.fanout.is_some() {
+            let Some(path) = fill(template, "alice") else { continue };
+            lines.push(format!("# route {}: alice's orders from every region, newest first (fan-out)", route.name));
+            lines.push(format!("curl -s 'http://{listen}{path}?limit=5'"));
+        } else if let (Some(rule), Some(search)) = (&route.id, &route.search) {
+            let Some(region) = search.regions.last().and_then(|&i| cfg.regions.get(i)) else { continue };
+            let Some(id) = super::backend::legacy_ids(&region.name).into_iter().next() else { continue };
+            let Some(path) = path_for(route, rule, &id) else { continue };
+            lines.push(format!(
+                "# route {}: a legacy id only region {} holds (searched once, then remembered)",
+                route.name, region.name
+            ));
+            lines.push(curl_for(rule, &id, &path, listen));
+        }
+    }
+    lines
+}
+
+/// `template` with its one parameter set to `value` (`None` with more or fewer).
+fn fill(template: &str, value: &str) -> Option<String> {
+    let start = template.find('{')?;
+    let end = start + template[start..].find('}')?;
+    let rest = &template[end + 1..];
+    (!rest.contains('{')).then(|| format!("{}{value}{rest}", &template[..start]))
 }
 
 fn candidate_ids(format: Format, cfg: &Config, now: u64) -> Vec<Decoded> {

@@ -50,12 +50,22 @@ pub fn shape() -> &'static Shape {
             ("mesh", Mesh::shape(vec![])),
             ("log", Log::shape(vec![])),
             ("mint_batch", MintBatch::shape(vec![])),
+            ("search_cache", SearchCache::shape(vec![])),
             (
                 "routes",
                 Seq(Box::new(Route::shape(vec![
                     ("match", Match::shape(vec![])),
                     ("id", IdSpec::shape(vec![])),
                     ("mint", MintSpec::shape(vec![("country", CountrySource::shape(vec![]))])),
+                    (
+                        "fanout",
+                        FanoutSpec::shape(vec![
+                            ("countries", CountryList::shape(vec![])),
+                            ("sort", SortSpec::shape(vec![])),
+                            ("limit", PageLimit::shape(vec![])),
+                        ]),
+                    ),
+                    ("search", SearchSpec::shape(vec![])),
                 ]))),
             ),
         ])

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 
 use http::{HeaderName, Method};
 
-use super::schema::{File, Log, Mesh, MintBatch, Server, UpstreamSettings};
+use super::schema::{File, Log, Mesh, MintBatch, SearchCache, Server, UpstreamSettings};
 use super::values::UpstreamUrl;
 use crate::ids::{Format, LocalityMode, NodeIdentity, Params};
 
@@ -67,6 +67,8 @@ pub struct Config {
     pub log: Log,
     /// `mint_batch`.
     pub mint_batch: MintBatch,
+    /// `search_cache`.
+    pub search_cache: SearchCache,
     /// Routes, in file order.
     pub routes: Vec<Route>,
 }
@@ -156,6 +158,10 @@ pub struct Route {
     pub id: Option<IdRule>,
     /// How to mint (create routes).
     pub mint: Option<MintRule>,
+    /// How to fan out and merge (list routes).
+    pub fanout: Option<FanoutRule>,
+    /// Which regions to ask (`placement: search`).
+    pub search: Option<SearchRule>,
     /// Placement strategy.
     pub strategy: Strategy,
     /// Whether non-idempotent requests may be sent to a failover region.
@@ -224,6 +230,51 @@ pub enum CountrySource {
     Local(u8),
 }
 
+/// A fan-out route: which regions are asked and how their answers merge.
+#[derive(Clone, Debug)]
+pub struct FanoutRule {
+    /// Regions asked, by position (every region unless the route names some).
+    pub regions: Vec<usize>,
+    /// Where the request may name countries, narrowing `regions` to their owners.
+    pub countries: Option<ListSource>,
+    /// How answers merge.
+    pub merge: crate::merge::Spec,
+    /// Page size without a `limit` parameter.
+    pub limit_default: u32,
+    /// Largest `limit`.
+    pub limit_max: u32,
+    /// Time one region may take.
+    pub leg_timeout: std::time::Duration,
+    /// Time the whole fan-out may take.
+    pub deadline: std::time::Duration,
+    /// Whether every region must answer (`partial: fail`).
+    pub require_all: bool,
+    /// Largest answer body read from one region.
+    pub max_leg_bytes: usize,
+    /// Most regions asked at once.
+    pub concurrency: usize,
+}
+
+/// Where a list of comma-separated names is read from.
+#[derive(Clone, Debug)]
+pub enum ListSource {
+    /// A request header.
+    Header(HeaderName),
+    /// A query parameter.
+    Query(String),
+}
+
+/// A `placement: search` route: which regions are asked, and how.
+#[derive(Clone, Debug)]
+pub struct SearchRule {
+    /// Regions asked, by position, in order.
+    pub regions: Vec<usize>,
+    /// One region at a time, in order, instead of all at once.
+    pub sequential: bool,
+    /// Time one region may take.
+    pub leg_timeout: std::time::Duration,
+}
+
 /// How a route places its ids.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Strategy {
@@ -241,11 +292,13 @@ pub enum Strategy {
     Hash,
     /// Time ranges over the embedded timestamp.
     TimeRange,
+    /// No table: ask the regions, remember where the id was found.
+    Search,
 }
 
 impl Strategy {
     /// Every strategy, in documentation order.
-    pub const ALL: [Strategy; 7] = [
+    pub const ALL: [Strategy; 8] = [
         Strategy::Auto,
         Strategy::Country,
         Strategy::Shard,
@@ -253,9 +306,10 @@ impl Strategy {
         Strategy::KeyRange,
         Strategy::Hash,
         Strategy::TimeRange,
+        Strategy::Search,
     ];
 
-    /// The configuration name (`auto`, `country`, `shard`, `node`, `key_range`, `hash`, `time_range`).
+    /// The configuration name (`auto`, `country`, `shard`, `node`, `key_range`, `hash`, `time_range`, `search`).
     pub const fn name(self) -> &'static str {
         match self {
             Strategy::Auto => "auto",
@@ -265,6 +319,7 @@ impl Strategy {
             Strategy::KeyRange => "key_range",
             Strategy::Hash => "hash",
             Strategy::TimeRange => "time_range",
+            Strategy::Search => "search",
         }
     }
 

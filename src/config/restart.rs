@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::model::Config;
 
 /// Every restart-only key, as a YAML path.
-pub const RESTART_ONLY: [&str; 15] = [
+pub const RESTART_ONLY: [&str; 16] = [
     "listen",
     "admin",
     "region",
@@ -25,6 +25,7 @@ pub const RESTART_ONLY: [&str; 15] = [
     "upstream.tls",
     "upstream.connect_timeout",
     "upstream.pool_idle_timeout",
+    "search_cache.capacity",
 ];
 
 /// The values of [`RESTART_ONLY`] in `cfg`, in that order (`instance` as

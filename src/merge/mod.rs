@@ -180,8 +180,8 @@ pub fn items<'b>(spec: &Spec, params: &Params, region: &'b str, body: &'b [u8]) 
             Err(e) => return Err(LegError::NotJson(e)),
         },
     };
-    let elements: Vec<&RawValue> = serde_json::from_str(array.get())
-        .map_err(|_| LegError::NoArray(format!("found {}", kind(array.get()))))?;
+    let elements: Vec<&RawValue> =
+        serde_json::from_str(array.get()).map_err(|_| LegError::NoArray(format!("found {}", kind(array.get()))))?;
     let mut out = Vec::with_capacity(elements.len());
     for (index, raw) in elements.into_iter().enumerate() {
         let key = key(spec, params, region, raw).map_err(|detail| LegError::BadItem { index, detail })?;

@@ -49,7 +49,8 @@ fn pages_return_every_element_once() -> TestResult {
     for descending in [true, false] {
         let spec = by_id(descending);
         // Equal times across regions: the tie-breakers decide, the same way every time.
-        let bodies = [("eu", answer("eu", 49, 5_000, 7)), ("kz", answer("kz", 7, 5_000, 5)), ("us", answer("us", 1, 0, 9))];
+        let bodies =
+            [("eu", answer("eu", 49, 5_000, 7)), ("kz", answer("kz", 7, 5_000, 5)), ("us", answer("us", 1, 0, 9))];
         let all = || -> Result<Vec<Item<'_>>, LegError> {
             let mut v = Vec::new();
             for (r, b) in &bodies {
@@ -103,7 +104,10 @@ fn answers_that_cannot_be_merged_say_why() {
     let e = fails(&spec, &format!(r#"[{{"id": "{}"}}, {{"name": "x"}}]"#, Iuid::from_fields(1, 7, 3, 1)));
     assert!(matches!(&e, Some(LegError::BadItem { index: 1, detail }) if detail == "no field 'id'"), "{e:?}");
     let e = fails(&spec, r#"[{"id": 42}]"#);
-    assert!(matches!(&e, Some(LegError::BadItem { index: 0, detail }) if detail.contains("a number, not an id")), "{e:?}");
+    assert!(
+        matches!(&e, Some(LegError::BadItem { index: 0, detail }) if detail.contains("a number, not an id")),
+        "{e:?}"
+    );
     let e = fails(&spec, r#"[{"id": "not-an-id"}]"#);
     assert!(matches!(&e, Some(LegError::BadItem { index: 0, .. })), "{e:?}");
     let by_field = Spec { sort: SortKey::Field("at".into()), ..by_id(true) };

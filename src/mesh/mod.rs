@@ -12,6 +12,12 @@
 //! region asked to serve. That shardgate serves it from its own backends, or
 //! follows its region's `failover` on, never back to a region in the chain.
 //!
+//! A fan-out or search sends one leg to each region; a leg that goes to a
+//! region's shardgate carries `X-Shardgate-Leg: <region>`: that shardgate
+//! serves it from the region's own backends, as it is, and never fans it out,
+//! searches for it or fails it over again (the asking instance merges, and
+//! counts each region once).
+//!
 //! These headers, and the minted id a peer relays on a create route, are
 //! honoured only from an authenticated peer ([`crate::proxy::ConnInfo::is_mesh_peer`]);
 //! from anyone else they are removed before routing.
@@ -29,6 +35,9 @@ pub const HOPS: HeaderName = HeaderName::from_static("x-shardgate-hops");
 /// region: the failover chain (owner first, the region to serve last);
 /// serve from here, do not place again.
 pub const FAILOVER: HeaderName = HeaderName::from_static("x-shardgate-failover");
+/// Set on a fan-out or search leg sent to a region's shardgate: the region
+/// it is asked to serve from its own backends.
+pub const LEG: HeaderName = HeaderName::from_static("x-shardgate-leg");
 /// RFC 7239 `Forwarded`.
 pub const FORWARDED: HeaderName = HeaderName::from_static("forwarded");
 
@@ -48,13 +57,19 @@ pub struct Relay {
     pub hops: Hops,
     /// The failover chain a peer relayed (owner first; empty when none).
     pub chain: Vec<String>,
+    /// The region a peer asked this instance to serve a fan-out or search leg from.
+    pub leg: Option<String>,
 }
 
 impl Relay {
-    /// Reads the hop headers and takes the failover mark off `headers`
-    /// (it is never passed on as it came).
+    /// Reads the hop headers and takes the failover and leg marks off
+    /// `headers` (they are never passed on as they came).
     pub fn take(headers: &mut HeaderMap, node: &str) -> Relay {
-        Relay { hops: inspect(headers, node), chain: take_failover(headers) }
+        if !has_mesh_field(headers) {
+            return Relay::default();
+        }
+        let leg = headers.remove(LEG).and_then(|v| v.to_str().ok().map(|s| s.trim().to_string()));
+        Relay { hops: inspect(headers, node), chain: take_failover(headers), leg }
     }
 
     /// The region a peer asked this instance to serve the request from: the
@@ -108,8 +123,8 @@ pub fn mark_forwarded(headers: &mut HeaderMap, node: &str, hops: u32) {
     headers.insert(HOPS, HeaderValue::from(hops));
 }
 
-/// Removes the mesh headers (`X-Shardgate-Hops`, `X-Shardgate-Failover`
-/// and, unless `keep_forwarded`, every `Forwarded` field) from a request
+/// Removes the mesh headers (`X-Shardgate-Hops`, `X-Shardgate-Failover`,
+/// `X-Shardgate-Leg` and, unless `keep_forwarded`, every `Forwarded` field) from a request
 /// whose connection is not an authenticated peer, so it is routed as a fresh
 /// client request. `Forwarded` is kept from a `server.trusted_hops` proxy in
 /// front, as `X-Forwarded-For` is. Returns whether any were present.
@@ -120,7 +135,15 @@ pub fn strip_from_request(headers: &mut HeaderMap, keep_forwarded: bool) -> bool
     let hops = headers.remove(HOPS).is_some();
     let forwarded = !keep_forwarded && headers.remove(FORWARDED).is_some();
     let failover = headers.remove(FAILOVER).is_some();
-    hops || forwarded || failover
+    let leg = headers.remove(LEG).is_some();
+    hops || forwarded || failover || leg
+}
+
+/// Marks a fan-out or search leg to `region`'s shardgate: serve it there, as it is.
+pub fn mark_leg(headers: &mut HeaderMap, region: &str) {
+    if let Ok(v) = HeaderValue::from_str(region) {
+        headers.insert(LEG, v);
+    }
 }
 
 /// Marks a request failed over through a peer with the failover `chain`
@@ -143,10 +166,9 @@ pub fn take_failover(headers: &mut HeaderMap) -> Vec<String> {
 }
 
 /// Whether any mesh field is present: a look at each name, much cheaper
-/// than the three hashed removals it spares on the common request, which
-/// has none.
+/// than the hashed removals it spares on the common request, which has none.
 fn has_mesh_field(headers: &HeaderMap) -> bool {
-    headers.keys().any(|n| n == HOPS || n == FORWARDED || n == FAILOVER)
+    headers.keys().any(|n| n == HOPS || n == FORWARDED || n == FAILOVER || n == LEG)
 }
 
 /// Removes mesh headers a peer put on its response before it reaches a client.
@@ -157,6 +179,7 @@ pub fn strip_from_response(headers: &mut HeaderMap) {
     headers.remove(HOPS);
     headers.remove(FORWARDED);
     headers.remove(FAILOVER);
+    headers.remove(LEG);
 }
 
 #[cfg(test)]

@@ -34,6 +34,9 @@ pub(super) struct Leg<'t> {
     pub(super) can_fail_over: bool,
     /// Peer hops the request has taken before reaching this instance.
     pub(super) hops: u32,
+    /// A leg of a fan-out or search: a peer is asked to serve it from its
+    /// own region's backends, as it is ([`mesh::mark_leg`]).
+    pub(super) serve_only: bool,
     /// The table in force.
     pub(super) table: &'t Table,
 }
@@ -150,6 +153,9 @@ fn peer_headers(
         });
     }
     mesh::mark_forwarded(&mut headers, &proxy.me.node, next);
+    if leg.serve_only {
+        mesh::mark_leg(&mut headers, &target.region.name);
+    }
     if leg.chain.len() > 1 {
         mesh::mark_failover(&mut headers, leg.chain.iter().map(|&r| leg.table.region(r).name.as_str()));
     }

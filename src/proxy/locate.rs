@@ -7,8 +7,9 @@ use std::time::Instant;
 
 use http::request::Parts;
 
+use crate::config::model::{FanoutRule, SearchRule};
 use crate::ids::{self, Decoded, Format};
-use crate::routing::{Placement, Route, Rule, Table};
+use crate::routing::{Placement, Route, Rule, Strategy, Table};
 
 use super::error::ProxyError;
 use super::{extract, mint};
@@ -37,6 +38,11 @@ pub struct Decision<'t> {
     pub id: Option<String>,
     /// When the first upstream attempt started.
     pub upstream_started: Option<Instant>,
+    /// A fan-out's or search's regions and what each answered (`eu=200 us=leg_timeout`).
+    pub legs: Option<String>,
+    /// The outcome of a fan-out or search that answered (`fanout`, `fanout_partial`,
+    /// `searched`, `search_cached`); `None`: the usual ones.
+    pub outcome: Option<&'static str>,
 }
 
 impl Decision<'_> {
@@ -48,6 +54,27 @@ impl Decision<'_> {
             Some(from) => format!("{}; failover from {from}", table.explain(rule)),
             None => table.explain(rule).to_string(),
         })
+    }
+}
+
+/// What routing a request takes, as far as the table can tell without I/O.
+#[derive(Debug)]
+pub enum Plan<'t> {
+    /// One id, placed in its owner's region.
+    One(Located<'t>),
+    /// A fan-out route: every region of its rule.
+    Fanout(&'t Route, &'t FanoutRule),
+    /// An id that carries no region: search for it (`placement: search`).
+    Search(&'t Route, &'t SearchRule, Decoded),
+}
+
+impl<'t> Plan<'t> {
+    /// The matched route.
+    pub fn route(&self) -> &'t Route {
+        match self {
+            Plan::One(l) => l.route,
+            Plan::Fanout(r, _) | Plan::Search(r, _, _) => r,
+        }
     }
 }
 
@@ -72,11 +99,14 @@ pub fn locate<'t>(
     minters: &mint::Minters,
     relayed: bool,
     decision: &mut Decision<'t>,
-) -> Result<Located<'t>, ProxyError> {
+) -> Result<Plan<'t>, ProxyError> {
     let m = table.match_route(&parts.method, parts.uri.path()).ok_or(ProxyError::NoRoute)?;
     // The match borrows the path too; the route itself lives as long as the table.
     let route = table.routes().get(m.route.index).ok_or(ProxyError::NoRoute)?;
     decision.route = Some(route.name.as_str());
+    if let Some(rule) = &route.fanout {
+        return Ok(Plan::Fanout(route, rule));
+    }
     let id = match (&route.id, &route.mint) {
         (Some(rule), _) => {
             let raw = extract::extract(&rule.source, &m.params, &parts.headers, parts.uri.query())?;
@@ -97,9 +127,12 @@ pub fn locate<'t>(
     if table.settings().log.ids {
         decision.id = Some(id.to_string());
     }
+    if let (Strategy::Search, Some(rule)) = (route.strategy, &route.search) {
+        return Ok(Plan::Search(route, rule, id));
+    }
     let placement = table.place(&id, route.strategy).map_err(|e| ProxyError::NoOwner { detail: e.to_string() })?;
     decision.rule = Some(placement.rule);
-    Ok(Located { route, id, placement })
+    Ok(Plan::One(Located { route, id, placement }))
 }
 
 #[cfg(test)]
@@ -151,7 +184,7 @@ routes:
             parts("GET", &format!("/v1/search?q=1&id={}", kz.replacen('-', "%2D", 1)), &[])?,
         ] {
             let mut d = Decision::default();
-            let located = locate(&t, &p, &minters, false, &mut d)?;
+            let Plan::One(located) = locate(&t, &p, &minters, false, &mut d)? else { return Err("not one id".into()) };
             assert_eq!(region(&t, &located), "kz", "{}", p.uri);
             assert_eq!(located.id.to_string(), kz);
             assert_eq!((d.format, d.minted, d.id.as_deref()), (Some(Format::Iuid), false, Some(kz.as_str())));
@@ -165,7 +198,8 @@ routes:
         let t = table()?;
         let minters = mint::Minters::new(None, crate::ids::LocalityMode::Variable);
         let mut d = Decision::default();
-        let located = locate(&t, &parts("POST", "/v1/orders", &[("x-country", "de")])?, &minters, false, &mut d)?;
+        let plan = locate(&t, &parts("POST", "/v1/orders", &[("x-country", "de")])?, &minters, false, &mut d)?;
+        let Plan::One(located) = plan else { return Err("not one id".into()) };
         assert_eq!((region(&t, &located), d.minted, d.route), ("eu", true, Some("create")));
         let Decoded::Iuid(id) = located.id else { return Err("not an iuid".into()) };
         assert_eq!((id.country(), id.service_entity()), (49, 3));

@@ -21,6 +21,9 @@
 //! * [`mint`]: ids minted for create routes, and the batch mint endpoint.
 //! * [`dispatch`]: which endpoints: local, peer, or along the failover chain.
 //! * [`forward`]: the attempts of the upstream leg ([`crate::upstream`] sends them), the tunnel.
+//! * `fanout`: list routes asked of several regions, answers merged ([`crate::merge`]).
+//! * `search`: ids without a region, asked of the regions, remembered ([`crate::routing::Found`]).
+//! * `legs`: one request to one region alone, for those two.
 //! * `respond`: every answer's end: problem+json, request id, metrics, access log.
 //! * [`error`]: the one table of failures shardgate answers itself.
 //! * [`drain`]: the "going away" flag.
@@ -30,13 +33,16 @@ pub mod dispatch;
 pub mod drain;
 pub mod error;
 pub mod extract;
+mod fanout;
 pub mod forward;
 mod h1;
 pub mod headers;
+mod legs;
 pub mod locate;
 pub mod mint;
 pub mod path;
 mod respond;
+mod search;
 pub mod server;
 pub mod upgrade;
 
@@ -51,13 +57,13 @@ use http_body_util::{Either, Full};
 use crate::ids::{SystemClock, Uuid7Minter};
 use crate::mesh;
 use crate::metrics::Metrics;
-use crate::routing::{SharedTable, Table};
+use crate::routing::{Found, RegionId, SharedTable, Table};
 use crate::upstream::{ClientSettings, Health, RequestBody, ResponseBody, Upstreams};
 
 pub use conn::ConnInfo;
 pub use drain::Drain;
 use error::ProxyError;
-pub use locate::Decision;
+pub use locate::{Decision, Plan};
 
 /// Response body: an upstream's streamed body or a proxy-made one.
 pub type ProxyBody = Either<ResponseBody, Full<Bytes>>;
@@ -76,13 +82,17 @@ pub struct Shared {
     pub drain: Drain,
     /// The upstream connections, and the retry counters.
     pub upstreams: Arc<Upstreams>,
+    /// Where `placement: search` routes found their ids.
+    pub found: Arc<Found>,
 }
 
 impl Shared {
     /// Fresh metrics, health and drain around `table`, with an upstream
     /// client of `client` settings.
     pub fn new(table: Arc<SharedTable>, client: ClientSettings) -> Shared {
+        let capacity = table.snapshot().table.settings().search_cache.capacity;
         Shared {
+            found: Arc::new(Found::new(capacity)),
             table,
             metrics: Arc::new(Metrics::new()),
             health: Arc::new(Health::default()),
@@ -190,7 +200,7 @@ impl Proxy {
         }
     }
 
-    /// admit → locate → dispatch and forward → the response head for the client.
+    /// admit → locate → (one region, a fan-out, a search) → the response head for the client.
     async fn route<'t>(
         &self,
         table: &'t Table,
@@ -199,7 +209,7 @@ impl Proxy {
         from_peer: bool,
         started: Instant,
         decision: &mut Decision<'t>,
-    ) -> Result<Response<ResponseBody>, ProxyError> {
+    ) -> Result<Response<ProxyBody>, ProxyError> {
         let (mut parts, body) = headers::admit(req, table.settings())?;
         let relay = mesh::Relay::take(&mut parts.headers, &self.me.node);
         let served_here = relay.served_here(table);
@@ -209,7 +219,49 @@ impl Proxy {
             });
         }
         let relayed = from_peer && relay.hops.count > 0;
-        let located = locate::locate(table, &parts, &self.minters, relayed, decision)?;
+        let plan = locate::locate(table, &parts, &self.minters, relayed, decision)?;
+        let hops = relay.hops.count;
+        // A peer's fan-out or search leg: this region's answer, as it is.
+        if let Some(name) = &relay.leg {
+            let region = serve_leg_here(table, name, &self.me.name)?;
+            let client_upgrade =
+                headers::to_upstream(&mut parts, &body, plan.route(), &conn, table.settings(), &self.me.via);
+            let leg = forward::Leg { chain: vec![region], can_fail_over: false, hops, table, serve_only: true };
+            let resp = forward::forward(self, leg, &parts, body, started, decision).await?;
+            return Ok(headers::from_upstream(resp, client_upgrade, None, &self.me.via).map(Either::Left));
+        }
+        match plan {
+            Plan::One(located) => self
+                .one(table, located, parts, body, conn, relay, served_here, started, decision)
+                .await
+                .map(|r| r.map(Either::Left)),
+            Plan::Fanout(route, rule) => {
+                headers::to_upstream(&mut parts, &body, route, &conn, table.settings(), &self.me.via);
+                fanout::fanout(self, table, route, rule, &parts, hops, decision).await
+            }
+            Plan::Search(route, rule, id) => {
+                headers::to_upstream(&mut parts, &body, route, &conn, table.settings(), &self.me.via);
+                let resp = search::search(self, table, route, rule, &id, &parts, body, hops, decision).await?;
+                Ok(headers::from_upstream(resp, None, None, &self.me.via).map(Either::Left))
+            }
+        }
+    }
+
+    /// One id's request: to its owner's region (or the region a peer's
+    /// failover chain asks this instance to serve), along the failover chain.
+    #[allow(clippy::too_many_arguments)]
+    async fn one<'t>(
+        &self,
+        table: &'t Table,
+        located: locate::Located<'t>,
+        mut parts: http::request::Parts,
+        body: RequestBody,
+        conn: ConnInfo,
+        relay: mesh::Relay,
+        served_here: Option<RegionId>,
+        started: Instant,
+        decision: &mut Decision<'t>,
+    ) -> Result<Response<ResponseBody>, ProxyError> {
         let minted: Option<headers::Minted> = located.route.mint.as_ref().filter(|_| decision.minted).map(|rule| {
             let id = located.id.to_string();
             if let Ok(v) = HeaderValue::from_str(&id) {
@@ -228,10 +280,24 @@ impl Proxy {
             can_fail_over: crate::upstream::retry::is_idempotent(&parts.method) || located.route.allow_failover_writes,
             hops: relay.hops.count,
             table,
+            serve_only: false,
         };
         let client_upgrade =
             headers::to_upstream(&mut parts, &body, located.route, &conn, table.settings(), &self.me.via);
         let resp = forward::forward(self, leg, &parts, body, started, decision).await?;
         Ok(headers::from_upstream(resp, client_upgrade, minted, &self.me.via))
+    }
+}
+
+/// The region a peer's leg names, when it is the one this instance serves.
+fn serve_leg_here(table: &Table, name: &str, me: &str) -> Result<RegionId, ProxyError> {
+    match (table.region_by_name(name), table.local_region()) {
+        (Some(r), Some(local)) if r == local => Ok(r),
+        _ => Err(ProxyError::Loop {
+            detail: format!(
+                "a peer asked this instance ({me}) to serve region {} from its backends, which it does not hold",
+                error::quote(name)
+            ),
+        }),
     }
 }

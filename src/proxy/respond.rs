@@ -17,7 +17,6 @@ use super::{headers, mint, Proxy, ProxyBody};
 use crate::ids::Format;
 use crate::metrics::RequestRecord;
 use crate::routing::Loaded;
-use crate::upstream::ResponseBody;
 
 /// What is kept of a request for its answer and its log line.
 #[derive(Debug)]
@@ -71,12 +70,12 @@ pub(super) fn finish(
     loaded: &Loaded,
     arrival: Arrival,
     decision: &Decision<'_>,
-    result: Result<Response<ResponseBody>, ProxyError>,
+    result: Result<Response<ProxyBody>, ProxyError>,
 ) -> Response<ProxyBody> {
     let table = &loaded.table;
     let upstream = decision.upstream_started.map(|t| t.elapsed());
     let (mut resp, error) = match result {
-        Ok(resp) => (resp.map(Either::Left), None),
+        Ok(resp) => (resp, None),
         Err(err) => {
             if let Some((format, reason)) = err.rejected_id() {
                 proxy.shared.metrics.id_decode_failed(format.name(), reason);
@@ -99,17 +98,19 @@ pub(super) fn finish(
             ("x-shardgate-route", decision.route),
             ("x-shardgate-region", decision.region),
             ("x-shardgate-rule", rule.as_deref()),
+            ("x-shardgate-legs", decision.legs.as_deref()),
         ] {
             if let Some(v) = value.and_then(|v| HeaderValue::from_str(v).ok()) {
                 h.insert(name, v);
             }
         }
     }
-    let outcome = match &error {
-        Some(err) => err.spec().outcome,
-        None if decision.peer => "forwarded_to_peer",
-        None if decision.minted => "minted",
-        None => "proxied",
+    let outcome = match (&error, decision.outcome) {
+        (Some(err), _) => err.spec().outcome,
+        (None, Some(outcome)) => outcome,
+        (None, None) if decision.peer => "forwarded_to_peer",
+        (None, None) if decision.minted => "minted",
+        (None, None) => "proxied",
     };
     let record = Record { status: resp.status().as_u16(), outcome, error: error.as_ref(), upstream };
     record.write(proxy, loaded, &arrival, decision);
@@ -161,6 +162,7 @@ impl Record<'_> {
             reason = self.error.map(ProxyError::reason),
             id_format = decision.format.map(Format::name),
             id = decision.id.as_deref(),
+            legs = decision.legs.as_deref(),
             "request"
         );
     }

@@ -4,17 +4,21 @@
 //!   flat arrays and small maps, immutable once built;
 //! * [`rule`]: the vocabulary: [`RegionId`], [`Strategy`], [`Placement`], [`Rule`], [`NoOwner`];
 //! * [`place`]: [`Table::place`], decoded id → [`Placement`] (region and rule);
+//! * [`found`]: [`Found`], where `placement: search` routes found their
+//!   ids (bounded, time-limited, dropped for a region its reload changes);
 //! * [`shared`]: [`SharedTable`], the `ArcSwap` every request takes one
 //!   snapshot from;
 //! * [`reload`]: [`Reloader`], read → parse → validate → compile → swap, from
 //!   a file watch, SIGHUP or the admin listener.
 
+pub mod found;
 pub mod place;
 pub mod reload;
 pub mod rule;
 pub mod shared;
 pub mod table;
 
+pub use found::{Found, FoundStats, Lookup};
 pub use reload::{ReloadError, ReloadOutcome, Reloader, WatchOptions};
 pub use rule::{Missing, NoOwner, Placement, RegionId, Rule, Strategy};
 pub use shared::{Loaded, SharedTable};

@@ -30,6 +30,9 @@ pub struct Region {
     pub peer: Option<Upstream>,
     /// Failover region.
     pub failover: Option<RegionId>,
+    /// A hash of the endpoints (backends and peer): when a reload changes
+    /// it, what was learnt about the region ([`super::found`]) is dropped.
+    pub endpoints_hash: u64,
 }
 
 /// One upstream endpoint.
@@ -88,6 +91,8 @@ pub struct Settings {
     pub log: LogSettings,
     /// The batch mint endpoint (`mint_batch:`).
     pub mint_batch: crate::config::schema::MintBatch,
+    /// The memory of `placement: search` routes (`search_cache:`).
+    pub search_cache: crate::config::schema::SearchCache,
 }
 
 /// Multiply-shift hasher for integer keys of the node tables.
@@ -145,6 +150,8 @@ pub struct Table {
     params: ids::Params,
     countries: HashMap<String, u8>,
     country_names: Vec<Option<String>>,
+    /// Country id → its owning region (overrides aside), NONE when undefined.
+    country_regions: Box<[u16]>,
     entities: HashMap<String, u8>,
     entity_names: Vec<Option<String>>,
     settings: Settings,
@@ -177,21 +184,29 @@ impl Table {
         let regions: Vec<Region> = cfg
             .regions
             .iter()
-            .map(|r| Region {
-                name: r.name.clone(),
-                upstreams: r.upstreams.iter().map(Upstream::from_url).collect(),
-                peer: r.peer.as_ref().map(Upstream::from_url),
-                failover: r.failover.map(rid),
+            .map(|r| {
+                let upstreams: Vec<Upstream> = r.upstreams.iter().map(Upstream::from_url).collect();
+                let peer = r.peer.as_ref().map(Upstream::from_url);
+                let keys = upstreams.iter().chain(&peer).map(|u| &*u.pool_key).collect::<Vec<_>>().join(" ");
+                Region {
+                    name: r.name.clone(),
+                    upstreams,
+                    endpoints_hash: name_seed(&format!("{} {}", r.name, keys)),
+                    peer,
+                    failover: r.failover.map(rid),
+                }
             })
             .collect();
         let region_index = regions.iter().enumerate().map(|(i, r)| (r.name.clone(), rid(i))).collect();
 
         let mut countries = HashMap::with_capacity(cfg.countries.len());
         let mut country_names = vec![None; 256];
+        let mut country_regions = vec![NONE; 256].into_boxed_slice();
         let mut country_entity = vec![NONE; 1 << 16].into_boxed_slice();
         for c in &cfg.countries {
             countries.insert(c.name.clone(), c.id);
             country_names[usize::from(c.id)] = Some(c.name.clone());
+            country_regions[usize::from(c.id)] = rid(c.region).0;
             let base = usize::from(c.id) << 8;
             country_entity[base..base + 256].fill(rid(c.region).0);
         }
@@ -240,6 +255,7 @@ impl Table {
             uniqid_mint_shards: cfg.uniqid_mint_shards,
             log: cfg.log.clone(),
             mint_batch: cfg.mint_batch.clone(),
+            search_cache: cfg.search_cache.clone(),
         };
         Table {
             regions,
@@ -265,6 +281,7 @@ impl Table {
             params: cfg.ids,
             countries,
             country_names,
+            country_regions,
             entities,
             entity_names,
             settings,
@@ -300,7 +317,8 @@ impl Table {
     /// Ids come from this table; an id from another table that is out of
     /// range yields an empty placeholder region rather than a panic.
     pub fn region(&self, id: RegionId) -> &Region {
-        static UNKNOWN: Region = Region { name: String::new(), upstreams: Vec::new(), peer: None, failover: None };
+        static UNKNOWN: Region =
+            Region { name: String::new(), upstreams: Vec::new(), peer: None, failover: None, endpoints_hash: 0 };
         self.regions.get(usize::from(id.0)).unwrap_or(&UNKNOWN)
     }
 
@@ -341,6 +359,12 @@ impl Table {
     /// A country name by id.
     pub fn country_name(&self, id: u8) -> Option<&str> {
         self.country_names.get(usize::from(id)).and_then(|n| n.as_deref())
+    }
+
+    /// The region that owns country `id` (its `countries` entry; overrides,
+    /// which are per entity, aside): where a fan-out for it goes.
+    pub fn country_owner(&self, id: u8) -> Option<RegionId> {
+        self.country_regions.get(usize::from(id)).copied().filter(|&r| r != NONE).map(RegionId)
     }
 
     /// An entity code by name.

@@ -85,6 +85,7 @@ fixtures! {
     config_syntax_error => "syntax_error.yaml",
     config_missing_version => "missing_version.yaml",
     config_many_errors => "many_errors.yaml",
+    config_global_reads => "global_reads.yaml",
 }
 
 /// Inputs the config fuzz target crashed on (`tests/fixtures/config/fuzz/`):

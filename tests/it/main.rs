@@ -9,6 +9,7 @@ mod vectors;
 mod support;
 
 mod faults;
+mod global;
 mod health;
 mod hostile;
 mod http1;

@@ -8,6 +8,7 @@
 
 mod names;
 mod placement;
+mod reads;
 mod routes;
 mod settings;
 
@@ -43,6 +44,7 @@ pub(crate) fn validate(file: &File, ctx: &mut Ctx<'_>) -> Config {
     settings::limits_and_timeouts(file, ctx);
     settings::tls(file, ctx);
     let routes = routes::routes(file, &names, &countries, &entities, ctx);
+    reads::search_cache(&file.search_cache, ctx);
     Config {
         file: file.clone(),
         listen: file.listen,
@@ -68,6 +70,7 @@ pub(crate) fn validate(file: &File, ctx: &mut Ctx<'_>) -> Config {
         mesh: file.mesh.clone(),
         log: file.log.clone(),
         mint_batch: file.mint_batch.clone(),
+        search_cache: file.search_cache.clone(),
         routes,
     }
 }

@@ -27,6 +27,11 @@ impl<'f> Names<'f> {
 
     /// The region `name` refers to; an unknown one is reported at `path`
     /// (unless it is defined but failed to parse, which was reported already).
+    /// How many regions the file defines.
+    pub(super) fn region_count(&self) -> usize {
+        self.file.regions.len()
+    }
+
     pub(super) fn region(&self, ctx: &mut Ctx<'_>, path: &YamlPath, name: &str) -> Option<usize> {
         if let Some(&i) = self.regions.get(name) {
             return Some(i);

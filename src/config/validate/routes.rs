@@ -8,6 +8,7 @@ use http::{HeaderName, Method};
 
 use super::closest;
 use super::names::{Names, METHODS};
+use super::reads;
 use crate::config::model::{Country, CountrySource, Entity, IdRule, IdSource, MintRule, Route, Strategy};
 use crate::config::report::Ctx;
 use crate::config::schema::{self, File, IdSpec, MintSpec};
@@ -58,14 +59,20 @@ pub(super) fn routes(
             names_seen.insert(&r.name, r.index);
         }
         let upgrades = upgrades(r, &p, ctx);
-        let (method_set, methods) = methods(r, &p, ctx);
+        let (mut method_set, mut methods) = methods(r, &p, ctx);
+        if r.fanout.is_some() {
+            (method_set, methods) = fanout_methods(r, method_set, methods, &p, ctx);
+        }
         templates.add(r, &method_set, &p, ctx);
         let strategy = Strategy::from_name(&r.placement);
         if strategy.is_none() {
             let hint = format!("use one of {}", Strategy::ALL.iter().map(|s| s.name()).collect::<Vec<_>>().join(", "));
             ctx.at(&p.k("placement"), format!("unknown placement {}", show(&r.placement)), Some(&hint));
         }
+        let fanout = r.fanout.as_ref().and_then(|f| fanout_parts(refs.names, r, f, &p, ctx));
+        let search = search_parts(refs.names, r, strategy, &p, ctx);
         match (&r.id, &r.mint) {
+            _ if r.fanout.is_some() => {}
             (None, None) => ctx.at(
                 &p,
                 format!("route {} has neither `id` nor `mint`", show(&r.name)),
@@ -88,13 +95,92 @@ pub(super) fn routes(
                 methods,
                 id,
                 mint,
+                fanout,
+                search,
                 strategy,
                 allow_failover_writes: r.allow_failover_writes,
-                upgrades,
+                // A fan-out or search leg is one of several requests: none may open a tunnel.
+                upgrades: if r.fanout.is_some() || strategy == Strategy::Search { Vec::new() } else { upgrades },
             });
         }
     }
     out
+}
+
+/// A fan-out route's methods: reads only (GET, and HEAD with it); GET when none are listed.
+fn fanout_methods(
+    r: &schema::Route,
+    set: MethodSet,
+    typed: Option<Vec<Method>>,
+    p: &YamlPath,
+    ctx: &mut Ctx<'_>,
+) -> (MethodSet, Option<Vec<Method>>) {
+    match (set, typed) {
+        (Some(set), Some(typed)) => {
+            if let Some(m) = set.iter().find(|m| *m != "GET" && *m != "HEAD") {
+                ctx.at(
+                    &p.k("match").k("methods"),
+                    format!("fan-out route {} cannot take {m}: it sends the request to every region", show(&r.name)),
+                    Some("fan-out routes are reads: list GET (HEAD comes with it)"),
+                );
+            }
+            (Some(set), Some(typed))
+        }
+        _ => (Some(BTreeSet::from(["GET".to_owned()])), Some(vec![Method::GET])),
+    }
+}
+
+/// `fanout`: checked with what it excludes (an id, a mint rule, a placement).
+fn fanout_parts(
+    names: &Names<'_>,
+    r: &schema::Route,
+    f: &schema::FanoutSpec,
+    p: &YamlPath,
+    ctx: &mut Ctx<'_>,
+) -> Option<crate::config::model::FanoutRule> {
+    let hint = Some("a fan-out route asks its regions without reading or minting an id; split it in two");
+    if r.id.is_some() {
+        ctx.at(&p.k("id"), format!("fan-out route {} reads no id", show(&r.name)), hint);
+    }
+    if r.mint.is_some() {
+        ctx.at(&p.k("mint"), format!("fan-out route {} mints no id", show(&r.name)), hint);
+    }
+    if r.placement != "auto" {
+        ctx.at(
+            &p.k("placement"),
+            format!("fan-out route {} places nothing", show(&r.name)),
+            Some("remove `placement`"),
+        );
+    }
+    reads::fanout_rule(names, f, &p.k("fanout"), ctx)
+}
+
+/// `search` with `placement: search` (its defaults when absent); refused elsewhere.
+fn search_parts(
+    names: &Names<'_>,
+    r: &schema::Route,
+    strategy: Option<Strategy>,
+    p: &YamlPath,
+    ctx: &mut Ctx<'_>,
+) -> Option<crate::config::model::SearchRule> {
+    if strategy != Some(Strategy::Search) {
+        if r.search.is_some() {
+            ctx.at(
+                &p.k("search"),
+                "`search` applies to `placement: search` only".into(),
+                Some("set `placement: search` or remove `search`"),
+            );
+        }
+        return None;
+    }
+    if r.mint.is_some() {
+        ctx.at(
+            &p.k("placement"),
+            format!("create route {} places the id it mints; it has nothing to search for", show(&r.name)),
+            Some("use `placement: auto` on create routes"),
+        );
+    }
+    Some(reads::search_rule(names, r.search.as_ref(), &p.k("search"), ctx))
 }
 
 /// `upgrades`: protocol tokens, never h2c (a tunnel of HTTP/2 would carry
@@ -492,7 +578,7 @@ fn check_strategy(refs: &Refs<'_>, ctx: &mut Ctx<'_>, path: &YamlPath, route: &s
         Strategy::Node => {
             matches!(format, Format::Locality | Format::Snowflake | Format::Sonyflake | Format::Instagram)
         }
-        Strategy::KeyRange | Strategy::Hash | Strategy::TimeRange => true,
+        Strategy::KeyRange | Strategy::Hash | Strategy::TimeRange | Strategy::Search => true,
     };
     if !fits {
         ctx.at(

@@ -13,6 +13,11 @@ use http_body_util::Full;
 
 use crate::ids::{escape_for_display, Format, IdError};
 
+mod table;
+
+pub use table::Spec;
+use table::{Kind, TABLE};
+
 /// Where a route looks for its id, as shown in error messages.
 pub type ParamName = String;
 
@@ -194,215 +199,51 @@ pub enum ProxyError {
         /// Why.
         detail: String,
     },
+    /// A fan-out request with a `limit`, cursor or country list that cannot be used.
+    BadPage {
+        /// What is wrong, naming the parameter.
+        detail: String,
+    },
+    /// A fan-out or search whose regions failed: every one, or, where the
+    /// route requires all, any one. 504 when every failure was a timeout.
+    LegsFailed {
+        /// `fan-out` or `search`.
+        what: &'static str,
+        /// Regions asked.
+        asked: usize,
+        /// The regions that failed, and why.
+        failed: Vec<LegFailure>,
+    },
+    /// A search found the id in no region (each answered 404).
+    NotFoundAnywhere {
+        /// The regions asked.
+        asked: Vec<String>,
+    },
 }
 
-/// One row of the error table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Spec {
-    /// HTTP status.
-    pub status: StatusCode,
-    /// The stable machine-readable `reason`.
+/// One region of a fan-out or search that gave no usable answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LegFailure {
+    /// The region.
+    pub region: String,
+    /// A stable token: `leg_timeout`, `deadline`, `status`, `too_large`,
+    /// `invalid_json`, `no_array`, `bad_item`, or the error table's reason.
     pub reason: &'static str,
-    /// The RFC 9209 `Proxy-Status` error token.
-    pub token: &'static str,
-    /// The RFC 9457 title.
-    pub title: &'static str,
-    /// The last segment of the RFC 9457 type URI.
-    pub slug: &'static str,
-    /// The `outcome` label of `shardgate_http_server_request_duration_seconds`.
-    pub outcome: &'static str,
+    /// What happened, for people.
+    pub detail: String,
 }
 
-/// Which row of [`TABLE`] an error is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    NoRoute,
-    MissingId,
-    AmbiguousId,
-    BadId,
-    NoOwner,
-    CannotMint,
-    MissingCountry,
-    UnknownCountry,
-    ClientIdRejected,
-    BadMintRequest,
-    RegionUnavailable,
-    UpstreamSaturated,
-    UpstreamTimeout,
-    UpstreamConnect,
-    UpstreamFailed,
-    RequestTimeout,
-    ClientBody,
-    UriTooLong,
-    HeadersTooLarge,
-    HeadTooLarge,
-    MalformedHead,
-    BadHost,
-    UnsupportedTransferCoding,
-    Loop,
-    TooManyConnections,
-    NoEndpoint,
-    Unauthorized,
-    MethodNotAllowed,
-    ExplainWithoutId,
-    UnknownRoute,
-    NoTableFile,
-    InvalidTable,
-    NeedsRestart,
-    ReloadFailed,
+impl LegFailure {
+    /// Whether the region ran out of time (its own or the whole request's).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self.reason, "leg_timeout" | "deadline" | "upstream_timeout" | "request_timeout")
+    }
+
+    /// As JSON, for the failure lists of answers and problems.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({ "region": self.region, "reason": self.reason, "detail": self.detail })
+    }
 }
-
-const fn row(
-    status: StatusCode,
-    reason: &'static str,
-    token: &'static str,
-    title: &'static str,
-    slug: &'static str,
-    outcome: &'static str,
-) -> Spec {
-    Spec { status, reason, token, title, slug, outcome }
-}
-
-const REQ: &str = "http_request_error";
-const DEST: &str = "destination_not_found";
-
-/// The table, one row per [`Kind`], in its order: status, reason,
-/// Proxy-Status token, title, type slug, metrics outcome. (A rejected id's
-/// reason is its decoder's: `bad_length`, `bad_format`, ….)
-const TABLE: [Spec; 34] = [
-    row(StatusCode::NOT_FOUND, "no_route", DEST, "No route", "no-route", "no_route"),
-    row(StatusCode::BAD_REQUEST, "missing_id", REQ, "Missing entity id", "invalid-entity-id", "bad_id"),
-    row(StatusCode::BAD_REQUEST, "ambiguous_id", REQ, "Ambiguous entity id", "invalid-entity-id", "bad_id"),
-    row(StatusCode::BAD_REQUEST, "bad_id", REQ, "Invalid entity id", "invalid-entity-id", "bad_id"),
-    row(StatusCode::BAD_GATEWAY, "no_owner", DEST, "No route for entity", "no-route-for-entity", "no_owner"),
-    row(StatusCode::BAD_GATEWAY, "cannot_mint", DEST, "Cannot mint", "cannot-mint", "no_owner"),
-    row(StatusCode::BAD_REQUEST, "missing_country", REQ, "Invalid country", "invalid-country", "bad_request"),
-    row(StatusCode::BAD_REQUEST, "unknown_country", REQ, "Invalid country", "invalid-country", "bad_request"),
-    row(StatusCode::BAD_REQUEST, "client_id_mismatch", REQ, "Client id rejected", "invalid-entity-id", "bad_request"),
-    row(
-        StatusCode::BAD_REQUEST,
-        "bad_mint_request",
-        REQ,
-        "Invalid mint request",
-        "invalid-mint-request",
-        "bad_request",
-    ),
-    row(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "region_unavailable",
-        "destination_unavailable",
-        "Region unavailable",
-        "region-unavailable",
-        "unavailable",
-    ),
-    row(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "upstream_saturated",
-        "connection_limit_reached",
-        "Upstream saturated",
-        "upstream-saturated",
-        "unavailable",
-    ),
-    row(
-        StatusCode::GATEWAY_TIMEOUT,
-        "upstream_timeout",
-        "http_response_timeout",
-        "Upstream timeout",
-        "timeout",
-        "timeout",
-    ),
-    row(
-        StatusCode::BAD_GATEWAY,
-        "upstream_connect_failed",
-        "connection_refused",
-        "Upstream connection failed",
-        "upstream-failed",
-        "upstream_error",
-    ),
-    row(
-        StatusCode::BAD_GATEWAY,
-        "upstream_failed",
-        "proxy_internal_response",
-        "Upstream failed",
-        "upstream-failed",
-        "upstream_error",
-    ),
-    row(
-        StatusCode::GATEWAY_TIMEOUT,
-        "request_timeout",
-        "http_response_timeout",
-        "Request timeout",
-        "timeout",
-        "timeout",
-    ),
-    row(StatusCode::BAD_REQUEST, "bad_request_body", REQ, "Bad request body", "bad-request-body", "bad_request"),
-    row(StatusCode::URI_TOO_LONG, "uri_too_long", REQ, "URI too long", "request-too-large", "too_large"),
-    row(
-        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-        "headers_too_large",
-        REQ,
-        "Request headers too large",
-        "request-too-large",
-        "too_large",
-    ),
-    row(
-        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-        "head_too_large",
-        REQ,
-        "Request head too large",
-        "request-too-large",
-        "too_large",
-    ),
-    row(StatusCode::BAD_REQUEST, "bad_request_head", REQ, "Malformed request", "bad-request", "bad_request"),
-    row(StatusCode::BAD_REQUEST, "bad_host", REQ, "Bad Host header", "bad-request", "bad_request"),
-    row(
-        StatusCode::NOT_IMPLEMENTED,
-        "unsupported_transfer_coding",
-        REQ,
-        "Unsupported transfer coding",
-        "bad-request",
-        "bad_request",
-    ),
-    row(StatusCode::LOOP_DETECTED, "loop_detected", "proxy_loop_detected", "Loop detected", "loop-detected", "loop"),
-    row(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "too_many_connections",
-        "connection_limit_reached",
-        "Too many connections",
-        "too-many-connections",
-        "refused",
-    ),
-    row(StatusCode::NOT_FOUND, "not_found", DEST, "Not Found", "admin-not-found", "no_route"),
-    row(StatusCode::UNAUTHORIZED, "unauthorized", REQ, "Unauthorized", "admin-unauthorized", "bad_request"),
-    row(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
-        REQ,
-        "Method Not Allowed",
-        "admin-method-not-allowed",
-        "bad_request",
-    ),
-    row(StatusCode::BAD_REQUEST, "missing_id", REQ, "Bad Request", "admin-missing-id", "bad_id"),
-    row(StatusCode::NOT_FOUND, "unknown_route", DEST, "Not Found", "admin-unknown-route", "no_route"),
-    row(StatusCode::CONFLICT, "no_file", REQ, "Conflict", "admin-no-file", "bad_request"),
-    row(
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "invalid_config",
-        REQ,
-        "Unprocessable Entity",
-        "admin-invalid-config",
-        "bad_request",
-    ),
-    row(StatusCode::CONFLICT, "needs_restart", REQ, "Conflict", "admin-needs-restart", "bad_request"),
-    row(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "reload_failed",
-        "proxy_internal_error",
-        "Internal Server Error",
-        "admin-reload-failed",
-        "proxy_error",
-    ),
-];
 
 impl ProxyError {
     /// The error's row of the table.
@@ -451,6 +292,12 @@ impl ProxyError {
             E::InvalidTable { .. } => Kind::InvalidTable,
             E::NeedsRestart { .. } => Kind::NeedsRestart,
             E::ReloadFailed { .. } => Kind::ReloadFailed,
+            E::BadPage { .. } => Kind::BadPage,
+            E::LegsFailed { failed, .. } if !failed.is_empty() && failed.iter().all(LegFailure::is_timeout) => {
+                Kind::LegsTimeout
+            }
+            E::LegsFailed { .. } => Kind::LegsFailed,
+            E::NotFoundAnywhere { .. } => Kind::NotFoundAnywhere,
         }
     }
 
@@ -572,6 +419,16 @@ impl fmt::Display for ProxyError {
             }
             E::NeedsRestart { detail } => f.write_str(detail),
             E::ReloadFailed { detail } => write!(f, "the reload task failed: {detail}"),
+            E::BadPage { detail } => write!(f, "invalid page request: {detail}"),
+            E::LegsFailed { what, asked, failed } => {
+                write!(f, "{what}: {} of {asked} regions failed", failed.len())?;
+                for (i, leg) in failed.iter().enumerate() {
+                    let sep = if i == 0 { ": " } else { "; " };
+                    write!(f, "{sep}{} ({})", leg.region, leg.detail)?;
+                }
+                Ok(())
+            }
+            E::NotFoundAnywhere { asked } => write!(f, "no region has this entity (asked {})", asked.join(", ")),
         }
     }
 }
@@ -612,6 +469,12 @@ pub fn problem_response(err: &ProxyError, instance: &str, request_id: &str, prox
                 .collect();
             map.insert("result".into(), "failure".into());
             map.insert("errors".into(), serde_json::Value::Array(list));
+        }
+        if let ProxyError::LegsFailed { failed, .. } = err {
+            map.insert("failed".into(), failed.iter().map(LegFailure::to_json).collect());
+        }
+        if let ProxyError::NotFoundAnywhere { asked } = err {
+            map.insert("asked".into(), asked.clone().into());
         }
     }
     let bytes = serde_json::to_vec(&body).unwrap_or_default();

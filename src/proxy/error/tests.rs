@@ -42,6 +42,18 @@ fn every_error() -> Vec<ProxyError> {
         E::InvalidTable { errors: crate::config::ConfigErrors::single("t.yaml", "bad".into(), None) },
         E::NeedsRestart { detail: d() },
         E::ReloadFailed { detail: d() },
+        E::BadPage { detail: d() },
+        E::LegsFailed {
+            what: "fan-out",
+            asked: 3,
+            failed: vec![LegFailure { region: "us".into(), reason: "status", detail: "answered 500".into() }],
+        },
+        E::LegsFailed {
+            what: "search",
+            asked: 3,
+            failed: vec![LegFailure { region: "us".into(), reason: "leg_timeout", detail: "no answer in 2s".into() }],
+        },
+        E::NotFoundAnywhere { asked: vec!["eu".into(), "us".into()] },
     ]
 }
 
@@ -59,6 +71,7 @@ fn every_error_has_a_complete_row_and_a_problem_response() -> Result<(), Box<dyn
         "loop",
         "refused",
         "proxy_error",
+        "not_found",
     ];
     // In TABLE's order: a row out of place shows here.
     let reasons = [
@@ -96,6 +109,10 @@ fn every_error_has_a_complete_row_and_a_problem_response() -> Result<(), Box<dyn
         "invalid_config",
         "needs_restart",
         "reload_failed",
+        "bad_page",
+        "regions_failed",
+        "regions_timeout",
+        "not_found_in_any_region",
     ];
     let errors = every_error();
     assert_eq!(errors.len(), TABLE.len());

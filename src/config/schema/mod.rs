@@ -8,6 +8,8 @@
 //! countries, entities, formats, methods) stay strings here: validation
 //! resolves them into the typed [`super::Config`].
 //!
+//! Routes, the longest section, are in `routes.rs`.
+//!
 //! The key lists the YAML walker checks unknown keys against
 //! ([`super::keys::shape`]) are taken from these types themselves, so the
 //! two cannot drift.
@@ -20,6 +22,10 @@ use serde::{Deserialize, Serialize};
 
 use super::duration::Dur;
 use super::values::{Cidr, KeyStart, RangeList, TimeSpec, UpstreamUrl};
+
+mod routes;
+
+pub use routes::*;
 
 /// A routing table file as written, defaults filled in (not yet validated:
 /// names are strings, references unresolved).
@@ -73,6 +79,8 @@ pub struct File {
     pub log: Log,
     /// The batch mint endpoint (disabled unless `path` is set).
     pub mint_batch: MintBatch,
+    /// Where `placement: search` routes remember the regions ids were found in.
+    pub search_cache: SearchCache,
     /// Routes, in file order.
     pub routes: Vec<Route>,
 }
@@ -419,6 +427,23 @@ impl Default for MintBatch {
     }
 }
 
+/// `search_cache`: the bounded, time-limited memory of where `placement:
+/// search` routes found their ids.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SearchCache {
+    /// Most ids remembered (restart-only); beyond it the least useful are evicted.
+    pub capacity: usize,
+    /// How long a found region is trusted before the id is searched for again.
+    pub ttl: Dur,
+}
+
+impl Default for SearchCache {
+    fn default() -> Self {
+        SearchCache { capacity: 100_000, ttl: Dur(Duration::from_secs(600)) }
+    }
+}
+
 /// `upstream`.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -534,114 +559,4 @@ impl Default for Mesh {
         // Front door → owner → failover region → its failover region.
         Mesh { max_hops: 3, trusted_peers: Vec::new() }
     }
-}
-
-/// `routes[i]`.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, expecting = "a route mapping with name, match and id or mint")]
-pub struct Route {
-    /// Route name (metrics label, logs).
-    pub name: String,
-    /// What requests it matches.
-    #[serde(rename = "match")]
-    pub matcher: Match,
-    /// Where the id is (lookup routes).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub id: Option<IdSpec>,
-    /// Placement strategy name (default `auto`).
-    #[serde(default = "auto")]
-    pub placement: String,
-    /// Whether non-idempotent requests may go to a failover region.
-    #[serde(default)]
-    pub allow_failover_writes: bool,
-    /// Protocols an `Upgrade` request may switch to through this route
-    /// (the connection then becomes a tunnel); `h2c` is never allowed.
-    #[serde(default = "default_upgrades")]
-    pub upgrades: Vec<String>,
-    /// Mint rule (create routes).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mint: Option<MintSpec>,
-    /// Position in the file's list.
-    #[serde(skip)]
-    pub index: usize,
-}
-
-fn auto() -> String {
-    "auto".to_owned()
-}
-
-fn default_upgrades() -> Vec<String> {
-    vec!["websocket".to_owned()]
-}
-
-/// `routes[i].match`.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct Match {
-    /// matchit path template.
-    pub path: String,
-    /// Allowed methods; `None` = all.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub methods: Option<Vec<String>>,
-}
-
-/// `routes[i].id`.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct IdSpec {
-    /// Path parameter name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub path_param: Option<String>,
-    /// Header name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub header: Option<String>,
-    /// Query parameter name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub query: Option<String>,
-    /// Accepted formats, tried in order.
-    pub formats: Vec<String>,
-}
-
-/// `routes[i].mint`.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct MintSpec {
-    /// Format to mint.
-    pub format: String,
-    /// Entity name (iUID).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub entity: Option<String>,
-    /// Where the country comes from (iUID).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub country: Option<CountrySource>,
-    /// Request header that carries the minted id to the upstream (default `X-Entity-Id`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub header: Option<String>,
-    /// `Location` template for the response, with `{id}`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub location: Option<String>,
-    /// Accept an id the client sends in `header` (idempotent retries of a
-    /// create) when it is valid for this rule: the rule's format, the
-    /// requested country and the rule's entity. Off: the client's id is
-    /// dropped and a fresh one minted.
-    #[serde(default)]
-    pub accept_client_id: bool,
-}
-
-/// `routes[i].mint.country`: exactly one key.
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct CountrySource {
-    /// Country name from this request header.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub header: Option<String>,
-    /// Country name from this query parameter.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub query: Option<String>,
-    /// Always this country.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fixed: Option<String>,
-    /// The first country (lowest id) owned by this instance's region.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub local: Option<bool>,
 }

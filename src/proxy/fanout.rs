@@ -1,0 +1,265 @@
+//! Fan-out: a list route answered by several regions at once, their JSON
+//! arrays merged into one page ([`crate::merge`]).
+//!
+//! ```text
+//!  page request (limit, cursor, countries) ─► regions ─► legs, at most `concurrency` at a time,
+//!  each within `leg_timeout`, all within `deadline` ─► merge ─► page + next cursor + failures
+//! ```
+//!
+//! Each region answers the request as the client sent it (GET, without
+//! `limit` and `cursor`, which are the proxy's), with its whole list; the
+//! proxy orders, pages and bounds it (`max_leg_bytes` per region). A region
+//! that fails (an error, a timeout, a status other than 2xx, an answer that
+//! is not a JSON array of elements with their sort key) is named in the
+//! answer's `failed` list and the `X-Shardgate-Partial` header, never merged
+//! in part; with `partial: fail`, or when every region failed, the request
+//! fails (502, or 504 when every failure was a timeout).
+
+use std::borrow::Cow;
+use std::time::Instant;
+
+use bytes::Bytes;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use http::request::Parts;
+use http::{header, HeaderValue, Method, Response};
+use http_body_util::{Either, Full};
+
+use super::error::{LegFailure, ProxyError};
+use super::extract::{percent_decode, query_param};
+use super::locate::Decision;
+use super::{legs, Proxy, ProxyBody};
+use crate::config::model::{FanoutRule, ListSource};
+use crate::merge::{self, Cursor};
+use crate::routing::{RegionId, Route, Table};
+
+/// The header naming the regions a partial answer lacks.
+const PARTIAL: &str = "x-shardgate-partial";
+
+/// What the client asked of the merged list.
+#[derive(Debug)]
+struct PageRequest {
+    limit: usize,
+    after: Option<Cursor>,
+    regions: Vec<RegionId>,
+}
+
+/// Answers a fan-out route.
+pub(super) async fn fanout<'t>(
+    proxy: &Proxy,
+    table: &'t Table,
+    route: &'t Route,
+    rule: &'t FanoutRule,
+    parts: &Parts,
+    hops: u32,
+    decision: &mut Decision<'t>,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let page = read_page(table, rule, parts)?;
+    let leg = leg_request(parts)?;
+    decision.upstream_started = Some(Instant::now());
+    let answers = gather(proxy, table, rule, &page.regions, &leg, hops).await;
+    let mut all = Vec::new();
+    let mut failed = Vec::new();
+    let mut answered = Vec::new();
+    for (region, answer) in &answers {
+        let name = table.region(*region).name.as_str();
+        match answer.as_ref().map(|body| merge::items(&rule.merge, table.id_params(), name, body)) {
+            Ok(Ok(items)) => {
+                answered.push((name, items.len()));
+                all.extend(items);
+            }
+            Ok(Err(e)) => {
+                failed.push(LegFailure { region: name.to_string(), reason: e.reason(), detail: e.to_string() })
+            }
+            Err(f) => failed.push(f.clone()),
+        }
+    }
+    let outcomes = answered.iter().map(|(r, _)| (*r, "ok")).chain(failed.iter().map(|f| (f.region.as_str(), f.reason)));
+    decision.legs = Some(legs::summary(outcomes.clone()));
+    for (region, outcome) in outcomes {
+        proxy.shared.metrics.leg("fanout", &route.name, region, outcome);
+    }
+    if !failed.is_empty() && (rule.require_all || answered.is_empty()) {
+        return Err(ProxyError::LegsFailed { what: "fan-out", asked: page.regions.len(), failed });
+    }
+    decision.outcome = Some(if failed.is_empty() { "fanout" } else { "fanout_partial" });
+    let page_items = merge::page(&rule.merge, all, page.after.as_ref(), page.limit);
+    let body = write_answer(rule, &page_items, &answered, &failed);
+    Ok(answer(body, &failed))
+}
+
+/// `limit`, `cursor` and the country list, checked; the regions to ask.
+fn read_page(table: &Table, rule: &FanoutRule, parts: &Parts) -> Result<PageRequest, ProxyError> {
+    let query = parts.uri.query().unwrap_or("");
+    let limit = match query_param(query, "limit") {
+        None => rule.limit_default,
+        Some(text) => match crate::ids::parse_canonical_u64(text).and_then(|n| u32::try_from(n).ok()) {
+            Some(n) if (1..=rule.limit_max).contains(&n) => n,
+            _ => {
+                let shown = super::error::quote(text);
+                return Err(ProxyError::BadPage {
+                    detail: format!("limit {shown} is not a whole number from 1 to {}", rule.limit_max),
+                });
+            }
+        },
+    };
+    let after = match query_param(query, "cursor").map(percent_decode) {
+        None => None,
+        Some(text) => Some(
+            Cursor::decode(&rule.merge, &text)
+                .map_err(|e| ProxyError::BadPage { detail: format!("cursor {}: {e}", super::error::quote(&text)) })?,
+        ),
+    };
+    let regions = match countries(rule, parts) {
+        None => rule.regions.iter().filter_map(|&i| u16::try_from(i).ok().map(RegionId)).collect(),
+        Some((param, list)) => {
+            let mut wanted = Vec::new();
+            for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+                let Some(country) = table.country_by_name(name) else {
+                    return Err(ProxyError::UnknownCountry { param, value: name.to_string() });
+                };
+                if let Some(r) = table.country_owner(country) {
+                    if !wanted.contains(&r) && rule.regions.contains(&usize::from(r.0)) {
+                        wanted.push(r);
+                    }
+                }
+            }
+            wanted
+        }
+    };
+    Ok(PageRequest { limit: limit as usize, after, regions })
+}
+
+/// The country list the request gives, with where it was read.
+fn countries<'p>(rule: &FanoutRule, parts: &'p Parts) -> Option<(String, Cow<'p, str>)> {
+    match rule.countries.as_ref()? {
+        ListSource::Header(h) => {
+            let v = parts.headers.get(h)?;
+            Some((format!("header '{h}'"), String::from_utf8_lossy(v.as_bytes())))
+        }
+        ListSource::Query(q) => {
+            Some((format!("query parameter '{q}'"), percent_decode(query_param(parts.uri.query()?, q)?)))
+        }
+    }
+}
+
+/// The request each region is sent: a GET (a HEAD's answer would carry no
+/// list to merge), without the proxy's own `limit` and `cursor`.
+fn leg_request(parts: &Parts) -> Result<Parts, ProxyError> {
+    let path = parts.uri.path();
+    let kept: Vec<&str> = parts
+        .uri
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|pair| {
+            let name = pair.split_once('=').map_or(*pair, |(k, _)| k);
+            !pair.is_empty() && name != "limit" && name != "cursor"
+        })
+        .collect();
+    let target = if kept.is_empty() { path.to_string() } else { format!("{path}?{}", kept.join("&")) };
+    let uri = target.parse::<http::Uri>().map_err(|_| ProxyError::NoRoute)?;
+    let mut req = http::Request::new(());
+    *req.method_mut() = Method::GET;
+    *req.uri_mut() = uri;
+    *req.version_mut() = parts.version;
+    *req.headers_mut() = parts.headers.clone();
+    Ok(req.into_parts().0)
+}
+
+/// Every region's answer body, or why there is none: legs run at most
+/// `concurrency` at a time, each within `leg_timeout`; those still running
+/// (or not started) at the `deadline` are failures.
+async fn gather(
+    proxy: &Proxy,
+    table: &Table,
+    rule: &FanoutRule,
+    regions: &[RegionId],
+    leg: &Parts,
+    hops: u32,
+) -> Vec<(RegionId, Result<Bytes, LegFailure>)> {
+    let deadline = tokio::time::Instant::now() + rule.deadline;
+    let fetch = |region: RegionId| async move {
+        let name = table.region(region).name.as_str();
+        let result = match legs::ask(proxy, table, region, leg, hops, rule.leg_timeout).await {
+            Ok(resp) if resp.status().is_success() => {
+                let read = legs::read_body(name, resp, rule.max_leg_bytes);
+                match tokio::time::timeout(rule.leg_timeout, read).await {
+                    Ok(r) => r,
+                    Err(_) => Err(LegFailure {
+                        region: name.to_string(),
+                        reason: "leg_timeout",
+                        detail: "the answer's body did not arrive in time".into(),
+                    }),
+                }
+            }
+            Ok(resp) => Err(legs::status_failure(name, resp.status())),
+            Err(f) => Err(f),
+        };
+        (region, result)
+    };
+    let mut waiting = regions.iter().copied();
+    let mut running = FuturesUnordered::new();
+    let mut out = Vec::with_capacity(regions.len());
+    loop {
+        while running.len() < rule.concurrency {
+            match waiting.next() {
+                Some(r) => running.push(fetch(r)),
+                None => break,
+            }
+        }
+        match tokio::time::timeout_at(deadline, running.next()).await {
+            Ok(Some(done)) => out.push(done),
+            Ok(None) => break,
+            Err(_) => {
+                let late: Vec<RegionId> =
+                    regions.iter().copied().filter(|r| !out.iter().any(|(d, _)| d == r)).collect();
+                for r in late {
+                    let detail =
+                        format!("no answer within the deadline ({})", crate::config::duration::Dur(rule.deadline));
+                    out.push((r, Err(LegFailure { region: table.region(r).name.clone(), reason: "deadline", detail })));
+                }
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// The answer's JSON: `{<items>: [...], "next_cursor", "regions", "failed"}`.
+fn write_answer(
+    rule: &FanoutRule,
+    page: &merge::Page<'_>,
+    answered: &[(&str, usize)],
+    failed: &[LegFailure],
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    out.push(b'{');
+    let key = rule.merge.items.as_deref().unwrap_or("items");
+    out.extend_from_slice(serde_json::Value::from(key).to_string().as_bytes());
+    out.push(b':');
+    merge::write_array(&page.items, &mut out);
+    let next = page.next.as_ref().map(|c| c.encode(&rule.merge));
+    let regions: Vec<serde_json::Value> =
+        answered.iter().map(|(r, n)| serde_json::json!({ "region": r, "items": n })).collect();
+    let failed: Vec<serde_json::Value> = failed.iter().map(LegFailure::to_json).collect();
+    let rest = serde_json::json!({ "next_cursor": next, "regions": regions, "failed": failed });
+    // `rest` is an object: its text without the opening brace continues ours.
+    let rest = rest.to_string();
+    out.push(b',');
+    out.extend_from_slice(rest.get(1..).unwrap_or("}").as_bytes());
+    out
+}
+
+/// The response: JSON, and the failed regions named in a header.
+fn answer(body: Vec<u8>, failed: &[LegFailure]) -> Response<ProxyBody> {
+    let mut resp = Response::new(Either::Right(Full::new(Bytes::from(body))));
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if !failed.is_empty() {
+        let names: Vec<&str> = failed.iter().map(|f| f.region.as_str()).collect();
+        if let Ok(v) = HeaderValue::from_str(&names.join(", ")) {
+            h.insert(PARTIAL, v);
+        }
+    }
+    resp
+}

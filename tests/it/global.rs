@@ -1,0 +1,433 @@
+//! Global reads on real sockets: fan-out routes merging three regional
+//! backends' lists (order, paging, partial answers, failures, a mesh peer
+//! that must not fan out again), and search placement for ids that carry no
+//! region (found once, then remembered; forgotten when a reload moves the
+//! region).
+
+use std::collections::HashSet;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::Full;
+use shardgate::ids::Iuid;
+
+use crate::support::{
+    backend_with, full, get, proxy, proxy_on, send, send_from, three_backends, three_listeners, BoxError, Running,
+    TestBody, TestResult,
+};
+
+/// A client address no table here trusts as a mesh peer.
+const STRANGER: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 9));
+
+/// `n` orders of a region minted in `country`, at `start + k * step` ms, as JSON elements.
+fn orders(region: &str, country: u8, start: u64, step: u64, n: u64) -> Vec<serde_json::Value> {
+    (0..n)
+        .map(|k| {
+            let id = Iuid::from_fields(start + k * step, country, 3, u64::from(country) * 1000 + k);
+            serde_json::json!({ "id": id.to_string(), "region": region, "k": k })
+        })
+        .collect()
+}
+
+/// A backend that answers every request with `status` and `body` after `delay`.
+async fn answering(status: u16, body: Bytes, delay: Duration) -> Result<Running, BoxError> {
+    let (running, _) = backend_with(move |_req| {
+        let body = body.clone();
+        async move {
+            tokio::time::sleep(delay).await;
+            let mut resp: Response<TestBody> = Response::new(full(body));
+            *resp.status_mut() = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::OK);
+            resp.headers_mut().insert("content-type", http::HeaderValue::from_static("application/json"));
+            resp
+        }
+    })
+    .await?;
+    Ok(running)
+}
+
+async fn list(items: &[serde_json::Value]) -> Result<Running, BoxError> {
+    answering(200, Bytes::from(serde_json::Value::from(items.to_vec()).to_string()), Duration::ZERO).await
+}
+
+/// A table of three regions on these backends with one fan-out route
+/// (`fanout` is the rule's body, in flow style) and one search route.
+fn table(eu: SocketAddr, kz: SocketAddr, us: SocketAddr, fanout: &str) -> String {
+    format!(
+        r#"version: 1
+regions:
+  eu: {{ upstreams: ["http://{eu}"] }}
+  kz: {{ upstreams: ["http://{kz}"] }}
+  us: {{ upstreams: ["http://{us}"] }}
+countries:
+  KZ: {{ id: 7, region: kz }}
+  DE: {{ id: 49, region: eu }}
+  US: {{ id: 1, region: us }}
+routes:
+  - name: user-orders
+    match: {{ path: "/v1/users/{{user}}/orders" }}
+    fanout: {{ {fanout} }}
+  - name: legacy
+    match: {{ path: "/v1/legacy/{{id}}", methods: [GET, HEAD, PUT] }}
+    id: {{ path_param: id, formats: [uuidv7] }}
+    placement: search
+"#
+    )
+}
+
+fn ids(body: &serde_json::Value) -> Vec<String> {
+    body["items"]
+        .as_array()
+        .map_or(Vec::new(), |a| a.iter().filter_map(|i| i["id"].as_str().map(String::from)).collect())
+}
+
+#[tokio::test]
+async fn fanout_merges_three_regions_into_one_time_order_and_pages_through_it_once() -> TestResult {
+    // Interleaved in time, with equal times across regions (the tie-breakers decide).
+    let eu_items = orders("eu", 49, 1_700_000_000_000, 60_000, 5);
+    let kz_items = orders("kz", 7, 1_700_000_030_000, 60_000, 4);
+    let us_items = orders("us", 1, 1_700_000_000_000, 120_000, 6);
+    let (eu, kz, us) = (list(&eu_items).await?, list(&kz_items).await?, list(&us_items).await?);
+    let p = proxy(&table(eu.addr, kz.addr, us.addr, "sort: { formats: [iuid] }")).await?;
+    let mut expected: Vec<(u64, String)> = Vec::new();
+    for item in eu_items.iter().chain(&kz_items).chain(&us_items) {
+        let id = item["id"].as_str().ok_or("id")?;
+        expected.push((Iuid::parse(id)?.unix_ts_ms(), id.to_string()));
+    }
+    // The whole list: newest first.
+    let whole = get(&p.url("/v1/users/alice/orders?limit=100")).await?;
+    assert_eq!(whole.status, 200, "{}", String::from_utf8_lossy(&whole.body));
+    let body = whole.json()?;
+    let merged = ids(&body);
+    assert_eq!(merged.len(), 15);
+    let times: Vec<u64> = merged.iter().map(|id| Iuid::parse(id).map(|i| i.unix_ts_ms())).collect::<Result<_, _>>()?;
+    assert!(times.windows(2).all(|w| w[0] >= w[1]), "not newest first: {times:?}");
+    assert_eq!(body["next_cursor"], serde_json::Value::Null);
+    assert_eq!(body["failed"], serde_json::json!([]));
+    assert_eq!(body["regions"].as_array().map(Vec::len), Some(3));
+    // Page by page with the cursor: the same elements, each once, in the same order.
+    let mut paged = Vec::new();
+    let mut url = p.url("/v1/users/alice/orders?limit=4");
+    for _ in 0..10 {
+        let page = get(&url).await?;
+        assert_eq!(page.status, 200);
+        let page = page.json()?;
+        paged.extend(ids(&page));
+        match page["next_cursor"].as_str() {
+            Some(c) => url = p.url(&format!("/v1/users/alice/orders?limit=4&cursor={c}")),
+            None => break,
+        }
+    }
+    assert_eq!(paged, merged);
+    assert_eq!(paged.iter().collect::<HashSet<_>>().len(), 15, "duplicates");
+    let mut expected_times: Vec<u64> = expected.iter().map(|(t, _)| *t).collect();
+    expected_times.sort_unstable_by(|a, b| b.cmp(a));
+    assert_eq!(times, expected_times);
+    let expected_ids: HashSet<&String> = expected.iter().map(|(_, id)| id).collect();
+    assert_eq!(merged.iter().collect::<HashSet<_>>(), expected_ids);
+    // Each region was asked once per page, without the proxy's own parameters.
+    assert_eq!((eu.hits(), kz.hits(), us.hits()), (5, 5, 5));
+    // Bad page requests are the client's error.
+    for (query, reason) in [("limit=0", "bad_page"), ("limit=x", "bad_page"), ("cursor=00zz", "bad_page")] {
+        let got = get(&p.url(&format!("/v1/users/alice/orders?{query}"))).await?;
+        assert_eq!((got.status.as_u16(), got.json()?["reason"].as_str()), (400, Some(reason)), "{query}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn fanout_asks_only_the_regions_owning_the_countries_named() -> TestResult {
+    let [eu, kz, us] =
+        [list(&orders("eu", 49, 1, 1, 2)).await?, list(&orders("kz", 7, 1, 1, 2)).await?, list(&[]).await?];
+    let p = proxy(&table(eu.addr, kz.addr, us.addr, "countries: { header: X-Countries }")).await?;
+    let req =
+        Request::get(p.url("/v1/users/alice/orders")).header("x-countries", "kz, de").body(Full::new(Bytes::new()))?;
+    let got = send(req).await?;
+    assert_eq!(got.status, 200);
+    assert_eq!(ids(&got.json()?).len(), 4);
+    assert_eq!((eu.hits(), kz.hits(), us.hits()), (1, 1, 0));
+    let req =
+        Request::get(p.url("/v1/users/alice/orders")).header("x-countries", "KZ,XX").body(Full::new(Bytes::new()))?;
+    let got = send(req).await?;
+    assert_eq!((got.status.as_u16(), got.json()?["reason"].as_str()), (400, Some("unknown_country")));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_slow_region_is_cut_at_its_timeout_and_named_or_fails_the_request_by_policy() -> TestResult {
+    let eu = list(&orders("eu", 49, 1_700_000_000_000, 1000, 3)).await?;
+    let kz = list(&orders("kz", 7, 1_700_000_000_500, 1000, 3)).await?;
+    let slow = answering(200, Bytes::from("[]"), Duration::from_secs(5)).await?;
+    let p = proxy(&table(eu.addr, kz.addr, slow.addr, "leg_timeout: 300ms, deadline: 2s")).await?;
+    let got = get(&p.url("/v1/users/alice/orders")).await?;
+    assert_eq!(got.status, 200);
+    assert_eq!(got.header("x-shardgate-partial"), Some("us"));
+    let body = got.json()?;
+    assert_eq!(ids(&body).len(), 6);
+    assert_eq!(body["failed"][0]["region"], "us");
+    assert_eq!(body["failed"][0]["reason"], "leg_timeout");
+    // One region at a time: the first slow one uses up its leg_timeout, the
+    // second is cut by the whole request's deadline, the third never starts.
+    let slow2 = answering(200, Bytes::from("[]"), Duration::from_secs(5)).await?;
+    let fanout = "leg_timeout: 1s, deadline: 1500ms, concurrency: 1, regions: [us, kz, eu]";
+    let p = proxy(&table(eu.addr, slow2.addr, slow.addr, fanout)).await?;
+    let got = get(&p.url("/v1/users/alice/orders")).await?;
+    assert_eq!(got.status, 504, "{}", String::from_utf8_lossy(&got.body));
+    let failed = got.json()?["failed"].clone();
+    let reason = |region: &str| {
+        failed.as_array().and_then(|a| a.iter().find(|f| f["region"] == region)).map(|f| f["reason"].clone())
+    };
+    assert_eq!(reason("us"), Some("leg_timeout".into()));
+    assert_eq!(reason("kz"), Some("deadline".into()));
+    assert_eq!(reason("eu"), Some("deadline".into()));
+    assert_eq!(eu.hits(), 1, "eu was never asked by the second proxy");
+    // partial: fail: the same region fails the request, 504 as all failures were timeouts.
+    let p = proxy(&table(eu.addr, kz.addr, slow.addr, "leg_timeout: 300ms, partial: fail")).await?;
+    let got = get(&p.url("/v1/users/alice/orders")).await?;
+    assert_eq!(got.status, 504);
+    let problem = got.json()?;
+    assert_eq!(problem["reason"], "regions_timeout");
+    assert_eq!(problem["failed"][0]["region"], "us");
+    Ok(())
+}
+
+#[tokio::test]
+async fn regions_that_answer_badly_are_reported_never_merged() -> TestResult {
+    let big = Bytes::from(format!("[{}]", vec![r#"{"id":"x"}"#; 200].join(",")));
+    let too_large = answering(200, big, Duration::ZERO).await?;
+    let not_json = answering(200, Bytes::from("<html>oops</html>"), Duration::ZERO).await?;
+    let failing = answering(500, Bytes::from(r#"{"error":"boom"}"#), Duration::ZERO).await?;
+    let fanout = "max_leg_bytes: 1024";
+    let p = proxy(&table(too_large.addr, not_json.addr, failing.addr, fanout)).await?;
+    let got = get(&p.url("/v1/users/alice/orders")).await?;
+    assert_eq!(got.status, 502, "{}", String::from_utf8_lossy(&got.body));
+    let problem = got.json()?;
+    assert_eq!(problem["reason"], "regions_failed");
+    let reasons: Vec<(String, String)> = problem["failed"]
+        .as_array()
+        .ok_or("failed")?
+        .iter()
+        .map(|f| (f["region"].as_str().unwrap_or("").to_string(), f["reason"].as_str().unwrap_or("").to_string()))
+        .collect();
+    for expected in [("eu", "too_large"), ("kz", "invalid_json"), ("us", "status")] {
+        assert!(reasons.contains(&(expected.0.into(), expected.1.into())), "{expected:?} in {reasons:?}");
+    }
+    // With one good region, the others are named beside its answer.
+    let good = list(&orders("us", 1, 1, 1, 2)).await?;
+    let no_key = list(&[serde_json::json!({ "name": "no id" })]).await?;
+    let p = proxy(&table(no_key.addr, not_json.addr, good.addr, fanout)).await?;
+    let body = get(&p.url("/v1/users/alice/orders")).await?.json()?;
+    assert_eq!(ids(&body).len(), 2);
+    let failed: Vec<&str> =
+        body["failed"].as_array().ok_or("failed")?.iter().filter_map(|f| f["reason"].as_str()).collect();
+    assert_eq!(failed.len(), 2);
+    assert!(failed.contains(&"bad_item") && failed.contains(&"invalid_json"), "{failed:?}");
+    Ok(())
+}
+
+/// Two gateways: `front` serves eu and kz from its own backends and reaches
+/// us only through `gw-us`, which serves us.
+fn mesh_table(local: Option<&str>, be: &[SocketAddr; 3], gw_us: SocketAddr) -> String {
+    let region = local.map_or(String::new(), |r| format!("region: {r}\ninstance: gw-{r}\n"));
+    let us = match local {
+        Some(_) => format!(r#"upstreams: ["http://{}"], peer: "http://{gw_us}""#, be[2]),
+        None => format!(r#"peer: "http://{gw_us}""#),
+    };
+    format!(
+        r#"version: 1
+{region}mesh: {{ trusted_peers: ["127.0.0.1/32"] }}
+regions:
+  eu: {{ upstreams: ["http://{}"] }}
+  kz: {{ upstreams: ["http://{}"] }}
+  us: {{ {us} }}
+routes:
+  - name: user-orders
+    match: {{ path: "/v1/users/{{user}}/orders" }}
+    fanout: {{ sort: {{ formats: [iuid] }} }}
+  - name: legacy
+    match: {{ path: "/v1/legacy/{{id}}" }}
+    id: {{ path_param: id, formats: [uuidv7] }}
+    placement: search
+"#,
+        be[0], be[1]
+    )
+}
+
+#[tokio::test]
+async fn a_fanout_or_search_through_a_mesh_peer_is_served_there_and_never_fanned_out_again() -> TestResult {
+    let eu = list(&orders("eu", 49, 1_700_000_000_000, 1000, 2)).await?;
+    let kz = list(&orders("kz", 7, 1_700_000_000_300, 1000, 2)).await?;
+    let us = list(&orders("us", 1, 1_700_000_000_600, 1000, 2)).await?;
+    let be = [eu.addr, kz.addr, us.addr];
+    let (listeners, addrs) = three_listeners().await?;
+    let [front_l, us_l, _] = listeners;
+    let gw_us = proxy_on(us_l, &mesh_table(Some("us"), &be, addrs[1])).await?;
+    let front = proxy_on(front_l, &mesh_table(None, &be, addrs[1])).await?;
+    let got = get(&front.url("/v1/users/alice/orders")).await?;
+    assert_eq!(got.status, 200, "{}", String::from_utf8_lossy(&got.body));
+    let merged = ids(&got.json()?);
+    assert_eq!(merged.len(), 6);
+    assert_eq!(merged.iter().collect::<HashSet<_>>().len(), 6);
+    // us's leg went through gw-us, which asked its own backend once and no one else.
+    assert_eq!(gw_us.handled(), 1);
+    assert_eq!((eu.hits(), kz.hits(), us.hits()), (1, 1, 1));
+    // A client cannot pose as a leg: from a stranger the mark is removed and gw-us fans out itself.
+    let req = Request::get(gw_us.url("/v1/users/alice/orders"))
+        .header("x-shardgate-leg", "us")
+        .body(Full::new(Bytes::new()))?;
+    let got = send_from(STRANGER, req).await?;
+    assert_eq!(ids(&got.json()?).len(), 6);
+    assert_eq!((eu.hits(), kz.hits(), us.hits()), (2, 2, 2));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_legacy_id_is_found_through_every_gateway_and_then_asked_of_its_region_alone() -> TestResult {
+    // Echo backends that hold the demo's legacy records of their region.
+    let [eu, kz, us] = three_backends().await?;
+    let legacy = shardgate::cli::backend::legacy_ids("us").into_iter().next().ok_or("no legacy id")?;
+    let path = format!("/v1/legacy/{legacy}");
+    let (listeners, addrs) = three_listeners().await?;
+    let [front_l, us_l, _] = listeners;
+    let be = [eu.addr, kz.addr, us.addr];
+    let gw_us = proxy_on(us_l, &mesh_table(Some("us"), &be, addrs[1])).await?;
+    let front = proxy_on(front_l, &mesh_table(None, &be, addrs[1])).await?;
+    for gw in [&front, &gw_us] {
+        let got = get(&gw.url(&path)).await?;
+        assert_eq!(got.status, 200, "{}", String::from_utf8_lossy(&got.body));
+        assert_eq!(got.json()?["region"], "us");
+    }
+    // front's us leg went through gw-us, which served it from its backend (no search of its own).
+    assert_eq!(gw_us.handled(), 2);
+    // Remembered: the next request goes to us alone.
+    let before = (eu.hits(), kz.hits(), us.hits());
+    for gw in [&front, &gw_us] {
+        let got = get(&gw.url(&path)).await?;
+        assert_eq!((got.status.as_u16(), got.json()?["region"].as_str()), (200, Some("us")));
+    }
+    assert_eq!((eu.hits(), kz.hits(), us.hits()), (before.0, before.1, before.2 + 2));
+    // An id no region holds: 404, naming the regions asked.
+    let missing = get(&front.url("/v1/legacy/017491bb-3800-74cf-8cf4-000000000000")).await?;
+    assert_eq!(missing.status, 404);
+    let problem = missing.json()?;
+    assert_eq!(problem["reason"], "not_found_in_any_region");
+    assert_eq!(problem["asked"], serde_json::json!(["eu", "kz", "us"]));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_reload_that_moves_a_regions_backends_forgets_what_was_found_there() -> TestResult {
+    let [eu, kz, us] = three_backends().await?;
+    let us2 = crate::support::backend("us").await?;
+    let legacy = shardgate::cli::backend::legacy_ids("us").into_iter().next().ok_or("no legacy id")?;
+    let path = format!("/v1/legacy/{legacy}");
+    let p = proxy(&table(eu.addr, kz.addr, us.addr, "")).await?;
+    assert_eq!(get(&p.url(&path)).await?.status, 200);
+    assert_eq!(get(&p.url(&path)).await?.status, 200);
+    assert_eq!(us.hits(), 2);
+    let proxy_ref = p.proxy.as_ref().ok_or("proxy")?;
+    let shared = proxy_ref.shared();
+    let stats = shared.found.stats();
+    assert_eq!((stats.hits, stats.misses, stats.entries), (1, 1, 1));
+    // us moves to another backend: its ids are searched for again, there.
+    let moved = table(eu.addr, kz.addr, us2.addr, "");
+    let cfg = shardgate::config::load_str(&moved, "t.yaml")?;
+    shared.table.publish(shardgate::routing::Table::compile(&cfg), moved.clone());
+    let got = get(&p.url(&path)).await?;
+    assert_eq!((got.status.as_u16(), got.header("x-backend-region")), (200, Some("us")));
+    assert_eq!((us.hits(), us2.hits()), (2, 1));
+    assert_eq!(shared.found.stats().stale, 1);
+    // A write finds its region with HEAD, then goes there alone.
+    let put_id = shardgate::cli::backend::legacy_ids("kz").into_iter().next().ok_or("no legacy id")?;
+    let before = (eu.hits(), kz.hits(), us2.hits());
+    let req = Request::put(p.url(&format!("/v1/legacy/{put_id}"))).body(Full::new(Bytes::from("{}")))?;
+    let got = send(req).await?;
+    assert_eq!((got.status.as_u16(), got.header("x-backend-region")), (200, Some("kz")));
+    assert_eq!(kz.hits(), before.1 + 2, "a HEAD, then the PUT");
+    assert!(eu.hits() <= before.0 + 1 && us2.hits() <= before.2 + 1, "the others got at most the HEAD");
+    // A region that cannot be reached is a failure, not a "not found".
+    us2.stop();
+    drop(us2);
+    let got = get(&p.url("/v1/legacy/017491bb-3800-74cf-8cf4-000000000000")).await?;
+    assert_eq!(got.status, 502, "{}", String::from_utf8_lossy(&got.body));
+    let problem = got.json()?;
+    assert_eq!(problem["reason"], "regions_failed");
+    assert_eq!(problem["failed"][0]["region"], "us");
+    Ok(())
+}
+
+#[tokio::test]
+async fn explain_and_metrics_say_which_regions_were_asked() -> TestResult {
+    use shardgate::app::{server_options, Instance};
+    let [eu, kz, us] = three_backends().await?;
+    let text = table(eu.addr, kz.addr, us.addr, "sort: { formats: [iuid] }");
+    let cfg = shardgate::config::load_str(&text, "t.yaml")?;
+    let inst = Arc::new(Instance::new(&cfg, &text, None, None));
+    let (pl, al) =
+        (tokio::net::TcpListener::bind("127.0.0.1:0").await?, tokio::net::TcpListener::bind("127.0.0.1:0").await?);
+    let (proxy_addr, admin) = (pl.local_addr()?, al.local_addr()?);
+    let i = Arc::clone(&inst);
+    let opts = server_options(&cfg);
+    let run = tokio::spawn(async move { i.run(pl, Some(al), opts).await });
+    let legacy = shardgate::cli::backend::legacy_ids("us").into_iter().next().ok_or("no legacy id")?;
+    // Not searched yet: /explain says where it would ask, and that nothing is known.
+    let explain = |route: &str, id: &str| format!("http://{admin}/explain?id={id}&route={route}");
+    let before = get(&explain("legacy", &legacy)).await?.json()?;
+    let entry = &before["routes"][0];
+    assert_eq!(entry["placement"], "search");
+    assert_eq!(entry["search"]["regions"], serde_json::json!(["eu", "kz", "us"]));
+    assert_eq!(entry["search"]["found"], serde_json::Value::Null);
+    let got = get(&format!("http://{proxy_addr}/v1/legacy/{legacy}")).await?;
+    assert_eq!(got.status, 200);
+    let after = get(&explain("legacy", &legacy)).await?.json()?;
+    assert_eq!(after["routes"][0]["search"]["found"]["region"], "us");
+    assert_eq!(after["routes"][0]["region"], "us");
+    // A fan-out route, named, shows its regions and merge.
+    let fan = get(&explain("user-orders", &legacy)).await?.json()?;
+    assert_eq!(fan["routes"][0]["fanout"]["regions"], serde_json::json!(["eu", "kz", "us"]));
+    assert_eq!(fan["routes"][0]["fanout"]["order"], "desc");
+    let orders = get(&format!("http://{proxy_addr}/v1/users/alice/orders")).await?;
+    assert_eq!(orders.status, 200);
+    assert_eq!(ids(&orders.json()?).len(), 9, "the demo backends hold 3 orders of alice each");
+    let metrics = String::from_utf8(get(&format!("http://{admin}/metrics")).await?.body.to_vec())?;
+    for line in [
+        r#"shardgate_search_cache_lookups_total{result="miss"} 1"#,
+        r#"shardgate_search_cache_entries 1"#,
+        r#"shardgate_legs_total{kind="search",route="legacy",region="us",outcome="found"} 1"#,
+        r#"shardgate_legs_total{kind="fanout",route="user-orders",region="kz",outcome="ok"} 1"#,
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} not in /metrics:\n{metrics}");
+    }
+    run.abort();
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_demo_prints_a_fanout_and_a_search_whose_answers_come_from_every_region() -> TestResult {
+    let mut text = shardgate::cli::demo::DEMO_TABLE.to_string();
+    let mut backends = Vec::new();
+    for (region, placeholder) in [("eu", "127.0.0.1:18081"), ("kz", "127.0.0.1:18082"), ("us", "127.0.0.1:18083")] {
+        let b = crate::support::backend(region).await?;
+        text = text.replace(placeholder, &b.addr.to_string());
+        backends.push(b);
+    }
+    let p = proxy(&text).await?;
+    let cfg = shardgate::config::load_str(&text, "demo.yaml")?;
+    let lines = shardgate::cli::demo::global_read_examples(&cfg, p.addr);
+    let urls: Vec<&str> = lines
+        .iter()
+        .filter(|l| l.starts_with("curl"))
+        .filter_map(|l| l.split_whitespace().last())
+        .map(|u| u.trim_matches('\''))
+        .collect();
+    assert_eq!(urls.len(), 2, "{lines:?}");
+    let fanout = get(urls[0]).await?.json()?;
+    let regions: HashSet<&str> =
+        fanout["items"].as_array().ok_or("items")?.iter().filter_map(|i| i["region"].as_str()).collect();
+    assert_eq!(regions, HashSet::from(["eu", "kz", "us"]), "{fanout}");
+    let found = get(urls[1]).await?;
+    assert_eq!((found.status.as_u16(), found.json()?["region"].as_str()), (200, Some("us")));
+    Ok(())
+}
