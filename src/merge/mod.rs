@@ -172,16 +172,20 @@ impl std::error::Error for LegError {}
 /// answer's order.
 pub fn items<'b>(spec: &Spec, params: &Params, region: &'b str, body: &'b [u8]) -> Result<Vec<Item<'b>>, LegError> {
     let text = std::str::from_utf8(body).map_err(|e| LegError::NotJson(format!("not UTF-8: {e}")))?;
-    let array: &RawValue = match &spec.items {
-        None => serde_json::from_str(text).map_err(|e| LegError::NotJson(e.to_string()))?,
+    let array: &str = match &spec.items {
+        None => text,
         Some(field) => match pick::field(text, field) {
-            Ok(Some(raw)) => raw,
+            Ok(Some(raw)) => raw.get(),
             Ok(None) => return Err(LegError::NoArray(format!("no field {}", quoted(field)))),
             Err(e) => return Err(LegError::NotJson(e)),
         },
     };
+    // One pass over the array; only when it fails is the text looked at again, to say why.
     let elements: Vec<&RawValue> =
-        serde_json::from_str(array.get()).map_err(|_| LegError::NoArray(format!("found {}", kind(array.get()))))?;
+        serde_json::from_str(array).map_err(|e| match serde_json::from_str::<&RawValue>(array) {
+            Ok(value) => LegError::NoArray(format!("found {}", kind(value.get()))),
+            Err(_) => LegError::NotJson(e.to_string()),
+        })?;
     let mut out = Vec::with_capacity(elements.len());
     for (index, raw) in elements.into_iter().enumerate() {
         let key = key(spec, params, region, raw).map_err(|detail| LegError::BadItem { index, detail })?;
@@ -198,7 +202,7 @@ fn key<'b>(spec: &Spec, params: &Params, region: &'b str, raw: &'b RawValue) -> 
     let Some(value) = value else { return Err(format!("no field {}", quoted(name))) };
     match &spec.sort {
         SortKey::IdTime { formats, .. } => {
-            let id: Cow<'b, str> = serde_json::from_str(value.get())
+            let id = pick::string(value.get())
                 .map_err(|_| format!("field {} is {}, not an id", quoted(name), kind(value.get())))?;
             let decoded = ids::parse_any(formats, &id, params)
                 .map_err(|e| format!("field {} is not an id of the route's formats: {e}", quoted(name)))?;
@@ -207,7 +211,7 @@ fn key<'b>(spec: &Spec, params: &Params, region: &'b str, raw: &'b RawValue) -> 
         SortKey::Field(_) => {
             let v = value.get();
             let value = if v.starts_with('"') {
-                Value::Text(serde_json::from_str(v).map_err(|e| format!("field {}: {e}", quoted(name)))?)
+                Value::Text(pick::string(v).map_err(|e| format!("field {}: {e}", quoted(name)))?)
             } else {
                 match serde_json::from_str::<f64>(v) {
                     Ok(n) => Value::Number(n),

@@ -38,13 +38,61 @@ impl<'de> Visitor<'de> for Pick<'_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut found = None;
-        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-            if key == self.name {
+        while let Some(is_it) = map.next_key_seed(KeyIs { name: self.name })? {
+            if is_it {
                 found = Some(map.next_value::<&'de RawValue>()?);
             } else {
                 map.next_value::<IgnoredAny>()?;
             }
         }
         Ok(found)
+    }
+}
+
+/// Whether a key is `name`, compared where it lies (no copy of the key).
+struct KeyIs<'n> {
+    name: &'n str,
+}
+
+impl<'de> DeserializeSeed<'de> for KeyIs<'_> {
+    type Value = bool;
+
+    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<bool, D::Error> {
+        de.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeyIs<'_> {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a key")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<bool, E> {
+        Ok(key == self.name)
+    }
+}
+
+/// A JSON string's text: borrowed from the input unless it has escapes.
+pub(super) fn string<'b>(raw: &'b str) -> Result<Cow<'b, str>, serde_json::Error> {
+    serde_json::Deserializer::from_str(raw).deserialize_str(Text)
+}
+
+struct Text;
+
+impl<'de> Visitor<'de> for Text {
+    type Value = Cow<'de, str>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string")
+    }
+
+    fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(Cow::Borrowed(v))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(v.to_owned()))
     }
 }
