@@ -31,6 +31,11 @@
 //!   The request's own task drives its upstream connection (no connection
 //!   task): [`upstream::exchange`] writes the head once, streams the body,
 //!   and parses the answer with [`http1`].
+//! * A fan-out route's plan goes to every region of its rule and the
+//!   answers are merged by [`merge`]; a `placement: search` route's id is
+//!   asked of the regions and the region remembered
+//!   ([`routing::Found`]); both send their legs through the same forward
+//!   stage, one region each.
 //! * Errors shardgate answers itself are one table, [`proxy::error`]
 //!   (RFC 9457 problem+json plus an RFC 9209 `Proxy-Status`), written by
 //!   `proxy::respond` with the metrics and the access log.

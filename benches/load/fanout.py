@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""The cost of a fan-out: shardgate's CPU per fan-out request against three
+plain routed requests, in one run.
+
+Backends (nginx, core 0) answer GET /v1/orders/{iUID} with a short text and
+GET /v1/users/{user}/orders with a JSON array of ITEMS orders of their region
+(about 120 bytes each, iUIDs minted in the region's country). shardgate (core
+1) routes the first and fans the second out to all three regions, merging
+the arrays newest first (a page of 50). wrk (core 0) drives each workload in
+turn, alternating, REPS times; the table shows medians and the ratio of one
+fan-out's CPU to three routed requests'.
+
+    python3 benches/load/fanout.py [--duration 10] [--reps 3] [--items 20]
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import compare as c  # noqa: E402
+
+
+def orders_json(region, ids):
+    items = [f'{{"id":"{i}","region":"{region}","user":"alice","total_cents":{1000 + k},"status":"delivered"}}'
+             for k, i in enumerate(ids)]
+    return "[" + ",".join(items) + "]"
+
+
+def backend_conf(tmp, ids, items):
+    servers = []
+    for region, port in c.BACKEND_PORTS.items():
+        body = orders_json(region, ids[region][:items])
+        servers.append(
+            f"  server {{ listen 127.0.0.1:{port} backlog=4096; keepalive_requests 1000000;\n"
+            f"    location /v1/users/ {{ default_type application/json; return 200 '{body}'; }}\n"
+            f"    location / {{ add_header X-Backend-Region {region}; return 200 '{region}\\n'; }} }}")
+    return (f"daemon off; master_process off; worker_processes 1; pid {tmp}/backend.pid; "
+            f"error_log {tmp}/backend.err;\nevents {{ worker_connections 4096; }}\n"
+            f"http {{ access_log off; {chr(10).join(servers)} }}\n")
+
+
+def shardgate_conf():
+    return c.shardgate_conf() + """  - name: user-orders
+    match: { path: "/v1/users/{user}/orders" }
+    fanout: { sort: { formats: [iuid] }, limit: { default: 50, max: 1000 } }
+"""
+
+
+def fanout_script(tmp):
+    path = os.path.join(tmp, "wrk-fanout.lua")
+    with open(path, "w") as f:
+        f.write('request = function() return wrk.format("GET", "/v1/users/alice/orders") end\n')
+        f.write("""done = function(summary, latency, requests)
+  io.write(string.format("RESULT requests=%d errors=%d non2xx=%d p50=%d p99=%d\\n",
+    summary.requests, summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout,
+    summary.errors.status, latency:percentile(50), latency:percentile(99)))
+end
+""")
+    return path
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--duration", type=int, default=10)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--connections", type=int, default=64)
+    ap.add_argument("--items", type=int, default=20, help="orders per region in each fan-out answer")
+    args = ap.parse_args()
+    ids = c.mint_ids(max(args.items, 1000))
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(f"{tmp}/backend.conf", "w") as f:
+            f.write(backend_conf(tmp, ids, args.items))
+        with open(f"{tmp}/sg.yaml", "w") as f:
+            f.write(shardgate_conf())
+        backend = c.start([c.NGINX, "-c", f"{tmp}/backend.conf", "-p", tmp], c.LOAD_CORE)
+        proxy = None
+        try:
+            for port in c.BACKEND_PORTS.values():
+                c.wait_port(port, backend)
+            proxy = c.start([c.SHARDGATE, "serve", "-c", f"{tmp}/sg.yaml"], c.PROXY_CORE)
+            c.wait_port(c.PROXY_PORT, proxy)
+            c.check_routing(c.PROXY_PORT, ids, "path")
+            out = subprocess.run(["curl", "-s", f"http://127.0.0.1:{c.PROXY_PORT}/v1/users/alice/orders"],
+                                 capture_output=True, text=True, check=True).stdout
+            if out.count('"region"') != min(50, 3 * args.items) + 3 or '"failed":[]' not in out:
+                raise RuntimeError(f"fan-out check failed: {out[:300]}")
+            scripts = {"routed": c.lua_script(tmp, ids, "path"), "fanout": fanout_script(tmp)}
+            pids = c.pids_of(proxy)
+            results = {}
+            for rep in range(args.reps):
+                for name, script in scripts.items():
+                    r = c.measure("shardgate", c.PROXY_PORT, pids, script, args.duration, args.connections)
+                    if r["errors"]:
+                        raise RuntimeError(f"{name}: {r['errors']} errors")
+                    results.setdefault(name, []).append(r)
+                    print(f"rep {rep + 1} {name:<7} {r['rps']:>9.0f} req/s  p99 {r['p99_us']:>6} us  "
+                          f"cpu {r['cpu_us_per_req']:.2f} us/req ({r['usr_us_per_req']:.2f}+{r['sys_us_per_req']:.2f})",
+                          flush=True)
+        finally:
+            if proxy:
+                c.stop(proxy)
+            c.stop(backend)
+    med = {n: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for n, rs in results.items()}
+    print(f"\nmedians of {args.reps}, {args.duration} s each, {args.connections} connections, "
+          f"{args.items} orders per region")
+    print(f"{'workload':<10}{'req/s':>10}{'p99 us':>9}{'CPU us/req':>12}{'usr':>7}{'sys':>7}")
+    for n, m in med.items():
+        print(f"{n:<10}{m['rps']:>10.0f}{m['p99_us']:>9.0f}{m['cpu_us_per_req']:>12.2f}"
+              f"{m['usr_us_per_req']:>7.2f}{m['sys_us_per_req']:>7.2f}")
+    ratio = med["fanout"]["cpu_us_per_req"] / (3 * med["routed"]["cpu_us_per_req"])
+    print(f"\none fan-out (3 legs + merge) / three routed requests, CPU: {ratio:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
