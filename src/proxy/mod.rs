@@ -227,41 +227,47 @@ impl Proxy {
             let client_upgrade =
                 headers::to_upstream(&mut parts, &body, plan.route(), &conn, table.settings(), &self.me.via);
             let leg = forward::Leg { chain: vec![region], can_fail_over: false, hops, table, serve_only: true };
-            let resp = forward::forward(self, leg, &parts, body, started, decision).await?;
+            let resp = Box::pin(forward::forward(self, leg, &parts, body, started, decision)).await?;
             return Ok(headers::from_upstream(resp, client_upgrade, None, &self.me.via).map(Either::Left));
         }
         match plan {
-            Plan::One(located) => self
-                .one(table, located, parts, body, conn, relay, served_here, started, decision)
-                .await
-                .map(|r| r.map(Either::Left)),
+            Plan::One(located) => {
+                // Prepared by a plain function, sent here: a nested async fn
+                // would copy the request into a future of its own.
+                let one = self.prepare_one(table, &located, &mut parts, &body, &conn, &relay, served_here, decision);
+                let resp = forward::forward(self, one.leg, &parts, body, started, decision).await?;
+                Ok(headers::from_upstream(resp, one.client_upgrade, one.minted, &self.me.via).map(Either::Left))
+            }
             Plan::Fanout(route, rule) => {
                 headers::to_upstream(&mut parts, &body, route, &conn, table.settings(), &self.me.via);
-                fanout::fanout(self, table, route, rule, &parts, hops, decision).await
+                // Boxed, as the search below: their futures are large, and held
+                // inline they would make every request's future as large.
+                Box::pin(fanout::fanout(self, table, route, rule, &parts, hops, decision)).await
             }
             Plan::Search(route, rule, id) => {
                 headers::to_upstream(&mut parts, &body, route, &conn, table.settings(), &self.me.via);
-                let resp = search::search(self, table, route, rule, &id, &parts, body, hops, decision).await?;
+                let resp =
+                    Box::pin(search::search(self, table, route, rule, &id, &parts, body, hops, decision)).await?;
                 Ok(headers::from_upstream(resp, None, None, &self.me.via).map(Either::Left))
             }
         }
     }
 
-    /// One id's request: to its owner's region (or the region a peer's
-    /// failover chain asks this instance to serve), along the failover chain.
+    /// One id's request, ready to send: the minted id set, the failover
+    /// chain (the owner's, or the one a peer asks this instance to serve
+    /// from), the head prepared for the upstream leg.
     #[allow(clippy::too_many_arguments)]
-    async fn one<'t>(
+    fn prepare_one<'t>(
         &self,
         table: &'t Table,
-        located: locate::Located<'t>,
-        mut parts: http::request::Parts,
-        body: RequestBody,
-        conn: ConnInfo,
-        relay: mesh::Relay,
+        located: &locate::Located<'t>,
+        parts: &mut http::request::Parts,
+        body: &RequestBody,
+        conn: &ConnInfo,
+        relay: &mesh::Relay,
         served_here: Option<RegionId>,
-        started: Instant,
-        decision: &mut Decision<'t>,
-    ) -> Result<Response<ResponseBody>, ProxyError> {
+        decision: &Decision<'t>,
+    ) -> One<'t> {
         let minted: Option<headers::Minted> = located.route.mint.as_ref().filter(|_| decision.minted).map(|rule| {
             let id = located.id.to_string();
             if let Ok(v) = HeaderValue::from_str(&id) {
@@ -282,11 +288,17 @@ impl Proxy {
             table,
             serve_only: false,
         };
-        let client_upgrade =
-            headers::to_upstream(&mut parts, &body, located.route, &conn, table.settings(), &self.me.via);
-        let resp = forward::forward(self, leg, &parts, body, started, decision).await?;
-        Ok(headers::from_upstream(resp, client_upgrade, minted, &self.me.via))
+        let client_upgrade = headers::to_upstream(parts, body, located.route, conn, table.settings(), &self.me.via);
+        One { leg, minted, client_upgrade }
     }
+}
+
+/// A one-id request ready for its upstream leg.
+#[derive(Debug)]
+struct One<'t> {
+    leg: forward::Leg<'t>,
+    minted: Option<headers::Minted>,
+    client_upgrade: Option<upgrade::ClientUpgrade>,
 }
 
 /// The region a peer's leg names, when it is the one this instance serves.
