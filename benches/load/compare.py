@@ -225,13 +225,17 @@ def lua_script(tmp, ids, mode):
         else:
             f.write('request = function() return wrk.format("GET", "/v1/orders", '
                     '{["X-Entity-Id"] = ids[math.random(n)]}) end\n')
-        f.write("""done = function(summary, latency, requests)
+        f.write(WRK_DONE)
+    return path
+
+
+# wrk's summary as one line that run_wrk reads.
+WRK_DONE = """done = function(summary, latency, requests)
   io.write(string.format("RESULT requests=%d errors=%d non2xx=%d p50=%d p99=%d\\n",
     summary.requests, summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout,
     summary.errors.status, latency:percentile(50), latency:percentile(99)))
 end
-""")
-    return path
+"""
 
 
 def check_routing(port, ids, mode, direct_region=None):

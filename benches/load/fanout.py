@@ -53,12 +53,7 @@ def fanout_script(tmp):
     path = os.path.join(tmp, "wrk-fanout.lua")
     with open(path, "w") as f:
         f.write('request = function() return wrk.format("GET", "/v1/users/alice/orders") end\n')
-        f.write("""done = function(summary, latency, requests)
-  io.write(string.format("RESULT requests=%d errors=%d non2xx=%d p50=%d p99=%d\\n",
-    summary.requests, summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout,
-    summary.errors.status, latency:percentile(50), latency:percentile(99)))
-end
-""")
+        f.write(c.WRK_DONE)
     return path
 
 
