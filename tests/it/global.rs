@@ -227,22 +227,25 @@ async fn regions_that_answer_badly_are_reported_never_merged() -> TestResult {
     Ok(())
 }
 
-/// Two gateways: `front` serves eu and kz from its own backends and reaches
-/// us only through `gw-us`, which serves us.
-fn mesh_table(local: Option<&str>, be: &[SocketAddr; 3], gw_us: SocketAddr) -> String {
-    let region = local.map_or(String::new(), |r| format!("region: {r}\ninstance: gw-{r}\n"));
-    let us = match local {
-        Some(_) => format!(r#"upstreams: ["http://{}"], peer: "http://{gw_us}""#, be[2]),
-        None => format!(r#"peer: "http://{gw_us}""#),
-    };
+/// A mesh table: the regions eu, kz and us on backends `be`; a region with
+/// a gateway in `gw` is reached through it, unless it is `local` (this
+/// instance's region, served from its backend). `local: None` is a front door.
+fn mesh_table(local: Option<&str>, be: &[SocketAddr; 3], gw: &[Option<SocketAddr>; 3]) -> String {
+    let head = local.map_or(String::new(), |r| format!("region: {r}\ninstance: gw-{r}\n"));
+    let mut regions = String::new();
+    for (i, name) in ["eu", "kz", "us"].into_iter().enumerate() {
+        let body = match gw[i] {
+            Some(g) if local == Some(name) => format!(r#"upstreams: ["http://{}"], peer: "http://{g}""#, be[i]),
+            Some(g) => format!(r#"peer: "http://{g}""#),
+            None => format!(r#"upstreams: ["http://{}"]"#, be[i]),
+        };
+        regions.push_str(&format!("  {name}: {{ {body} }}\n"));
+    }
     format!(
         r#"version: 1
-{region}mesh: {{ trusted_peers: ["127.0.0.1/32"] }}
+{head}mesh: {{ trusted_peers: ["127.0.0.1/32"] }}
 regions:
-  eu: {{ upstreams: ["http://{}"] }}
-  kz: {{ upstreams: ["http://{}"] }}
-  us: {{ {us} }}
-routes:
+{regions}routes:
   - name: user-orders
     match: {{ path: "/v1/users/{{user}}/orders" }}
     fanout: {{ sort: {{ formats: [iuid] }} }}
@@ -250,8 +253,7 @@ routes:
     match: {{ path: "/v1/legacy/{{id}}" }}
     id: {{ path_param: id, formats: [uuidv7] }}
     placement: search
-"#,
-        be[0], be[1]
+"#
     )
 }
 
@@ -263,8 +265,9 @@ async fn a_fanout_or_search_through_a_mesh_peer_is_served_there_and_never_fanned
     let be = [eu.addr, kz.addr, us.addr];
     let (listeners, addrs) = three_listeners().await?;
     let [front_l, us_l, _] = listeners;
-    let gw_us = proxy_on(us_l, &mesh_table(Some("us"), &be, addrs[1])).await?;
-    let front = proxy_on(front_l, &mesh_table(None, &be, addrs[1])).await?;
+    let gws = [None, None, Some(addrs[1])];
+    let gw_us = proxy_on(us_l, &mesh_table(Some("us"), &be, &gws)).await?;
+    let front = proxy_on(front_l, &mesh_table(None, &be, &gws)).await?;
     let got = get(&front.url("/v1/users/alice/orders")).await?;
     assert_eq!(got.status, 200, "{}", String::from_utf8_lossy(&got.body));
     let merged = ids(&got.json()?);
@@ -289,25 +292,30 @@ async fn a_legacy_id_is_found_through_every_gateway_and_then_asked_of_its_region
     let [eu, kz, us] = three_backends().await?;
     let legacy = shardgate::cli::backend::legacy_ids("us").into_iter().next().ok_or("no legacy id")?;
     let path = format!("/v1/legacy/{legacy}");
+    // Three regional gateways, each reaching the other regions through their gateways.
     let (listeners, addrs) = three_listeners().await?;
-    let [front_l, us_l, _] = listeners;
     let be = [eu.addr, kz.addr, us.addr];
-    let gw_us = proxy_on(us_l, &mesh_table(Some("us"), &be, addrs[1])).await?;
-    let front = proxy_on(front_l, &mesh_table(None, &be, addrs[1])).await?;
-    for gw in [&front, &gw_us] {
+    let gws = addrs.map(Some);
+    let mut gateways = Vec::new();
+    for (listener, region) in listeners.into_iter().zip(["eu", "kz", "us"]) {
+        gateways.push(proxy_on(listener, &mesh_table(Some(region), &be, &gws)).await?);
+    }
+    for gw in &gateways {
         let got = get(&gw.url(&path)).await?;
         assert_eq!(got.status, 200, "{}", String::from_utf8_lossy(&got.body));
         assert_eq!(got.json()?["region"], "us");
     }
-    // front's us leg went through gw-us, which served it from its backend (no search of its own).
-    assert_eq!(gw_us.handled(), 2);
-    // Remembered: the next request goes to us alone.
+    // gw-eu's and gw-kz's us legs went through gw-us, which served them from
+    // its backend without searching again (one request each, plus its own).
+    assert_eq!(gateways[2].handled(), 3);
+    // Remembered: the next request at each gateway goes to us alone.
     let before = (eu.hits(), kz.hits(), us.hits());
-    for gw in [&front, &gw_us] {
+    for gw in &gateways {
         let got = get(&gw.url(&path)).await?;
         assert_eq!((got.status.as_u16(), got.json()?["region"].as_str()), (200, Some("us")));
     }
-    assert_eq!((eu.hits(), kz.hits(), us.hits()), (before.0, before.1, before.2 + 2));
+    assert_eq!((eu.hits(), kz.hits(), us.hits()), (before.0, before.1, before.2 + 3));
+    let front = &gateways[0];
     // An id no region holds: 404, naming the regions asked.
     let missing = get(&front.url("/v1/legacy/017491bb-3800-74cf-8cf4-000000000000")).await?;
     assert_eq!(missing.status, 404);
