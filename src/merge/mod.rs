@@ -37,6 +37,9 @@ use crate::ids::{self, Format, Params};
 
 pub use cursor::{Cursor, CursorError};
 
+/// Longest string sort value, in bytes: it travels in the cursor.
+pub const MAX_TEXT_KEY: usize = 1024;
+
 /// How a fan-out route merges: where the array is, what it is ordered by.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Spec {
@@ -211,7 +214,12 @@ fn key<'b>(spec: &Spec, params: &Params, region: &'b str, raw: &'b RawValue) -> 
         SortKey::Field(_) => {
             let v = value.get();
             let value = if v.starts_with('"') {
-                Value::Text(pick::string(v).map_err(|e| format!("field {}: {e}", quoted(name)))?)
+                let text = pick::string(v).map_err(|e| format!("field {}: {e}", quoted(name)))?;
+                // It travels in the cursor, whose length is bounded.
+                if text.len() > MAX_TEXT_KEY {
+                    return Err(format!("field {} is longer than {MAX_TEXT_KEY} bytes", quoted(name)));
+                }
+                Value::Text(text)
             } else {
                 match serde_json::from_str::<f64>(v) {
                     Ok(n) => Value::Number(n),

@@ -60,20 +60,34 @@ pub(super) async fn fanout<'t>(
     let mut all = Vec::new();
     let mut failed = Vec::new();
     let mut answered = Vec::new();
+    let mut not_found = Vec::new();
     for (region, answer) in &answers {
         let name = table.region(*region).name.as_str();
-        match answer.as_ref().map(|body| merge::items(&rule.merge, table.id_params(), name, body)) {
-            Ok(Ok(items)) => {
-                answered.push((name, items.len()));
-                all.extend(items);
-            }
-            Ok(Err(e)) => {
-                failed.push(LegFailure { region: name.to_string(), reason: e.reason(), detail: e.to_string() })
+        match answer {
+            Ok(Answer::List(body)) => match merge::items(&rule.merge, table.id_params(), name, body) {
+                Ok(items) => {
+                    answered.push((name, items.len()));
+                    all.extend(items);
+                }
+                Err(e) => {
+                    failed.push(LegFailure { region: name.to_string(), reason: e.reason(), detail: e.to_string() })
+                }
+            },
+            // The region has no list for this request: an empty one.
+            Ok(Answer::NotFound) => {
+                answered.push((name, 0));
+                not_found.push(name.to_string());
             }
             Err(f) => failed.push(f.clone()),
         }
     }
-    let outcomes = answered.iter().map(|(r, _)| (*r, "ok")).chain(failed.iter().map(|f| (f.region.as_str(), f.reason)));
+    if !answers.is_empty() && not_found.len() == answers.len() {
+        return Err(ProxyError::NotFoundAnywhere { asked: not_found });
+    }
+    let outcomes = answered
+        .iter()
+        .map(|(r, _)| (*r, if not_found.iter().any(|n| n == r) { "not_found" } else { "ok" }))
+        .chain(failed.iter().map(|f| (f.region.as_str(), f.reason)));
     decision.legs = Some(legs::summary(outcomes.clone()));
     for (region, outcome) in outcomes {
         proxy.shared.metrics.leg("fanout", &route.name, region, outcome);
@@ -102,7 +116,8 @@ fn read_page(table: &Table, rule: &FanoutRule, parts: &Parts) -> Result<PageRequ
             }
         },
     };
-    let after = match query_param(query, "cursor").map(percent_decode) {
+    // An empty cursor is the first page.
+    let after = match query_param(query, "cursor").filter(|c| !c.is_empty()).map(percent_decode) {
         None => None,
         Some(text) => Some(
             Cursor::decode(&rule.merge, &text)
@@ -122,6 +137,11 @@ fn read_page(table: &Table, rule: &FanoutRule, parts: &Parts) -> Result<PageRequ
                         wanted.push(r);
                     }
                 }
+            }
+            if wanted.is_empty() {
+                return Err(ProxyError::BadPage {
+                    detail: format!("{param} names no country owned by a region of this route"),
+                });
             }
             wanted
         }
@@ -143,7 +163,8 @@ fn countries<'p>(rule: &FanoutRule, parts: &'p Parts) -> Option<(String, Cow<'p,
 }
 
 /// The request each region is sent: a GET (a HEAD's answer would carry no
-/// list to merge), without the proxy's own `limit` and `cursor`.
+/// list to merge), without the proxy's own `limit` and `cursor`, asking for
+/// the whole list as plain JSON.
 fn leg_request(parts: &Parts) -> Result<Parts, ProxyError> {
     let path = parts.uri.path();
     let kept: Vec<&str> = parts
@@ -158,12 +179,14 @@ fn leg_request(parts: &Parts) -> Result<Parts, ProxyError> {
         .collect();
     let target = if kept.is_empty() { path.to_string() } else { format!("{path}?{}", kept.join("&")) };
     let uri = target.parse::<http::Uri>().map_err(|_| ProxyError::NoRoute)?;
-    let mut req = http::Request::new(());
-    *req.method_mut() = Method::GET;
-    *req.uri_mut() = uri;
-    *req.version_mut() = parts.version;
-    *req.headers_mut() = parts.headers.clone();
-    Ok(req.into_parts().0)
+    Ok(legs::leg_head(parts, Method::GET, uri, true))
+}
+
+/// What one region answered: its list, or 404 (no list there: nothing to merge).
+#[derive(Debug)]
+enum Answer {
+    List(Bytes),
+    NotFound,
 }
 
 /// Every region's answer body, or why there is none: legs run at most
@@ -176,15 +199,17 @@ async fn gather(
     regions: &[RegionId],
     leg: &Parts,
     hops: u32,
-) -> Vec<(RegionId, Result<Bytes, LegFailure>)> {
+) -> Vec<(RegionId, Result<Answer, LegFailure>)> {
     let deadline = tokio::time::Instant::now() + rule.deadline;
     let fetch = |region: RegionId| async move {
         let name = table.region(region).name.as_str();
+        // One leg_timeout from the request to the body's last byte.
+        let ends = tokio::time::Instant::now() + rule.leg_timeout;
         let result = match legs::ask(proxy, table, region, leg, hops, rule.leg_timeout).await {
             Ok(resp) if resp.status().is_success() => {
                 let read = legs::read_body(name, resp, rule.max_leg_bytes);
-                match tokio::time::timeout(rule.leg_timeout, read).await {
-                    Ok(r) => r,
+                match tokio::time::timeout_at(ends, read).await {
+                    Ok(r) => r.map(Answer::List),
                     Err(_) => Err(LegFailure {
                         region: name.to_string(),
                         reason: "leg_timeout",
@@ -192,6 +217,7 @@ async fn gather(
                     }),
                 }
             }
+            Ok(resp) if resp.status() == http::StatusCode::NOT_FOUND => Ok(Answer::NotFound),
             Ok(resp) => Err(legs::status_failure(name, resp.status())),
             Err(f) => Err(f),
         };

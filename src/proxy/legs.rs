@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::request::Parts;
-use http::{header, Response};
+use http::{header, HeaderName, Method, Response};
 use http_body_util::{BodyExt, Limited};
 
 use super::error::{LegFailure, ProxyError};
@@ -41,6 +41,36 @@ pub(super) async fn ask(
     }
 }
 
+/// Fields of the client's request no leg carries: legs send no body (so
+/// no framing or `Expect`), and a fan-out's legs must answer whole, plain
+/// JSON lists (so no compression, ranges or conditions).
+const BODY_FIELDS: [HeaderName; 3] = [header::CONTENT_LENGTH, header::TRANSFER_ENCODING, header::EXPECT];
+const WHOLE_ANSWER_FIELDS: [HeaderName; 7] = [
+    header::ACCEPT_ENCODING,
+    header::RANGE,
+    header::IF_RANGE,
+    header::IF_MATCH,
+    header::IF_NONE_MATCH,
+    header::IF_MODIFIED_SINCE,
+    header::IF_UNMODIFIED_SINCE,
+];
+
+/// The head a leg sends: `parts`' target and fields with `method`, without
+/// a body's fields, and, when `whole` (a fan-out leg, or a write's probe),
+/// without the fields that make an answer partial, conditional or encoded.
+pub(super) fn leg_head(parts: &Parts, method: Method, uri: http::Uri, whole: bool) -> Parts {
+    let mut req = http::Request::new(());
+    *req.method_mut() = method;
+    *req.uri_mut() = uri;
+    *req.version_mut() = parts.version;
+    let mut headers = parts.headers.clone();
+    for name in BODY_FIELDS.iter().chain(if whole { &WHOLE_ANSWER_FIELDS[..] } else { &[] }) {
+        headers.remove(name);
+    }
+    *req.headers_mut() = headers;
+    req.into_parts().0
+}
+
 /// The failure of a leg that `error` ended.
 pub(super) fn failure(region: &str, error: &ProxyError) -> LegFailure {
     LegFailure { region: region.to_string(), reason: error.reason(), detail: error.to_string() }
@@ -60,6 +90,16 @@ pub(super) async fn read_body(region: &str, resp: Response<ResponseBody>, max: u
         reason: "too_large",
         detail: format!("the answer is larger than max_leg_bytes ({max})"),
     };
+    if let Some(coding) = resp.headers().get(header::CONTENT_ENCODING).filter(|v| v.as_bytes() != b"identity") {
+        return Err(LegFailure {
+            region: region.to_string(),
+            reason: "invalid_json",
+            detail: format!(
+                "the answer is encoded ({}); legs ask for plain JSON",
+                String::from_utf8_lossy(coding.as_bytes())
+            ),
+        });
+    }
     let declared = resp.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|n| n > max as u64) {
         return Err(too_large());

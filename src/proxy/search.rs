@@ -37,6 +37,9 @@ struct Asked {
     not_found: Vec<String>,
     /// Regions that failed.
     failed: Vec<LegFailure>,
+    /// When every region answered the same 4xx other than 404, one of
+    /// those answers (the client's request, not the search, is refused).
+    refused: Option<Response<ResponseBody>>,
 }
 
 /// Serves a request on a `placement: search` route.
@@ -56,21 +59,43 @@ pub(super) async fn search<'t>(
     let id = id.to_string();
     let read = parts.method == Method::GET || parts.method == Method::HEAD;
     let mut body = Some(body);
-    if let Lookup::Hit(region) = found.lookup(&route.name, &id, table, Instant::now()) {
+    let cached = match found.lookup(&route.name, &id, table, Instant::now()) {
+        // A region the route no longer asks (the table changed) is not trusted.
+        Lookup::Hit(region) if rule.regions.contains(&usize::from(region.0)) => Some(region),
+        Lookup::Hit(_) => {
+            found.forget(&route.name, &id);
+            None
+        }
+        Lookup::Miss | Lookup::Stale => None,
+    };
+    if let Some(region) = cached {
         decision.outcome = Some("search_cached");
         let body = body.take().unwrap_or(RequestBody::Empty);
         let resp = send(proxy, table, region, parts, body, hops, decision).await?;
-        if !(read && resp.status() == StatusCode::NOT_FOUND) {
+        if resp.status() != StatusCode::NOT_FOUND {
             return Ok(resp);
         }
-        // It has gone from there (moved, or deleted): search again.
+        // It has gone from there (moved, or deleted): forget it; a read searches again.
         found.forget(&route.name, &id);
+        if !read {
+            return Ok(resp);
+        }
     }
     decision.outcome = Some("searched");
     decision.upstream_started = Some(Instant::now());
-    let probe = if read { None } else { Some(head_of(parts)) };
-    let asked = ask(proxy, table, rule, probe.as_ref().unwrap_or(parts), hops).await;
+    // Reads are asked as they are (a 304 from the owner is its answer);
+    // a write's probe asks plainly whether the entity is there.
+    let probe = if read {
+        legs::leg_head(parts, parts.method.clone(), parts.uri.clone(), false)
+    } else {
+        legs::leg_head(parts, Method::HEAD, parts.uri.clone(), true)
+    };
+    let asked = ask(proxy, table, rule, &probe, hops).await;
     record(proxy, table, route, rule, &asked, decision);
+    if let (None, Some(resp)) = (&asked.found, asked.refused) {
+        // Every region refused alike (401, 403, …): that is the answer.
+        return Ok(resp);
+    }
     let Some((region, resp)) = asked.found else {
         let names = rule.regions.iter().filter_map(|&i| u16::try_from(i).ok()).map(|i| &table.region(RegionId(i)).name);
         return Err(if asked.failed.is_empty() {
@@ -117,6 +142,7 @@ async fn ask(proxy: &Proxy, table: &Table, rule: &SearchRule, parts: &Parts, hop
                 break;
             }
         }
+        refused_alike(&mut asked, rule.regions.len());
         return asked;
     }
     let mut running: FuturesUnordered<_> = regions.map(one).collect();
@@ -125,7 +151,21 @@ async fn ask(proxy: &Proxy, table: &Table, rule: &SearchRule, parts: &Parts, hop
             break;
         }
     }
+    refused_alike(&mut asked, rule.regions.len());
     asked
+}
+
+/// Keeps a refusal as the answer when every region gave the same 4xx (not
+/// 404); otherwise drops it, and the refusals stay failures.
+fn refused_alike(asked: &mut Asked, regions: usize) {
+    let first = asked.failed.first().map(|f| f.detail.clone());
+    let alike = asked.found.is_none()
+        && asked.not_found.is_empty()
+        && asked.failed.len() == regions
+        && asked.failed.iter().all(|f| f.reason == "status" && Some(&f.detail) == first.as_ref());
+    if !alike {
+        asked.refused = None;
+    }
 }
 
 /// Files one region's answer; whether it is the one (2xx).
@@ -137,12 +177,17 @@ fn take(
 ) -> bool {
     let name = &table.region(region).name;
     match result {
-        Ok(resp) if resp.status().is_success() => {
+        Ok(resp) if resp.status().is_success() || resp.status() == StatusCode::NOT_MODIFIED => {
             asked.found = Some((region, resp));
             return true;
         }
         Ok(resp) if resp.status() == StatusCode::NOT_FOUND => asked.not_found.push(name.clone()),
-        Ok(resp) => asked.failed.push(legs::status_failure(name, resp.status())),
+        Ok(resp) => {
+            asked.failed.push(legs::status_failure(name, resp.status()));
+            if resp.status().is_client_error() && asked.refused.is_none() {
+                asked.refused = Some(resp);
+            }
+        }
         Err(f) => asked.failed.push(f),
     }
     false
@@ -172,17 +217,4 @@ fn record(proxy: &Proxy, table: &Table, route: &Route, rule: &SearchRule, asked:
     for name in names {
         proxy.shared.metrics.leg("search", &route.name, name, outcome(name));
     }
-}
-
-/// A `HEAD` of the same target and fields: how a write finds its region.
-fn head_of(parts: &Parts) -> Parts {
-    let mut req = http::Request::new(());
-    *req.method_mut() = Method::HEAD;
-    *req.uri_mut() = parts.uri.clone();
-    *req.version_mut() = parts.version;
-    *req.headers_mut() = parts.headers.clone();
-    let mut head = req.into_parts().0;
-    head.headers.remove(http::header::CONTENT_LENGTH);
-    head.headers.remove(http::header::TRANSFER_ENCODING);
-    head
 }

@@ -439,3 +439,67 @@ async fn the_demo_prints_a_fanout_and_a_search_whose_answers_come_from_every_reg
     assert_eq!((found.status.as_u16(), found.json()?["region"].as_str()), (200, Some("us")));
     Ok(())
 }
+
+#[tokio::test]
+async fn legs_ask_for_whole_plain_lists_and_a_region_without_one_answers_404() -> TestResult {
+    // A region that says what it was sent, inside the one order it holds.
+    let (seen, _) = backend_with(|req| async move {
+        let h = |name: &str| req.headers().get(name).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+        let id = Iuid::from_fields(1_700_000_000_000, 49, 3, 1).to_string();
+        let item = serde_json::json!({
+            "id": id, "query": req.uri().query(), "method": req.method().as_str(),
+            "accept_encoding": h("accept-encoding"), "if_none_match": h("if-none-match"),
+            "range": h("range"), "content_length": h("content-length"), "expect": h("expect"),
+        });
+        Response::new(full(serde_json::Value::from(vec![item]).to_string()))
+    })
+    .await?;
+    let nobody = answering(404, Bytes::from(r#"{"error":"no such user"}"#), Duration::ZERO).await?;
+    let p = proxy(&table(seen.addr, nobody.addr, nobody.addr, "")).await?;
+    let req = Request::get(p.url("/v1/users/alice/orders?status=open&limit=5&cursor="))
+        .header("accept-encoding", "gzip, br")
+        .header("if-none-match", "\"v1\"")
+        .header("range", "bytes=0-10")
+        .body(Full::new(Bytes::new()))?;
+    let got = send(req).await?;
+    assert_eq!(got.status, 200, "{}", String::from_utf8_lossy(&got.body));
+    // 404 is "no list here": an empty one, not a failure.
+    assert_eq!(got.header("x-shardgate-partial"), None);
+    let body = got.json()?;
+    assert_eq!(body["failed"], serde_json::json!([]));
+    let item = &body["items"][0];
+    assert_eq!(item["query"], "status=open", "the proxy's own parameters stay with it");
+    assert_eq!(item["method"], "GET");
+    for field in ["accept_encoding", "if_none_match", "range", "content_length", "expect"] {
+        assert_eq!(item[field], serde_json::Value::Null, "{field} reached the region");
+    }
+    // Every region without a list: 404.
+    let p = proxy(&table(nobody.addr, nobody.addr, nobody.addr, "")).await?;
+    let got = get(&p.url("/v1/users/nobody/orders")).await?;
+    assert_eq!((got.status.as_u16(), got.json()?["reason"].as_str()), (404, Some("not_found_in_any_region")));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_search_passes_on_a_refusal_every_region_agrees_on_and_the_owners_304() -> TestResult {
+    let refusing = answering(403, Bytes::from(r#"{"error":"forbidden"}"#), Duration::ZERO).await?;
+    let p = proxy(&table(refusing.addr, refusing.addr, refusing.addr, "")).await?;
+    let got = get(&p.url("/v1/legacy/017491bb-3800-74cf-8cf4-000000000000")).await?;
+    assert_eq!((got.status.as_u16(), got.json()?["error"].as_str()), (403, Some("forbidden")));
+    // The owner answers a conditional read 304, the others 404: the 304 is the answer.
+    let (owner, _) = backend_with(|req| async move {
+        let mut resp: Response<TestBody> = Response::new(full(""));
+        if req.headers().contains_key("if-none-match") {
+            *resp.status_mut() = http::StatusCode::NOT_MODIFIED;
+        }
+        resp
+    })
+    .await?;
+    let nobody = answering(404, Bytes::from("{}"), Duration::ZERO).await?;
+    let p = proxy(&table(nobody.addr, nobody.addr, owner.addr, "")).await?;
+    let req = Request::get(p.url("/v1/legacy/017491bb-3800-74cf-8cf4-000000000000"))
+        .header("if-none-match", "\"v1\"")
+        .body(Full::new(Bytes::new()))?;
+    assert_eq!(send(req).await?.status, 304);
+    Ok(())
+}
