@@ -10,7 +10,7 @@
 //! * Each answer is parsed once into borrowed elements (`serde_json`'s
 //!   `RawValue`): the elements reach the client byte for byte as their
 //!   region wrote them, never re-serialised.
-//! * Each element's sort key is read from one field by [`pick`], which skips
+//! * Each element's sort key is read from one field by `pick`, which skips
 //!   the others without building them: by default the time embedded in the
 //!   element's id (iUIDs, UUIDv7, Locality UUIDs and Snowflakes are
 //!   k-sortable), or a named field's value (numbers, or strings such as
