@@ -62,9 +62,8 @@ fn explain_route(table: &Table, found: &Found, route: &Route, id: &str, named: b
     entry.insert("route".into(), route.name.clone().into());
     entry.insert("template".into(), route.template.clone().into());
     entry.insert("placement".into(), route.strategy.name().into());
-    let names = |list: &[usize]| -> Vec<String> {
-        list.iter().filter_map(|&i| u16::try_from(i).ok()).map(|i| table.region(RegionId(i)).name.clone()).collect()
-    };
+    let names =
+        |list: &[usize]| -> Vec<String> { RegionId::list(list).map(|r| table.region(r).name.clone()).collect() };
     if let Some(f) = &route.fanout {
         entry.insert("placement".into(), "fanout".into());
         let sort = match &f.merge.sort {

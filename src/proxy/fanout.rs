@@ -125,7 +125,7 @@ fn read_page(table: &Table, rule: &FanoutRule, parts: &Parts) -> Result<PageRequ
         ),
     };
     let regions = match countries(rule, parts) {
-        None => rule.regions.iter().filter_map(|&i| u16::try_from(i).ok().map(RegionId)).collect(),
+        None => RegionId::list(&rule.regions).collect(),
         Some((param, list)) => {
             let mut wanted = Vec::new();
             for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
@@ -268,11 +268,11 @@ fn write_answer(
     let regions: Vec<serde_json::Value> =
         answered.iter().map(|(r, n)| serde_json::json!({ "region": r, "items": n })).collect();
     let failed: Vec<serde_json::Value> = failed.iter().map(LegFailure::to_json).collect();
-    let rest = serde_json::json!({ "next_cursor": next, "regions": regions, "failed": failed });
-    // `rest` is an object: its text without the opening brace continues ours.
-    let rest = rest.to_string();
-    out.push(b',');
-    out.extend_from_slice(rest.get(1..).unwrap_or("}").as_bytes());
+    for (name, value) in [("next_cursor", next.into()), ("regions", regions.into()), ("failed", failed.into())] {
+        let value: serde_json::Value = value;
+        out.extend_from_slice(format!(",\"{name}\":{value}").as_bytes());
+    }
+    out.push(b'}');
     out
 }
 

@@ -41,6 +41,14 @@ pub(super) struct Leg<'t> {
     pub(super) table: &'t Table,
 }
 
+impl<'t> Leg<'t> {
+    /// A leg of a fan-out or search, or one a peer asked for: `region`
+    /// alone, never failed over, marked for a peer to serve as it is.
+    pub(super) fn alone(table: &'t Table, region: RegionId, hops: u32) -> Leg<'t> {
+        Leg { chain: vec![region], can_fail_over: false, hops, table, serve_only: true }
+    }
+}
+
 /// The attempt settings of the table in force for a request that arrived at `started`.
 fn settings(table: &Table, started: Instant) -> AttemptSettings {
     let up = &table.settings().upstream;

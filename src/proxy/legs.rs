@@ -27,7 +27,7 @@ pub(super) async fn ask(
     timeout: Duration,
 ) -> Result<Response<ResponseBody>, LegFailure> {
     let name = &table.region(region).name;
-    let leg = Leg { chain: vec![region], can_fail_over: false, hops, table, serve_only: true };
+    let leg = Leg::alone(table, region, hops);
     let mut decision = Decision::default();
     let sent = forward(proxy, leg, parts, RequestBody::Empty, Instant::now(), &mut decision);
     match tokio::time::timeout(timeout, sent).await {

@@ -226,7 +226,7 @@ impl Proxy {
             let region = serve_leg_here(table, name, &self.me.name)?;
             let client_upgrade =
                 headers::to_upstream(&mut parts, &body, plan.route(), &conn, table.settings(), &self.me.via);
-            let leg = forward::Leg { chain: vec![region], can_fail_over: false, hops, table, serve_only: true };
+            let leg = forward::Leg::alone(table, region, hops);
             let resp = Box::pin(forward::forward(self, leg, &parts, body, started, decision)).await?;
             return Ok(headers::from_upstream(resp, client_upgrade, None, &self.me.via).map(Either::Left));
         }

@@ -97,7 +97,7 @@ pub(super) async fn search<'t>(
         return Ok(resp);
     }
     let Some((region, resp)) = asked.found else {
-        let names = rule.regions.iter().filter_map(|&i| u16::try_from(i).ok()).map(|i| &table.region(RegionId(i)).name);
+        let names = RegionId::list(&rule.regions).map(|r| &table.region(r).name);
         return Err(if asked.failed.is_empty() {
             ProxyError::NotFoundAnywhere { asked: names.cloned().collect() }
         } else {
@@ -123,14 +123,14 @@ async fn send<'t>(
     hops: u32,
     decision: &mut Decision<'t>,
 ) -> Result<Response<ResponseBody>, ProxyError> {
-    let leg = Leg { chain: vec![region], can_fail_over: false, hops, table, serve_only: true };
+    let leg = Leg::alone(table, region, hops);
     forward(proxy, leg, parts, body, Instant::now(), decision).await
 }
 
 /// Asks the rule's regions for `parts` until one answers 2xx: all at once
 /// (the others are cancelled when one does), or one after another in order.
 async fn ask(proxy: &Proxy, table: &Table, rule: &SearchRule, parts: &Parts, hops: u32) -> Asked {
-    let regions = rule.regions.iter().filter_map(|&i| u16::try_from(i).ok()).map(RegionId);
+    let regions = RegionId::list(&rule.regions);
     let one = |region: RegionId| async move {
         (region, legs::ask(proxy, table, region, parts, hops, rule.leg_timeout).await)
     };
@@ -207,12 +207,7 @@ fn record(proxy: &Proxy, table: &Table, route: &Route, rule: &SearchRule, asked:
             asked.failed.iter().find(|f| f.region == name).map_or("cancelled", |f| f.reason)
         }
     };
-    let names: Vec<&str> = rule
-        .regions
-        .iter()
-        .filter_map(|&i| u16::try_from(i).ok())
-        .map(|i| table.region(RegionId(i)).name.as_str())
-        .collect();
+    let names: Vec<&str> = RegionId::list(&rule.regions).map(|r| table.region(r).name.as_str()).collect();
     decision.legs = Some(legs::summary(names.iter().map(|n| (*n, outcome(n)))));
     for name in names {
         proxy.shared.metrics.leg("search", &route.name, name, outcome(name));

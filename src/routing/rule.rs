@@ -12,6 +12,14 @@ pub use crate::config::model::Strategy;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RegionId(pub u16);
 
+impl RegionId {
+    /// The regions a validated rule lists by position (`fanout.regions`,
+    /// `search.regions`), in order.
+    pub fn list(positions: &[usize]) -> impl Iterator<Item = RegionId> + '_ {
+        positions.iter().filter_map(|&i| u16::try_from(i).ok()).map(RegionId)
+    }
+}
+
 /// Which region owns an id, and the rule that said so.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Placement {
