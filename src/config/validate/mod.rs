@@ -12,10 +12,14 @@ mod reads;
 mod routes;
 mod settings;
 
+use http::HeaderName;
+
 use super::model::Config;
 use super::report::Ctx;
 use super::schema::File;
-use super::yaml::edit_distance;
+use super::show;
+use super::yaml::{edit_distance, YamlPath};
+use crate::ids::Format;
 
 pub use names::METHODS;
 
@@ -73,6 +77,47 @@ pub(crate) fn validate(file: &File, ctx: &mut Ctx<'_>) -> Config {
         search_cache: file.search_cache.clone(),
         routes,
     }
+}
+
+/// A header name from the file, reported at `path` when it is not one.
+fn header_name(ctx: &mut Ctx<'_>, path: &YamlPath, name: &str, example: &str) -> Option<HeaderName> {
+    match HeaderName::from_bytes(name.as_bytes()) {
+        Ok(h) => Some(h),
+        Err(_) => {
+            ctx.at(
+                path,
+                format!("invalid header name {}", show(name)),
+                Some(&format!("header names are tokens such as {example}")),
+            );
+            None
+        }
+    }
+}
+
+/// A list of format names at `path` (`id.formats`, `fanout.sort.formats`):
+/// not empty (`empty_hint` says what to write), each known and listed once.
+/// The formats, with their positions in the list.
+fn format_list(names: &[String], path: &YamlPath, empty_hint: &str, ctx: &mut Ctx<'_>) -> Vec<(usize, Format)> {
+    if names.is_empty() {
+        ctx.at(path, "formats list is empty".into(), Some(empty_hint));
+    }
+    let mut formats: Vec<(usize, Format)> = Vec::with_capacity(names.len());
+    for (i, name) in names.iter().enumerate() {
+        let Some(format) = Format::from_name(name) else {
+            let hint = match closest(name, Format::ALL.iter().map(|f| f.name())) {
+                Some(c) => format!("did you mean `{c}`?"),
+                None => format!("use one of {}", Format::ALL.map(|f| f.name()).join(", ")),
+            };
+            ctx.at(&path.i(i), format!("unknown id format {}", show(name)), Some(&hint));
+            continue;
+        };
+        if formats.iter().any(|&(_, f)| f == format) {
+            ctx.at(&path.i(i), format!("format {} is listed twice", show(name)), Some("remove the repeat"));
+            continue;
+        }
+        formats.push((i, format));
+    }
+    formats
 }
 
 /// The candidate closest to `name` (case-insensitive edit distance), if close enough to suggest.

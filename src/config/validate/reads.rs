@@ -2,9 +2,8 @@
 //! reads. Regions that exist (each once), a merge rule that names its
 //! fields, page sizes, timeouts and caps that make sense together.
 
-use http::HeaderName;
-
 use super::names::Names;
+use super::{format_list, header_name};
 use crate::config::model::{FanoutRule, ListSource, SearchRule};
 use crate::config::report::Ctx;
 use crate::config::schema::{self, CountryList, FanoutSpec, SearchSpec, SortSpec};
@@ -123,13 +122,7 @@ pub(super) fn fanout_rule(names: &Names<'_>, f: &FanoutSpec, fp: &YamlPath, ctx:
 /// `fanout.countries`: exactly one of header or query.
 fn list_source(c: &CountryList, p: &YamlPath, ctx: &mut Ctx<'_>) -> Option<ListSource> {
     match (&c.header, &c.query) {
-        (Some(h), None) => match HeaderName::from_bytes(h.as_bytes()) {
-            Ok(h) => Some(ListSource::Header(h)),
-            Err(_) => {
-                ctx.at(&p.k("header"), format!("invalid header name {}", show(h)), Some("e.g. X-Countries"));
-                None
-            }
-        },
+        (Some(h), None) => header_name(ctx, &p.k("header"), h, "X-Countries").map(ListSource::Header),
         (None, Some(q)) if !q.is_empty() => Some(ListSource::Query(q.clone())),
         (None, Some(_)) => {
             ctx.at(&p.k("query"), "empty query parameter name".into(), Some("e.g. `query: countries`"));
@@ -163,25 +156,8 @@ fn sort_key(s: &SortSpec, p: &YamlPath, ctx: &mut Ctx<'_>) -> Option<SortKey> {
         ctx.at(&p.k("id_field"), "empty field name".into(), Some("e.g. `id_field: id`"));
     }
     let Some(names) = &s.formats else { return Some(SortKey::IdTime { field, formats: Format::ALL.to_vec() }) };
-    let mut formats = Vec::with_capacity(names.len());
-    for (i, name) in names.iter().enumerate() {
-        match Format::from_name(name) {
-            Some(f) if !formats.contains(&f) => formats.push(f),
-            Some(_) => ctx.at(
-                &p.k("formats").i(i),
-                format!("format {} is listed twice", show(name)),
-                Some("remove the repeat"),
-            ),
-            None => ctx.at(
-                &p.k("formats").i(i),
-                format!("unknown id format {}", show(name)),
-                Some(&format!("use one of {}", Format::ALL.map(|f| f.name()).join(", "))),
-            ),
-        }
-    }
-    if names.is_empty() {
-        ctx.at(&p.k("formats"), "formats list is empty".into(), Some("list the formats the ids are in, e.g. [iuid]"));
-    }
+    let formats = format_list(names, &p.k("formats"), "list the formats the ids are in, e.g. [iuid]", ctx);
+    let formats = formats.into_iter().map(|(_, f)| f).collect();
     Some(SortKey::IdTime { field, formats })
 }
 

@@ -6,9 +6,9 @@ use std::collections::{BTreeSet, HashMap};
 
 use http::{HeaderName, Method};
 
-use super::closest;
 use super::names::{Names, METHODS};
 use super::reads;
+use super::{format_list, header_name};
 use crate::config::model::{Country, CountrySource, Entity, IdRule, IdSource, MintRule, Route, Strategy};
 use crate::config::report::Ctx;
 use crate::config::schema::{self, File, IdSpec, MintSpec};
@@ -313,21 +313,6 @@ impl<'f> Templates<'f> {
     }
 }
 
-/// A header name from the file, reported at `path` when it is not one.
-fn header_name(ctx: &mut Ctx<'_>, path: &YamlPath, name: &str, example: &str) -> Option<HeaderName> {
-    match HeaderName::from_bytes(name.as_bytes()) {
-        Ok(h) => Some(h),
-        Err(_) => {
-            ctx.at(
-                path,
-                format!("invalid header name {}", show(name)),
-                Some(&format!("header names are tokens such as {example}")),
-            );
-            None
-        }
-    }
-}
-
 /// `id`: exactly one source, known formats (each once), a placement that reads them.
 fn id_rule(
     refs: &Refs<'_>,
@@ -366,29 +351,13 @@ fn id_rule(
         }
         source = Some(IdSource::Query(q.clone()));
     }
-    if id.formats.is_empty() {
-        ctx.at(&ip.k("formats"), "formats list is empty".into(), Some("list the accepted formats, e.g. [iuid]"));
-    }
-    let mut formats = Vec::with_capacity(id.formats.len());
-    for (i, f) in id.formats.iter().enumerate() {
-        let fp = ip.k("formats").i(i);
-        let Some(format) = Format::from_name(f) else {
-            let hint = match closest(f, Format::ALL.iter().map(|f| f.name())) {
-                Some(c) => format!("did you mean `{c}`?"),
-                None => format!("use one of {}", Format::ALL.map(|f| f.name()).join(", ")),
-            };
-            ctx.at(&fp, format!("unknown id format {}", show(f)), Some(&hint));
-            continue;
-        };
-        if formats.contains(&format) {
-            ctx.at(&fp, format!("format {} is listed twice", show(f)), Some("remove the repeat"));
-            continue;
+    let formats = format_list(&id.formats, &ip.k("formats"), "list the accepted formats, e.g. [iuid]", ctx);
+    if let Some(s) = strategy {
+        for &(i, format) in &formats {
+            check_strategy(refs, ctx, &ip.k("formats").i(i), &r.name, format, s);
         }
-        if let Some(s) = strategy {
-            check_strategy(refs, ctx, &fp, &r.name, format, s);
-        }
-        formats.push(format);
     }
+    let formats = formats.into_iter().map(|(_, f)| f).collect();
     Some(IdRule { source: source?, formats })
 }
 
