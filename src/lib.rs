@@ -60,12 +60,15 @@
 //! * [`tls`]: rustls configurations: the listener (certificate reload,
 //!   client certificates) and `https://` upstreams and peers.
 //! * [`metrics`]: Prometheus metrics, label values from the table.
+//! * [`telemetry`]: the log's setup, and the traces: a server span per
+//!   request, a client span per upstream attempt, a span per fan-out or
+//!   search leg, W3C `traceparent` continued and passed on, exported over
+//!   OTLP/HTTP from a bounded queue (off unless configured).
 //! * [`mesh`]: hop, loop and failover headers between regional shardgates.
 //! * [`upstream`]: the client side: connector, pool, exchange, attempts, retries, health.
 //! * [`proxy`]: the request path above, the listener, the drain.
 //! * [`admin`]: the admin listener: probes, metrics, the table, reload,
 //!   drain, `explain`.
-//! * [`telemetry`]: logging setup.
 //! * [`app`]: assembly of the daemon: table, proxy, admin, reload triggers, signals.
 //! * [`cli`]: the command line: `serve` (via [`app`]), `check`, `decode`,
 //!   `mint`, `demo`, `backend`, `probe`; exit codes.

@@ -275,6 +275,8 @@ pub struct ScrapeInputs {
     pub endpoints: Option<Vec<(String, String, bool)>>,
     /// The counters of the search cache.
     pub found: crate::routing::FoundStats,
+    /// Trace spans exported, dropped (queue full) and failed, when traces are on.
+    pub spans: Option<(u64, u64, u64)>,
 }
 
 /// Every metric shardgate exports, and the registry that renders them.
@@ -299,6 +301,7 @@ pub struct Metrics {
     search_cache: Family<ResultLabels, Counter>,
     search_cache_evictions: Counter,
     search_cache_entries: Gauge,
+    trace_spans: Family<ResultLabels, Counter>,
     labels: ArcSwap<TableLabels>,
 }
 
@@ -394,8 +397,15 @@ impl Metrics {
         );
         let search_cache_entries = Gauge::default();
         registry.register("search_cache_entries", "Ids the search cache holds", search_cache_entries.clone());
+        let trace_spans = Family::default();
+        registry.register(
+            "trace_spans",
+            "Trace spans by what became of them: exported, dropped (export queue full), failed (collector refused or unreachable)",
+            trace_spans.clone(),
+        );
         let empty = TableLabels::build(0, &[], &[]);
         Metrics {
+            trace_spans,
             legs,
             search_cache,
             search_cache_evictions,
@@ -543,6 +553,11 @@ impl Metrics {
         }
         self.search_cache_evictions.inner().store(f.evictions, Relaxed);
         self.search_cache_entries.set(i64::try_from(f.entries).unwrap_or(i64::MAX));
+        if let Some((exported, dropped, failed)) = inputs.spans {
+            for (result, n) in [("exported", exported), ("dropped", dropped), ("failed", failed)] {
+                self.trace_spans.get_or_create(&ResultLabels { result }).inner().store(n, Relaxed);
+            }
+        }
         self.last_reload_success.set(unix_seconds(loaded.loaded_at));
         let info = TableInfoLabels { version: loaded.version, sha256: loaded.sha256.clone() };
         if self.table_info.get(&info).is_none() {

@@ -94,6 +94,10 @@ impl AdminState {
             budget_exhausted: s.upstreams.budget_exhausted(),
             endpoints: Some(endpoints.collect()),
             found: s.found.stats(),
+            spans: s.traces.as_ref().map(|t| {
+                let n = t.totals();
+                (n.exported, n.dropped, n.failed)
+            }),
         };
         s.metrics.refresh(&self.table().snapshot(), &inputs);
         s.metrics.render()

@@ -51,6 +51,7 @@ pub fn shape() -> &'static Shape {
             ("log", Log::shape(vec![])),
             ("mint_batch", MintBatch::shape(vec![])),
             ("search_cache", SearchCache::shape(vec![])),
+            ("telemetry", Telemetry::shape(vec![])),
             (
                 "routes",
                 Seq(Box::new(Route::shape(vec![

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 
 use http::{HeaderName, Method};
 
-use super::schema::{File, Log, Mesh, MintBatch, SearchCache, Server, UpstreamSettings};
+use super::schema::{File, Log, Mesh, MintBatch, SearchCache, Server, Telemetry, UpstreamSettings};
 use super::values::UpstreamUrl;
 use crate::ids::{Format, LocalityMode, NodeIdentity, Params};
 
@@ -69,6 +69,8 @@ pub struct Config {
     pub mint_batch: MintBatch,
     /// `search_cache`.
     pub search_cache: SearchCache,
+    /// `telemetry` (restart-only).
+    pub telemetry: Telemetry,
     /// Routes, in file order.
     pub routes: Vec<Route>,
 }

@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::model::Config;
 
 /// Every restart-only key, as a YAML path.
-pub const RESTART_ONLY: [&str; 16] = [
+pub const RESTART_ONLY: [&str; 17] = [
     "listen",
     "admin",
     "region",
@@ -26,6 +26,7 @@ pub const RESTART_ONLY: [&str; 16] = [
     "upstream.connect_timeout",
     "upstream.pool_idle_timeout",
     "search_cache.capacity",
+    "telemetry",
 ];
 
 /// The values of [`RESTART_ONLY`] in `cfg`, in that order (`instance` as

@@ -56,7 +56,7 @@ pub(super) async fn fanout<'t>(
     let page = read_page(table, rule, parts)?;
     let leg = leg_request(parts)?;
     decision.upstream_started = Some(Instant::now());
-    let answers = gather(proxy, table, rule, &page.regions, &leg, hops).await;
+    let answers = gather(proxy, table, rule, &page.regions, &leg, hops, decision.trace.as_ref()).await;
     let mut all = Vec::new();
     let mut failed = Vec::new();
     let mut answered = Vec::new();
@@ -199,28 +199,30 @@ async fn gather(
     regions: &[RegionId],
     leg: &Parts,
     hops: u32,
+    trace: Option<&crate::telemetry::traces::TraceSpan>,
 ) -> Vec<(RegionId, Result<Answer, LegFailure>)> {
     let deadline = tokio::time::Instant::now() + rule.deadline;
     let fetch = |region: RegionId| async move {
         let name = table.region(region).name.as_str();
         // One leg_timeout from the request to the body's last byte.
         let ends = tokio::time::Instant::now() + rule.leg_timeout;
-        let result = match legs::ask(proxy, table, region, leg, hops, rule.leg_timeout).await {
-            Ok(resp) if resp.status().is_success() => {
-                let read = legs::read_body(name, resp, rule.max_leg_bytes);
-                match tokio::time::timeout_at(ends, read).await {
-                    Ok(r) => r.map(Answer::List),
-                    Err(_) => Err(LegFailure {
-                        region: name.to_string(),
-                        reason: "leg_timeout",
-                        detail: "the answer's body did not arrive in time".into(),
-                    }),
+        let result =
+            match legs::ask(proxy, table, region, leg, hops, rule.leg_timeout, trace.map(|t| (t, "fanout"))).await {
+                Ok(resp) if resp.status().is_success() => {
+                    let read = legs::read_body(name, resp, rule.max_leg_bytes);
+                    match tokio::time::timeout_at(ends, read).await {
+                        Ok(r) => r.map(Answer::List),
+                        Err(_) => Err(LegFailure {
+                            region: name.to_string(),
+                            reason: "leg_timeout",
+                            detail: "the answer's body did not arrive in time".into(),
+                        }),
+                    }
                 }
-            }
-            Ok(resp) if resp.status() == http::StatusCode::NOT_FOUND => Ok(Answer::NotFound),
-            Ok(resp) => Err(legs::status_failure(name, resp.status())),
-            Err(f) => Err(f),
-        };
+                Ok(resp) if resp.status() == http::StatusCode::NOT_FOUND => Ok(Answer::NotFound),
+                Ok(resp) => Err(legs::status_failure(name, resp.status())),
+                Err(f) => Err(f),
+            };
         (region, result)
     };
     let mut waiting = regions.iter().copied();

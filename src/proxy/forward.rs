@@ -22,6 +22,7 @@ use super::upgrade::ClientUpgrade;
 use super::Proxy;
 use crate::mesh;
 use crate::routing::{RegionId, Table};
+use crate::telemetry::traces;
 use crate::upstream::retry::is_idempotent;
 use crate::upstream::{AttemptSettings, ClientBody, Conn, Limits, RequestBody, ResponseBody, UpstreamBody};
 
@@ -105,16 +106,26 @@ pub(super) async fn forward<'t>(
         let headers = to_peer.as_ref().unwrap_or(&parts.headers);
         let Some(b) = body.take() else { return Err(last.unwrap_or(ProxyError::RequestTimeout)) };
         decision.attempts += 1;
+        let traced = trace_attempt(proxy, decision, parts, headers, endpoint, &target, last.as_ref());
+        let headers = traced.as_ref().map_or(headers, |(_, h)| h);
         let outcome = shared
             .upstreams
             .attempt(endpoint, admit, &parts.method, &path, headers, b, &s, !target.via_peer, &shared.health)
             .await;
         let failure = match outcome {
-            Ok(resp) => return Ok(resp),
+            Ok(resp) => {
+                if let Some((span, _)) = &traced {
+                    traces::answered(span, resp.status().as_u16());
+                }
+                return Ok(resp);
+            }
             Err(f) => f,
         };
         tried.push(&endpoint.uri);
         let error = ProxyError::from_attempt(failure.error, &target.region.name);
+        if let Some((span, _)) = &traced {
+            traces::failed(span, error.reason());
+        }
         match failure.unsent {
             // Nothing was sent: the next endpoint takes it as it is.
             Some(b) => body = Some(b),
@@ -130,6 +141,33 @@ pub(super) async fn forward<'t>(
         }
         last = Some(error);
     }
+}
+
+/// The client span of the attempt at `endpoint`, and the headers that
+/// name it the upstream's parent (`None` with traces off: nothing is made).
+fn trace_attempt(
+    proxy: &Proxy,
+    decision: &Decision<'_>,
+    parts: &Parts,
+    headers: &HeaderMap,
+    endpoint: &crate::routing::Upstream,
+    target: &Target<'_>,
+    last: Option<&ProxyError>,
+) -> Option<(crate::telemetry::traces::TraceSpan, HeaderMap)> {
+    let (parent, traces) = decision.trace.as_ref().zip(proxy.shared.traces.as_deref())?;
+    let uri = endpoint.uri.to_string();
+    let attempt = traces::Attempt {
+        method: &parts.method,
+        endpoint: &uri,
+        region: &target.region.name,
+        number: decision.attempts,
+        peer: target.via_peer,
+        retry_reason: last.map(ProxyError::reason),
+    };
+    let span = traces.attempt(parent, &attempt);
+    let mut headers = headers.clone();
+    traces::inject(&span, &mut headers);
+    Some((span, headers))
 }
 
 /// Records where the request is going, for the log and the debug headers.

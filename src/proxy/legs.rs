@@ -15,6 +15,7 @@ use super::forward::{forward, Leg};
 use super::locate::Decision;
 use super::Proxy;
 use crate::routing::{RegionId, Table};
+use crate::telemetry::traces;
 use crate::upstream::{RequestBody, ResponseBody};
 
 /// Sends `parts` (no body) to `region` within `timeout`.
@@ -25,12 +26,17 @@ pub(super) async fn ask(
     parts: &Parts,
     hops: u32,
     timeout: Duration,
+    trace: Option<(&crate::telemetry::traces::TraceSpan, &'static str)>,
 ) -> Result<Response<ResponseBody>, LegFailure> {
     let name = &table.region(region).name;
     let leg = Leg::alone(table, region, hops);
     let mut decision = Decision::default();
+    if let (Some((parent, kind)), Some(traces)) = (trace, &proxy.shared.traces) {
+        decision.trace = Some(traces.leg(parent, kind, name));
+    }
+    let span = decision.trace.clone();
     let sent = forward(proxy, leg, parts, RequestBody::Empty, Instant::now(), &mut decision);
-    match tokio::time::timeout(timeout, sent).await {
+    let answer = match tokio::time::timeout(timeout, sent).await {
         Ok(Ok(resp)) => Ok(resp),
         Ok(Err(e)) => Err(failure(name, &e)),
         Err(_) => Err(LegFailure {
@@ -38,7 +44,14 @@ pub(super) async fn ask(
             reason: "leg_timeout",
             detail: format!("no answer within {}", crate::config::duration::Dur(timeout)),
         }),
+    };
+    if let Some(span) = &span {
+        match &answer {
+            Ok(resp) => traces::set(span, "http.response.status_code", i64::from(resp.status().as_u16())),
+            Err(f) => traces::failed(span, f.reason),
+        }
     }
+    answer
 }
 
 /// Fields of the client's request no leg carries: legs send no body (so

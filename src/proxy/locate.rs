@@ -43,6 +43,9 @@ pub struct Decision<'t> {
     /// The outcome of a fan-out or search that answered (`fanout`, `fanout_partial`,
     /// `searched`, `search_cached`); `None`: the usual ones.
     pub outcome: Option<&'static str>,
+    /// The span the request's upstream attempts are children of (the
+    /// server span; in a fan-out's or search's leg, the leg's), when traces are on.
+    pub trace: Option<crate::telemetry::traces::TraceSpan>,
 }
 
 impl Decision<'_> {

@@ -58,6 +58,7 @@ use crate::ids::{SystemClock, Uuid7Minter};
 use crate::mesh;
 use crate::metrics::Metrics;
 use crate::routing::{Found, RegionId, SharedTable, Table};
+use crate::telemetry::traces::{TraceSettings, Traces};
 use crate::upstream::{ClientSettings, Health, RequestBody, ResponseBody, Upstreams};
 
 pub use conn::ConnInfo;
@@ -84,20 +85,45 @@ pub struct Shared {
     pub upstreams: Arc<Upstreams>,
     /// Where `placement: search` routes found their ids.
     pub found: Arc<Found>,
+    /// This instance's traces, when they are on (`telemetry:` or `OTEL_*`).
+    pub traces: Option<Arc<Traces>>,
 }
 
 impl Shared {
     /// Fresh metrics, health and drain around `table`, with an upstream
     /// client of `client` settings.
     pub fn new(table: Arc<SharedTable>, client: ClientSettings) -> Shared {
-        let capacity = table.snapshot().table.settings().search_cache.capacity;
+        let snapshot = table.snapshot();
+        let settings = snapshot.table.settings();
+        let capacity = settings.search_cache.capacity;
+        let traces = start_traces(&settings.telemetry, &settings.instance);
         Shared {
+            traces,
             found: Arc::new(Found::new(capacity)),
             table,
             metrics: Arc::new(Metrics::new()),
             health: Arc::new(Health::default()),
             drain: Drain::new(),
             upstreams: Arc::new(Upstreams::new(client)),
+        }
+    }
+}
+
+/// The traces `telemetry` and the `OTEL_*` variables ask for; a failure
+/// to start them is logged, and the proxy runs without.
+fn start_traces(telemetry: &crate::config::schema::Telemetry, instance: &str) -> Option<Arc<Traces>> {
+    let started = TraceSettings::resolve(telemetry, instance, |k| std::env::var(k).ok())
+        .and_then(|s| s.map(Traces::start).transpose());
+    match started {
+        Ok(Some(traces)) => {
+            let s = traces.settings();
+            tracing::info!(endpoint = %s.endpoint, sample_ratio = s.sample_ratio, service = %s.service_name, "traces on");
+            Some(Arc::new(traces))
+        }
+        Ok(None) => None,
+        Err(e) => {
+            tracing::warn!(error = %e, "traces off");
+            None
         }
     }
 }
@@ -166,6 +192,9 @@ impl Proxy {
             version: req.version(),
         };
         let mut decision = Decision::default();
+        if let Some(traces) = &self.shared.traces {
+            decision.trace = Some(traces.server(&arrival.method, req.headers()));
+        }
         let started = arrival.started;
         let result = self.route(&loaded.table, req, conn, from_peer, started, &mut decision).await;
         respond::finish(self, &loaded, arrival, &decision, result)

@@ -16,7 +16,8 @@ use super::locate::Decision;
 use super::{headers, mint, Proxy, ProxyBody};
 use crate::ids::Format;
 use crate::metrics::RequestRecord;
-use crate::routing::Loaded;
+use crate::routing::{Loaded, Table};
+use crate::telemetry::traces;
 
 /// What is kept of a request for its answer and its log line.
 #[derive(Debug)]
@@ -114,6 +115,9 @@ pub(super) fn finish(
     };
     let record = Record { status: resp.status().as_u16(), outcome, error: error.as_ref(), upstream };
     record.write(proxy, loaded, &arrival, decision);
+    if let Some(span) = &decision.trace {
+        record.trace(span, table, &arrival, decision);
+    }
     resp
 }
 
@@ -126,6 +130,40 @@ struct Record<'a> {
 }
 
 impl Record<'_> {
+    /// The server span's attributes: what the access log says, without the
+    /// raw id unless `log.ids` is on (then `decision.id` holds it).
+    fn trace(
+        &self,
+        span: &crate::telemetry::traces::TraceSpan,
+        table: &Table,
+        arrival: &Arrival,
+        decision: &Decision<'_>,
+    ) {
+        let route = decision.route.and_then(|name| table.routes().iter().find(|r| r.name == name));
+        if let Some(route) = route {
+            traces::rename(span, format!("{} {}", arrival.method, route.template));
+            traces::set(span, "http.route", route.template.clone());
+            traces::set(span, "shardgate.route", route.name.clone());
+        }
+        let texts = [
+            ("shardgate.region", decision.region.map(str::to_string)),
+            ("shardgate.rule", decision.rule_text(table)),
+            ("shardgate.id.format", decision.format.map(|f| f.name().to_string())),
+            ("shardgate.id", decision.id.clone()),
+            ("shardgate.legs", decision.legs.clone()),
+            ("shardgate.reason", self.error.map(|e| e.reason().to_string())),
+        ];
+        for (key, value) in texts {
+            if let Some(v) = value {
+                traces::set(span, key, v);
+            }
+        }
+        traces::set(span, "shardgate.outcome", self.outcome);
+        traces::set(span, "shardgate.attempts", i64::from(decision.attempts));
+        traces::set(span, "shardgate.peer_forwarded", decision.peer);
+        traces::answered(span, self.status);
+    }
+
     fn write(&self, proxy: &Proxy, loaded: &Loaded, arrival: &Arrival, decision: &Decision<'_>) {
         let duration = arrival.started.elapsed();
         let metrics = &proxy.shared.metrics;

@@ -90,7 +90,7 @@ pub(super) async fn search<'t>(
     } else {
         legs::leg_head(parts, Method::HEAD, parts.uri.clone(), true)
     };
-    let asked = ask(proxy, table, rule, &probe, hops).await;
+    let asked = ask(proxy, table, rule, &probe, hops, decision.trace.as_ref()).await;
     record(proxy, table, route, rule, &asked, decision);
     if let (None, Some(resp)) = (&asked.found, asked.refused) {
         // Every region refused alike (401, 403, …): that is the answer.
@@ -129,10 +129,17 @@ async fn send<'t>(
 
 /// Asks the rule's regions for `parts` until one answers 2xx: all at once
 /// (the others are cancelled when one does), or one after another in order.
-async fn ask(proxy: &Proxy, table: &Table, rule: &SearchRule, parts: &Parts, hops: u32) -> Asked {
+async fn ask(
+    proxy: &Proxy,
+    table: &Table,
+    rule: &SearchRule,
+    parts: &Parts,
+    hops: u32,
+    trace: Option<&crate::telemetry::traces::TraceSpan>,
+) -> Asked {
     let regions = RegionId::list(&rule.regions);
     let one = |region: RegionId| async move {
-        (region, legs::ask(proxy, table, region, parts, hops, rule.leg_timeout).await)
+        (region, legs::ask(proxy, table, region, parts, hops, rule.leg_timeout, trace.map(|t| (t, "search"))).await)
     };
     let mut asked = Asked::default();
     if rule.sequential {

@@ -93,6 +93,8 @@ pub struct Settings {
     pub mint_batch: crate::config::schema::MintBatch,
     /// The memory of `placement: search` routes (`search_cache:`).
     pub search_cache: crate::config::schema::SearchCache,
+    /// Traces (`telemetry:`, restart-only).
+    pub telemetry: crate::config::schema::Telemetry,
 }
 
 /// Multiply-shift hasher for integer keys of the node tables.
@@ -256,6 +258,7 @@ impl Table {
             log: cfg.log.clone(),
             mint_batch: cfg.mint_batch.clone(),
             search_cache: cfg.search_cache.clone(),
+            telemetry: cfg.telemetry.clone(),
         };
         Table {
             regions,

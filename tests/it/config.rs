@@ -86,6 +86,7 @@ fixtures! {
     config_missing_version => "missing_version.yaml",
     config_many_errors => "many_errors.yaml",
     config_global_reads => "global_reads.yaml",
+    config_telemetry => "telemetry.yaml",
 }
 
 /// Inputs the config fuzz target crashed on (`tests/fixtures/config/fuzz/`):

@@ -20,3 +20,4 @@ mod proxy;
 mod routing;
 mod structure;
 mod tls;
+mod traces;

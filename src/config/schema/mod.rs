@@ -81,6 +81,8 @@ pub struct File {
     pub mint_batch: MintBatch,
     /// Where `placement: search` routes remember the regions ids were found in.
     pub search_cache: SearchCache,
+    /// OpenTelemetry traces (off unless an OTLP endpoint is set here or in `OTEL_*`).
+    pub telemetry: Telemetry,
     /// Routes, in file order.
     pub routes: Vec<Route>,
 }
@@ -442,6 +444,26 @@ impl Default for SearchCache {
     fn default() -> Self {
         SearchCache { capacity: 100_000, ttl: Dur(Duration::from_secs(600)) }
     }
+}
+
+/// `telemetry`: OpenTelemetry traces, exported over OTLP/HTTP (protobuf).
+/// Each key left out falls back to the standard `OTEL_*` variable
+/// (`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_TRACES_SAMPLER_ARG`,
+/// `OTEL_SERVICE_NAME`); with no endpoint anywhere, traces are off.
+/// Restart-only.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Telemetry {
+    /// The collector's OTLP/HTTP base URL (`http://collector:4318`); spans go to `<it>/v1/traces`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub otlp_endpoint: Option<String>,
+    /// Share of new traces recorded, 0.0 to 1.0 (default 1.0); a client's sampled
+    /// `traceparent` is always followed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sample_ratio: Option<f64>,
+    /// `service.name` of the spans (default `shardgate`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service_name: Option<String>,
 }
 
 /// `upstream`.

@@ -49,6 +49,7 @@ pub(crate) fn validate(file: &File, ctx: &mut Ctx<'_>) -> Config {
     settings::tls(file, ctx);
     let routes = routes::routes(file, &names, &countries, &entities, ctx);
     reads::search_cache(&file.search_cache, ctx);
+    settings::telemetry(&file.telemetry, ctx);
     Config {
         file: file.clone(),
         listen: file.listen,
@@ -75,6 +76,7 @@ pub(crate) fn validate(file: &File, ctx: &mut Ctx<'_>) -> Config {
         log: file.log.clone(),
         mint_batch: file.mint_batch.clone(),
         search_cache: file.search_cache.clone(),
+        telemetry: file.telemetry.clone(),
         routes,
     }
 }

@@ -3,7 +3,7 @@
 
 use super::names::Names;
 use crate::config::report::Ctx;
-use crate::config::schema::{File, Flavor, LocalityModeName};
+use crate::config::schema::{File, Flavor, LocalityModeName, Telemetry};
 use crate::config::show;
 use crate::config::yaml::YamlPath;
 use crate::ids::{self, parse_mac_fragment, LocalityMode, NodeIdentity, Params};
@@ -228,5 +228,38 @@ pub(super) fn tls(file: &File, ctx: &mut Ctx<'_>) {
         (Some(_), None) => ctx.at(&p.k("cert"), "upstream.tls.cert needs upstream.tls.key".into(), both),
         (None, Some(_)) => ctx.at(&p.k("key"), "upstream.tls.key needs upstream.tls.cert".into(), both),
         _ => {}
+    }
+}
+
+/// `telemetry`: an `http://` collector URL (the exporter speaks plain
+/// OTLP/HTTP; a local collector forwards over TLS), a ratio between 0 and
+/// 1, a service name that is printable text.
+pub(super) fn telemetry(t: &Telemetry, ctx: &mut Ctx<'_>) {
+    let p = YamlPath::root().k("telemetry");
+    if let Some(url) = &t.otlp_endpoint {
+        let hint = Some("the collector's OTLP/HTTP base URL, e.g. http://127.0.0.1:4318");
+        match url.parse::<http::Uri>() {
+            Ok(u) if u.scheme_str() == Some("http") && u.authority().is_some() && u.query().is_none() => {}
+            Ok(u) if u.scheme_str() == Some("https") => ctx.at(
+                &p.k("otlp_endpoint"),
+                format!("otlp_endpoint {} uses https, which the exporter does not speak", show(url)),
+                Some("send to a collector on the same host or pod over http; it forwards over TLS"),
+            ),
+            _ => ctx.at(&p.k("otlp_endpoint"), format!("otlp_endpoint {} is not an http:// URL", show(url)), hint),
+        }
+    }
+    if let Some(r) = t.sample_ratio {
+        if !(0.0..=1.0).contains(&r) {
+            ctx.at(&p.k("sample_ratio"), format!("sample_ratio {r} is out of range"), Some("use 0.0 to 1.0"));
+        }
+    }
+    if let Some(name) = &t.service_name {
+        if name.is_empty() || name.len() > 255 || name.chars().any(char::is_control) {
+            ctx.at(
+                &p.k("service_name"),
+                format!("service_name {} is not 1 to 255 printable characters", show(name)),
+                Some("e.g. shardgate-eu"),
+            );
+        }
     }
 }

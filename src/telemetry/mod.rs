@@ -1,5 +1,10 @@
-//! Logging setup: `tracing` with text or JSON lines on standard error,
-//! filtered by `RUST_LOG` (default `info`).
+//! What the process tells the outside about itself, besides its metrics:
+//! the log (this file: `tracing` with text or JSON lines on standard error,
+//! filtered by `RUST_LOG`, default `info`) and the traces ([`traces`],
+//! exported through the queue of [`export`]).
+
+pub mod export;
+pub mod traces;
 
 use std::io::IsTerminal;
 
