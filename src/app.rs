@@ -131,6 +131,18 @@ pub async fn run_proxy(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<Arc<Proxy>> {
+    run_proxy_with_admin(cfg, text, listener, None, shutdown).await
+}
+
+/// [`run_proxy`], with the admin endpoints (the dashboard among them) on
+/// `admin` while the proxy serves. Used by `demo`.
+pub async fn run_proxy_with_admin(
+    cfg: &Config,
+    text: &str,
+    listener: TcpListener,
+    admin: Option<TcpListener>,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<Arc<Proxy>> {
     let tls = match &cfg.server.tls {
         Some(t) => Some(Arc::new(ServerTls::load(t).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?)),
         None => None,
@@ -138,11 +150,23 @@ pub async fn run_proxy(
     let proxy = build_proxy(cfg, text);
     let opts = server_options(cfg);
     let grace = opts.shutdown_timeout;
-    server::serve(listener, Arc::clone(&proxy), opts, tls, async move {
+    let (stop_tx, mut stop_rx) = watch::channel(false);
+    let admin_task = admin.map(|l| {
+        let state = Arc::new(AdminState::new(proxy.shared().clone(), None));
+        tokio::spawn(admin::serve_admin(l, state, opts, async move {
+            let _ = stop_rx.wait_for(|s| *s).await;
+        }))
+    });
+    let served = server::serve(listener, Arc::clone(&proxy), opts, tls, async move {
         shutdown.await;
         grace
     })
-    .await?;
+    .await;
+    let _ = stop_tx.send(true);
+    if let Some(task) = admin_task {
+        let _ = task.await;
+    }
+    served?;
     Ok(proxy)
 }
 

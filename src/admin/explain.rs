@@ -8,6 +8,7 @@ use http::{Response, StatusCode};
 use serde_json::{json, Map, Value};
 
 use super::{json_response, problem, AdminBody};
+use crate::config::model::IdSource;
 use crate::ids::{self, Format};
 use crate::proxy::error::ProxyError;
 use crate::proxy::extract::{percent_decode, query_param};
@@ -95,6 +96,9 @@ fn explain_route(table: &Table, found: &Found, route: &Route, id: &str, named: b
         }
     };
     entry.insert("decoded_as".into(), decoded.format().name().into());
+    let (id_in, link) = link(route, &rule.source, id);
+    entry.insert("id_in".into(), id_in.into());
+    entry.insert("link".into(), link.map_or(Value::Null, Value::from));
     if let (Strategy::Search, Some(search)) = (route.strategy, &route.search) {
         let cached = found.peek(&route.name, &decoded.to_string(), std::time::Instant::now());
         let cached = cached.map(|(region, age)| json!({ "region": region, "found_seconds_ago": age.as_secs() }));
@@ -124,6 +128,37 @@ fn explain_route(table: &Table, found: &Found, route: &Route, id: &str, named: b
         }
     }
     Some(Value::Object(entry))
+}
+
+/// Where `route` reads its id (`path parameter id`, `header X-Entity-Id`,
+/// `query id`), and the path and query that fetch `id` through it with a
+/// GET (none for a header, a route without GET or a template with other
+/// parameters).
+fn link(route: &Route, source: &IdSource, id: &str) -> (String, Option<String>) {
+    let gets = route.methods.as_ref().is_none_or(|m| m.contains(&http::Method::GET));
+    let encoded = percent_encode(id);
+    let (id_in, target) = match source {
+        IdSource::PathParam(name) => {
+            (format!("path parameter {name}"), route.template.replace(&format!("{{{name}}}"), &encoded))
+        }
+        IdSource::Query(name) => (format!("query {name}"), format!("{}?{name}={encoded}", route.template)),
+        IdSource::Header(name) => return (format!("header {name}"), None),
+    };
+    let whole = !target.split('?').next().unwrap_or("").contains(['{', '}']);
+    (id_in, (gets && whole).then_some(target))
+}
+
+/// `text` with every byte outside RFC 3986's unreserved set percent-encoded.
+fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for &b in text.as_bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// `{format, canonical, fields: {…}}` of a decoded id (the same field

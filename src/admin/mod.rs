@@ -10,12 +10,17 @@
 //! | `/config` | GET | the active table's text, sha256, load time and version |
 //! | `/reload` | POST | reload the table file now: 200 with the outcome, 422 with every error |
 //! | `/drain` | POST | start the graceful drain (as SIGTERM does): 202 |
-//! | `/explain?id=…[&route=…]` | GET | decoded fields, every valid format, region and rule (a search route: where the id was found; a fan-out route: its regions) |
+//! | `/explain?id=…[&route=…]` | GET | decoded fields, every valid format, region and rule, the link that fetches it (a search route: where the id was found; a fan-out route: its regions) |
+//! | `/` (and `/dashboard.js`, `/dashboard.css`) | GET | the dashboard: table, health, traffic, reloads, id lookup |
+//! | `/dashboard.json` | GET | what the dashboard shows |
 //!
 //! When the environment variable [`TOKEN_ENV`] is set (and not empty), every
 //! endpoint except the probes (`/live*`, `/ready*`, `/healthz`) requires
 //! `Authorization: Bearer <token>`; the token stays out of the routing table
-//! so the table can be shared and logged. Errors are problem+json: 401, 404
+//! so the table can be shared and logged. For a browser, `GET` and `HEAD`
+//! also take HTTP Basic credentials whose password is the token (any user
+//! name; a 401 asks for them); `POST` takes only the bearer token, so a page
+//! elsewhere cannot drain or reload with credentials the browser remembers. Errors are problem+json: 401, 404
 //! for an unknown path, 405 (with `Allow`) for a wrong method.
 
 use std::convert::Infallible;
@@ -24,7 +29,9 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod dashboard;
 mod explain;
+pub mod traffic;
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
@@ -58,6 +65,8 @@ pub struct AdminState {
     shared: Shared,
     reloader: Option<Arc<Reloader>>,
     token: Option<String>,
+    traffic: traffic::Traffic,
+    view: dashboard::TableView,
 }
 
 impl AdminState {
@@ -65,7 +74,7 @@ impl AdminState {
     /// and upstream counters); `reloader` is the table file's reloader
     /// (`None`: `/reload` answers 409).
     pub fn new(shared: Shared, reloader: Option<Arc<Reloader>>) -> AdminState {
-        AdminState { shared, reloader, token: None }
+        AdminState { shared, reloader, token: None, traffic: Default::default(), view: Default::default() }
     }
 
     /// Requires `Authorization: Bearer <token>` on every non-probe endpoint.
@@ -81,6 +90,13 @@ impl AdminState {
     /// Whether `/ready` answers 200: a table is loaded and the drain has not started.
     pub fn ready(&self) -> bool {
         self.table().snapshot().version > 0 && !self.shared.drain.is_draining()
+    }
+
+    /// Reads the request totals for the dashboard's traffic (the admin
+    /// listener does every [`traffic::INTERVAL`]).
+    pub fn sample_traffic(&self) {
+        let sample = traffic::Sample::read(&self.render_metrics(), traffic::now());
+        self.traffic.push(sample);
     }
 
     /// The `/metrics` body.
@@ -124,6 +140,7 @@ pub async fn serve_admin(
     let refused = ProxyError::TooManyConnections { limit: opts.admin_max_connections, listener: "admin" };
     let refusal: Arc<[u8]> = problem_http1_bytes(&refused, "shardgate-admin").into();
     let mut acceptor = Acceptor::new(listener, "admin", opts.admin_max_connections, refusal, Arc::clone(&metrics));
+    let sampler = tokio::spawn(sample_traffic(Arc::downgrade(&state)));
     tokio::pin!(shutdown);
     loop {
         let (stream, peer, slot) = tokio::select! {
@@ -146,8 +163,20 @@ pub async fn serve_admin(
         });
     }
     drop(acceptor);
+    sampler.abort();
     let _ = tokio::time::timeout(Duration::from_secs(2), graceful.shutdown()).await;
     Ok(())
+}
+
+/// Reads the traffic totals every [`traffic::INTERVAL`] while the admin state lives.
+async fn sample_traffic(state: std::sync::Weak<AdminState>) {
+    let mut tick = tokio::time::interval(traffic::INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(state) = state.upgrade() else { return };
+        state.sample_traffic();
+    }
 }
 
 /// Which endpoint a path names.
@@ -160,6 +189,8 @@ enum Endpoint {
     Reload,
     Drain,
     Explain,
+    Dashboard,
+    DashboardData,
 }
 
 impl Endpoint {
@@ -172,6 +203,8 @@ impl Endpoint {
             "/reload" => Endpoint::Reload,
             "/drain" => Endpoint::Drain,
             "/explain" => Endpoint::Explain,
+            "/" | "/dashboard.js" | "/dashboard.css" => Endpoint::Dashboard,
+            "/dashboard.json" => Endpoint::DashboardData,
             _ => return None,
         })
     }
@@ -191,8 +224,16 @@ pub async fn handle(state: &AdminState, req: Request<Incoming>) -> Response<Admi
     let Some(endpoint) = Endpoint::from_path(path) else {
         return problem(&ProxyError::NoEndpoint { path: path.to_string() }, path);
     };
-    if !endpoint.is_probe() && !authorized(state.token.as_deref(), req.headers()) {
-        return problem(&ProxyError::Unauthorized, path);
+    let basic_ok = !endpoint.is_post();
+    if !endpoint.is_probe() && !authorized(state.token.as_deref(), req.headers(), basic_ok) {
+        let mut resp = problem(&ProxyError::Unauthorized, path);
+        let challenge = if basic_ok {
+            "Bearer realm=\"shardgate-admin\", Basic realm=\"shardgate-admin\", charset=\"UTF-8\""
+        } else {
+            "Bearer realm=\"shardgate-admin\""
+        };
+        resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
+        return resp;
     }
     let allowed = if endpoint.is_post() {
         *req.method() == Method::POST
@@ -218,19 +259,37 @@ pub async fn handle(state: &AdminState, req: Request<Incoming>) -> Response<Admi
         Endpoint::Explain => {
             explain::explain(&state.table().snapshot(), &state.shared.found, req.uri().query().unwrap_or(""))
         }
+        Endpoint::Dashboard => match dashboard::asset(path) {
+            Some(resp) => resp,
+            None => problem(&ProxyError::NoEndpoint { path: path.to_string() }, path),
+        },
+        Endpoint::DashboardData => dashboard::data(state),
     }
 }
 
-/// Constant-time comparison of the `Authorization` header with `Bearer
-/// <token>` (the scheme name is case-insensitive, RFC 9110 §11.1).
-fn authorized(token: Option<&str>, headers: &http::HeaderMap) -> bool {
+/// Whether the `Authorization` header carries the token: `Bearer <token>`
+/// (the scheme name is case-insensitive, RFC 9110 §11.1) or, when
+/// `basic_ok`, HTTP Basic with the token as the password. Compared in
+/// constant time.
+fn authorized(token: Option<&str>, headers: &http::HeaderMap, basic_ok: bool) -> bool {
     let Some(token) = token else { return true };
     let Some(given) = headers.get(header::AUTHORIZATION).map(HeaderValue::as_bytes) else { return false };
-    let Some((scheme, given)) = given.split_at_checked(7) else { return false };
-    if !scheme.eq_ignore_ascii_case(b"Bearer ") {
-        return false;
+    let Some(split) = given.iter().position(|&b| b == b' ') else { return false };
+    let (scheme, credentials) = (&given[..split], given[split + 1..].trim_ascii());
+    if scheme.eq_ignore_ascii_case(b"Bearer") {
+        return same(credentials, token.as_bytes());
     }
-    let want = token.as_bytes();
+    if basic_ok && scheme.eq_ignore_ascii_case(b"Basic") {
+        use base64::Engine as _;
+        let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(credentials) else { return false };
+        let Some(colon) = decoded.iter().position(|&b| b == b':') else { return false };
+        return same(&decoded[colon + 1..], token.as_bytes());
+    }
+    false
+}
+
+/// `given == want`, in time that depends on `want`'s length alone.
+fn same(given: &[u8], want: &[u8]) -> bool {
     let mut diff = u8::from(given.len() != want.len());
     for (i, &w) in want.iter().enumerate() {
         diff |= w ^ given.get(i).copied().unwrap_or(0);

@@ -41,8 +41,19 @@ pub async fn run(listen: SocketAddr) -> io::Result<i32> {
     let listener = TcpListener::bind(listen).await.map_err(|e| {
         io::Error::new(e.kind(), format!("cannot listen on {listen}: {e} (choose another address with --listen)"))
     })?;
+    // The dashboard, where the table says (a busy port costs only the dashboard).
+    let admin = match TcpListener::bind(cfg.admin).await {
+        Ok(l) => Some(l),
+        Err(e) => {
+            eprintln!("shardgate demo: no dashboard: cannot listen on {}: {e}", cfg.admin);
+            None
+        }
+    };
     let table = Table::compile(&cfg);
     println!("shardgate demo: proxy on http://{listen}");
+    if admin.is_some() {
+        println!("  dashboard  on http://{}/ (admin endpoints: /metrics, /explain?id=…)", cfg.admin);
+    }
     for (region, addr) in &backends {
         println!("  backend {region:<3} on http://{addr}");
     }
@@ -53,7 +64,7 @@ pub async fn run(listen: SocketAddr) -> io::Result<i32> {
     println!();
     println!("Press Ctrl-C to stop.");
     let exit = crate::app::until_signal(|stop| async move {
-        let result = crate::app::run_proxy(&cfg, &text, listener, stop).await.map(drop);
+        let result = crate::app::run_proxy_with_admin(&cfg, &text, listener, admin, stop).await.map(drop);
         let _ = stop_tx.send(true);
         result
     })

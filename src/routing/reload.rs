@@ -8,12 +8,13 @@
 //! problems, and counted. Restart-only keys (`listen`, `admin`, `region`) that
 //! changed are reported in the outcome and keep their running values.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use super::shared::{sha256_hex, SharedTable};
 use super::table::Table;
@@ -69,6 +70,18 @@ impl Default for WatchOptions {
     }
 }
 
+/// One reload attempt, as the history keeps it.
+#[derive(Clone, Debug)]
+pub struct ReloadRecord {
+    /// When it ran.
+    pub at: SystemTime,
+    /// What came of it.
+    pub result: Result<ReloadOutcome, ReloadError>,
+}
+
+/// Reload attempts the history keeps (the newest).
+pub const HISTORY: usize = 20;
+
 /// Reloads one file into one [`SharedTable`].
 #[derive(Debug)]
 pub struct Reloader {
@@ -79,6 +92,8 @@ pub struct Reloader {
     /// Serialises reloads; holds a fingerprint of the last text attempted
     /// (or of the read error), so the watcher skips unchanged files.
     last_attempt: Mutex<Option<String>>,
+    /// The last [`HISTORY`] attempts, oldest first.
+    history: Mutex<VecDeque<ReloadRecord>>,
 }
 
 impl Reloader {
@@ -92,6 +107,7 @@ impl Reloader {
             successes: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             last_attempt: Mutex::new(Some(sha)),
+            history: Mutex::new(VecDeque::with_capacity(HISTORY)),
         }
     }
 
@@ -113,6 +129,12 @@ impl Reloader {
     /// Rejected reloads so far.
     pub fn failures(&self) -> u64 {
         self.failures.load(Ordering::Relaxed)
+    }
+
+    /// The last [`HISTORY`] reload attempts, newest first.
+    pub fn history(&self) -> Vec<ReloadRecord> {
+        let history = self.history.lock().unwrap_or_else(|p| p.into_inner());
+        history.iter().rev().cloned().collect()
     }
 
     /// Reloads now, whatever the file's content (SIGHUP, `POST /reload`).
@@ -147,6 +169,13 @@ impl Reloader {
             let version = self.shared.publish(table, text);
             Ok(ReloadOutcome { version, sha256, needs_restart })
         });
+        {
+            let mut history = self.history.lock().unwrap_or_else(|p| p.into_inner());
+            if history.len() == HISTORY {
+                history.pop_front();
+            }
+            history.push_back(ReloadRecord { at: SystemTime::now(), result: result.clone() });
+        }
         match &result {
             Ok(o) => {
                 self.successes.fetch_add(1, Ordering::Relaxed);

@@ -2,6 +2,7 @@
 
 mod cli;
 mod config;
+mod dashboard;
 mod differential;
 mod vectors;
 
