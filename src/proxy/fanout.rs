@@ -56,7 +56,7 @@ pub(super) async fn fanout<'t>(
     let page = read_page(table, rule, parts)?;
     let leg = leg_request(parts)?;
     decision.upstream_started = Some(Instant::now());
-    let answers = gather(proxy, table, rule, &page.regions, &leg, hops, decision.trace.as_ref()).await;
+    let answers = gather(proxy, table, rule, &page.regions, &leg, hops, decision.trace.as_deref()).await;
     let mut all = Vec::new();
     let mut failed = Vec::new();
     let mut answered = Vec::new();

@@ -107,14 +107,14 @@ pub(super) async fn forward<'t>(
         let Some(b) = body.take() else { return Err(last.unwrap_or(ProxyError::RequestTimeout)) };
         decision.attempts += 1;
         let traced = trace_attempt(proxy, decision, parts, headers, endpoint, &target, last.as_ref());
-        let headers = traced.as_ref().map_or(headers, |(_, h)| h);
+        let headers = traced.as_deref().map_or(headers, |(_, h)| h);
         let outcome = shared
             .upstreams
             .attempt(endpoint, admit, &parts.method, &path, headers, b, &s, !target.via_peer, &shared.health)
             .await;
         let failure = match outcome {
             Ok(resp) => {
-                if let Some((span, _)) = &traced {
+                if let Some((span, _)) = traced.as_deref() {
                     traces::answered(span, resp.status().as_u16());
                 }
                 return Ok(resp);
@@ -123,7 +123,7 @@ pub(super) async fn forward<'t>(
         };
         tried.push(&endpoint.uri);
         let error = ProxyError::from_attempt(failure.error, &target.region.name);
-        if let Some((span, _)) = &traced {
+        if let Some((span, _)) = traced.as_deref() {
             traces::failed(span, error.reason());
         }
         match failure.unsent {
@@ -153,7 +153,7 @@ fn trace_attempt(
     endpoint: &crate::routing::Upstream,
     target: &Target<'_>,
     last: Option<&ProxyError>,
-) -> Option<(crate::telemetry::traces::TraceSpan, HeaderMap)> {
+) -> Option<Box<(crate::telemetry::traces::TraceSpan, HeaderMap)>> {
     let (parent, traces) = decision.trace.as_ref().zip(proxy.shared.traces.as_deref())?;
     let uri = endpoint.uri.to_string();
     let attempt = traces::Attempt {
@@ -167,7 +167,9 @@ fn trace_attempt(
     let span = traces.attempt(parent, &attempt);
     let mut headers = headers.clone();
     traces::inject(&span, &mut headers);
-    Some((span, headers))
+    // Boxed: held across the attempt's await, unboxed it would widen every
+    // request's future (and its moves) by a span and a header map.
+    Some(Box::new((span, headers)))
 }
 
 /// Records where the request is going, for the log and the debug headers.

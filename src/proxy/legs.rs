@@ -32,7 +32,7 @@ pub(super) async fn ask(
     let leg = Leg::alone(table, region, hops);
     let mut decision = Decision::default();
     if let (Some((parent, kind)), Some(traces)) = (trace, &proxy.shared.traces) {
-        decision.trace = Some(traces.leg(parent, kind, name));
+        decision.trace = Some(Box::new(traces.leg(parent, kind, name)));
     }
     let span = decision.trace.clone();
     let sent = forward(proxy, leg, parts, RequestBody::Empty, Instant::now(), &mut decision);

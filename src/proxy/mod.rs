@@ -191,13 +191,16 @@ impl Proxy {
             uri: req.uri().clone(),
             version: req.version(),
         };
-        let mut decision = Decision::default();
-        if let Some(traces) = &self.shared.traces {
-            decision.trace = Some(traces.server(&arrival.method, req.headers()));
-        }
+        let mut decision = Decision { trace: self.server_span(&req), ..Decision::default() };
         let started = arrival.started;
         let result = self.route(&loaded.table, req, conn, from_peer, started, &mut decision).await;
         respond::finish(self, &loaded, arrival, &decision, result)
+    }
+
+    /// The request's server span, when traces are on.
+    fn server_span(&self, req: &Request<RequestBody>) -> Option<Box<crate::telemetry::traces::TraceSpan>> {
+        let traces = self.shared.traces.as_ref()?;
+        Some(Box::new(traces.server(req.method(), req.headers())))
     }
 
     /// Whether `conn` is an authenticated peer shardgate; from anyone else

@@ -90,7 +90,7 @@ pub(super) async fn search<'t>(
     } else {
         legs::leg_head(parts, Method::HEAD, parts.uri.clone(), true)
     };
-    let asked = ask(proxy, table, rule, &probe, hops, decision.trace.as_ref()).await;
+    let asked = ask(proxy, table, rule, &probe, hops, decision.trace.as_deref()).await;
     record(proxy, table, route, rule, &asked, decision);
     if let (None, Some(resp)) = (&asked.found, asked.refused) {
         // Every region refused alike (401, 403, …): that is the answer.

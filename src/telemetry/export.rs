@@ -127,39 +127,52 @@ struct Worker<E> {
     stop: Arc<AtomicBool>,
 }
 
-/// How often a worker waiting for spans looks at the stop flag.
-const STOP_CHECK: Duration = Duration::from_millis(100);
+/// The worker's longest sleep (how soon it sees the stop flag when idle).
+const LONGEST_NAP: Duration = Duration::from_millis(100);
+/// Its sleep while spans keep coming: 100 drains a second, each moving what
+/// arrived meanwhile.
+const BUSY_NAP: Duration = Duration::from_millis(10);
 
 impl<E: SpanExporter> Worker<E> {
+    /// Drains the queue, sleeps, drains again: it never blocks on the
+    /// queue, because a worker asleep in `recv` is woken by every span
+    /// sent, and that wake-up (a futex call and a switch of threads, on
+    /// the request's core) cost more than the span itself under load.
     fn run(mut self) {
         let mut batch = Vec::with_capacity(self.settings.max_batch);
         let mut due = Instant::now() + self.settings.delay;
+        let mut nap = BUSY_NAP;
         loop {
-            // Stopping: what is queued goes, without waiting for more.
             let stopping = self.stop.load(Ordering::Relaxed);
-            let next = if stopping {
-                self.rx.try_recv().map_err(|e| e == mpsc::TryRecvError::Disconnected)
-            } else {
-                let wait = due.saturating_duration_since(Instant::now()).min(STOP_CHECK);
-                self.rx.recv_timeout(wait).map_err(|e| e == RecvTimeoutError::Disconnected)
-            };
-            let ended = match next {
-                Ok(span) => {
-                    batch.push(span);
-                    false
+            let (mut got, mut disconnected) = (false, false);
+            loop {
+                match self.rx.try_recv() {
+                    Ok(span) => {
+                        got = true;
+                        batch.push(span);
+                        if batch.len() >= self.settings.max_batch {
+                            self.send(std::mem::take(&mut batch));
+                            due = Instant::now() + self.settings.delay;
+                        }
+                    }
+                    Err(mpsc::TryRecvError::Empty) => break,
+                    Err(mpsc::TryRecvError::Disconnected) => {
+                        disconnected = true;
+                        break;
+                    }
                 }
-                Err(disconnected) => disconnected || stopping,
-            };
-            if batch.len() >= self.settings.max_batch || Instant::now() >= due || ended {
-                if !batch.is_empty() {
-                    self.send(std::mem::take(&mut batch));
-                }
+            }
+            let ended = disconnected || stopping;
+            if !batch.is_empty() && (ended || Instant::now() >= due) {
+                self.send(std::mem::take(&mut batch));
                 due = Instant::now() + self.settings.delay;
             }
             if ended {
                 let _ = self.exporter.shutdown();
                 return;
             }
+            nap = if got { BUSY_NAP } else { (nap * 2).min(LONGEST_NAP) };
+            std::thread::sleep(nap.min(self.settings.delay));
         }
     }
 
