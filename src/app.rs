@@ -150,24 +150,45 @@ pub async fn run_proxy_with_admin(
     let proxy = build_proxy(cfg, text);
     let opts = server_options(cfg);
     let grace = opts.shutdown_timeout;
-    let (stop_tx, mut stop_rx) = watch::channel(false);
-    let admin_task = admin.map(|l| {
-        let state = Arc::new(AdminState::new(proxy.shared().clone(), None));
-        tokio::spawn(admin::serve_admin(l, state, opts, async move {
-            let _ = stop_rx.wait_for(|s| *s).await;
-        }))
-    });
+    let admin = admin.map(|l| AdminTask::spawn(l, Arc::new(AdminState::new(proxy.shared().clone(), None)), opts));
     let served = server::serve(listener, Arc::clone(&proxy), opts, tls, async move {
         shutdown.await;
         grace
     })
     .await;
-    let _ = stop_tx.send(true);
-    if let Some(task) = admin_task {
-        let _ = task.await;
+    if let Some(admin) = admin {
+        admin.stop().await;
     }
     served?;
     Ok(proxy)
+}
+
+/// The admin listener, served by a task of its own until [`AdminTask::stop`].
+struct AdminTask {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl AdminTask {
+    fn spawn(listener: TcpListener, state: Arc<AdminState>, opts: ServerOptions) -> AdminTask {
+        let (stop, mut stopped) = watch::channel(false);
+        let task = tokio::spawn(async move {
+            let until = async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            };
+            if let Err(e) = admin::serve_admin(listener, state, opts, until).await {
+                tracing::error!(error = %e, "admin listener failed");
+            }
+        });
+        AdminTask { stop, task }
+    }
+
+    /// Stops the listener and waits for its connections to finish (as
+    /// `serve_admin` does at shutdown).
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
 }
 
 /// A proxy with everything around it: the table, its reloader, the admin state.
@@ -225,24 +246,12 @@ impl Instance {
         admin: Option<TcpListener>,
         opts: ServerOptions,
     ) -> io::Result<bool> {
-        let (stop_tx, mut stop_rx) = watch::channel(false);
-        let admin_task = admin.map(|l| {
-            let state = Arc::clone(&self.admin);
-            tokio::spawn(async move {
-                let stop = async move {
-                    let _ = stop_rx.wait_for(|s| *s).await;
-                };
-                if let Err(e) = admin::serve_admin(l, state, opts, stop).await {
-                    tracing::error!(error = %e, "admin listener failed");
-                }
-            })
-        });
+        let admin = admin.map(|l| AdminTask::spawn(l, Arc::clone(&self.admin), opts));
         let sequence = drain_sequence(self.drain().clone(), Arc::clone(&self.shared));
         let tls = self.tls.clone();
         let result = server::serve(listener, Arc::clone(&self.proxy), opts, tls, sequence).await;
-        let _ = stop_tx.send(true);
-        if let Some(task) = admin_task {
-            let _ = task.await;
+        if let Some(admin) = admin {
+            admin.stop().await;
         }
         result
     }

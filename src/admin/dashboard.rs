@@ -15,9 +15,7 @@ use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::Full;
 use serde_json::{json, Value};
 
-use super::{json_response, AdminBody, AdminState};
-use crate::ids::clock::iso8601;
-use crate::metrics::unix_seconds;
+use super::{iso_time, json_response, AdminBody, AdminState};
 use crate::routing::{Loaded, ReloadError};
 
 const PAGE: &str = include_str!("dashboard/index.html");
@@ -130,7 +128,7 @@ pub(super) fn data(state: &AdminState) -> Response<AdminBody> {
             "table": {
                 "version": snap.version,
                 "sha256": snap.sha256,
-                "loaded_at": at(unix_seconds(snap.loaded_at)),
+                "loaded_at": iso_time(snap.loaded_at, 0),
                 "path": state.reloader.as_ref().map(|r| r.path().display().to_string()),
             },
             "view": state.view.get(&snap),
@@ -143,12 +141,8 @@ pub(super) fn data(state: &AdminState) -> Response<AdminBody> {
     )
 }
 
-fn at(unix: f64) -> Option<String> {
-    iso8601((unix * 1_000_000.0) as u64, 0).map(|t| t.to_string())
-}
-
 fn reload(r: &crate::routing::reload::ReloadRecord) -> Value {
-    let when = at(unix_seconds(r.at));
+    let when = iso_time(r.at, 0);
     match &r.result {
         Ok(o) => json!({ "at": when, "result": "success", "version": o.version, "sha256": o.sha256,
                          "needs_restart": o.needs_restart }),

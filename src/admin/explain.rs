@@ -5,6 +5,7 @@
 //! was; on a fan-out route (named), the regions it asks and how it merges.
 
 use http::{Response, StatusCode};
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::{json, Map, Value};
 
 use super::{json_response, problem, AdminBody};
@@ -22,7 +23,7 @@ pub(super) fn explain(snap: &Loaded, found: &Found, query: &str) -> Response<Adm
     let route_name = query_param(query, "route").map(percent_decode);
     let table = &snap.table;
     let routes: Vec<&Route> = match &route_name {
-        Some(name) => match table.routes().iter().find(|r| r.name == **name) {
+        Some(name) => match table.route_by_name(name) {
             Some(r) => vec![r],
             None => return problem(&ProxyError::UnknownRoute { name: name.to_string() }, "/explain"),
         },
@@ -136,7 +137,7 @@ fn explain_route(table: &Table, found: &Found, route: &Route, id: &str, named: b
 /// parameters).
 fn link(route: &Route, source: &IdSource, id: &str) -> (String, Option<String>) {
     let gets = route.methods.as_ref().is_none_or(|m| m.contains(&http::Method::GET));
-    let encoded = percent_encode(id);
+    let encoded = utf8_percent_encode(id, UNRESERVED).to_string();
     let (id_in, target) = match source {
         IdSource::PathParam(name) => {
             (format!("path parameter {name}"), route.template.replace(&format!("{{{name}}}"), &encoded))
@@ -148,18 +149,8 @@ fn link(route: &Route, source: &IdSource, id: &str) -> (String, Option<String>) 
     (id_in, (gets && whole).then_some(target))
 }
 
-/// `text` with every byte outside RFC 3986's unreserved set percent-encoded.
-fn percent_encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for &b in text.as_bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
+/// What a link's id keeps as it is: RFC 3986's unreserved characters.
+const UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
 
 /// `{format, canonical, fields: {…}}` of a decoded id (the same field
 /// values `shardgate decode --json` prints).

@@ -312,7 +312,7 @@ fn ready(state: &AdminState) -> Response<AdminBody> {
 fn config(state: &AdminState) -> Response<AdminBody> {
     let snap = state.table().snapshot();
     let at = metrics::unix_seconds(snap.loaded_at);
-    let iso = iso8601((at * 1_000_000.0) as u64, 3).map(|t| t.to_string());
+    let iso = iso_time(snap.loaded_at, 3);
     json_response(
         StatusCode::OK,
         &json!({
@@ -367,6 +367,11 @@ fn drain(state: &AdminState) -> Response<AdminBody> {
             "shutdown_timeout_s": server.shutdown_timeout.0.as_secs_f64(),
         }),
     )
+}
+
+/// `t` as ISO 8601 UTC with `digits` of fractional seconds.
+fn iso_time(t: std::time::SystemTime, digits: u8) -> Option<String> {
+    iso8601((metrics::unix_seconds(t) * 1_000_000.0) as u64, digits).map(|t| t.to_string())
 }
 
 pub(crate) fn json_response(status: StatusCode, body: &Value) -> Response<AdminBody> {

@@ -34,7 +34,6 @@ pub(super) async fn ask(
     if let (Some((parent, kind)), Some(traces)) = (trace, &proxy.shared.traces) {
         decision.trace = Some(Box::new(traces.leg(parent, kind, name)));
     }
-    let span = decision.trace.clone();
     let sent = forward(proxy, leg, parts, RequestBody::Empty, Instant::now(), &mut decision);
     let answer = match tokio::time::timeout(timeout, sent).await {
         Ok(Ok(resp)) => Ok(resp),
@@ -45,7 +44,7 @@ pub(super) async fn ask(
             detail: format!("no answer within {}", crate::config::duration::Dur(timeout)),
         }),
     };
-    if let Some(span) = &span {
+    if let Some(span) = decision.trace.as_deref() {
         match &answer {
             Ok(resp) => traces::set(span, "http.response.status_code", i64::from(resp.status().as_u16())),
             Err(f) => traces::failed(span, f.reason),

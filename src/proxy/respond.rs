@@ -139,7 +139,7 @@ impl Record<'_> {
         arrival: &Arrival,
         decision: &Decision<'_>,
     ) {
-        let route = decision.route.and_then(|name| table.routes().iter().find(|r| r.name == name));
+        let route = decision.route.and_then(|name| table.route_by_name(name));
         if let Some(route) = route {
             traces::rename(span, format!("{} {}", arrival.method, route.template));
             traces::set(span, "http.route", route.template.clone());

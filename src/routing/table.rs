@@ -330,6 +330,11 @@ impl Table {
         &self.regions
     }
 
+    /// The route named `name`.
+    pub fn route_by_name(&self, name: &str) -> Option<&Route> {
+        self.routes.iter().find(|r| r.name == name)
+    }
+
     /// A region by name.
     pub fn region_by_name(&self, name: &str) -> Option<RegionId> {
         self.region_index.get(name).copied()

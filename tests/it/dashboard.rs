@@ -178,19 +178,10 @@ async fn the_dashboard_shows_the_table_finds_an_id_keeps_hostile_text_text_and_l
     let backends = three_backends().await?;
     let be = [backends[0].addr, backends[1].addr, backends[2].addr];
     let yaml = big_table(be);
-    let dir = tempfile::tempdir()?;
-    let path = dir.path().join("table.yaml");
-    std::fs::write(&path, &yaml)?;
-    let cfg = shardgate::config::load_str(&yaml, "table.yaml").map_err(|e| format!("test table invalid:\n{e}"))?;
-    let inst = Arc::new(Instance::new(&cfg, &yaml, Some(path.clone()), None));
-    let (proxy_l, admin_l) = (TcpListener::bind("127.0.0.1:0").await?, TcpListener::bind("127.0.0.1:0").await?);
-    let admin = admin_l.local_addr()?;
-    let opts = shardgate::app::server_options(&cfg);
-    let running = Arc::clone(&inst);
-    tokio::spawn(async move { running.run(proxy_l, Some(admin_l), opts).await });
+    let (inst, _, admin, dir) = instance(&yaml, None).await?;
 
     let c = browser(&driver).await?;
-    let result = drive(&c, admin, &path, &yaml, be).await;
+    let result = drive(&c, admin, &dir.path().join(TABLE_FILE), &yaml, be).await;
     let _ = c.close().await;
     inst.start_drain();
     result
@@ -252,17 +243,21 @@ async fn drive(c: &Client, admin: SocketAddr, path: &std::path::Path, yaml: &str
     Ok(())
 }
 
-/// An instance of `yaml` (from a file, with admin token `token`) serving
-/// on loopback: its proxy and admin addresses.
+/// The table file's name in an [`instance`]'s directory.
+const TABLE_FILE: &str = "table.yaml";
+
+/// An instance of `yaml` (from the file [`TABLE_FILE`] in the returned
+/// directory, with admin token `token`) serving on loopback: its proxy and
+/// admin addresses.
 async fn instance(
     yaml: &str,
-    token: &str,
+    token: Option<&str>,
 ) -> Result<(Arc<Instance>, SocketAddr, SocketAddr, tempfile::TempDir), BoxError> {
     let dir = tempfile::tempdir()?;
-    let path = dir.path().join("table.yaml");
+    let path = dir.path().join(TABLE_FILE);
     std::fs::write(&path, yaml)?;
-    let cfg = shardgate::config::load_str(yaml, "table.yaml").map_err(|e| format!("test table invalid:\n{e}"))?;
-    let inst = Arc::new(Instance::new(&cfg, yaml, Some(path), Some(token.to_string())));
+    let cfg = shardgate::config::load_str(yaml, TABLE_FILE).map_err(|e| format!("test table invalid:\n{e}"))?;
+    let inst = Arc::new(Instance::new(&cfg, yaml, Some(path), token.map(str::to_string)));
     let (proxy_l, admin_l) = (TcpListener::bind("127.0.0.1:0").await?, TcpListener::bind("127.0.0.1:0").await?);
     let (proxy, admin) = (proxy_l.local_addr()?, admin_l.local_addr()?);
     let opts = shardgate::app::server_options(&cfg);
@@ -285,7 +280,7 @@ async fn the_dashboard_takes_the_admin_token_its_data_has_rates_per_region_and_l
     use base64::Engine as _;
     let backends = three_backends().await?;
     let yaml = crate::support::table(backends[0].addr, backends[1].addr, backends[2].addr, "");
-    let (inst, proxy, admin, _dir) = instance(&yaml, "s3cret").await?;
+    let (inst, proxy, admin, _dir) = instance(&yaml, Some("s3cret")).await?;
     let basic = |user_pass: &str| format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(user_pass));
 
     // A browser is asked for credentials; the token works as a Basic password for reading.

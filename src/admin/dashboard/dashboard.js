@@ -12,7 +12,6 @@ function el(tag, props, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(props || {})) {
     if (k === "class") e.className = v;
-    else if (k === "title") e.title = v;
     else e.setAttribute(k, v);
   }
   for (const c of children.flat()) {
