@@ -148,12 +148,10 @@ fn decode_into(input: &str, opts: &DecodeOptions, out: &mut Outcome) {
     out.decoded.clear();
     out.rejected.clear();
     let formats: &[Format] = if opts.formats.is_empty() { &Format::ALL } else { &opts.formats };
-    for &f in formats {
-        match ids::parse(f, input, &opts.params) {
-            Ok(d) => out.decoded.push(d),
-            Err(e) => out.rejected.push(e),
-        }
-    }
+    ids::parse_each(formats, input, &opts.params, |result| match result {
+        Ok(d) => out.decoded.push(d),
+        Err(e) => out.rejected.push(e),
+    });
 }
 
 /// Writes the reports of one input after another, reusing its outcome's lists.

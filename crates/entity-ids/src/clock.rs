@@ -183,40 +183,58 @@ impl Iso8601 {
     /// these per id, and `write!` with padded integers cost more than the
     /// rest of the line (see `benches/decode_throughput.sh`).
     pub fn to_ascii(&self) -> ([u8; 27], usize) {
-        fn put(out: &mut [u8; 27], at: usize, mut v: u32, digits: usize) {
-            for i in (at..at + digits).rev() {
-                out[i] = b'0' + (v % 10) as u8;
-                v /= 10;
-            }
-        }
         let mut out = [0u8; 27];
-        put(&mut out, 0, u32::from(self.year), 4);
+        put_pair(&mut out, 0, u32::from(self.year) / 100);
+        put_pair(&mut out, 2, u32::from(self.year));
         out[4] = b'-';
-        put(&mut out, 5, u32::from(self.month), 2);
+        put_pair(&mut out, 5, u32::from(self.month));
         out[7] = b'-';
-        put(&mut out, 8, u32::from(self.day), 2);
+        put_pair(&mut out, 8, u32::from(self.day));
         out[10] = b'T';
-        put(&mut out, 11, u32::from(self.hour), 2);
+        put_pair(&mut out, 11, u32::from(self.hour));
         out[13] = b':';
-        put(&mut out, 14, u32::from(self.minute), 2);
+        put_pair(&mut out, 14, u32::from(self.minute));
         out[16] = b':';
-        put(&mut out, 17, u32::from(self.second), 2);
+        put_pair(&mut out, 17, u32::from(self.second));
         let len = match self.fraction_digits {
             0 => 19,
             6 => {
                 out[19] = b'.';
-                put(&mut out, 20, self.micros, 6);
+                put_pair(&mut out, 20, self.micros / 10_000);
+                put_pair(&mut out, 22, self.micros / 100);
+                put_pair(&mut out, 24, self.micros);
                 26
             }
             _ => {
+                let millis = self.micros / 1000;
                 out[19] = b'.';
-                put(&mut out, 20, self.micros / 1000, 3);
+                out[20] = b'0' + (millis / 100 % 10) as u8;
+                put_pair(&mut out, 21, millis);
                 23
             }
         };
         out[len] = b'Z';
         (out, len + 1)
     }
+}
+
+/// The two-digit decimal forms of 0 to 99.
+const DIGIT_PAIRS: [[u8; 2]; 100] = {
+    let mut t = [[0u8; 2]; 100];
+    let mut i = 0;
+    while i < 100 {
+        t[i] = [b'0' + (i / 10) as u8, b'0' + (i % 10) as u8];
+        i += 1;
+    }
+    t
+};
+
+/// Writes the last two decimal digits of `v` at `at`: one table load per
+/// pair instead of a division per digit (the time is a sixth of a
+/// `decode --json` line).
+#[inline(always)]
+fn put_pair(out: &mut [u8; 27], at: usize, v: u32) {
+    out[at..at + 2].copy_from_slice(&DIGIT_PAIRS[(v % 100) as usize]);
 }
 
 impl fmt::Display for Iso8601 {
@@ -351,6 +369,28 @@ mod tests {
         assert_eq!(t.as_deref(), Some("9999-12-31T23:59:59.999999Z"));
         let t = iso8601(1_710_512_853_000_007, 0).map(|t| t.to_string());
         assert_eq!(t.as_deref(), Some("2024-03-15T14:27:33Z"));
+    }
+
+    #[test]
+    fn digit_pairs_match_padded_formatting() -> Result<(), String> {
+        let mut us = 1u64;
+        while us < 253_402_300_800_000_000 {
+            for digits in [0u8, 3, 6] {
+                let t = iso8601(us, digits).ok_or(format!("{us} µs is before year 10000"))?;
+                let fraction = match digits {
+                    0 => String::new(),
+                    6 => format!(".{:06}", t.micros),
+                    _ => format!(".{:03}", t.micros / 1000),
+                };
+                let padded = format!(
+                    "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}{fraction}Z",
+                    t.year, t.month, t.day, t.hour, t.minute, t.second
+                );
+                assert_eq!(t.to_string(), padded, "{us} µs, {digits} digits");
+            }
+            us = us * 3 + 7_919;
+        }
+        Ok(())
     }
 
     #[test]

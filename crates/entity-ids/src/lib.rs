@@ -398,13 +398,25 @@ pub fn parse(format: Format, input: &str, params: &Params) -> Result<Decoded, Id
     })
 }
 
+/// Parses `input` as each of `formats` in order, handing every result to
+/// `each`: the results [`parse`] gives format by format, but the 36-character
+/// text that iUID, Locality and UUIDv7 share is decoded once, not once per
+/// UUID format (`shardgate decode` tries every format on every line).
+pub fn parse_each(formats: &[Format], input: &str, params: &Params, mut each: impl FnMut(Result<Decoded, IdError>)) {
+    let mut attempts = Attempts { input, params, uuid: None };
+    for &format in formats {
+        each(attempts.parse(format));
+    }
+}
+
 /// Tries each format in order and returns the first that accepts the input,
 /// or the error of the first format when none does (the route's primary
 /// format is the one a client most likely meant).
 pub fn parse_any(formats: &[Format], input: &str, params: &Params) -> Result<Decoded, IdError> {
+    let mut attempts = Attempts { input, params, uuid: None };
     let mut first_err = None;
     for &format in formats {
-        match parse(format, input, params) {
+        match attempts.parse(format) {
             Ok(id) => return Ok(id),
             Err(e) => {
                 first_err.get_or_insert(e);
@@ -412,6 +424,32 @@ pub fn parse_any(formats: &[Format], input: &str, params: &Params) -> Result<Dec
         }
     }
     Err(first_err.unwrap_or(IdError::new(Format::Iuid, Reason::BadFormat)))
+}
+
+/// One input parsed as one format after another, its UUID text decoded at
+/// most once (the SWAR decoding is most of a UUID format's parse; the
+/// version checks after it are a few instructions).
+struct Attempts<'a> {
+    input: &'a str,
+    params: &'a Params,
+    /// The UUID text's value, or why it is not one, once a UUID format asked.
+    uuid: Option<Result<u128, Reason>>,
+}
+
+impl Attempts<'_> {
+    /// What [`parse`] returns for `format`.
+    fn parse(&mut self, format: Format) -> Result<Decoded, IdError> {
+        let check: fn(u128) -> Result<Decoded, Reason> = match format {
+            Format::Iuid => |v| Iuid::from_u128(v).map(Decoded::Iuid),
+            Format::Locality => |v| LocalityUuid::from_u128(v).map(Decoded::Locality),
+            Format::Uuidv7 => |v| Uuid7::from_u128(v).map(Decoded::Uuidv7),
+            Format::Uniqid | Format::Snowflake | Format::Sonyflake | Format::Instagram => {
+                return parse(format, self.input, self.params)
+            }
+        };
+        let input = self.input;
+        self.uuid.get_or_insert_with(|| text::parse_uuid(input)).and_then(check).map_err(|r| IdError::new(format, r))
+    }
 }
 
 /// SplitMix64 finaliser: a fast, well-distributed 64-bit mix. Stable

@@ -118,6 +118,15 @@ pub(crate) fn uuid_ascii(v: u128) -> [u8; 36] {
     out
 }
 
+/// The 32 lowercase hex digits of `v`, most significant first.
+#[inline]
+pub(crate) fn hex32(v: u128) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    out[..16].copy_from_slice(&hex16((v >> 64) as u64));
+    out[16..].copy_from_slice(&hex16(v as u64));
+    out
+}
+
 /// One in every byte of a `u128`.
 const LANES: u128 = 0x0101_0101_0101_0101_0101_0101_0101_0101;
 

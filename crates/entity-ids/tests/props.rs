@@ -120,7 +120,21 @@ fn check_all_parsers(s: &str, total_shards: u32) -> Result<(), TestCaseError> {
     prop_assert_eq!(LocalityUuid::parse(s).is_ok(), ids::parse(Format::Locality, s, &Params::default()).is_ok());
     prop_assert_eq!(UniqidShard::parse(s).is_ok(), ids::parse(Format::Uniqid, s, &Params::default()).is_ok());
     prop_assert_eq!(Snowflake::parse(s).is_ok(), ids::parse(Format::Snowflake, s, &Params::default()).is_ok());
-    let _ = ids::parse_any(&Format::ALL, s, &Params::default());
+    // Parsing several formats at once (the UUID text decoded once) gives
+    // what each format's own parse gives, in either order.
+    for params in [Params::default(), strict, v2] {
+        let one_by_one: Vec<_> = Format::ALL.iter().map(|&f| ids::parse(f, s, &params)).collect();
+        let mut at_once = Vec::new();
+        ids::parse_each(&Format::ALL, s, &params, |r| at_once.push(r));
+        prop_assert_eq!(&at_once, &one_by_one);
+        let reversed: Vec<Format> = Format::ALL.iter().rev().copied().collect();
+        let mut backwards = Vec::new();
+        ids::parse_each(&reversed, s, &params, |r| backwards.push(r));
+        backwards.reverse();
+        prop_assert_eq!(&backwards, &one_by_one);
+        let first = one_by_one.iter().find(|r| r.is_ok()).unwrap_or(&one_by_one[0]);
+        prop_assert_eq!(&ids::parse_any(&Format::ALL, s, &params), first);
+    }
     let _ = ids::escape_for_display(s, 80);
     Ok(())
 }
