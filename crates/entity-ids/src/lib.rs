@@ -387,15 +387,7 @@ pub enum Field {
 
 /// Parses `input` as `format`.
 pub fn parse(format: Format, input: &str, params: &Params) -> Result<Decoded, IdError> {
-    Ok(match format {
-        Format::Iuid => Decoded::Iuid(Iuid::parse(input)?),
-        Format::Locality => Decoded::Locality(LocalityUuid::parse(input)?),
-        Format::Uniqid => Decoded::Uniqid(UniqidShard::parse_with(input, params.uniqid_total_shards)?),
-        Format::Uuidv7 => Decoded::Uuidv7(Uuid7::parse(input)?),
-        Format::Snowflake => Decoded::Snowflake(Snowflake::parse_with(input, params.snowflake)?),
-        Format::Sonyflake => Decoded::Sonyflake(Sonyflake::parse_with(input, params.sonyflake)?),
-        Format::Instagram => Decoded::Instagram(Instagram::parse_with(input, params.instagram)?),
-    })
+    Attempts::new(input, params).parse(format)
 }
 
 /// Parses `input` as each of `formats` in order, handing every result to
@@ -403,7 +395,7 @@ pub fn parse(format: Format, input: &str, params: &Params) -> Result<Decoded, Id
 /// text that iUID, Locality and UUIDv7 share is decoded once, not once per
 /// UUID format (`shardgate decode` tries every format on every line).
 pub fn parse_each(formats: &[Format], input: &str, params: &Params, mut each: impl FnMut(Result<Decoded, IdError>)) {
-    let mut attempts = Attempts { input, params, uuid: None };
+    let mut attempts = Attempts::new(input, params);
     for &format in formats {
         each(attempts.parse(format));
     }
@@ -413,7 +405,7 @@ pub fn parse_each(formats: &[Format], input: &str, params: &Params, mut each: im
 /// or the error of the first format when none does (the route's primary
 /// format is the one a client most likely meant).
 pub fn parse_any(formats: &[Format], input: &str, params: &Params) -> Result<Decoded, IdError> {
-    let mut attempts = Attempts { input, params, uuid: None };
+    let mut attempts = Attempts::new(input, params);
     let mut first_err = None;
     for &format in formats {
         match attempts.parse(format) {
@@ -436,18 +428,25 @@ struct Attempts<'a> {
     uuid: Option<Result<u128, Reason>>,
 }
 
-impl Attempts<'_> {
-    /// What [`parse`] returns for `format`.
+impl<'a> Attempts<'a> {
+    fn new(input: &'a str, params: &'a Params) -> Self {
+        Attempts { input, params, uuid: None }
+    }
+
+    /// `input` as `format`: the one place a format name picks its codec.
+    #[inline]
     fn parse(&mut self, format: Format) -> Result<Decoded, IdError> {
+        let (input, params) = (self.input, self.params);
+        // The UUID formats check the shared value; the others parse the text themselves.
         let check: fn(u128) -> Result<Decoded, Reason> = match format {
             Format::Iuid => |v| Iuid::from_u128(v).map(Decoded::Iuid),
             Format::Locality => |v| LocalityUuid::from_u128(v).map(Decoded::Locality),
             Format::Uuidv7 => |v| Uuid7::from_u128(v).map(Decoded::Uuidv7),
-            Format::Uniqid | Format::Snowflake | Format::Sonyflake | Format::Instagram => {
-                return parse(format, self.input, self.params)
-            }
+            Format::Uniqid => return UniqidShard::parse_with(input, params.uniqid_total_shards).map(Decoded::Uniqid),
+            Format::Snowflake => return Snowflake::parse_with(input, params.snowflake).map(Decoded::Snowflake),
+            Format::Sonyflake => return Sonyflake::parse_with(input, params.sonyflake).map(Decoded::Sonyflake),
+            Format::Instagram => return Instagram::parse_with(input, params.instagram).map(Decoded::Instagram),
         };
-        let input = self.input;
         self.uuid.get_or_insert_with(|| text::parse_uuid(input)).and_then(check).map_err(|r| IdError::new(format, r))
     }
 }
