@@ -29,7 +29,7 @@ use std::fmt;
 use rand_core::RngCore;
 
 use super::clock::{Clock, Monotonic, COUNTER_BITS};
-use super::{text, Field, Format, IdError, Reason};
+use super::{text, Field, Format, IdError, Key, Reason};
 
 /// A valid iUID (version 8, RFC variant, `ver1` = 0).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -111,21 +111,21 @@ impl Iuid {
         (self.0 & RAND_MASK) as u64
     }
 
-    pub(crate) fn for_each_field(&self, f: &mut dyn FnMut(&'static str, Field)) {
+    pub(crate) fn for_each_key(&self, f: &mut dyn FnMut(&'static Key, Field)) {
         let v = self.0;
-        f("unix_ts_ms", Field::Int(self.unix_ts_ms()));
-        f("timestamp_iso", Field::TimeMs(self.unix_ts_ms()));
-        f("version", Field::Int(8));
-        f("ver1", Field::Int(u64::from(self.ver1())));
-        f("country", Field::Int(u64::from(self.country())));
-        f("variant_bits", Field::Str("10"));
-        f("service_entity", Field::Int(u64::from(self.service_entity())));
-        f("rand", Field::Int(self.rand()));
-        f("rand_hex", Field::Hex { value: u128::from(self.rand()), width: 14 });
-        f("custom_a", Field::Int((v >> 80) as u64));
-        f("custom_b", Field::Int(((v >> 64) & 0xfff) as u64));
-        f("custom_c", Field::Int((v & ((1 << 62) - 1)) as u64));
-        f("bytes_hex", Field::Hex { value: v, width: 32 });
+        f(key!("unix_ts_ms"), Field::Int(self.unix_ts_ms()));
+        f(key!("timestamp_iso"), Field::TimeMs(self.unix_ts_ms()));
+        f(key!("version"), Field::Int(8));
+        f(key!("ver1"), Field::Int(u64::from(self.ver1())));
+        f(key!("country"), Field::Int(u64::from(self.country())));
+        f(key!("variant_bits"), Field::Str("10"));
+        f(key!("service_entity"), Field::Int(u64::from(self.service_entity())));
+        f(key!("rand"), Field::Int(self.rand()));
+        f(key!("rand_hex"), Field::Hex { value: u128::from(self.rand()), width: 14 });
+        f(key!("custom_a"), Field::Int((v >> 80) as u64));
+        f(key!("custom_b"), Field::Int(((v >> 64) & 0xfff) as u64));
+        f(key!("custom_c"), Field::Int((v & ((1 << 62) - 1)) as u64));
+        f(key!("bytes_hex"), Field::Hex { value: v, width: 32 });
     }
 }
 

@@ -17,14 +17,14 @@ use super::{Decoded, Field};
 pub fn write_field_pairs(d: &Decoded, after_others: bool, w: &mut impl Write) -> io::Result<()> {
     let mut res = Ok(());
     let mut first = !after_others;
-    d.for_each_field(&mut |name, value| {
+    d.for_each_key(&mut |key, value| {
         if res.is_ok() {
             res = (|| {
                 // Names are the codecs' own identifiers: nothing to escape
-                // (`field_names_need_no_escaping` checks every one).
-                w.write_all(if first { b"\"" } else { b",\"" })?;
-                w.write_all(name.as_bytes())?;
-                w.write_all(b"\":")?;
+                // (`field_names_need_no_escaping` checks every one). The key
+                // is `,"name":`; the first pair goes without its comma.
+                let key = key.json.as_bytes();
+                w.write_all(if first { key.get(1..).unwrap_or(key) } else { key })?;
                 write_value(value, w)
             })();
             first = false;
@@ -149,11 +149,14 @@ mod tests {
         for input in [
             "018e4282-d0bf-8007-80c0-002e9b1f0a47",
             "017f22e2-79b0-7cc3-98c4-dc0c0c07398f",
+            "20be0ffc-314a-bd53-7a50-013a65ca76d2",
             "36a016b019df3543ab",
             "1050118621198921728",
         ] {
             for d in crate::Format::ALL.iter().filter_map(|&f| crate::parse(f, input, &params).ok()) {
-                d.for_each_field(&mut |name, _| {
+                d.for_each_key(&mut |key, _| {
+                    let name = key.name;
+                    assert_eq!(key.json, format!(",\"{name}\":"), "{name}");
                     assert!(
                         !name.is_empty()
                             && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),

@@ -33,6 +33,14 @@
 //! Features: `rand` (default) mints with the thread-local RNG; `serde`
 //! serializes ids as their canonical text (module `serde_text`).
 
+/// A field's [`Key`]: its name, and the name as a JSON object key with the
+/// punctuation around it, spelt out at compile time.
+macro_rules! key {
+    ($name:literal) => {
+        &$crate::Key { name: $name, json: concat!(",\"", $name, "\":") }
+    };
+}
+
 pub mod clock;
 pub mod iuid;
 pub mod json;
@@ -337,16 +345,34 @@ impl Decoded {
     /// Calls `f` with every decoded field, under the snake_case names the
     /// golden vector files use for the format.
     pub fn for_each_field(&self, f: &mut dyn FnMut(&'static str, Field)) {
+        self.for_each_key(&mut |key, value| f(key.name, value));
+    }
+
+    /// [`Decoded::for_each_field`] with each name's [`Key`].
+    pub(crate) fn for_each_key(&self, f: &mut dyn FnMut(&'static Key, Field)) {
         match self {
-            Decoded::Iuid(id) => id.for_each_field(f),
-            Decoded::Locality(id) => id.for_each_field(f),
-            Decoded::Uniqid(id) => id.for_each_field(f),
-            Decoded::Uuidv7(id) => id.for_each_field(f),
-            Decoded::Snowflake(id) => id.for_each_field(f),
-            Decoded::Sonyflake(id) => id.for_each_field(f),
-            Decoded::Instagram(id) => id.for_each_field(f),
+            Decoded::Iuid(id) => id.for_each_key(f),
+            Decoded::Locality(id) => id.for_each_key(f),
+            Decoded::Uniqid(id) => id.for_each_key(f),
+            Decoded::Uuidv7(id) => id.for_each_key(f),
+            Decoded::Snowflake(id) => id.for_each_key(f),
+            Decoded::Sonyflake(id) => id.for_each_key(f),
+            Decoded::Instagram(id) => id.for_each_key(f),
         }
     }
+}
+
+/// A decoded field's name, with the same name ready to write as a JSON
+/// object key: `,"name":`, punctuation included. [`json`] then writes a
+/// field's name in one piece instead of three (each write into a buffered
+/// writer costs about as much as the bytes it copies; the three were a
+/// tenth of a `decode --json` line). Made only by the `key!` macro.
+#[derive(Debug)]
+pub(crate) struct Key {
+    /// The snake_case name.
+    pub name: &'static str,
+    /// `,"name":`.
+    pub json: &'static str,
 }
 
 impl fmt::Display for Decoded {

@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use md5::{Digest, Md5};
 
 use super::clock::{iso8601, Clock};
-use super::{text, Field, Format, IdError, Reason};
+use super::{text, Field, Format, IdError, Key, Reason};
 
 /// The prime added to the counter before each id in variable mode.
 pub const INCREMENT: u32 = 198_491_317;
@@ -103,17 +103,17 @@ impl LocalityUuid {
         (self.0 & 0xffff_ffff_ffff) as u64
     }
 
-    pub(crate) fn for_each_field(&self, f: &mut dyn FnMut(&'static str, Field)) {
-        f("version", Field::Str("b"));
-        f("is_vb", Field::Bool(true));
-        f("counter_field_hex", Field::Hex { value: u128::from(self.counter_field()), width: 8 });
-        f("counter_decoded_reversed", Field::Int(u64::from(self.counter_decoded_reversed())));
-        f("counter_decoded_sequential", Field::Int(u64::from(self.counter_field())));
-        f("pid", Field::Int(u64::from(self.pid())));
-        f("mac_fragment_hex", Field::Hex { value: u128::from(self.mac_fragment()), width: 7 });
-        f("timestamp_ms", Field::Int(self.timestamp_ms()));
-        f("timestamp_iso", Field::TimeMs(self.timestamp_ms()));
-        f("bytes_hex", Field::Hex { value: self.0, width: 32 });
+    pub(crate) fn for_each_key(&self, f: &mut dyn FnMut(&'static Key, Field)) {
+        f(key!("version"), Field::Str("b"));
+        f(key!("is_vb"), Field::Bool(true));
+        f(key!("counter_field_hex"), Field::Hex { value: u128::from(self.counter_field()), width: 8 });
+        f(key!("counter_decoded_reversed"), Field::Int(u64::from(self.counter_decoded_reversed())));
+        f(key!("counter_decoded_sequential"), Field::Int(u64::from(self.counter_field())));
+        f(key!("pid"), Field::Int(u64::from(self.pid())));
+        f(key!("mac_fragment_hex"), Field::Hex { value: u128::from(self.mac_fragment()), width: 7 });
+        f(key!("timestamp_ms"), Field::Int(self.timestamp_ms()));
+        f(key!("timestamp_iso"), Field::TimeMs(self.timestamp_ms()));
+        f(key!("bytes_hex"), Field::Hex { value: self.0, width: 32 });
     }
 }
 

@@ -21,7 +21,7 @@
 
 use std::fmt;
 
-use super::{text, Field, Format, IdError, Reason};
+use super::{text, Field, Format, IdError, Key, Reason};
 
 /// Epoch and bit split of a Snowflake. The default is Twitter's:
 /// epoch 1288834974657 (2010-11-04T01:42:54.657Z), 5 datacenter bits,
@@ -128,17 +128,20 @@ impl Snowflake {
         field(self.value, 0, self.layout.sequence_bits)
     }
 
-    pub(crate) fn for_each_field(&self, f: &mut dyn FnMut(&'static str, Field)) {
+    pub(crate) fn for_each_key(&self, f: &mut dyn FnMut(&'static Key, Field)) {
         let l = self.layout;
-        f("id", Field::Int(self.value));
-        f("ms_since_epoch", Field::Int(self.ms_since_epoch()));
-        f("unix_ts_ms", Field::Int(self.unix_ts_ms()));
-        f("timestamp_iso", Field::TimeMs(self.unix_ts_ms()));
-        f("datacenter_id", Field::Int(self.datacenter_id()));
-        f("worker_id", Field::Int(self.worker_id()));
-        f("sequence", Field::Int(self.sequence()));
-        f("instance_10bit", Field::Int(field(self.value, l.sequence_bits as u32, l.datacenter_bits + l.worker_bits)));
-        f("epoch_ms", Field::Int(l.epoch_ms));
+        f(key!("id"), Field::Int(self.value));
+        f(key!("ms_since_epoch"), Field::Int(self.ms_since_epoch()));
+        f(key!("unix_ts_ms"), Field::Int(self.unix_ts_ms()));
+        f(key!("timestamp_iso"), Field::TimeMs(self.unix_ts_ms()));
+        f(key!("datacenter_id"), Field::Int(self.datacenter_id()));
+        f(key!("worker_id"), Field::Int(self.worker_id()));
+        f(key!("sequence"), Field::Int(self.sequence()));
+        f(
+            key!("instance_10bit"),
+            Field::Int(field(self.value, l.sequence_bits as u32, l.datacenter_bits + l.worker_bits)),
+        );
+        f(key!("epoch_ms"), Field::Int(l.epoch_ms));
     }
 }
 
@@ -223,17 +226,17 @@ impl Sonyflake {
         self.flavor.start_time_ms() + self.time_units_10ms() * 10
     }
 
-    pub(crate) fn for_each_field(&self, f: &mut dyn FnMut(&'static str, Field)) {
-        f("flavor", Field::Str(self.flavor.name()));
-        f("id", Field::Int(self.value));
-        f("time_units_10ms", Field::Int(self.time_units_10ms()));
-        f("sequence", Field::Int(u64::from(self.sequence())));
-        f("machine_id", Field::Int(u64::from(self.machine_id())));
-        f("start_time_ms", Field::Int(self.flavor.start_time_ms()));
-        f("unix_ts_ms_floor", Field::Int(self.unix_ts_ms()));
-        f("timestamp_iso", Field::TimeMs(self.unix_ts_ms()));
+    pub(crate) fn for_each_key(&self, f: &mut dyn FnMut(&'static Key, Field)) {
+        f(key!("flavor"), Field::Str(self.flavor.name()));
+        f(key!("id"), Field::Int(self.value));
+        f(key!("time_units_10ms"), Field::Int(self.time_units_10ms()));
+        f(key!("sequence"), Field::Int(u64::from(self.sequence())));
+        f(key!("machine_id"), Field::Int(u64::from(self.machine_id())));
+        f(key!("start_time_ms"), Field::Int(self.flavor.start_time_ms()));
+        f(key!("unix_ts_ms_floor"), Field::Int(self.unix_ts_ms()));
+        f(key!("timestamp_iso"), Field::TimeMs(self.unix_ts_ms()));
         let other = self.flavor.other().start_time_ms() + self.time_units_10ms() * 10;
-        f("unix_ts_ms_floor_if_other_flavor", Field::Int(other));
+        f(key!("unix_ts_ms_floor_if_other_flavor"), Field::Int(other));
     }
 }
 
@@ -298,14 +301,14 @@ impl Instagram {
         (self.value & 0x3ff) as u16
     }
 
-    pub(crate) fn for_each_field(&self, f: &mut dyn FnMut(&'static str, Field)) {
-        f("id", Field::Int(self.value));
-        f("ms_since_epoch", Field::Int(self.ms_since_epoch()));
-        f("unix_ts_ms", Field::Int(self.unix_ts_ms()));
-        f("timestamp_iso", Field::TimeMs(self.unix_ts_ms()));
-        f("shard_id", Field::Int(u64::from(self.shard_id())));
-        f("sequence", Field::Int(u64::from(self.sequence())));
-        f("epoch_ms", Field::Int(self.layout.epoch_ms));
+    pub(crate) fn for_each_key(&self, f: &mut dyn FnMut(&'static Key, Field)) {
+        f(key!("id"), Field::Int(self.value));
+        f(key!("ms_since_epoch"), Field::Int(self.ms_since_epoch()));
+        f(key!("unix_ts_ms"), Field::Int(self.unix_ts_ms()));
+        f(key!("timestamp_iso"), Field::TimeMs(self.unix_ts_ms()));
+        f(key!("shard_id"), Field::Int(u64::from(self.shard_id())));
+        f(key!("sequence"), Field::Int(u64::from(self.sequence())));
+        f(key!("epoch_ms"), Field::Int(self.layout.epoch_ms));
     }
 }
 

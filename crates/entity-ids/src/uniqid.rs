@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rand_core::RngCore;
 
 use super::clock::Clock;
-use super::{Field, Format, IdError, Reason};
+use super::{Field, Format, IdError, Key, Reason};
 
 const UNIQ_LEN: usize = 17;
 const MAX_MICROS: u32 = 999_999;
@@ -130,17 +130,17 @@ impl UniqidShard {
         ((self.random_prefix as u128) << 52) | ((self.seconds as u128) << 20) | self.micros as u128
     }
 
-    pub(crate) fn for_each_field(&self, f: &mut dyn FnMut(&'static str, Field)) {
-        f("shard", Field::Int(u64::from(self.shard)));
-        f("uniq", Field::Hex { value: self.uniq_bits(), width: 17 });
-        f("random_prefix", Field::Hex { value: u128::from(self.random_prefix), width: 4 });
-        f("uniqid", Field::Hex { value: self.uniq_bits() & ((1 << 52) - 1), width: 13 });
-        f("seconds_hex", Field::Hex { value: u128::from(self.seconds), width: 8 });
-        f("unix_seconds", Field::Int(u64::from(self.seconds)));
-        f("microseconds_hex", Field::Hex { value: u128::from(self.micros), width: 5 });
-        f("microseconds", Field::Int(u64::from(self.micros)));
-        f("timestamp_us", Field::Int(self.timestamp_us()));
-        f("timestamp_iso", Field::TimeUs(self.timestamp_us()));
+    pub(crate) fn for_each_key(&self, f: &mut dyn FnMut(&'static Key, Field)) {
+        f(key!("shard"), Field::Int(u64::from(self.shard)));
+        f(key!("uniq"), Field::Hex { value: self.uniq_bits(), width: 17 });
+        f(key!("random_prefix"), Field::Hex { value: u128::from(self.random_prefix), width: 4 });
+        f(key!("uniqid"), Field::Hex { value: self.uniq_bits() & ((1 << 52) - 1), width: 13 });
+        f(key!("seconds_hex"), Field::Hex { value: u128::from(self.seconds), width: 8 });
+        f(key!("unix_seconds"), Field::Int(u64::from(self.seconds)));
+        f(key!("microseconds_hex"), Field::Hex { value: u128::from(self.micros), width: 5 });
+        f(key!("microseconds"), Field::Int(u64::from(self.micros)));
+        f(key!("timestamp_us"), Field::Int(self.timestamp_us()));
+        f(key!("timestamp_iso"), Field::TimeUs(self.timestamp_us()));
     }
 }
 

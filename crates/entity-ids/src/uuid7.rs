@@ -29,7 +29,7 @@ use std::fmt;
 use rand_core::RngCore;
 
 use super::clock::{Clock, Monotonic};
-use super::{text, Field, Format, IdError, Reason};
+use super::{text, Field, Format, IdError, Key, Reason};
 
 /// A valid UUIDv7 (version 7, RFC variant).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -90,15 +90,15 @@ impl Uuid7 {
         (self.0 & ((1 << 62) - 1)) as u64
     }
 
-    pub(crate) fn for_each_field(&self, f: &mut dyn FnMut(&'static str, Field)) {
-        f("unix_ts_ms", Field::Int(self.unix_ts_ms()));
-        f("timestamp_iso", Field::TimeMs(self.unix_ts_ms()));
-        f("version", Field::Int(7));
-        f("variant_bits", Field::Str("10"));
-        f("rand_a", Field::Int(u64::from(self.rand_a())));
-        f("rand_b", Field::Int(self.rand_b()));
-        f("rand_b_hex", Field::Hex { value: u128::from(self.rand_b()), width: 16 });
-        f("bytes_hex", Field::Hex { value: self.0, width: 32 });
+    pub(crate) fn for_each_key(&self, f: &mut dyn FnMut(&'static Key, Field)) {
+        f(key!("unix_ts_ms"), Field::Int(self.unix_ts_ms()));
+        f(key!("timestamp_iso"), Field::TimeMs(self.unix_ts_ms()));
+        f(key!("version"), Field::Int(7));
+        f(key!("variant_bits"), Field::Str("10"));
+        f(key!("rand_a"), Field::Int(u64::from(self.rand_a())));
+        f(key!("rand_b"), Field::Int(self.rand_b()));
+        f(key!("rand_b_hex"), Field::Hex { value: u128::from(self.rand_b()), width: 16 });
+        f(key!("bytes_hex"), Field::Hex { value: self.0, width: 32 });
     }
 }
 
