@@ -9,7 +9,16 @@ requests served. Counting starts once the proxy is up and has routed the
 check requests (`callgrind_control -i on`), so start-up (loading the system's
 TLS roots, the table) does not weigh on a binary that served fewer requests.
 
-    benches/load/instructions.py [--mode path|header] [--seconds 15] BINARY...
+    benches/load/instructions.py [--mode path|header] [--seconds 15] [--cache-sim] BINARY...
+
+BINARY is a shardgate binary, or `nginx` or `haproxy` for the two reference
+proxies with compare.py's configurations (nginx without its master process,
+so that one process serves and is counted). With --cache-sim callgrind also
+simulates the caches and branch predictors and every event is printed per
+request: Ir instructions, Dr/Dw data reads/writes, I1mr/D1mr/D1mw L1 misses,
+ILmr/DLmr/DLmw last-level misses, Bc/Bcm conditional branches and their
+mispredictions, Bi/Bim indirect ones (a model of a generic CPU, not this
+one's counters, which this VM does not expose).
 
 Needs valgrind, nginx and wrk (benches/load/run installs the last two). The
 callgrind files stay in a temporary directory printed with each row, for
@@ -29,6 +38,7 @@ def main():
     ap.add_argument("--mode", choices=["path", "header"], default="path")
     ap.add_argument("--seconds", type=int, default=15)
     ap.add_argument("--connections", type=int, default=16)
+    ap.add_argument("--cache-sim", action="store_true")
     ap.add_argument("binaries", nargs="+")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="shardgate-callgrind-")
@@ -43,10 +53,12 @@ def main():
         with open(config, "w") as f:
             f.write(c.shardgate_conf())
         script = c.lua_script(tmp, ids, args.mode)
+        sim = ["--cache-sim=yes", "--branch-sim=yes"] if args.cache_sim else []
         for i, binary in enumerate(args.binaries):
             out = os.path.join(tmp, f"callgrind.{i}.{args.mode}")
-            proxy = c.start(["valgrind", "--tool=callgrind", "--instr-atstart=no",
-                             f"--callgrind-out-file={out}", binary, "serve", "--config", config], c.PROXY_CORE)
+            command, stop = proxy_command(binary, tmp, config)
+            proxy = c.start(["valgrind", "--tool=callgrind", "--instr-atstart=no", *sim,
+                             f"--callgrind-out-file={out}", *command], c.PROXY_CORE)
             try:
                 c.wait_port(c.PROXY_PORT, proxy, timeout=120)
                 c.check_routing(c.PROXY_PORT, ids, args.mode)
@@ -54,19 +66,47 @@ def main():
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
                 r = c.run_wrk(c.PROXY_PORT, script, args.seconds, args.connections)
             finally:
-                proxy.send_signal(signal.SIGTERM)
+                proxy.send_signal(stop)
                 proxy.wait(120)
-            total = 0
-            with open(out) as f:
-                for line in f:
-                    if line.startswith(("totals:", "summary:")):
-                        total = int(line.split()[1])
-            if total == 0 or r["requests"] == 0:
+            events, totals = read_totals(out)
+            if not totals or not totals[0] or r["requests"] == 0:
                 raise RuntimeError(f"{binary}: no instruction total or no requests ({out})")
-            print(f"{binary}  {args.mode}  requests {r['requests']}  errors {r['errors']}  "
-                  f"instructions/request {total / r['requests']:.0f}  ({out})", flush=True)
+            n = r["requests"]
+            line = f"{binary}  {args.mode}  requests {n}  errors {r['errors']}  instructions/request {totals[0] / n:.0f}"
+            if args.cache_sim:
+                line += "  per request: " + "  ".join(f"{e} {t / n:.0f}" for e, t in zip(events, totals))
+            print(f"{line}  ({out})", flush=True)
     finally:
         c.stop(backend)
+
+
+def proxy_command(binary, tmp, config):
+    """The command line that serves compare.py's workload, and its stop signal."""
+    if binary == "nginx":
+        conf = os.path.join(tmp, "nginx.conf")
+        with open(conf, "w") as f:
+            f.write(c.nginx_conf(tmp).replace("daemon off;", "daemon off; master_process off;", 1))
+        # SIGQUIT: nginx's graceful stop, which lets valgrind write its totals.
+        return [c.NGINX, "-c", conf, "-p", tmp], signal.SIGQUIT
+    if binary == "haproxy":
+        conf = os.path.join(tmp, "haproxy.cfg")
+        with open(conf, "w") as f:
+            f.write(c.haproxy_conf(tmp))
+        return [c.HAPROXY, "-f", conf, "-db"], signal.SIGTERM
+    return [binary, "serve", "--config", config], signal.SIGTERM
+
+
+def read_totals(path):
+    """The event names and the program's totals from a callgrind file (its
+    `summary:` line, or `totals:` where there is no summary)."""
+    events, totals = [], None
+    with open(path) as f:
+        for line in f:
+            if line.startswith("events:"):
+                events = line.split()[1:]
+            elif line.startswith("summary:") or (line.startswith("totals:") and totals is None):
+                totals = [int(x) for x in line.split()[1:]]
+    return events, totals
 
 
 if __name__ == "__main__":
