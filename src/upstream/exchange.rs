@@ -30,7 +30,7 @@ use http::{Method, Response};
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::pool::Conn;
+use super::pool::{Conn, ConnState};
 use crate::http1::response::MAX_HEAD_BYTES;
 use crate::http1::{self, framing, Decoded, Decoder, HeadScan, ResponseHead};
 
@@ -134,9 +134,8 @@ where
     let head = match early {
         Some(head) => head,
         None => {
-            match std::future::poll_fn(|cx| poll_head(cx, &mut conn.io, &mut conn.read, out.method, &mut send.scan))
-                .await
-            {
+            let c: &mut ConnState = &mut conn;
+            match std::future::poll_fn(|cx| poll_head(cx, &mut c.io, &mut c.read, out.method, &mut send.scan)).await {
                 Ok(head) => head,
                 Err(HeadError::Io(e)) => return Err(stale(&send, &conn, e)),
                 Err(HeadError::Bad(e)) => return Err(ExchangeError::BadResponse(e)),
@@ -201,7 +200,7 @@ impl Send {
     fn poll<B>(
         &mut self,
         cx: &mut Context<'_>,
-        conn: &mut Conn,
+        conn: &mut ConnState,
         body: &mut B,
         method: &Method,
     ) -> Poll<Result<(), SendError>>
@@ -278,7 +277,7 @@ impl Send {
     /// While the upload waits: reads what the upstream sends meanwhile. A
     /// `100 Continue` is skipped; a final head ends the upload (the server
     /// answered without the rest); a close is an error.
-    fn watch(&mut self, cx: &mut Context<'_>, conn: &mut Conn, method: &Method) -> Poll<Result<(), SendError>> {
+    fn watch(&mut self, cx: &mut Context<'_>, conn: &mut ConnState, method: &Method) -> Poll<Result<(), SendError>> {
         loop {
             match fill(cx, &mut conn.io, &mut conn.read, READ_CHUNK) {
                 Poll::Pending => return Poll::Pending,
@@ -473,7 +472,7 @@ impl Body for ResponseBody {
         if this.upgrade {
             return Poll::Ready(None);
         }
-        let Some(conn) = this.conn.as_mut() else { return Poll::Ready(None) };
+        let Some(conn) = this.conn.as_deref_mut() else { return Poll::Ready(None) };
         match ready!(poll_body(cx, &mut this.decoder, &mut conn.io, &mut conn.read, READ_CHUNK)) {
             Ok(Some(data)) => {
                 if this.decoder.is_done() {

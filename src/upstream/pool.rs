@@ -52,8 +52,17 @@ const READ_BUFFER: usize = 8 * 1024;
 /// One open upstream connection, owned by the request using it or kept in
 /// its endpoint's list. Dropping it closes it and frees its place under the
 /// endpoint's cap.
+///
+/// A pointer wide: a connection moves on every request (out of its list,
+/// into the exchange, into the response body, back), and moved inline its
+/// state was a share of the bytes each request copies (callgrind,
+/// `benches/load/instructions.py --cache-sim`). Boxed once when opened.
 #[derive(Debug)]
-pub struct Conn {
+pub struct Conn(Box<ConnState>);
+
+/// An open connection's socket, buffers and bookkeeping (behind [`Conn`]).
+#[derive(Debug)]
+pub struct ConnState {
     /// The socket.
     pub(crate) io: Stream,
     /// Bytes read and not yet consumed (the start of a response).
@@ -171,14 +180,14 @@ impl Pool {
                     let place = Place { endpoint: counters, key, home: Arc::clone(&self.shared) };
                     self.connects.fetch_add(1, Ordering::Relaxed);
                     let io = self.connector.connect(&endpoint.uri).await.map_err(PoolError::Connect)?;
-                    return Ok(Conn {
+                    return Ok(Conn(Box::new(ConnState {
                         io,
                         read: BytesMut::with_capacity(READ_BUFFER),
                         write: Vec::new(),
                         reused: false,
                         since: Instant::now(),
                         place,
-                    });
+                    })));
                 }
                 Checkout::Wait(counters) => {
                     let waiting = Waiting { shared: &self.shared, key };
@@ -241,6 +250,20 @@ impl Pool {
             .lock()
             .map(|l| l.by_endpoint.get(key).map_or(0, |e| e.counters.open.load(Ordering::Acquire)))
             .unwrap_or(0)
+    }
+}
+
+impl std::ops::Deref for Conn {
+    type Target = ConnState;
+
+    fn deref(&self) -> &ConnState {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Conn {
+    fn deref_mut(&mut self) -> &mut ConnState {
+        &mut self.0
     }
 }
 
