@@ -93,7 +93,8 @@ def proxy_command(binary, tmp, config):
         with open(conf, "w") as f:
             f.write(c.haproxy_conf(tmp))
         return [c.HAPROXY, "-f", conf, "-db"], signal.SIGTERM
-    return [binary, "serve", "--config", config], signal.SIGTERM
+    # One runtime thread, as compare.py runs it (and as one nginx worker).
+    return [binary, "--threads", "1", "serve", "--config", config], signal.SIGTERM
 
 
 def read_totals(path):
