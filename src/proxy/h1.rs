@@ -41,6 +41,9 @@ use crate::http1::{self, framing, Decoded, Decoder, Framing, HeadScan, Reason, R
 use crate::upstream::exchange::{self, BodyError};
 use crate::upstream::{RequestBody, RequestBodyError};
 
+mod waits;
+use waits::{Ended, HeadWaits};
+
 /// Room made in a client connection's read buffer when it runs low (half
 /// the upstream leg's: client heads are small, and there are many clients).
 const READ_CHUNK: usize = 8 * 1024;
@@ -88,8 +91,8 @@ pub(super) async fn serve(
         info,
         limits,
         header_read_timeout: opts.header_read_timeout,
+        waits: HeadWaits::new(opts.header_read_timeout, &shutdown),
         shutdown,
-        timer: Box::pin(tokio::time::sleep(opts.header_read_timeout)),
         out: Vec::with_capacity(1024),
     };
     loop {
@@ -112,9 +115,8 @@ struct Server {
     limits: RequestLimits,
     header_read_timeout: Duration,
     shutdown: watch::Receiver<bool>,
-    /// The head-read deadline: one timer per connection, moved forward for
-    /// each head (moving a timer later does not touch the timer wheel).
-    timer: Pin<Box<tokio::time::Sleep>>,
+    /// What a wait for the next head races: its deadline and shutdown.
+    waits: HeadWaits,
     /// The response being written, reused.
     out: Vec<u8>,
 }
@@ -155,21 +157,27 @@ impl Server {
             }
             if !armed {
                 armed = true;
-                let deadline = tokio::time::Instant::now() + self.header_read_timeout;
-                self.timer.as_mut().reset(deadline);
+                self.waits.arm(tokio::time::Instant::now() + self.header_read_timeout);
             }
             let idle = wire.buf.is_empty();
             if idle && *self.shutdown.borrow() {
                 return Ok(None);
             }
-            let read = tokio::select! {
-                biased;
-                read = std::future::poll_fn(|cx| exchange::fill(cx, &mut wire.io, &mut wire.buf, READ_CHUNK)) => read,
-                () = &mut self.timer => {
+            let (waits, shutdown) = (&mut self.waits, &self.shutdown);
+            let read = std::future::poll_fn(|cx| {
+                if let Poll::Ready(read) = exchange::fill(cx, &mut wire.io, &mut wire.buf, READ_CHUNK) {
+                    return Poll::Ready(Ok(read));
+                }
+                waits.poll(cx, idle, shutdown).map(Err)
+            })
+            .await;
+            let read = match read {
+                Ok(read) => read,
+                Err(Ended::TimedOut) => {
                     tracing::debug!(peer = %self.info.peer, "no request head within server.header_read_timeout; closing");
                     return Ok(None);
                 }
-                _ = self.shutdown.changed(), if idle => return Ok(None),
+                Err(Ended::Stopping) => return Ok(None),
             };
             match read {
                 Ok(0) if wire.buf.is_empty() => return Ok(None),

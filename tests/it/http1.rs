@@ -208,6 +208,27 @@ async fn an_idle_keep_alive_connection_closes_at_header_read_timeout() -> TestRe
 }
 
 #[tokio::test]
+async fn the_head_timeout_holds_after_a_request_that_outlasted_it() -> TestResult {
+    // The head-read timer fires while the slow answer (2 s) is in flight;
+    // re-armed for the next head, it must still close the idle connection.
+    let ([_eu, _kz, _us], p) = world("server: { header_read_timeout: 400ms }").await?;
+    let mut s = TcpStream::connect(p.addr).await?;
+    s.write_all(format!("GET /v1/orders/{} HTTP/1.1\r\nHost: x\r\n\r\n", id()).as_bytes()).await?;
+    read_sized(&mut s).await?;
+    // The server now waits for the second head, its timer armed; the slow
+    // request arrives before the deadline and is still in flight past it.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    s.write_all(format!("GET /t/slow/{} HTTP/1.1\r\nHost: x\r\n\r\n", id()).as_bytes()).await?;
+    read_sized(&mut s).await?;
+    let waited = Instant::now();
+    let r = read_until_closed(&mut s, WAIT).await?;
+    let elapsed = waited.elapsed();
+    assert!(r.closed && r.bytes.is_empty(), "{}", r.text());
+    assert!(elapsed >= Duration::from_millis(300) && elapsed < Duration::from_secs(3), "{elapsed:?}");
+    Ok(())
+}
+
+#[tokio::test]
 async fn shutdown_finishes_the_request_in_flight_without_waiting_for_idle_sockets() -> TestResult {
     let [eu, kz, us] = three_backends().await?;
     // A long head-read timeout: idle sockets must not be what ends the wait.
