@@ -14,6 +14,7 @@
 //! when `/metrics` is scraped ([`Metrics::refresh`]), so they cannot drift.
 
 use std::fmt::{self, Write as _};
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::sync::{Arc, RwLock};
@@ -166,14 +167,33 @@ pub struct TableLabels {
 /// in the table (`u16::MAX`: none), and the fixed tokens.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 struct SeriesKey {
-    method: &'static str,
+    method: Token,
     route: u16,
     region: u16,
     status: u16,
-    outcome: &'static str,
+    outcome: Token,
     upstream: bool,
     /// The id's format, and whether it was minted.
-    id: Option<(&'static str, bool)>,
+    id: Option<(Token, bool)>,
+}
+
+/// A label value from a fixed set of literals (method, outcome, format),
+/// compared and hashed by its address and length, not its text, on every
+/// request. Were one text compiled in twice, its copies would be two cache
+/// entries for one series: a duplicate handle, never a wrong one.
+#[derive(Clone, Copy, Debug, Eq)]
+struct Token(&'static str);
+
+impl PartialEq for Token {
+    fn eq(&self, other: &Token) -> bool {
+        std::ptr::eq(self.0, other.0)
+    }
+}
+
+impl Hash for Token {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        (self.0.as_ptr().addr(), self.0.len()).hash(state);
+    }
 }
 
 /// Handles of the series one kind of request records into.
@@ -445,13 +465,13 @@ impl Metrics {
         let key =
             match (TableLabels::position(&labels.routes, r.route), TableLabels::position(&labels.regions, r.region)) {
                 (Some(route), Some(region)) => Some(SeriesKey {
-                    method: method_label(r.method),
+                    method: Token(method_label(r.method)),
                     route,
                     region,
                     status: r.status,
-                    outcome: r.outcome,
+                    outcome: Token(r.outcome),
                     upstream: r.upstream.is_some(),
-                    id: r.id,
+                    id: r.id.map(|(format, minted)| (Token(format), minted)),
                 }),
                 _ => None,
             };
