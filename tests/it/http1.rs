@@ -191,20 +191,30 @@ async fn response_bodies_are_framed_for_the_client() -> TestResult {
     Ok(())
 }
 
-#[tokio::test]
-async fn an_idle_keep_alive_connection_closes_at_header_read_timeout() -> TestResult {
-    let ([_eu, _kz, _us], p) = world("server: { header_read_timeout: 400ms }").await?;
-    let mut s = TcpStream::connect(p.addr).await?;
-    s.write_all(format!("GET /v1/orders/{} HTTP/1.1\r\nHost: x\r\n\r\n", id()).as_bytes()).await?;
-    read_sized(&mut s).await?;
-    // Nothing more is sent: the connection closes at the timeout, not at
-    // the (60 s) idle timeout, and with no answer.
+/// Sends `GET {path}` on `s` and reads its answer.
+async fn get_on(s: &mut TcpStream, path: &str) -> TestResult {
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).await?;
+    read_sized(s).await?;
+    Ok(())
+}
+
+/// Asserts that `s`, now sent nothing more, is closed without an answer at
+/// a 400 ms head-read timeout: not before it, and not at the (60 s) idle timeout.
+async fn closes_at_the_head_timeout(s: &mut TcpStream) -> TestResult {
     let waited = Instant::now();
-    let r = read_until_closed(&mut s, WAIT).await?;
+    let r = read_until_closed(s, WAIT).await?;
     let elapsed = waited.elapsed();
     assert!(r.closed && r.bytes.is_empty(), "{}", r.text());
     assert!(elapsed >= Duration::from_millis(300) && elapsed < Duration::from_secs(3), "{elapsed:?}");
     Ok(())
+}
+
+#[tokio::test]
+async fn an_idle_keep_alive_connection_closes_at_header_read_timeout() -> TestResult {
+    let ([_eu, _kz, _us], p) = world("server: { header_read_timeout: 400ms }").await?;
+    let mut s = TcpStream::connect(p.addr).await?;
+    get_on(&mut s, &format!("/v1/orders/{}", id())).await?;
+    closes_at_the_head_timeout(&mut s).await
 }
 
 #[tokio::test]
@@ -213,19 +223,12 @@ async fn the_head_timeout_holds_after_a_request_that_outlasted_it() -> TestResul
     // re-armed for the next head, it must still close the idle connection.
     let ([_eu, _kz, _us], p) = world("server: { header_read_timeout: 400ms }").await?;
     let mut s = TcpStream::connect(p.addr).await?;
-    s.write_all(format!("GET /v1/orders/{} HTTP/1.1\r\nHost: x\r\n\r\n", id()).as_bytes()).await?;
-    read_sized(&mut s).await?;
+    get_on(&mut s, &format!("/v1/orders/{}", id())).await?;
     // The server now waits for the second head, its timer armed; the slow
     // request arrives before the deadline and is still in flight past it.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    s.write_all(format!("GET /t/slow/{} HTTP/1.1\r\nHost: x\r\n\r\n", id()).as_bytes()).await?;
-    read_sized(&mut s).await?;
-    let waited = Instant::now();
-    let r = read_until_closed(&mut s, WAIT).await?;
-    let elapsed = waited.elapsed();
-    assert!(r.closed && r.bytes.is_empty(), "{}", r.text());
-    assert!(elapsed >= Duration::from_millis(300) && elapsed < Duration::from_secs(3), "{elapsed:?}");
-    Ok(())
+    get_on(&mut s, &format!("/t/slow/{}", id())).await?;
+    closes_at_the_head_timeout(&mut s).await
 }
 
 #[tokio::test]
