@@ -178,9 +178,9 @@ struct SeriesKey {
 }
 
 /// A label value from a fixed set of literals (method, outcome, format),
-/// compared and hashed by its address and length, not its text, on every
-/// request. Were one text compiled in twice, its copies would be two cache
-/// entries for one series: a duplicate handle, never a wrong one.
+/// compared and hashed by its address and length, so each request's lookup
+/// compares addresses, not text. Were one text compiled in twice, its copies
+/// would be two cache entries for one series: a duplicate, never a mix-up.
 #[derive(Clone, Copy, Debug, Eq)]
 struct Token(&'static str);
 

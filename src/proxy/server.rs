@@ -196,8 +196,8 @@ pub(crate) async fn until_idle<E: std::fmt::Display>(
         tokio::pin!(timer);
         // The timer is polled when it is new, when it has fired, or when the
         // task's waker is not the one it holds; otherwise whether it is due
-        // is an atomic load. (Polled on every wake-up, as a select polls
-        // it, it cost ~120 instructions twice a request: callgrind.)
+        // is an atomic load. (A `select!` polled it on every wake-up, at
+        // ~120 instructions twice a request: callgrind.)
         let mut holds: Option<Waker> = None;
         let ended = std::future::poll_fn(|cx| {
             if let Poll::Ready(ended) = conn.as_mut().poll(cx) {
@@ -205,7 +205,7 @@ pub(crate) async fn until_idle<E: std::fmt::Display>(
             }
             let current = holds.as_ref().is_some_and(|w| w.will_wake(cx.waker()));
             if !current || timer.is_elapsed() {
-                if timer.as_mut().poll(cx).is_ready() {
+                if poll_unbudgeted(timer.as_mut(), cx).is_ready() {
                     return Poll::Ready(None);
                 }
                 holds = Some(cx.waker().clone());
@@ -220,6 +220,16 @@ pub(crate) async fn until_idle<E: std::fmt::Display>(
             return;
         }
     }
+}
+
+/// Polls `f` outside the task's cooperative budget. For a wait that is
+/// polled once and then only checked: refused for want of budget (when
+/// the connection used it up in the same poll), a timer would register
+/// neither its waker nor its entry, and not being polled again it would
+/// never fire. tokio's own `timeout` polls its timer this way for the same
+/// reason.
+pub(crate) fn poll_unbudgeted<F: Future + ?Sized>(f: Pin<&mut F>, cx: &mut Context<'_>) -> Poll<F::Output> {
+    Pin::new(&mut tokio::task::unconstrained(f)).poll(cx)
 }
 
 /// A listener with its connection limit, the answer for connections beyond
@@ -454,5 +464,35 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::task::Poll;
+    use std::time::{Duration, Instant};
+
+    use super::{until_idle, ServerOptions, Watched};
+
+    #[tokio::test]
+    async fn the_idle_timer_fires_when_its_first_poll_had_no_budget() {
+        let activity = Watched::new(()).activity;
+        let opts = ServerOptions { header_read_timeout: Duration::from_millis(50), ..ServerOptions::default() };
+        // A connection that, on its first poll, uses up the task's budget.
+        let mut first = true;
+        let conn = std::future::poll_fn(|cx| {
+            if std::mem::take(&mut first) {
+                while let Poll::Ready(restore) = tokio::task::coop::poll_proceed(cx) {
+                    restore.made_progress();
+                }
+            }
+            Poll::<Result<(), String>>::Pending
+        });
+        let started = Instant::now();
+        let peer = SocketAddr::from(([127, 0, 0, 1], 1));
+        let ended = tokio::time::timeout(Duration::from_secs(2), until_idle(conn, &activity, opts, peer)).await;
+        assert!(ended.is_ok(), "the connection was never closed as idle");
+        assert!(started.elapsed() < Duration::from_secs(1), "closed late: {:?}", started.elapsed());
     }
 }

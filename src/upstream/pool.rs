@@ -53,7 +53,7 @@ const READ_BUFFER: usize = 8 * 1024;
 /// its endpoint's list. Dropping it closes it and frees its place under the
 /// endpoint's cap.
 ///
-/// A pointer wide: a connection moves on every request (out of its list,
+/// One pointer wide: a connection moves on every request (out of its list,
 /// into the exchange, into the response body, back), and moved inline its
 /// state was a share of the bytes each request copies (callgrind,
 /// `benches/load/instructions.py --cache-sim`). Boxed once when opened.

@@ -8,20 +8,24 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::proxy::server::poll_unbudgeted;
+
 /// What ends a wait for a request head other than its bytes: the
 /// head-read deadline, and shutdown while the connection is idle. Both
-/// are made once per connection and stay registered with the task's
-/// waker, so that between requests they cost a clock-free check, not a
-/// timer poll and a shutdown waiter listed and removed for every head
-/// (~500 instructions a request: callgrind).
+/// are made once per connection and, once polled, hold the task's waker
+/// (the timer until it fires: [`HeadWaits::arm`]), so that between
+/// requests they cost a flag read, not a timer poll and a shutdown waiter
+/// listed and removed for every head (~500 instructions a request:
+/// callgrind).
 pub(super) struct HeadWaits {
     /// One timer per connection, moved forward for each head (moving a
     /// timer later does not touch the timer wheel).
     timer: Pin<Box<tokio::time::Sleep>>,
     /// Resolves once shutdown has begun (or its sender is gone); `None`
-    /// once it has.
+    /// once it has resolved.
     stopping: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
-    /// The waker both were last polled with; another one polls them again.
+    /// The waker both were last polled with; a different waker makes
+    /// [`HeadWaits::poll`] poll both again.
     waker: Option<Waker>,
 }
 
@@ -45,26 +49,31 @@ impl HeadWaits {
     }
 
     /// Moves the deadline to `deadline`. A timer that fired has given its
-    /// waker away: it is polled again.
+    /// waker away, so it is polled again; whether it fired is judged by
+    /// the clock after the reset, since it may fire on another thread
+    /// between a check and the reset (never before its deadline).
     pub(super) fn arm(&mut self, deadline: tokio::time::Instant) {
-        if self.timer.is_elapsed() {
+        let old = self.timer.deadline();
+        self.timer.as_mut().reset(deadline);
+        if tokio::time::Instant::now() >= old {
             self.waker = None;
         }
-        self.timer.as_mut().reset(deadline);
     }
 
     /// Whether the deadline has passed, or (`idle`: no byte of a head yet)
-    /// shutdown has begun. Each is polled only when it fired or when the
-    /// task's waker is not the one it holds.
+    /// shutdown has begun. The timer is polled when it fired, the shutdown
+    /// wait when the flag or the sender says so, and both for a waker they
+    /// do not hold; polled outside the task's budget, so that a poll always
+    /// registers.
     pub(super) fn poll(&mut self, cx: &mut Context<'_>, idle: bool, shutdown: &watch::Receiver<bool>) -> Poll<Ended> {
         let current = self.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker()));
-        if (!current || self.timer.is_elapsed()) && self.timer.as_mut().poll(cx).is_ready() {
+        if (!current || self.timer.is_elapsed()) && poll_unbudgeted(self.timer.as_mut(), cx).is_ready() {
             return Poll::Ready(Ended::TimedOut);
         }
         // The flag is read without polling; a sender that is gone is a stop too.
         if !current || *shutdown.borrow() || shutdown.has_changed().is_err() {
             if let Some(stopping) = self.stopping.as_mut() {
-                if stopping.as_mut().poll(cx).is_ready() {
+                if poll_unbudgeted(stopping.as_mut(), cx).is_ready() {
                     self.stopping = None;
                 }
             }
@@ -76,5 +85,64 @@ impl HeadWaits {
             return Poll::Ready(Ended::Stopping);
         }
         Poll::Pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::sync::watch;
+    use tokio::time::{timeout, Instant};
+
+    use super::{Ended, HeadWaits};
+
+    /// Spends what is left of the task's cooperative budget.
+    fn spend_budget(cx: &mut std::task::Context<'_>) {
+        while let std::task::Poll::Ready(restore) = tokio::task::coop::poll_proceed(cx) {
+            restore.made_progress();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_first_wait_polled_without_budget_still_times_out() {
+        let (_tx, rx) = watch::channel(false);
+        let mut waits = HeadWaits::new(Duration::from_millis(50), &rx);
+        waits.arm(Instant::now() + Duration::from_millis(50));
+        let mut first = true;
+        let wait = std::future::poll_fn(|cx| {
+            if std::mem::take(&mut first) {
+                spend_budget(cx);
+            }
+            waits.poll(cx, true, &rx)
+        });
+        let started = Instant::now();
+        let ended = timeout(Duration::from_secs(2), wait).await;
+        // Woken by the deadline itself, not found fired when something
+        // else (here the outer timeout) happens to wake the task.
+        assert!(matches!(ended, Ok(Ended::TimedOut)), "the head deadline never fired");
+        assert!(started.elapsed() < Duration::from_secs(1), "woken late: {:?}", started.elapsed());
+    }
+
+    #[tokio::test]
+    async fn shutdown_ends_an_idle_wait_registered_without_budget() {
+        let (tx, rx) = watch::channel(false);
+        let mut waits = HeadWaits::new(Duration::from_secs(60), &rx);
+        waits.arm(Instant::now() + Duration::from_secs(60));
+        let mut first = true;
+        let wait = std::future::poll_fn(|cx| {
+            if std::mem::take(&mut first) {
+                spend_budget(cx);
+            }
+            waits.poll(cx, true, &rx)
+        });
+        let stop = async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let _ = tx.send(true);
+        };
+        let started = Instant::now();
+        let (ended, ()) = tokio::join!(timeout(Duration::from_secs(2), wait), stop);
+        assert!(matches!(ended, Ok(Ended::Stopping)), "shutdown did not end the wait");
+        assert!(started.elapsed() < Duration::from_secs(1), "woken late: {:?}", started.elapsed());
     }
 }
