@@ -29,6 +29,7 @@
 //! * [`drain`]: the "going away" flag.
 
 pub mod conn;
+mod deadline;
 pub mod dispatch;
 pub mod drain;
 pub mod error;

@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
@@ -28,6 +28,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 pub use super::conn::{ConnInfo, ServerOptions};
+use super::deadline::Deadline;
 use super::error::ProxyError;
 use super::upgrade::{ClientIo, Rewound};
 use super::Proxy;
@@ -192,25 +193,12 @@ pub(crate) async fn until_idle<E: std::fmt::Display>(
             tracing::debug!(%peer, ?idle, "closing an idle connection (server.idle_timeout, or header_read_timeout before any byte)");
             return;
         }
-        let timer = tokio::time::sleep(idle - quiet);
-        tokio::pin!(timer);
-        // The timer is polled when it is new, when it has fired, or when the
-        // task's waker is not the one it holds; otherwise whether it is due
-        // is an atomic load. (A `select!` polled it on every wake-up, at
-        // ~120 instructions twice a request: callgrind.)
-        let mut holds: Option<Waker> = None;
+        let mut deadline = Deadline::after(idle - quiet);
         let ended = std::future::poll_fn(|cx| {
             if let Poll::Ready(ended) = conn.as_mut().poll(cx) {
                 return Poll::Ready(Some(ended));
             }
-            let current = holds.as_ref().is_some_and(|w| w.will_wake(cx.waker()));
-            if !current || timer.is_elapsed() {
-                if poll_unbudgeted(timer.as_mut(), cx).is_ready() {
-                    return Poll::Ready(None);
-                }
-                holds = Some(cx.waker().clone());
-            }
-            Poll::Pending
+            deadline.poll(cx).map(|()| None)
         })
         .await;
         if let Some(ended) = ended {
@@ -220,16 +208,6 @@ pub(crate) async fn until_idle<E: std::fmt::Display>(
             return;
         }
     }
-}
-
-/// Polls `f` outside the task's cooperative budget. For a wait that is
-/// polled once and then only checked: refused for want of budget (when
-/// the connection used it up in the same poll), a timer would register
-/// neither its waker nor its entry, and not being polled again it would
-/// never fire. tokio's own `timeout` polls its timer this way for the same
-/// reason.
-pub(crate) fn poll_unbudgeted<F: Future + ?Sized>(f: Pin<&mut F>, cx: &mut Context<'_>) -> Poll<F::Output> {
-    Pin::new(&mut tokio::task::unconstrained(f)).poll(cx)
 }
 
 /// A listener with its connection limit, the answer for connections beyond
@@ -474,6 +452,7 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::{until_idle, ServerOptions, Watched};
+    use crate::proxy::deadline::spend_budget;
 
     #[tokio::test]
     async fn the_idle_timer_fires_when_its_first_poll_had_no_budget() {
@@ -483,9 +462,7 @@ mod tests {
         let mut first = true;
         let conn = std::future::poll_fn(|cx| {
             if std::mem::take(&mut first) {
-                while let Poll::Ready(restore) = tokio::task::coop::poll_proceed(cx) {
-                    restore.made_progress();
-                }
+                spend_budget(cx);
             }
             Poll::<Result<(), String>>::Pending
         });

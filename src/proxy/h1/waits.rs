@@ -8,24 +8,23 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::proxy::server::poll_unbudgeted;
+use crate::proxy::deadline::{poll_unbudgeted, Deadline};
 
 /// What ends a wait for a request head other than its bytes: the
 /// head-read deadline, and shutdown while the connection is idle. Both
-/// are made once per connection and, once polled, hold the task's waker
-/// (the timer until it fires: [`HeadWaits::arm`]), so that between
-/// requests they cost a flag read, not a timer poll and a shutdown waiter
-/// listed and removed for every head (~500 instructions a request:
-/// callgrind).
+/// are made once per connection and, once polled, hold the task's waker,
+/// so that between requests they cost a flag read, not a timer poll and a
+/// shutdown waiter listed and removed for every head (~500 instructions a
+/// request: callgrind).
 pub(super) struct HeadWaits {
     /// One timer per connection, moved forward for each head (moving a
     /// timer later does not touch the timer wheel).
-    timer: Pin<Box<tokio::time::Sleep>>,
+    deadline: Deadline,
     /// Resolves once shutdown has begun (or its sender is gone); `None`
     /// once it has resolved.
     stopping: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
-    /// The waker both were last polled with; a different waker makes
-    /// [`HeadWaits::poll`] poll both again.
+    /// The waker `stopping` was last polled with; a different one polls it
+    /// again.
     waker: Option<Waker>,
 }
 
@@ -41,35 +40,23 @@ impl HeadWaits {
         let stopping = async move {
             let _ = rx.wait_for(|stopping| *stopping).await;
         };
-        HeadWaits {
-            timer: Box::pin(tokio::time::sleep(header_read_timeout)),
-            stopping: Some(Box::pin(stopping)),
-            waker: None,
-        }
+        HeadWaits { deadline: Deadline::after(header_read_timeout), stopping: Some(Box::pin(stopping)), waker: None }
     }
 
-    /// Moves the deadline to `deadline`. A timer that fired has given its
-    /// waker away, so it is polled again; whether it fired is judged by
-    /// the clock after the reset, since it may fire on another thread
-    /// between a check and the reset (never before its deadline).
+    /// Moves the head-read deadline to `deadline`.
     pub(super) fn arm(&mut self, deadline: tokio::time::Instant) {
-        let old = self.timer.deadline();
-        self.timer.as_mut().reset(deadline);
-        if tokio::time::Instant::now() >= old {
-            self.waker = None;
-        }
+        self.deadline.reset(deadline);
     }
 
     /// Whether the deadline has passed, or (`idle`: no byte of a head yet)
-    /// shutdown has begun. The timer is polled when it fired, the shutdown
-    /// wait when the flag or the sender says so, and both for a waker they
-    /// do not hold; polled outside the task's budget, so that a poll always
-    /// registers.
+    /// shutdown has begun. The shutdown wait is polled when the flag or the
+    /// sender says so, or for a waker it does not hold; outside the task's
+    /// budget, so that a poll always registers.
     pub(super) fn poll(&mut self, cx: &mut Context<'_>, idle: bool, shutdown: &watch::Receiver<bool>) -> Poll<Ended> {
-        let current = self.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker()));
-        if (!current || self.timer.is_elapsed()) && poll_unbudgeted(self.timer.as_mut(), cx).is_ready() {
+        if self.deadline.poll(cx).is_ready() {
             return Poll::Ready(Ended::TimedOut);
         }
+        let current = self.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker()));
         // The flag is read without polling; a sender that is gone is a stop too.
         if !current || *shutdown.borrow() || shutdown.has_changed().is_err() {
             if let Some(stopping) = self.stopping.as_mut() {
@@ -96,13 +83,7 @@ mod tests {
     use tokio::time::{timeout, Instant};
 
     use super::{Ended, HeadWaits};
-
-    /// Spends what is left of the task's cooperative budget.
-    fn spend_budget(cx: &mut std::task::Context<'_>) {
-        while let std::task::Poll::Ready(restore) = tokio::task::coop::poll_proceed(cx) {
-            restore.made_progress();
-        }
-    }
+    use crate::proxy::deadline::spend_budget;
 
     /// An idle head wait with a `deadline` away, whose first poll finds
     /// the task's budget spent; ended within 2 s or not at all (`None`).
