@@ -30,7 +30,10 @@
 //!   kept-alive connections, capped per endpoint, judged by endpoint health.
 //!   The request's own task drives its upstream connection (no connection
 //!   task): [`upstream::exchange`] writes the head once, streams the body,
-//!   and parses the answer with [`http1`].
+//!   and parses the answer with [`http1`]. The answer's header fields stay
+//!   the bytes they arrived in ([`http1::Fields`]) on their way to an
+//!   HTTP/1.1 client, filtered by name and written out again; an HTTP/2
+//!   client or a fan-out leg gets them as a header map.
 //! * A fan-out route's plan goes to every region of its rule and the
 //!   answers are merged by [`merge`]; a `placement: search` route's id is
 //!   asked of the regions and the region remembered

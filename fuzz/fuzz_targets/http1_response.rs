@@ -49,7 +49,7 @@ fuzz_target!(|data: &[u8]| {
     match (&at_once, &by_pieces) {
         (Ok(Some(a)), Ok(Some(b))) => {
             assert_eq!((a.status, a.framing, a.keep_alive), (b.status, b.framing, b.keep_alive));
-            assert_eq!(a.headers, b.headers);
+            assert_eq!(a.fields, b.fields);
             let rest: Bytes = whole.freeze();
             let mut d1 = Decoder::new(a.framing);
             let mut d2 = Decoder::new(a.framing);

@@ -6,7 +6,8 @@
 //!
 //! * [`request`]: a request head, checked as RFC 9112 §6 and RFC 9110 want
 //!   (one framing, a valid length, chunked last), ready as `http` types;
-//! * [`response`]: a response head and how its body is delimited (§6.3);
+//! * [`response`]: a response head and how its body is delimited (§6.3),
+//!   its fields kept as ranges of the head's bytes ([`fields`]);
 //! * [`framing`]: body framing and the incremental decoder;
 //! * [`write`](mod@write): heads and fields written into a buffer.
 //!
@@ -16,6 +17,7 @@
 //! hyper. Errors are one small value, a [`Part`] and a [`Reason`], like the
 //! id codecs'.
 
+pub mod fields;
 pub mod framing;
 pub mod request;
 pub mod response;
@@ -23,6 +25,7 @@ pub mod write;
 
 use std::fmt;
 
+pub use fields::Fields;
 pub use framing::{Decoded, Decoder, Framing};
 pub use request::{parse_request, RequestHead, RequestLimits};
 pub use response::{bodiless, parse_response, ResponseHead};

@@ -15,10 +15,9 @@
 use std::mem::MaybeUninit;
 
 use bytes::BytesMut;
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version};
 
-use super::{connection, content_length, ends_chunked, parse_error, range_in, Error, Framing, Part, Reason};
+use super::{connection, content_length, ends_chunked, parse_error, range_in, Error, Fields, Framing, Part, Reason};
 
 /// Most header fields in a response head.
 pub const MAX_HEADERS: usize = 100;
@@ -32,28 +31,19 @@ pub struct ResponseHead {
     pub status: StatusCode,
     /// `HTTP/1.0` or `HTTP/1.1`.
     pub version: Version,
-    /// Header fields, in order, names lowercased; without the hop-by-hop
-    /// fields this head's framing and keep-alive consumed
-    /// (`Transfer-Encoding`, `Keep-Alive`, `Proxy-Connection`, and
+    /// Header fields, in order, as sent (see [`Fields`] for why not a map);
+    /// without the hop-by-hop fields this head's framing and keep-alive
+    /// consumed (`Transfer-Encoding`, `Keep-Alive`, `Proxy-Connection`, and
     /// `Connection` when it lists only `close`, `keep-alive` or `upgrade`):
     /// they describe this connection only, and a proxy would remove them
-    /// anyway (adding and removing them cost about 1,300 instructions per
-    /// proxied response). A `Connection` naming other fields is kept, so the
-    /// caller can remove those too.
-    pub headers: HeaderMap,
+    /// anyway. A `Connection` naming other fields is kept, so the caller can
+    /// remove those too.
+    pub fields: Fields,
     /// How the body is delimited (given the request's method).
     pub framing: Framing,
     /// Whether the connection may carry another request after this response.
     pub keep_alive: bool,
 }
-
-/// Fields a proxy adds to a response on its way back (`Via`, a request id,
-/// one more): room made up front, as for requests
-/// ([`super::request::ROOM_FOR_PROXY_FIELDS`]).
-pub const ROOM_FOR_PROXY_FIELDS: usize = 3;
-
-const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
-const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
 /// Whether a `Connection` value lists only tokens about the connection
 /// itself (`close`, `keep-alive`, `upgrade`), no field names.
@@ -91,27 +81,24 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Resp
     };
     let (Some(minor), Some(code)) = (resp.version, resp.code) else { return Err(err(Reason::Status)) };
     let status = StatusCode::from_u16(code).map_err(|_| err(Reason::Status))?;
-    // Each field's name, and where its value lies once the head leaves the
-    // buffer. (A list sized by the count, not an array sized by the limit:
-    // zeroing the latter cost more than the parse itself.)
-    let count = resp.headers.len();
-    let mut parsed = Vec::with_capacity(count);
-    for h in resp.headers.iter() {
-        let name = HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| err(Reason::HeaderName))?;
-        parsed.push((name, range_in(bytes, h.value)));
-    }
-    let head = buf.split_to(len).freeze();
     let http11 = minor == 1;
-    let mut out = ResponseHead {
-        status,
-        version: if http11 { Version::HTTP_11 } else { Version::HTTP_10 },
-        headers: HeaderMap::with_capacity(count + ROOM_FOR_PROXY_FIELDS),
-        framing: Framing::Empty,
-        keep_alive: http11,
-    };
-    let FramingFields { length, bad_length, encoded, chunked } = take_fields(&mut out, parsed, &head, http11)?;
+    let mut keep_alive = http11;
+    // Each field's name and value as ranges of the head, which stays where
+    // it lies: only the ranges are kept, the head's bytes join them once
+    // they leave the buffer.
+    let mut out = Fields::with_capacity(resp.headers.len());
+    let FramingFields { length, bad_length, encoded, chunked } =
+        read_fields(resp.headers, bytes, http11, &mut keep_alive, &mut out);
+    out.set_head(buf.split_to(len).freeze());
+    if encoded && length.is_some() {
+        // Transfer-Encoding beside a length: the length is ignored, and
+        // dropped (whoever reads the fields next must not frame the body
+        // by it), and the connection is not trusted with another message
+        // (§6.3 rule 3).
+        out.drop_where(|name| name.eq_ignore_ascii_case(b"content-length"));
+    }
     let bodiless = bodiless(status, *method == Method::HEAD);
-    out.framing = match (bodiless, encoded, length) {
+    let framing = match (bodiless, encoded, length) {
         (true, _, _) => Framing::Empty,
         (false, true, _) if chunked && http11 => Framing::Chunked,
         (false, true, _) => Framing::UntilClose,
@@ -120,16 +107,16 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Resp
         (false, false, Some(n)) => Framing::Length(n),
         (false, false, None) => Framing::UntilClose,
     };
-    // Transfer-Encoding beside a length: the length is ignored, and removed
-    // (whoever reads the fields next must not frame the body by it), and
-    // the connection is not trusted with another message (§6.3 rule 3).
-    if encoded && length.is_some() {
-        out.headers.remove(header::CONTENT_LENGTH);
+    if framing == Framing::UntilClose || (encoded && length.is_some()) {
+        keep_alive = false;
     }
-    if out.framing == Framing::UntilClose || (encoded && length.is_some()) {
-        out.keep_alive = false;
-    }
-    Ok(Some(out))
+    Ok(Some(ResponseHead {
+        status,
+        version: if http11 { Version::HTTP_11 } else { Version::HTTP_10 },
+        fields: out,
+        framing,
+        keep_alive,
+    }))
 }
 
 /// What the framing fields of a response say.
@@ -140,46 +127,49 @@ struct FramingFields {
     chunked: bool,
 }
 
-/// Puts the parsed fields (`parsed`, value ranges in `head`) into `out`,
-/// reading keep-alive and what the framing fields say on the way.
-fn take_fields(
-    out: &mut ResponseHead,
-    parsed: Vec<(HeaderName, std::ops::Range<usize>)>,
-    head: &bytes::Bytes,
+/// Puts the parsed fields (slices of `head`) into `out` as ranges,
+/// reading keep-alive and what the framing fields say on the way; the
+/// hop-by-hop fields they consumed are not kept.
+fn read_fields(
+    fields: &[httparse::Header<'_>],
+    head: &[u8],
     http11: bool,
-) -> Result<FramingFields, Error> {
-    let err = |r| Error::new(Part::ResponseHead, r);
-    let (mut length, mut bad_length, mut encoded, mut chunked, mut close) = (None, false, false, false, false);
-    for (name, value) in parsed {
-        let value = HeaderValue::from_maybe_shared(head.slice(value)).map_err(|_| err(Reason::HeaderValue))?;
-        match name {
-            header::TRANSFER_ENCODING => {
-                encoded = true;
-                chunked = ends_chunked(value.as_bytes());
-                continue;
+    keep_alive: &mut bool,
+    out: &mut Fields,
+) -> FramingFields {
+    let mut seen = FramingFields { length: None, bad_length: false, encoded: false, chunked: false };
+    let mut close = false;
+    for h in fields {
+        let (name, value) = (h.name.as_bytes(), h.value);
+        // Matched on the length first: most names are none of these.
+        let kept = match name.len() {
+            17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
+                seen.encoded = true;
+                seen.chunked = ends_chunked(value);
+                false
             }
-            header::CONTENT_LENGTH => {
+            14 if name.eq_ignore_ascii_case(b"content-length") => {
                 // A list (`5, 5`) is fine when every element agrees.
-                for part in value.as_bytes().split(|&b| b == b',') {
-                    match (content_length(part.trim_ascii()), length) {
-                        (None, _) => bad_length = true,
-                        (Some(n), Some(prev)) if n != prev => bad_length = true,
-                        (Some(n), _) => length = Some(n),
+                for part in value.split(|&b| b == b',') {
+                    match (content_length(part.trim_ascii()), seen.length) {
+                        (None, _) => seen.bad_length = true,
+                        (Some(n), Some(prev)) if n != prev => seen.bad_length = true,
+                        (Some(n), _) => seen.length = Some(n),
                     }
                 }
+                true
             }
-            header::CONNECTION => {
-                connection(value.as_bytes(), http11, &mut close, &mut out.keep_alive);
-                if only_connection_tokens(value.as_bytes()) {
-                    continue;
-                }
+            10 if name.eq_ignore_ascii_case(b"connection") => {
+                connection(value, http11, &mut close, keep_alive);
+                !only_connection_tokens(value)
             }
-            _ if name == KEEP_ALIVE || name == PROXY_CONNECTION => continue,
-            _ => {}
-        }
-        out.headers.append(name, value);
+            10 if name.eq_ignore_ascii_case(b"keep-alive") => false,
+            16 if name.eq_ignore_ascii_case(b"proxy-connection") => false,
+            _ => true,
+        };
+        out.push(range_in(head, name), range_in(head, value), kept);
     }
-    Ok(FramingFields { length, bad_length, encoded, chunked })
+    seen
 }
 
 #[cfg(test)]
@@ -262,7 +252,7 @@ mod tests {
         let head = parse_response(&mut buf, &Method::GET)?.ok_or("complete")?;
         assert_eq!(head.status, StatusCode::SWITCHING_PROTOCOLS);
         assert_eq!(head.framing, Framing::Empty);
-        assert_eq!(head.headers.get("upgrade").map(|v| v.as_bytes()), Some(&b"websocket"[..]));
+        assert_eq!(head.fields.get("upgrade"), Some(&b"websocket"[..]));
         assert_eq!(&buf[..], b"frames");
         Ok(())
     }
@@ -272,23 +262,23 @@ mod tests {
         let text = "HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\n\
                     Transfer-Encoding: chunked\r\nProxy-Connection: close\r\nX-A: 1\r\n\r\n";
         let head = parse(text, Method::GET)?.ok_or("complete")?;
-        let names: Vec<&str> = head.headers.keys().map(|n| n.as_str()).collect();
-        assert_eq!(names, ["x-a"]);
+        let names: Vec<&[u8]> = head.fields.iter().map(|(n, _)| n).collect();
+        assert_eq!(names, [&b"X-A"[..]]);
         assert_eq!((head.framing, head.keep_alive), (Framing::Chunked, true));
         // A Connection that names fields stays, for the caller to remove them.
         let head = parse("HTTP/1.1 200 OK\r\nConnection: close, X-Secret\r\nX-Secret: 1\r\n\r\n", Method::GET)?
             .ok_or("complete")?;
-        assert_eq!(head.headers.get("connection").map(|v| v.as_bytes()), Some(&b"close, X-Secret"[..]));
+        assert_eq!(head.fields.get("connection"), Some(&b"close, X-Secret"[..]));
         assert!(!head.keep_alive);
         Ok(())
     }
 
     #[test]
     fn a_length_beside_transfer_encoding_is_dropped_with_it() -> TestResult {
-        let text = "HTTP/1.1 200 OK\r\nContent-Length: 10\r\nTransfer-Encoding: chunked\r\n\r\n";
+        let text = "HTTP/1.1 200 OK\r\nContent-Length: 10\r\nTransfer-Encoding: chunked\r\ncontent-length: 10\r\n\r\n";
         let head = parse(text, Method::GET)?.ok_or("complete")?;
         assert_eq!((head.framing, head.keep_alive), (Framing::Chunked, false));
-        assert!(head.headers.get("content-length").is_none(), "{:?}", head.headers);
+        assert!(head.fields.is_empty(), "{:?}", head.fields);
         Ok(())
     }
 }

@@ -47,8 +47,8 @@ pub fn request_line(out: &mut Vec<u8>, method: &Method, target: &str) {
 }
 
 /// Writes one `name: value` line.
-pub fn field(out: &mut Vec<u8>, name: &str, value: &[u8]) {
-    out.extend_from_slice(name.as_bytes());
+pub fn field(out: &mut Vec<u8>, name: impl AsRef<[u8]>, value: &[u8]) {
+    out.extend_from_slice(name.as_ref());
     out.extend_from_slice(b": ");
     out.extend_from_slice(value);
     out.extend_from_slice(b"\r\n");

@@ -171,6 +171,12 @@ fn has_mesh_field(headers: &HeaderMap) -> bool {
     headers.keys().any(|n| n == HOPS || n == FORWARDED || n == FAILOVER || n == LEG)
 }
 
+/// Whether `name` (as sent, any case) is a mesh field, which a peer's
+/// response must not carry to a client.
+pub fn is_mesh_field(name: &[u8]) -> bool {
+    [HOPS, FORWARDED, FAILOVER, LEG].iter().any(|m| name.eq_ignore_ascii_case(m.as_str().as_bytes()))
+}
+
 /// Removes mesh headers a peer put on its response before it reaches a client.
 pub fn strip_from_response(headers: &mut HeaderMap) {
     if !has_mesh_field(headers) {

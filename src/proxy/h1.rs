@@ -28,7 +28,7 @@ use std::time::{Duration, SystemTime};
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap};
 use http::{Method, Request, Response, StatusCode, Version};
-use http_body_util::BodyExt;
+use http_body_util::{BodyExt, Either};
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
@@ -380,9 +380,10 @@ impl Server {
     }
 }
 
-/// Writes a response head into `out`: the status line, the fields, `Date`,
-/// the body's framing and the connection's fate. Returns how the body goes
-/// and whether the connection stays open after it.
+/// Writes a response head into `out`: the status line, the fields (an
+/// upstream's as it sent them, then the map's, which replace same-named
+/// ones but `Via`), `Date`, the body's framing and the connection's fate.
+/// Returns how the body goes and whether the connection stays open after it.
 fn write_head(
     out: &mut Vec<u8>,
     status: StatusCode,
@@ -391,6 +392,10 @@ fn write_head(
     asked: Asked,
 ) -> (Framed, bool) {
     let switching = status == StatusCode::SWITCHING_PROTOCOLS;
+    let upstream = match body {
+        Either::Left(b) => Some(b.fields()).filter(|f| !f.is_empty()),
+        Either::Right(_) => None,
+    };
     let close = headers.get_all(header::CONNECTION).iter().any(|v| http1::has_token(v.as_bytes(), "close"));
     let mut keep = asked.keep_alive && !close;
     out.extend_from_slice(b"HTTP/1.1 ");
@@ -400,8 +405,12 @@ fn write_head(
     out.extend_from_slice(b"\r\n");
     let framed = if http1::bodiless(status, asked.head) {
         Framed::None
-    } else if let Some(value) = headers.get(header::CONTENT_LENGTH) {
-        match http1::content_length(value.as_bytes()) {
+    } else if let Some(value) = headers
+        .get(header::CONTENT_LENGTH)
+        .map(|v| v.as_bytes())
+        .or_else(|| upstream.and_then(|f| f.get("content-length")))
+    {
+        match http1::content_length(value) {
             Some(n) => Framed::Length(n),
             None => {
                 keep = false;
@@ -418,13 +427,19 @@ fn write_head(
         keep = false;
         Framed::UntilClose
     };
+    for (name, value) in upstream.iter().flat_map(|f| f.iter()) {
+        let replaced = || headers.keys().any(|k| k != header::VIA && name.eq_ignore_ascii_case(k.as_str().as_bytes()));
+        if !name.eq_ignore_ascii_case(b"connection") && !replaced() {
+            http1::write::field(out, name, value);
+        }
+    }
     for (name, value) in headers {
         // The connection's fate is this server's to say (a 101 keeps its `Connection: upgrade`).
         if name != header::CONNECTION || switching {
             http1::write::field(out, name.as_str(), value.as_bytes());
         }
     }
-    if !headers.contains_key(header::DATE) {
+    if !headers.contains_key(header::DATE) && !upstream.is_some_and(|f| f.contains("date")) {
         http1::write::field(out, "date", &http_date());
     }
     if !switching {

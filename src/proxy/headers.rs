@@ -14,6 +14,7 @@ use hyper::body::Body;
 use super::conn::ConnInfo;
 use super::error::ProxyError;
 use super::upgrade::ClientUpgrade;
+use crate::http1::Fields;
 use crate::routing::{Route, Settings};
 use crate::upstream::{RequestBody, ResponseBody};
 
@@ -93,7 +94,13 @@ pub fn from_upstream(
         if let (Some(client), Some(up)) = (client_upgrade, resp.body_mut().take_upgrade()) {
             super::forward::spawn_tunnel(client, up);
         }
+        // A tunnel's `Upgrade` and `Connection` are kept and rewritten in
+        // the map; rare enough to pay for it.
+        crate::upstream::fields_into_map(&mut resp);
     }
+    // The upstream's fields are still bytes on the common path (and the map
+    // empty), but a leg's answer may have had them moved to the map.
+    drop_hop_by_hop_fields(resp.body_mut().fields_mut());
     remove_hop_by_hop(resp.headers_mut(), switching);
     crate::mesh::strip_from_response(resp.headers_mut());
     if let Some((header, id, location)) = minted.filter(|_| resp.status().is_success()) {
@@ -106,6 +113,15 @@ pub fn from_upstream(
     }
     append_via(resp.headers_mut(), &via.http11);
     resp
+}
+
+/// The upstream's fields (kept as bytes on the way to an HTTP/1.1 client)
+/// moved into the header map, for a client the map itself is sent to: an
+/// HTTP/2 client, through hyper.
+pub fn fields_into_map(resp: &mut Response<super::ProxyBody>) {
+    if let http_body_util::Either::Left(body) = resp.body_mut() {
+        std::mem::take(body.fields_mut()).move_into(resp.headers_mut());
+    }
 }
 
 /// How many names [`HOP_BY_HOP`] lists.
@@ -247,6 +263,27 @@ fn connection_has(headers: &HeaderMap, token: &str) -> bool {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .any(|t| t.trim().eq_ignore_ascii_case(token))
+}
+
+/// Drops the hop-by-hop and mesh fields of an upstream response still kept
+/// as bytes, and every field a `Connection` names (the parser dropped the
+/// `Connection` fields that name none, and the fields the framing used).
+pub fn drop_hop_by_hop_fields(fields: &mut Fields) {
+    let named: Vec<Vec<u8>> = match fields.get("connection") {
+        None => Vec::new(),
+        Some(_) => fields
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(b"connection"))
+            .flat_map(|(_, v)| v.split(|&b| b == b','))
+            .map(|t| t.trim_ascii().to_ascii_lowercase())
+            .filter(|t| !t.is_empty())
+            .collect(),
+    };
+    fields.drop_where(|name| {
+        HOP_BY_HOP.iter().any(|h| name.eq_ignore_ascii_case(h.as_str().as_bytes()))
+            || crate::mesh::is_mesh_field(name)
+            || named.iter().any(|n| name.eq_ignore_ascii_case(n))
+    });
 }
 
 /// Removes hop-by-hop headers, including every header named in

@@ -36,7 +36,11 @@ pub(super) async fn ask(
     }
     let sent = forward(proxy, leg, parts, RequestBody::Empty, Instant::now(), &mut decision);
     let answer = match tokio::time::timeout(timeout, sent).await {
-        Ok(Ok(resp)) => Ok(resp),
+        Ok(Ok(mut resp)) => {
+            // A leg's answer is read (or sent on whole), its fields looked up.
+            crate::upstream::fields_into_map(&mut resp);
+            Ok(resp)
+        }
         Ok(Err(e)) => Err(failure(name, &e)),
         Err(_) => Err(LegFailure {
             region: name.clone(),

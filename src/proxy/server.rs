@@ -166,7 +166,11 @@ impl Connection {
             }
             let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
                 let proxy = Arc::clone(&proxy);
-                async move { Ok::<_, Infallible>(proxy.handle(req.map(RequestBody::from), info).await) }
+                async move {
+                    let mut resp = proxy.handle(req.map(RequestBody::from), info).await;
+                    super::headers::fields_into_map(&mut resp);
+                    Ok::<_, Infallible>(resp)
+                }
             });
             let conn = builder.serve_connection(TokioIo::new(Rewound::new(buf, io)), service);
             watcher.watch(conn).await.map_err(|e| e.to_string())

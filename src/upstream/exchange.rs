@@ -32,7 +32,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::pool::{Conn, ConnState};
 use crate::http1::response::MAX_HEAD_BYTES;
-use crate::http1::{self, framing, Decoded, Decoder, HeadScan, ResponseHead};
+use crate::http1::{self, framing, Decoded, Decoder, Fields, HeadScan, ResponseHead};
 
 /// Most bytes read from an upstream socket at once.
 const READ_CHUNK: usize = 16 * 1024;
@@ -392,20 +392,29 @@ pub(crate) fn poll_head<S: AsyncRead + Unpin>(
 }
 
 /// The response for the client leg: the head as parsed, the body reading
-/// the rest from `conn`.
+/// the rest from `conn`. The upstream's fields travel with the body, as
+/// bytes ([`ResponseBody::fields`]); the header map starts empty, for the
+/// fields the proxy adds.
 fn response(head: ResponseHead, conn: Conn, finished_upload: bool) -> Response<ResponseBody> {
     let upgrade = head.status == http::StatusCode::SWITCHING_PROTOCOLS;
     let decoder = Decoder::new(head.framing);
     let reusable = head.keep_alive && finished_upload && !upgrade;
-    let mut body = ResponseBody { conn: Some(conn), decoder, reusable, upgrade };
+    let mut body = ResponseBody { conn: Some(conn), decoder, reusable, upgrade, fields: head.fields };
     if !upgrade && body.decoder.is_done() {
         body.finish();
     }
     let mut resp = Response::new(body);
     *resp.status_mut() = head.status;
     *resp.version_mut() = head.version;
-    *resp.headers_mut() = head.headers;
     resp
+}
+
+/// Moves the upstream's fields, kept as bytes in the body, into the
+/// response's header map (before the fields already there, which replace
+/// same-named ones but `Via`), for whoever reads or sends the map: an
+/// HTTP/2 client, a fan-out leg, a tunnel's `101`.
+pub fn fields_into_map(resp: &mut Response<ResponseBody>) {
+    std::mem::take(&mut resp.body_mut().fields).move_into(resp.headers_mut());
 }
 
 /// An upstream response body, read from the connection as the client leg
@@ -419,6 +428,8 @@ pub struct ResponseBody {
     reusable: bool,
     /// A `101`: the connection is kept for the tunnel ([`ResponseBody::take_upgrade`]).
     upgrade: bool,
+    /// The upstream's header fields, as sent; see [`ResponseBody::fields`].
+    fields: Fields,
 }
 
 /// Why a body could not be read to its end.
@@ -442,6 +453,19 @@ impl fmt::Display for BodyError {
 impl std::error::Error for BodyError {}
 
 impl ResponseBody {
+    /// The upstream's header fields, as they arrived (less the ones that
+    /// described its connection), to be written before the response's own
+    /// header map, which replaces same-named ones but `Via`. Empty once
+    /// moved into the map ([`fields_into_map`]).
+    pub fn fields(&self) -> &Fields {
+        &self.fields
+    }
+
+    /// The upstream's header fields, to drop some.
+    pub fn fields_mut(&mut self) -> &mut Fields {
+        &mut self.fields
+    }
+
     /// The connection of a `101 Switching Protocols` response, for the
     /// tunnel (its read buffer may already hold the upstream's first bytes).
     pub fn take_upgrade(&mut self) -> Option<Conn> {

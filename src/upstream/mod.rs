@@ -25,6 +25,6 @@ pub mod retry;
 pub use attempt::{AttemptSettings, Failure, Upstreams};
 pub use body::{ClientBody, RequestBody, RequestBodyError, UpstreamBody};
 pub use connect::{connector, ClientSettings, Connector};
-pub use exchange::ResponseBody;
+pub use exchange::{fields_into_map, ResponseBody};
 pub use health::{Admit, Health};
 pub use pool::{Conn, Limits};

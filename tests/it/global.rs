@@ -224,6 +224,25 @@ async fn regions_that_answer_badly_are_reported_never_merged() -> TestResult {
         body["failed"].as_array().ok_or("failed")?.iter().filter_map(|f| f["reason"].as_str()).collect();
     assert_eq!(failed.len(), 2);
     assert!(failed.contains(&"bad_item") && failed.contains(&"invalid_json"), "{failed:?}");
+    // A list said to be compressed is not read as plain JSON (the leg's
+    // fields are looked up, not only its body).
+    let items = serde_json::Value::from(orders("kz", 7, 1, 1, 2)).to_string();
+    let (encoded, _) = backend_with(move |_req| {
+        let items = items.clone();
+        async move {
+            let mut resp: Response<TestBody> = Response::new(full(items));
+            resp.headers_mut().insert("content-type", http::HeaderValue::from_static("application/json"));
+            resp.headers_mut().insert("content-encoding", http::HeaderValue::from_static("gzip"));
+            resp
+        }
+    })
+    .await?;
+    let p = proxy(&table(no_key.addr, encoded.addr, good.addr, fanout)).await?;
+    let body = get(&p.url("/v1/users/alice/orders")).await?.json()?;
+    assert_eq!(ids(&body).len(), 2, "{body}");
+    let kz = body["failed"].as_array().and_then(|a| a.iter().find(|f| f["region"] == "kz")).ok_or("kz failed")?;
+    assert_eq!(kz["reason"], "invalid_json", "{body}");
+    assert!(kz["detail"].as_str().unwrap_or("").contains("encoded (gzip)"), "{body}");
     Ok(())
 }
 

@@ -322,6 +322,75 @@ async fn an_upstream_length_beside_chunked_is_not_passed_on() -> TestResult {
     Ok(())
 }
 
+/// An upstream answer with every kind of field a proxy must not pass on
+/// (hop-by-hop, named by `Connection`, the mesh's), beside fields it must
+/// (repeated, `Date`, `Via`, a request id the proxy replaces).
+const UPSTREAM_FIELDS: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: X-Secret\r\n\
+X-Secret: 1\r\nProxy-Authenticate: Basic\r\nUpgrade: h2c\r\nTE: trailers\r\nX-Shardgate-Hops: 3\r\n\
+Forwarded: by=up\r\nX-Shardgate-Leg: eu\r\nVia: 1.1 upstream\r\nX-Request-Id: from-upstream\r\n\
+Date: Tue, 01 Jan 2030 00:00:00 GMT\r\nX-Kept: Yes\r\nx-kept: again\r\n\r\nok";
+
+/// Fields no client may see.
+const NOT_PASSED_ON: [&str; 8] = [
+    "connection",
+    "x-secret",
+    "proxy-authenticate",
+    "upgrade",
+    "te",
+    "x-shardgate-hops",
+    "forwarded",
+    "x-shardgate-leg",
+];
+
+#[tokio::test]
+async fn upstream_fields_reach_http1_and_http2_clients_filtered_the_same() -> TestResult {
+    let kz = raw_backend(|mut s: TcpStream| async move {
+        let _ = s.write_all(UPSTREAM_FIELDS).await;
+        let _ = s.shutdown().await;
+    })
+    .await?;
+    let (eu, us) = (backend("eu").await?, backend("us").await?);
+    let p = proxy(&table(eu.addr, kz.addr, us.addr, "upstream: { health: { interval: 0s } }")).await?;
+    let path = format!("/v1/orders/{}", id());
+
+    // HTTP/1.1: the fields as written on the wire, in order.
+    let ask = format!("GET {path} HTTP/1.1\r\nHost: x\r\nX-Request-Id: client-rid-1\r\nConnection: close\r\n\r\n");
+    let r = raw(p.addr, ask.as_bytes(), WAIT).await?;
+    let (status, head, body, _) = next_response(&r.bytes).ok_or("no answer")?;
+    assert_eq!((status, body.as_slice()), (200, &b"ok"[..]), "{}", r.text());
+    let lines: Vec<(&str, &str)> = head.lines().filter_map(|l| l.split_once(':')).map(|(k, v)| (k, v.trim())).collect();
+    let values = |name: &str| lines.iter().filter(|(k, _)| *k == name).map(|(_, v)| *v).collect::<Vec<_>>();
+    for name in NOT_PASSED_ON.into_iter().filter(|n| *n != "connection") {
+        assert!(values(name).is_empty(), "{name} passed on: {head}");
+    }
+    assert_eq!(values("connection"), ["close"], "{head}");
+    assert_eq!(values("x-kept"), ["yes", "again"], "{head}");
+    assert_eq!(values("date"), ["tue, 01 jan 2030 00:00:00 gmt"], "{head}");
+    assert_eq!(values("x-request-id"), ["client-rid-1"], "{head}");
+    let via = values("via");
+    assert_eq!((via.len(), via.first()), (2, Some(&"1.1 upstream")), "{head}");
+
+    // HTTP/2 (prior knowledge): the same fields, from the header map.
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<http_body_util::Full<bytes::Bytes>>();
+    let req = http::Request::get(p.url(&path)).header("x-request-id", "client-rid-2").body(Default::default())?;
+    let resp = tokio::time::timeout(WAIT, client.request(req)).await??;
+    assert_eq!((resp.version(), resp.status().as_u16()), (http::Version::HTTP_2, 200));
+    let h = resp.headers();
+    let all = |name: &str| h.get_all(name).iter().map(|v| v.to_str().unwrap_or("?").to_string()).collect::<Vec<_>>();
+    for name in NOT_PASSED_ON {
+        assert!(all(name).is_empty(), "{name} passed on: {h:?}");
+    }
+    assert_eq!(all("x-kept"), ["Yes", "again"], "{h:?}");
+    assert_eq!(all("date"), ["Tue, 01 Jan 2030 00:00:00 GMT"], "{h:?}");
+    assert_eq!(all("x-request-id"), ["client-rid-2"], "{h:?}");
+    let via = all("via");
+    assert_eq!((via.len(), via.first().map(String::as_str)), (2, Some("1.1 upstream")), "{h:?}");
+    assert_eq!(kz.hits(), 2);
+    Ok(())
+}
+
 #[tokio::test]
 async fn after_a_malformed_body_the_connection_closes() -> TestResult {
     let ([_eu, kz, _us], p) = world("").await?;
