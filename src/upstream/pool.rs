@@ -179,7 +179,12 @@ impl Pool {
                 Checkout::Open(counters, key) => {
                     let place = Place { endpoint: counters, key, home: Arc::clone(&self.shared) };
                     self.connects.fetch_add(1, Ordering::Relaxed);
-                    let io = self.connector.connect(&endpoint.uri).await.map_err(PoolError::Connect)?;
+                    // Boxed: a connect (TLS handshake included) is a large
+                    // future (about 1.3 KiB), and held inline it would be room in
+                    // every connection's task, though most requests take a
+                    // kept connection.
+                    let connect = Box::pin(self.connector.connect(&endpoint.uri));
+                    let io = connect.await.map_err(PoolError::Connect)?;
                     return Ok(Conn(Box::new(ConnState {
                         io,
                         read: BytesMut::with_capacity(READ_BUFFER),
