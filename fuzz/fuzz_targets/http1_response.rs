@@ -4,6 +4,8 @@
 //! arrive per read; the rest is the upstream's bytes. No input may panic,
 //! and:
 //! * the head parses to the same outcome read at once or piecemeal;
+//! * every field it keeps goes into a header map (what an HTTP/2 client
+//!   gets) as it is written to an HTTP/1.1 one;
 //! * the body yields at most the bytes that followed the head, and the
 //!   same bytes whether they arrive at once or piecemeal.
 #![no_main]
@@ -50,6 +52,13 @@ fuzz_target!(|data: &[u8]| {
         (Ok(Some(a)), Ok(Some(b))) => {
             assert_eq!((a.status, a.framing, a.keep_alive), (b.status, b.framing, b.keep_alive));
             assert_eq!(a.fields, b.fields);
+            // Every kept field survives the move into a header map (the
+            // HTTP/2 path), as it is written on the HTTP/1.1 one: the
+            // parser's checks are at least the map's.
+            let kept = a.fields.len();
+            let mut map = http::HeaderMap::new();
+            a.fields.clone().move_into(&mut map);
+            assert_eq!(map.len(), kept, "{:?}", a.fields);
             let rest: Bytes = whole.freeze();
             let mut d1 = Decoder::new(a.framing);
             let mut d2 = Decoder::new(a.framing);
