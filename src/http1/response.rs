@@ -90,11 +90,12 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Resp
     let FramingFields { length, bad_length, encoded, chunked } =
         read_fields(resp.headers, bytes, http11, &mut keep_alive, &mut out);
     out.set_head(buf.split_to(len).freeze());
-    if encoded && length.is_some() {
-        // Transfer-Encoding beside a length: the length is ignored, and
-        // dropped (whoever reads the fields next must not frame the body
-        // by it), and the connection is not trusted with another message
-        // (§6.3 rule 3).
+    // Transfer-Encoding beside a length (valid or not): the length is
+    // ignored, and dropped (whoever reads the fields next must not frame the
+    // body by it), and the connection is not trusted with another message
+    // (§6.3 rule 3).
+    let overridden = encoded && (length.is_some() || bad_length);
+    if overridden {
         out.drop_where(|name| name.eq_ignore_ascii_case(b"content-length"));
     }
     let bodiless = bodiless(status, *method == Method::HEAD);
@@ -107,7 +108,7 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Resp
         (false, false, Some(n)) => Framing::Length(n),
         (false, false, None) => Framing::UntilClose,
     };
-    if framing == Framing::UntilClose || (encoded && length.is_some()) {
+    if framing == Framing::UntilClose || overridden {
         keep_alive = false;
     }
     Ok(Some(ResponseHead {
@@ -276,6 +277,11 @@ mod tests {
     #[test]
     fn a_length_beside_transfer_encoding_is_dropped_with_it() -> TestResult {
         let text = "HTTP/1.1 200 OK\r\nContent-Length: 10\r\nTransfer-Encoding: chunked\r\ncontent-length: 10\r\n\r\n";
+        let head = parse(text, Method::GET)?.ok_or("complete")?;
+        assert_eq!((head.framing, head.keep_alive), (Framing::Chunked, false));
+        assert!(head.fields.is_empty(), "{:?}", head.fields);
+        // A length that is not one is dropped the same way.
+        let text = "HTTP/1.1 200 OK\r\nContent-Length: abc\r\nTransfer-Encoding: chunked\r\n\r\n";
         let head = parse(text, Method::GET)?.ok_or("complete")?;
         assert_eq!((head.framing, head.keep_alive), (Framing::Chunked, false));
         assert!(head.fields.is_empty(), "{:?}", head.fields);
