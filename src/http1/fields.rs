@@ -83,7 +83,7 @@ impl Fields {
 
     /// Whether no field is kept.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        !self.list.iter().any(|f| f.kept)
     }
 
     /// The value of the first kept field named `name` (lowercase).

@@ -393,7 +393,7 @@ fn write_head(
 ) -> (Framed, bool) {
     let switching = status == StatusCode::SWITCHING_PROTOCOLS;
     let upstream = match body {
-        Either::Left(b) => Some(b.fields()).filter(|f| !f.is_empty()),
+        Either::Left(b) => Some(b.fields()),
         Either::Right(_) => None,
     };
     let close = headers.get_all(header::CONNECTION).iter().any(|v| http1::has_token(v.as_bytes(), "close"));

@@ -269,16 +269,14 @@ fn connection_has(headers: &HeaderMap, token: &str) -> bool {
 /// as bytes, and every field a `Connection` names (the parser dropped the
 /// `Connection` fields that name none, and the fields the framing used).
 pub fn drop_hop_by_hop_fields(fields: &mut Fields) {
-    let named: Vec<Vec<u8>> = match fields.get("connection") {
-        None => Vec::new(),
-        Some(_) => fields
-            .iter()
-            .filter(|(n, _)| n.eq_ignore_ascii_case(b"connection"))
-            .flat_map(|(_, v)| v.split(|&b| b == b','))
-            .map(|t| t.trim_ascii().to_ascii_lowercase())
-            .filter(|t| !t.is_empty())
-            .collect(),
-    };
+    // Empty, and not allocated, unless a `Connection` field survived.
+    let named: Vec<Vec<u8>> = fields
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case(b"connection"))
+        .flat_map(|(_, v)| v.split(|&b| b == b','))
+        .map(|t| t.trim_ascii().to_ascii_lowercase())
+        .filter(|t| !t.is_empty())
+        .collect();
     fields.drop_where(|name| {
         HOP_BY_HOP.iter().any(|h| name.eq_ignore_ascii_case(h.as_str().as_bytes()))
             || crate::mesh::is_mesh_field(name)
