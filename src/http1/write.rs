@@ -1,10 +1,53 @@
 //! Heads written into one buffer, ready for a single write: the request
 //! line and fields of an upstream request. Field names go out as `http`
 //! keeps them (lowercase); repeated fields go out as repeated lines, in
-//! order.
+//! order; the fields a proxy adds ([`Added`]) go out after the client's.
 
-use http::header::{self, HeaderMap, HeaderValue};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::Method;
+
+/// How many fields [`Added`] holds.
+const ADDED_MAX: usize = 4;
+
+/// The fields a proxy adds to a request on its way upstream (its
+/// `X-Forwarded-*` and `Via`), written after the client's fields instead of
+/// inserted into the client's header map: each insert hashes the name and
+/// may grow the map, and the head writer reads the fields in order anyway.
+/// Holds at most four, in the order they were pushed; the names are the
+/// proxy's own lowercase literals.
+#[derive(Clone, Debug, Default)]
+pub struct Added {
+    fields: [Option<(&'static str, HeaderValue)>; ADDED_MAX],
+}
+
+impl Added {
+    /// Adds `name: value` after those already added. The list's length is
+    /// fixed by the code that fills it (one per field it adds), never by
+    /// input; a fifth field is a programming error, caught in tests, and
+    /// dropped in a release build rather than written anywhere else.
+    pub fn push(&mut self, name: &'static str, value: HeaderValue) {
+        let free = self.fields.iter_mut().find(|f| f.is_none());
+        debug_assert!(free.is_some(), "more than {ADDED_MAX} added fields");
+        if let Some(slot) = free {
+            *slot = Some((name, value));
+        }
+    }
+
+    /// The fields, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &HeaderValue)> {
+        self.fields.iter().map_while(|f| f.as_ref().map(|(n, v)| (*n, v)))
+    }
+
+    /// Appends the fields to `map`, for a request whose map itself is read
+    /// or copied (a fan-out's or a search's legs).
+    pub fn move_into(self, map: &mut HeaderMap) {
+        for (name, value) in self.fields.into_iter().flatten() {
+            if let Ok(name) = HeaderName::from_bytes(name.as_bytes()) {
+                map.append(name, value);
+            }
+        }
+    }
+}
 
 /// The framing fields a written head carries.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -15,25 +58,33 @@ pub struct WrittenFraming {
     pub chunked: bool,
 }
 
-/// Writes `METHOD target HTTP/1.1`, `host`, then `headers`: an upstream
-/// request head without its blank line, so that framing fields can follow.
-/// `headers` must not hold `Host`. Returns which framing fields it wrote
-/// (seen on the way, rather than looked up in the map again).
+/// Writes `METHOD target HTTP/1.1`, `host`, `headers` but their `Host`
+/// (the endpoint's goes out instead), then `added`: an upstream request head
+/// without its blank line, so that framing fields can follow. Returns which
+/// framing fields it wrote (seen on the way, rather than looked up in the
+/// map again).
 pub fn request_head(
     out: &mut Vec<u8>,
     method: &Method,
     target: &str,
     host: &HeaderValue,
     headers: &HeaderMap,
+    added: &Added,
 ) -> WrittenFraming {
-    out.reserve(64 + target.len() + headers.len() * 32);
+    out.reserve(64 + target.len() + (headers.len() + ADDED_MAX) * 32);
     request_line(out, method, target);
     field(out, "host", host.as_bytes());
     let mut seen = WrittenFraming::default();
     for (name, value) in headers {
+        if name == header::HOST {
+            continue;
+        }
         seen.length |= name == header::CONTENT_LENGTH;
         seen.chunked |= name == header::TRANSFER_ENCODING;
         field(out, name.as_str(), value.as_bytes());
+    }
+    for (name, value) in added.iter() {
+        field(out, name, value.as_bytes());
     }
     seen
 }
@@ -62,10 +113,37 @@ mod tests {
     fn a_request_head_is_one_block() -> Result<(), Box<dyn std::error::Error>> {
         let mut headers = HeaderMap::new();
         headers.append("x-a", HeaderValue::from_static("1"));
+        headers.append("host", HeaderValue::from_static("client.example"));
         headers.append("x-a", HeaderValue::from_static("2"));
+        headers.append("via", HeaderValue::from_static("1.1 edge"));
+        let mut added = Added::default();
+        added.push("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
+        added.push("via", HeaderValue::from_static("1.1 me"));
         let mut out = Vec::new();
-        request_head(&mut out, &Method::GET, "/v1/x?y=1", &HeaderValue::from_static("h:8080"), &headers);
-        assert_eq!(String::from_utf8(out)?, "GET /v1/x?y=1 HTTP/1.1\r\nhost: h:8080\r\nx-a: 1\r\nx-a: 2\r\n");
+        let framing =
+            request_head(&mut out, &Method::GET, "/v1/x?y=1", &HeaderValue::from_static("h:8080"), &headers, &added);
+        assert_eq!(
+            String::from_utf8(out)?,
+            "GET /v1/x?y=1 HTTP/1.1\r\nhost: h:8080\r\nx-a: 1\r\nx-a: 2\r\nvia: 1.1 edge\r\n\
+             x-forwarded-for: 10.0.0.1\r\nvia: 1.1 me\r\n",
+            "the endpoint's host only, the client's fields, then the added ones"
+        );
+        assert_eq!(framing, WrittenFraming::default());
         Ok(())
+    }
+
+    #[test]
+    fn added_fields_keep_their_order_in_a_map() {
+        let mut added = Added::default();
+        for (name, value) in [("x-forwarded-for", "10.0.0.1"), ("x-forwarded-proto", "http"), ("via", "1.1 me")] {
+            added.push(name, HeaderValue::from_static(value));
+        }
+        let mut map = HeaderMap::new();
+        map.append("via", HeaderValue::from_static("1.1 edge"));
+        added.move_into(&mut map);
+        let vias: Vec<&[u8]> = map.get_all("via").iter().map(HeaderValue::as_bytes).collect();
+        assert_eq!(vias, [&b"1.1 edge"[..], b"1.1 me"]);
+        assert_eq!(map.get("x-forwarded-proto").map(HeaderValue::as_bytes), Some(&b"http"[..]));
+        assert_eq!(map.len(), 4);
     }
 }

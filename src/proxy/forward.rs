@@ -20,6 +20,7 @@ use super::error::ProxyError;
 use super::locate::Decision;
 use super::upgrade::ClientUpgrade;
 use super::Proxy;
+use crate::http1::write::Added;
 use crate::mesh;
 use crate::routing::{RegionId, Table};
 use crate::telemetry::traces;
@@ -66,12 +67,14 @@ fn settings(table: &Table, started: Instant) -> AttemptSettings {
     }
 }
 
-/// Sends the request (`parts`, headers prepared for the upstream leg, and
-/// `body`) until an attempt answers or no safe attempt is left.
+/// Sends the request (`parts`, headers prepared for the upstream leg, the
+/// proxy's `added` fields, and `body`) until an attempt answers or no safe
+/// attempt is left.
 pub(super) async fn forward<'t>(
     proxy: &Proxy,
     mut leg: Leg<'t>,
     parts: &Parts,
+    added: &Added,
     body: RequestBody,
     started: Instant,
     decision: &mut Decision<'t>,
@@ -110,7 +113,7 @@ pub(super) async fn forward<'t>(
         let headers = traced.as_deref().map_or(headers, |(_, h)| h);
         let outcome = shared
             .upstreams
-            .attempt(endpoint, admit, &parts.method, &path, headers, b, &s, !target.via_peer, &shared.health)
+            .attempt(endpoint, admit, &parts.method, &path, headers, added, b, &s, !target.via_peer, &shared.health)
             .await;
         let failure = match outcome {
             Ok(resp) => {

@@ -14,6 +14,7 @@ use hyper::body::Body;
 use super::conn::ConnInfo;
 use super::error::ProxyError;
 use super::upgrade::ClientUpgrade;
+use crate::http1::write::Added;
 use crate::http1::Fields;
 use crate::routing::{Route, Settings};
 use crate::upstream::{RequestBody, ResponseBody};
@@ -39,10 +40,12 @@ pub fn admit(req: Request<RequestBody>, settings: &Settings) -> Result<(Parts, R
 }
 
 /// Prepares the request head for the upstream leg: only the route's allowed
-/// upgrades, hop-by-hop headers removed, `Host` removed (each attempt sets
-/// its endpoint's), `X-Forwarded-*` and `Via` added, a body of unknown
-/// length marked chunked. Returns the client's side of an upgrade, when one
-/// is asked for.
+/// upgrades, hop-by-hop headers removed, a body of unknown length marked
+/// chunked; the client's `X-Forwarded-*` removed unless it is a trusted hop.
+/// Returns the fields the proxy adds (`X-Forwarded-*`, `Via`), which the
+/// upstream head writer writes after the client's, and the client's side
+/// of an upgrade, when one is asked for. The client's `Host` stays in the
+/// map and is never written upstream (each attempt sends its endpoint's).
 pub fn to_upstream(
     parts: &mut Parts,
     body: &RequestBody,
@@ -50,29 +53,27 @@ pub fn to_upstream(
     conn: &ConnInfo,
     settings: &Settings,
     via: &Via,
-) -> Option<ClientUpgrade> {
+) -> (Added, Option<ClientUpgrade>) {
     let upgrade = parts.version == http::Version::HTTP_11 && keep_allowed_upgrades(&mut parts.headers, &route.upgrades);
     let client_upgrade = if upgrade { ClientUpgrade::take(&mut parts.extensions) } else { None };
     // The authority the client asked for: the absolute URI's (or HTTP/2's
     // `:authority`), else `Host`.
-    let host_field = parts.headers.remove(header::HOST);
-    let host = parts.uri.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok()).or(host_field);
+    let host = match parts.uri.authority() {
+        Some(a) => HeaderValue::from_str(a.as_str()).ok(),
+        None => parts.headers.get(header::HOST).cloned(),
+    };
     let chunked = !body.is_end_stream() && body.size_hint().exact().is_none();
     remove_hop_by_hop(&mut parts.headers, upgrade);
     let trusted = settings.server.trusted_hops.iter().any(|c| c.contains(conn.peer.ip()));
-    let keep_proto = trusted && parts.headers.contains_key(&X_FORWARDED_PROTO);
-    set_forwarded(&mut parts.headers, conn.peer.ip(), trusted, host.as_ref());
-    if conn.tls && !keep_proto {
-        parts.headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("https"));
-    }
-    append_via(&mut parts.headers, via.for_version(parts.version));
+    let origin = Origin { peer: conn.peer.ip(), trusted, tls: conn.tls, host };
+    let added = forwarded(&mut parts.headers, origin, via.for_version(parts.version));
     // A body of unknown length (chunked from the client, or HTTP/2 without
     // content-length) goes upstream chunked, whatever the method: without
     // the header the client leg would send a GET's body as no body.
     if chunked {
         parts.headers.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
     }
-    client_upgrade
+    (added, client_upgrade)
 }
 
 /// A minted id to announce on the response: its header, the id, and the
@@ -142,12 +143,18 @@ const HOP_BY_HOP: [HeaderName; HOP_COUNT] = [
 
 /// The request-id header name.
 pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+/// `X-Forwarded-For`'s name, as written upstream.
+const XFF_NAME: &str = "x-forwarded-for";
+/// `X-Forwarded-Proto`'s name, as written upstream.
+const XFP_NAME: &str = "x-forwarded-proto";
+/// `X-Forwarded-Host`'s name, as written upstream.
+const XFH_NAME: &str = "x-forwarded-host";
 /// `X-Forwarded-For`.
-pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static(XFF_NAME);
 /// `X-Forwarded-Proto`.
-pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static(XFP_NAME);
 /// `X-Forwarded-Host`.
-pub const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+pub const X_FORWARDED_HOST: HeaderName = HeaderName::from_static(XFH_NAME);
 
 /// Whether the request asks for a protocol upgrade (`Connection: upgrade`
 /// and an `Upgrade` header).
@@ -327,36 +334,70 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
     }
 }
 
-/// Sets `X-Forwarded-For/Proto/Host` for a request received from `peer`.
-/// Incoming values are kept (and appended to) only when `peer_trusted`;
-/// otherwise they are replaced, so a client cannot forge its origin.
-pub fn set_forwarded(headers: &mut HeaderMap, peer: IpAddr, peer_trusted: bool, host: Option<&HeaderValue>) {
-    // The common case (no trusted incoming value) costs one allocation: the
-    // address is written on the stack and copied once into the header value.
-    let trusted_prev = if peer_trusted { headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) } else { None };
-    let value = match trusted_prev {
-        Some(prev) if !prev.is_empty() => HeaderValue::from_str(&format!("{prev}, {peer}")).ok(),
-        _ => match peer {
-            IpAddr::V4(v4) => HeaderValue::from_bytes(Ipv4Text::new(v4).as_bytes()).ok(),
-            IpAddr::V6(_) => HeaderValue::from_str(&peer.to_string()).ok(),
-        },
+/// Where a request came from, for its `X-Forwarded-*` fields.
+#[derive(Debug)]
+pub struct Origin {
+    /// The client's address.
+    pub peer: IpAddr,
+    /// Whether the client is a trusted hop (`server.trusted_hops`).
+    pub trusted: bool,
+    /// Whether it came over TLS.
+    pub tls: bool,
+    /// The authority it asked for.
+    pub host: Option<HeaderValue>,
+}
+
+/// The `X-Forwarded-For/Proto/Host` fields for a request from `origin`,
+/// and `via` after them. The client's own are kept (its `For` appended to)
+/// only when it is a trusted hop; otherwise they are removed from
+/// `headers`, so a client cannot forge its origin.
+pub fn forwarded(headers: &mut HeaderMap, origin: Origin, via: &HeaderValue) -> Added {
+    // One pass over the names (compared, not hashed) finds whether the
+    // client sent any: usually none, and then nothing is looked up or removed.
+    let (mut has_for, mut has_proto, mut has_host) = (false, false, false);
+    for name in headers.keys() {
+        has_for |= name == X_FORWARDED_FOR;
+        has_proto |= name == X_FORWARDED_PROTO;
+        has_host |= name == X_FORWARDED_HOST;
+    }
+    let peer = origin.peer;
+    // A trusted hop's list, every line of it, with this client appended.
+    let before: Vec<&str> = match origin.trusted && has_for {
+        true => {
+            headers.get_all(&X_FORWARDED_FOR).iter().filter_map(|v| v.to_str().ok()).filter(|v| !v.is_empty()).collect()
+        }
+        false => Vec::new(),
     };
+    let value = match (before.is_empty(), peer) {
+        (false, _) => HeaderValue::from_str(&format!("{}, {peer}", before.join(", "))).ok(),
+        // The common case costs one allocation: the address is written on
+        // the stack and copied once into the header value.
+        (true, IpAddr::V4(v4)) => HeaderValue::from_bytes(Ipv4Text::new(v4).as_bytes()).ok(),
+        (true, IpAddr::V6(_)) => HeaderValue::from_str(&peer.to_string()).ok(),
+    };
+    let mut added = Added::default();
+    if has_for {
+        headers.remove(X_FORWARDED_FOR);
+    }
     if let Some(v) = value {
-        headers.insert(X_FORWARDED_FOR, v);
+        added.push(XFF_NAME, v);
     }
-    if !(peer_trusted && headers.contains_key(&X_FORWARDED_PROTO)) {
-        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+    if !(origin.trusted && has_proto) {
+        if has_proto {
+            headers.remove(X_FORWARDED_PROTO);
+        }
+        added.push(XFP_NAME, HeaderValue::from_static(if origin.tls { "https" } else { "http" }));
     }
-    if !(peer_trusted && headers.contains_key(&X_FORWARDED_HOST)) {
-        match host {
-            Some(h) => {
-                headers.insert(X_FORWARDED_HOST, h.clone());
-            }
-            None => {
-                headers.remove(X_FORWARDED_HOST);
-            }
+    if !(origin.trusted && has_host) {
+        if has_host {
+            headers.remove(X_FORWARDED_HOST);
+        }
+        if let Some(h) = origin.host {
+            added.push(XFH_NAME, h);
         }
     }
+    added.push("via", via.clone());
+    added
 }
 
 /// An IPv4 address in dotted decimal, written on the stack. Written by hand
@@ -442,16 +483,56 @@ mod tests {
         assert!(!h.contains_key("keep-alive"));
     }
 
+    /// The fields `forwarded` adds, as `(name, value)` text.
+    fn added_text(added: &Added) -> Vec<(&'static str, String)> {
+        added.iter().map(|(n, v)| (n, String::from_utf8_lossy(v.as_bytes()).into_owned())).collect()
+    }
+
     #[test]
     fn untrusted_forwarded_headers_are_replaced() {
-        let peer: IpAddr = [10, 0, 0, 9].into();
-        let mut h = map(&[("x-forwarded-for", "1.2.3.4"), ("x-forwarded-proto", "https")]);
-        set_forwarded(&mut h, peer, false, None);
-        assert_eq!(h.get("x-forwarded-for").map(|v| v.as_bytes()), Some(&b"10.0.0.9"[..]));
-        assert_eq!(h.get("x-forwarded-proto").map(|v| v.as_bytes()), Some(&b"http"[..]));
-        let mut h = map(&[("x-forwarded-for", "1.2.3.4")]);
-        set_forwarded(&mut h, peer, true, None);
-        assert_eq!(h.get("x-forwarded-for").map(|v| v.as_bytes()), Some(&b"1.2.3.4, 10.0.0.9"[..]));
+        let via = HeaderValue::from_static("1.1 gw");
+        let origin = |trusted, tls, host: Option<&'static str>| Origin {
+            peer: [10, 0, 0, 9].into(),
+            trusted,
+            tls,
+            host: host.map(HeaderValue::from_static),
+        };
+        let sent = [("x-forwarded-for", "1.2.3.4"), ("x-forwarded-proto", "https"), ("x-forwarded-host", "a.example")];
+        let mut h = map(&[("accept", "*/*"), sent[0], sent[1], sent[2], ("via", "1.1 edge")]);
+        let added = forwarded(&mut h, origin(false, false, Some("b.example")), &via);
+        assert_eq!(
+            added_text(&added),
+            [
+                ("x-forwarded-for", "10.0.0.9".to_string()),
+                ("x-forwarded-proto", "http".into()),
+                ("x-forwarded-host", "b.example".into()),
+                ("via", "1.1 gw".into())
+            ]
+        );
+        assert_eq!(h, map(&[("accept", "*/*"), ("via", "1.1 edge")]), "the client's own removed, its Via kept");
+
+        // A trusted hop's values stay (its list, every line, appended to).
+        let mut h = map(&[sent[0], ("x-forwarded-for", "5.6.7.8"), sent[1], sent[2]]);
+        let added = forwarded(&mut h, origin(true, false, Some("b.example")), &via);
+        assert_eq!(
+            added_text(&added),
+            [("x-forwarded-for", "1.2.3.4, 5.6.7.8, 10.0.0.9".to_string()), ("via", "1.1 gw".into())]
+        );
+        assert_eq!(h, map(&[sent[1], sent[2]]));
+
+        // A trusted hop that sent none gets this proxy's; TLS says https;
+        // no authority, no X-Forwarded-Host.
+        let mut h = map(&[]);
+        let added = forwarded(&mut h, origin(true, true, None), &via);
+        assert_eq!(
+            added_text(&added),
+            [
+                ("x-forwarded-for", "10.0.0.9".to_string()),
+                ("x-forwarded-proto", "https".into()),
+                ("via", "1.1 gw".into())
+            ]
+        );
+        assert!(h.is_empty());
     }
 
     #[test]

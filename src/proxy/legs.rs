@@ -14,6 +14,7 @@ use super::error::{LegFailure, ProxyError};
 use super::forward::{forward, Leg};
 use super::locate::Decision;
 use super::Proxy;
+use crate::http1::write::Added;
 use crate::routing::{RegionId, Table};
 use crate::telemetry::traces;
 use crate::upstream::{RequestBody, ResponseBody};
@@ -34,7 +35,10 @@ pub(super) async fn ask(
     if let (Some((parent, kind)), Some(traces)) = (trace, &proxy.shared.traces) {
         decision.trace = Some(Box::new(traces.leg(parent, kind, name)));
     }
-    let sent = forward(proxy, leg, parts, RequestBody::Empty, Instant::now(), &mut decision);
+    // The head's map holds the added fields already (fan-out and search
+    // move them there, since every leg copies the map).
+    let none = Added::default();
+    let sent = forward(proxy, leg, parts, &none, RequestBody::Empty, Instant::now(), &mut decision);
     let answer = match tokio::time::timeout(timeout, sent).await {
         Ok(Ok(mut resp)) => {
             // A leg's answer is read (or sent on whole), its fields looked up.

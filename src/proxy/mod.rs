@@ -257,10 +257,10 @@ impl Proxy {
         // A peer's fan-out or search leg: this region's answer, as it is.
         if let Some(name) = &relay.leg {
             let region = serve_leg_here(table, name, &self.me.name)?;
-            let client_upgrade =
+            let (added, client_upgrade) =
                 headers::to_upstream(&mut parts, &body, plan.route(), &conn, table.settings(), &self.me.via);
             let leg = forward::Leg::alone(table, region, hops);
-            let resp = Box::pin(forward::forward(self, leg, &parts, body, started, decision)).await?;
+            let resp = Box::pin(forward::forward(self, leg, &parts, &added, body, started, decision)).await?;
             return Ok(headers::from_upstream(resp, client_upgrade, None, &self.me.via).map(Either::Left));
         }
         match plan {
@@ -268,17 +268,20 @@ impl Proxy {
                 // Prepared by a plain function, sent here: a nested async fn
                 // would copy the request into a future of its own.
                 let one = self.prepare_one(table, &located, &mut parts, &body, &conn, &relay, served_here, decision);
-                let resp = forward::forward(self, one.leg, &parts, body, started, decision).await?;
+                let resp = forward::forward(self, one.leg, &parts, &one.added, body, started, decision).await?;
                 Ok(headers::from_upstream(resp, one.client_upgrade, one.minted, &self.me.via).map(Either::Left))
             }
             Plan::Fanout(route, rule) => {
-                headers::to_upstream(&mut parts, &body, route, &conn, table.settings(), &self.me.via);
+                // The legs copy the head's map: the added fields go into it.
+                let (added, _) = headers::to_upstream(&mut parts, &body, route, &conn, table.settings(), &self.me.via);
+                added.move_into(&mut parts.headers);
                 // Boxed, as the search below: their futures are large, and held
                 // inline they would make every request's future as large.
                 Box::pin(fanout::fanout(self, table, route, rule, &parts, hops, decision)).await
             }
             Plan::Search(route, rule, id) => {
-                headers::to_upstream(&mut parts, &body, route, &conn, table.settings(), &self.me.via);
+                let (added, _) = headers::to_upstream(&mut parts, &body, route, &conn, table.settings(), &self.me.via);
+                added.move_into(&mut parts.headers);
                 let resp =
                     Box::pin(search::search(self, table, route, rule, &id, &parts, body, hops, decision)).await?;
                 Ok(headers::from_upstream(resp, None, None, &self.me.via).map(Either::Left))
@@ -321,8 +324,9 @@ impl Proxy {
             table,
             serve_only: false,
         };
-        let client_upgrade = headers::to_upstream(parts, body, located.route, conn, table.settings(), &self.me.via);
-        One { leg, minted, client_upgrade }
+        let (added, client_upgrade) =
+            headers::to_upstream(parts, body, located.route, conn, table.settings(), &self.me.via);
+        One { leg, minted, added, client_upgrade }
     }
 }
 
@@ -331,6 +335,7 @@ impl Proxy {
 struct One<'t> {
     leg: forward::Leg<'t>,
     minted: Option<headers::Minted>,
+    added: crate::http1::write::Added,
     client_upgrade: Option<upgrade::ClientUpgrade>,
 }
 

@@ -24,6 +24,7 @@ use super::forward::{forward, Leg};
 use super::locate::Decision;
 use super::{legs, Proxy};
 use crate::config::model::SearchRule;
+use crate::http1::write::Added;
 use crate::ids::Decoded;
 use crate::routing::{Lookup, RegionId, Route, Table};
 use crate::upstream::{RequestBody, ResponseBody};
@@ -124,7 +125,8 @@ async fn send<'t>(
     decision: &mut Decision<'t>,
 ) -> Result<Response<ResponseBody>, ProxyError> {
     let leg = Leg::alone(table, region, hops);
-    forward(proxy, leg, parts, body, Instant::now(), decision).await
+    // The added fields are in the head's map already (see `Proxy::route`).
+    forward(proxy, leg, parts, &Added::default(), body, Instant::now(), decision).await
 }
 
 /// Asks the rule's regions for `parts` until one answers 2xx: all at once

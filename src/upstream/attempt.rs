@@ -20,6 +20,7 @@ use super::exchange::{exchange, ExchangeError, Outgoing, ResponseBody};
 use super::health::{Admit, Health};
 use super::pool::{Limits, Pool, PoolError};
 use super::retry::RetryBudget;
+use crate::http1::write::Added;
 use crate::routing::Upstream;
 
 /// The upstream connections, the round-robin cursor and the retry budget.
@@ -153,8 +154,8 @@ impl Upstreams {
     }
 
     /// One attempt of the request at `endpoint`: `method`, `path` (the
-    /// origin-form target), `headers` (without `Host`: the endpoint's goes
-    /// out) and `body`. Records the outcome in passive health: only what
+    /// origin-form target), `headers` (their `Host` is not sent: the
+    /// endpoint's goes out), the proxy's `added` fields and `body`. Records the outcome in passive health: only what
     /// the upstream did wrong counts (refused, failed or timed out once the
     /// request was sent, an invalid response, a 5xx when `count_5xx`), never
     /// the client's half of the exchange nor the endpoint's connection cap.
@@ -166,6 +167,7 @@ impl Upstreams {
         method: &Method,
         path: &http::uri::PathAndQuery,
         headers: &HeaderMap,
+        added: &Added,
         body: UpstreamBody,
         s: &AttemptSettings,
         count_5xx: bool,
@@ -175,7 +177,7 @@ impl Upstreams {
             Either::Left(b) => Some(b.watch()),
             Either::Right(_) => None,
         };
-        let out = Outgoing { method, target: path.as_str(), host: &endpoint.host, headers };
+        let out = Outgoing { method, target: path.as_str(), host: &endpoint.host, headers, added };
         let record = |failed: bool| health.record(&endpoint.uri, failed, s.eject_after, s.eject_for);
         let send = self.send(endpoint, &out, body, s.limits);
         tokio::pin!(send);

@@ -38,7 +38,8 @@ use crate::http1::{self, framing, Decoded, Decoder, Fields, HeadScan, ResponseHe
 const READ_CHUNK: usize = 16 * 1024;
 
 /// The request as it goes upstream: method, origin-form target, the
-/// endpoint's `Host`, and the header fields (without `Host`).
+/// endpoint's `Host`, the client's header fields (their `Host` is not
+/// written), and the fields the proxy adds after them.
 #[derive(Debug)]
 pub struct Outgoing<'a> {
     /// Method.
@@ -49,6 +50,8 @@ pub struct Outgoing<'a> {
     pub host: &'a HeaderValue,
     /// Header fields, hop-by-hop ones removed already.
     pub headers: &'a HeaderMap,
+    /// The proxy's own fields, written after `headers`.
+    pub added: &'a http1::write::Added,
 }
 
 /// Why an exchange failed.
@@ -152,7 +155,7 @@ where
 /// methods that never carry one without saying so (hyper's rule).
 fn write_head<B: Body>(w: &mut Vec<u8>, out: &Outgoing<'_>, body: &B) -> Upload {
     w.clear();
-    let framing = http1::write::request_head(w, out.method, out.target, out.host, out.headers);
+    let framing = http1::write::request_head(w, out.method, out.target, out.host, out.headers, out.added);
     let upload = if framing.chunked {
         Upload::Chunked
     } else if framing.length {

@@ -442,3 +442,78 @@ async fn a_client_that_leaves_abandons_its_request() -> TestResult {
     assert!(closed.load(std::sync::atomic::Ordering::SeqCst), "the upstream request outlived its client");
     Ok(())
 }
+
+/// An upstream on a socket of the test's own that records every request
+/// head it reads (lowercased) and answers each `200 ok`, closing.
+async fn recording_upstream() -> Result<(std::net::SocketAddr, tokio::sync::mpsc::UnboundedReceiver<String>), BoxError>
+{
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let Ok(head) = read_head(&mut s).await else { return };
+                let _ = tx.send(head.to_ascii_lowercase());
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok").await;
+                let _ = s.shutdown().await;
+            });
+        }
+    });
+    Ok((addr, rx))
+}
+
+/// The `(name, value)` fields of a lowercased head, in order.
+fn fields(head: &str) -> Vec<(String, String)> {
+    head.lines().skip(1).filter_map(|l| l.split_once(':')).map(|(k, v)| (k.to_string(), v.trim().to_string())).collect()
+}
+
+#[tokio::test]
+async fn the_upstream_gets_the_endpoints_host_and_the_proxys_fields_once_after_the_clients() -> TestResult {
+    let (kz, mut heads) = recording_upstream().await?;
+    let (eu, us) = (backend("eu").await?, backend("us").await?);
+    let p = proxy(&table(eu.addr, kz, us.addr, "upstream: { health: { interval: 0s } }")).await?;
+    let path = format!("/v1/orders/{}", id());
+    // A client that is no trusted hop, forging every forwarded field.
+    let ask = format!(
+        "GET {path} HTTP/1.1\r\nHost: client.example\r\nX-A: 1\r\nX-Forwarded-For: 6.6.6.6\r\n\
+         X-Forwarded-Proto: https\r\nX-Forwarded-Host: forged.example\r\nVia: 1.1 edge\r\nX-B: 2\r\n\
+         Connection: close\r\n\r\n"
+    );
+    let r = raw(p.addr, ask.as_bytes(), WAIT).await?;
+    assert_eq!(r.status(), Some(200), "{}", r.text());
+    let head = tokio::time::timeout(WAIT, heads.recv()).await?.ok_or("no request upstream")?;
+    let got = fields(&head);
+    let values = |name: &str| got.iter().filter(|(k, _)| k == name).map(|(_, v)| v.as_str()).collect::<Vec<_>>();
+    let at = |name: &str, value: &str| got.iter().position(|(k, v)| k == name && v.starts_with(value));
+    assert_eq!(got.first().map(|(k, v)| (k.as_str(), v.clone())), Some(("host", kz.to_string())), "{head}");
+    assert_eq!(values("host").len(), 1, "the client's host is not sent: {head}");
+    assert_eq!(values("x-forwarded-for"), ["127.0.0.1"], "{head}");
+    assert_eq!(values("x-forwarded-proto"), ["http"], "{head}");
+    assert_eq!(values("x-forwarded-host"), ["client.example"], "{head}");
+    let via = values("via");
+    assert_eq!((via.len(), via.first()), (2, Some(&"1.1 edge")), "{head}");
+    assert!(via[1].starts_with("1.1 ") && via[1] != "1.1 edge", "{head}");
+    // The client's fields in their order, then the proxy's, its Via last.
+    let order = [at("x-a", "1"), at("x-b", "2"), at("x-forwarded-for", ""), at("x-forwarded-proto", "")];
+    let order: Vec<usize> = order.into_iter().collect::<Option<_>>().ok_or("a field is missing")?;
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{head}");
+    assert_eq!(got.iter().rposition(|(k, _)| k == "via"), Some(got.len() - 1), "{head}");
+
+    // HTTP/2 (prior knowledge): its `:authority` is the forwarded host.
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<http_body_util::Full<bytes::Bytes>>();
+    let req = http::Request::get(p.url(&path)).header("x-forwarded-for", "6.6.6.6").body(Default::default())?;
+    let resp = tokio::time::timeout(WAIT, client.request(req)).await??;
+    assert_eq!(resp.status().as_u16(), 200);
+    let head = tokio::time::timeout(WAIT, heads.recv()).await?.ok_or("no second request upstream")?;
+    let got = fields(&head);
+    let values = |name: &str| got.iter().filter(|(k, _)| k == name).map(|(_, v)| v.as_str()).collect::<Vec<_>>();
+    assert_eq!(values("host"), [kz.to_string().as_str()], "{head}");
+    assert_eq!(values("x-forwarded-for"), ["127.0.0.1"], "{head}");
+    assert_eq!(values("x-forwarded-host"), [p.addr.to_string().as_str()], "{head}");
+    assert_eq!(values("via").len(), 1, "{head}");
+    Ok(())
+}

@@ -1,4 +1,5 @@
 use super::*;
+use crate::http1::write::Added;
 use crate::upstream::connect::{connector, ClientSettings};
 use crate::upstream::exchange::{exchange, Outgoing, ResponseBody};
 use bytes::Bytes;
@@ -62,7 +63,13 @@ const LIMITS: Limits = Limits { max_connections: 512, max_pending: 1024 };
 async fn send(pool: &Pool, up: &Upstream, limits: Limits) -> Result<Response<ResponseBody>, String> {
     let conn = pool.connection(up, limits).await.map_err(|e| format!("{e:?}"))?;
     let headers = http::HeaderMap::new();
-    let out = Outgoing { method: &http::Method::GET, target: "/x", host: &up.host, headers: &headers };
+    let out = Outgoing {
+        method: &http::Method::GET,
+        target: "/x",
+        host: &up.host,
+        headers: &headers,
+        added: &Added::default(),
+    };
     exchange(conn, &out, &mut Empty::<Bytes>::new()).await.map_err(|e| e.to_string())
 }
 
