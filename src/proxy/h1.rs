@@ -27,6 +27,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap};
+use http::request::Parts;
 use http::{Method, Request, Response, StatusCode, Version};
 use http_body_util::{BodyExt, Either};
 use hyper::body::{Body, Frame, SizeHint};
@@ -214,12 +215,14 @@ impl Server {
         let RequestHead { method, uri, version, headers, framing, keep_alive, expect_continue } = head;
         let http11 = version == Version::HTTP_11;
         let upgrade = (http11 && super::headers::is_upgrade_request(&headers)).then(PendingUpgrade::new);
-        let mut req = Request::new(RequestBody::Empty);
         let asked = Asked { head: method == Method::HEAD, http11, keep_alive };
-        *req.method_mut() = method;
-        *req.uri_mut() = uri;
-        *req.version_mut() = version;
-        *req.headers_mut() = headers;
+        // The head stays here, in this future, while the proxy borrows it.
+        let (mut head, ()) = Request::new(()).into_parts();
+        head.method = method;
+        head.uri = uri;
+        head.version = version;
+        head.headers = headers;
+        let mut body = RequestBody::Empty;
         let (mut wire, slot) = if framing == Framing::Empty {
             (Some(wire), None)
         } else {
@@ -235,16 +238,16 @@ impl Server {
                 Framing::Length(n) => Some(n),
                 _ => None,
             };
-            *req.body_mut() = RequestBody::Http1(Box::pin(H1Body { slot: Arc::clone(&slot), remaining, done: false }));
+            body = RequestBody::Http1(Box::pin(H1Body { slot: Arc::clone(&slot), remaining, done: false }));
             (None, Some(slot))
         };
         let tunnel = upgrade.map(|(pending, tx)| {
-            req.extensions_mut().insert(pending);
+            head.extensions.insert(pending);
             tx
         });
         let resp = match wire.as_mut() {
-            Some(w) => self.handle_watching(req, w).await?,
-            None => self.proxy.handle(req, self.info).await,
+            Some(w) => self.handle_watching(&mut head, w).await?,
+            None => self.proxy.handle(&mut head, body, self.info).await,
         };
         // The socket back from the body (which may outlive the request: it
         // then reads nothing more); its rest unread, the connection cannot
@@ -290,8 +293,8 @@ impl Server {
     /// (the upstream attempt is dropped, as hyper's server did), and bytes
     /// it pipelines meanwhile wait in the buffer, up to one head's worth.
     /// `None`: the client left.
-    async fn handle_watching(&mut self, req: Request<RequestBody>, w: &mut Wire) -> Option<Response<ProxyBody>> {
-        let handled = self.proxy.handle(req, self.info);
+    async fn handle_watching(&mut self, head: &mut Parts, w: &mut Wire) -> Option<Response<ProxyBody>> {
+        let handled = self.proxy.handle(head, RequestBody::Empty, self.info);
         tokio::pin!(handled);
         loop {
             let room = w.buf.len() < self.limits.max_head_bytes;

@@ -8,7 +8,7 @@ use std::net::IpAddr;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::request::Parts;
-use http::{Request, Response};
+use http::Response;
 use hyper::body::Body;
 
 use super::conn::ConnInfo;
@@ -19,24 +19,23 @@ use crate::http1::Fields;
 use crate::routing::{Route, Settings};
 use crate::upstream::{RequestBody, ResponseBody};
 
-/// A request as it arrived, checked: within the limits, framed as RFC 9112
-/// wants, its path without dot segments (so what is routed is what is
-/// forwarded).
-pub fn admit(req: Request<RequestBody>, settings: &Settings) -> Result<(Parts, RequestBody), ProxyError> {
+/// Checks a request head as it arrived: within the limits, framed as RFC
+/// 9112 wants; its path is made one without dot segments (so what is
+/// routed is what is forwarded).
+pub fn admit(parts: &mut Parts, settings: &Settings) -> Result<(), ProxyError> {
     let server = &settings.server;
-    let uri_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+    let uri_len = parts.uri.path_and_query().map_or(0, |p| p.as_str().len());
     if uri_len > server.max_uri_bytes {
         return Err(ProxyError::UriTooLong { limit: server.max_uri_bytes });
     }
-    if req.headers().len() > server.max_headers {
+    if parts.headers.len() > server.max_headers {
         return Err(ProxyError::HeadersTooLarge { limit: server.max_headers });
     }
-    let (mut parts, body) = req.into_parts();
-    check_framing(&parts)?;
+    check_framing(parts)?;
     if let Some(normal) = super::path::without_dot_segments(&parts.uri) {
         parts.uri = normal;
     }
-    Ok((parts, body))
+    Ok(())
 }
 
 /// Prepares the request head for the upstream leg: only the route's allowed

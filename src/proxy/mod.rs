@@ -52,7 +52,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use http::{HeaderValue, Request, Response};
+use http::request::Parts;
+use http::{HeaderValue, Response};
 use http_body_util::{Either, Full};
 
 use crate::ids::{SystemClock, Uuid7Minter};
@@ -176,42 +177,45 @@ impl Proxy {
     }
 
     /// Handles one request end to end. Never fails: errors become responses.
-    /// `conn` describes its connection (a bare `SocketAddr` is a plain-HTTP one).
-    pub async fn handle(&self, mut req: Request<RequestBody>, conn: impl Into<ConnInfo>) -> Response<ProxyBody> {
+    /// `conn` describes its connection (a bare `SocketAddr` is a plain-HTTP
+    /// one). The head is borrowed, not moved: it stays where the caller
+    /// built it while every stage reads it (a head moved from stage to stage
+    /// is copied into each one's future), and what the upstream leg needs
+    /// changed in it is changed in place.
+    pub async fn handle(&self, head: &mut Parts, body: RequestBody, conn: impl Into<ConnInfo>) -> Response<ProxyBody> {
         let loaded = self.shared.table.snapshot();
-        if let Some(resp) = respond::own_answer(self, &req, &loaded) {
+        if let Some(resp) = respond::own_answer(self, head, &loaded) {
             return resp;
         }
         self.handled.fetch_add(1, Ordering::Relaxed);
         let conn = conn.into();
-        let from_peer = self.trust(&mut req, &conn, &loaded.table);
         let arrival = respond::Arrival {
             started: Instant::now(),
-            request_id: self.request_id(&mut req),
-            method: req.method().clone(),
-            uri: req.uri().clone(),
-            version: req.version(),
+            request_id: self.request_id(head),
+            method: head.method.clone(),
+            uri: head.uri.clone(),
+            version: head.version,
         };
-        let mut decision = Decision { trace: self.server_span(&req), ..Decision::default() };
+        let mut decision = Decision { trace: self.server_span(head), ..Decision::default() };
         let started = arrival.started;
-        let result = self.route(&loaded.table, req, conn, from_peer, started, &mut decision).await;
+        let result = self.route(&loaded.table, head, body, conn, started, &mut decision).await;
         respond::finish(self, &loaded, arrival, &decision, result)
     }
 
     /// The request's server span, when traces are on.
-    fn server_span(&self, req: &Request<RequestBody>) -> Option<Box<crate::telemetry::traces::TraceSpan>> {
+    fn server_span(&self, head: &Parts) -> Option<Box<crate::telemetry::traces::TraceSpan>> {
         let traces = self.shared.traces.as_ref()?;
-        Some(Box::new(traces.server(req.method(), req.headers())))
+        Some(Box::new(traces.server(&head.method, &head.headers)))
     }
 
     /// Whether `conn` is an authenticated peer shardgate; from anyone else
     /// the mesh headers are removed (and `Forwarded`, unless from a trusted hop).
-    fn trust(&self, req: &mut Request<RequestBody>, conn: &ConnInfo, table: &Table) -> bool {
+    fn trust(&self, head: &mut Parts, conn: &ConnInfo, table: &Table) -> bool {
         let settings = table.settings();
         let from_peer = conn.is_mesh_peer(&settings.trusted_peers);
         if !from_peer {
             let trusted_hop = settings.server.trusted_hops.iter().any(|c| c.contains(conn.peer.ip()));
-            if mesh::strip_from_request(req.headers_mut(), trusted_hop) {
+            if mesh::strip_from_request(&mut head.headers, trusted_hop) {
                 tracing::debug!(peer = %conn.peer, "mesh headers from a client that is not an authenticated peer removed");
             }
         }
@@ -220,30 +224,32 @@ impl Proxy {
 
     /// The request's id: the client's when acceptable, else a fresh UUIDv7,
     /// set on the request so the upstream sees the same one.
-    fn request_id(&self, req: &mut Request<RequestBody>) -> HeaderValue {
-        match req.headers().get(headers::X_REQUEST_ID) {
+    fn request_id(&self, head: &mut Parts) -> HeaderValue {
+        match head.headers.get(headers::X_REQUEST_ID) {
             Some(v) if headers::acceptable_request_id(v) => v.clone(),
             _ => {
                 // Written on the stack, copied once into the header value.
                 let id = self.request_ids.mint(&mut rand::rng());
                 let v = HeaderValue::from_bytes(&id.to_ascii()).unwrap_or(HeaderValue::from_static("-"));
-                req.headers_mut().insert(headers::X_REQUEST_ID, v.clone());
+                head.headers.insert(headers::X_REQUEST_ID, v.clone());
                 v
             }
         }
     }
 
-    /// admit → locate → (one region, a fan-out, a search) → the response head for the client.
+    /// trust → admit → locate → (one region, a fan-out, a search) → the
+    /// response head for the client.
     async fn route<'t>(
         &self,
         table: &'t Table,
-        req: Request<RequestBody>,
+        parts: &mut Parts,
+        body: RequestBody,
         conn: ConnInfo,
-        from_peer: bool,
         started: Instant,
         decision: &mut Decision<'t>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
-        let (mut parts, body) = headers::admit(req, table.settings())?;
+        let from_peer = self.trust(parts, &conn, table);
+        headers::admit(parts, table.settings())?;
         let relay = mesh::Relay::take(&mut parts.headers, &self.me.node);
         let served_here = relay.served_here(table);
         if relay.hops.seen_self && served_here.is_none() {
@@ -252,38 +258,37 @@ impl Proxy {
             });
         }
         let relayed = from_peer && relay.hops.count > 0;
-        let plan = locate::locate(table, &parts, &self.minters, relayed, decision)?;
+        let plan = locate::locate(table, parts, &self.minters, relayed, decision)?;
         let hops = relay.hops.count;
         // A peer's fan-out or search leg: this region's answer, as it is.
         if let Some(name) = &relay.leg {
             let region = serve_leg_here(table, name, &self.me.name)?;
             let (added, client_upgrade) =
-                headers::to_upstream(&mut parts, &body, plan.route(), &conn, table.settings(), &self.me.via);
+                headers::to_upstream(parts, &body, plan.route(), &conn, table.settings(), &self.me.via);
             let leg = forward::Leg::alone(table, region, hops);
-            let resp = Box::pin(forward::forward(self, leg, &parts, &added, body, started, decision)).await?;
+            let resp = Box::pin(forward::forward(self, leg, parts, &added, body, started, decision)).await?;
             return Ok(headers::from_upstream(resp, client_upgrade, None, &self.me.via).map(Either::Left));
         }
         match plan {
             Plan::One(located) => {
                 // Prepared by a plain function, sent here: a nested async fn
                 // would copy the request into a future of its own.
-                let one = self.prepare_one(table, &located, &mut parts, &body, &conn, &relay, served_here, decision);
-                let resp = forward::forward(self, one.leg, &parts, &one.added, body, started, decision).await?;
+                let one = self.prepare_one(table, &located, parts, &body, &conn, &relay, served_here, decision);
+                let resp = forward::forward(self, one.leg, parts, &one.added, body, started, decision).await?;
                 Ok(headers::from_upstream(resp, one.client_upgrade, one.minted, &self.me.via).map(Either::Left))
             }
             Plan::Fanout(route, rule) => {
                 // The legs copy the head's map: the added fields go into it.
-                let (added, _) = headers::to_upstream(&mut parts, &body, route, &conn, table.settings(), &self.me.via);
+                let (added, _) = headers::to_upstream(parts, &body, route, &conn, table.settings(), &self.me.via);
                 added.move_into(&mut parts.headers);
                 // Boxed, as the search below: their futures are large, and held
                 // inline they would make every request's future as large.
-                Box::pin(fanout::fanout(self, table, route, rule, &parts, hops, decision)).await
+                Box::pin(fanout::fanout(self, table, route, rule, parts, hops, decision)).await
             }
             Plan::Search(route, rule, id) => {
-                let (added, _) = headers::to_upstream(&mut parts, &body, route, &conn, table.settings(), &self.me.via);
+                let (added, _) = headers::to_upstream(parts, &body, route, &conn, table.settings(), &self.me.via);
                 added.move_into(&mut parts.headers);
-                let resp =
-                    Box::pin(search::search(self, table, route, rule, &id, &parts, body, hops, decision)).await?;
+                let resp = Box::pin(search::search(self, table, route, rule, &id, parts, body, hops, decision)).await?;
                 Ok(headers::from_upstream(resp, None, None, &self.me.via).map(Either::Left))
             }
         }

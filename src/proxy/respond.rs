@@ -8,7 +8,8 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
+use http::request::Parts;
+use http::{header, HeaderValue, Method, Response, StatusCode, Uri, Version};
 use http_body_util::{Either, Full};
 
 use super::error::{problem_response, ProxyError};
@@ -34,8 +35,8 @@ pub(super) struct Arrival {
 /// The answer to a request the proxy listener answers itself, if it is one:
 /// `GET /.shardgate/ready` (peers' health checks: 503 while draining) and
 /// `POST <mint_batch.path>`.
-pub(super) fn own_answer<B>(proxy: &Proxy, req: &Request<B>, loaded: &Loaded) -> Option<Response<ProxyBody>> {
-    let path = req.uri().path();
+pub(super) fn own_answer(proxy: &Proxy, head: &Parts, loaded: &Loaded) -> Option<Response<ProxyBody>> {
+    let path = head.uri.path();
     if path == crate::mesh::READY_PATH {
         let (status, body) = if proxy.shared.drain.is_draining() {
             (StatusCode::SERVICE_UNAVAILABLE, &b"draining\n"[..])
@@ -45,10 +46,10 @@ pub(super) fn own_answer<B>(proxy: &Proxy, req: &Request<B>, loaded: &Loaded) ->
         return Some(plain(status, "text/plain", Bytes::from_static(body)));
     }
     let table = &loaded.table;
-    if req.method() != Method::POST || table.settings().mint_batch.path.as_deref() != Some(path) {
+    if head.method != Method::POST || table.settings().mint_batch.path.as_deref() != Some(path) {
         return None;
     }
-    Some(match mint::batch(req.uri().query(), table, &proxy.minters) {
+    Some(match mint::batch(head.uri.query(), table, &proxy.minters) {
         Ok(body) => plain(StatusCode::OK, "application/json", Bytes::from(body)),
         Err(err) => problem_response(&err, path, "-", &proxy.me.name).map(Either::Right),
     })

@@ -167,7 +167,8 @@ impl Connection {
             let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
                 let proxy = Arc::clone(&proxy);
                 async move {
-                    let mut resp = proxy.handle(req.map(RequestBody::from), info).await;
+                    let (mut head, body) = req.into_parts();
+                    let mut resp = proxy.handle(&mut head, RequestBody::from(body), info).await;
                     super::headers::fields_into_map(&mut resp);
                     Ok::<_, Infallible>(resp)
                 }
