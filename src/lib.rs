@@ -18,6 +18,9 @@
 //!   preface is hyper's, any other is served by the proxy's own HTTP/1.1
 //!   server (`proxy::h1`, heads parsed by [`http1`]), which hands each
 //!   request to `Proxy::handle` with its body reading from the socket.
+//!   The request head stays where the server built it: every stage borrows
+//!   it (a move would copy it into each stage's future), and only the body
+//!   moves on to the upstream leg.
 //! * A request loads the routing table once (an `Arc` snapshot taken from an
 //!   `ArcSwap`, [`routing::shared`]) and uses that snapshot to the end, so a
 //!   reload never mixes old and new tables within one request.
@@ -29,11 +32,14 @@
 //!   [`proxy::forward`] makes the attempts, which [`upstream`] sends over
 //!   kept-alive connections, capped per endpoint, judged by endpoint health.
 //!   The request's own task drives its upstream connection (no connection
-//!   task): [`upstream::exchange`] writes the head once, streams the body,
-//!   and parses the answer with [`http1`]. The answer's header fields stay
-//!   the bytes they arrived in ([`http1::Fields`]) on their way to an
-//!   HTTP/1.1 client, filtered by name and written out again; an HTTP/2
-//!   client or a fan-out leg gets them as a header map.
+//!   task): [`upstream::exchange`] writes the head once (the client's
+//!   fields, then the proxy's own `X-Forwarded-*` and `Via`, kept beside
+//!   the client's header map rather than inserted into it, but for fan-out
+//!   and search legs, which copy the map), streams the body, and parses
+//!   the answer with [`http1`]. The answer's header fields stay the bytes
+//!   they arrived in ([`http1::Fields`]) on their way to an HTTP/1.1
+//!   client, filtered by name and written out again; an HTTP/2 client or a
+//!   fan-out leg gets them as a header map.
 //! * A fan-out route's plan goes to every region of its rule and the
 //!   answers are merged by [`merge`]; a `placement: search` route's id is
 //!   asked of the regions and the region remembered
