@@ -21,6 +21,11 @@ pub struct Added {
 }
 
 impl Added {
+    /// No fields (a `const fn`, so that an empty list can be a `static`).
+    pub const fn new() -> Added {
+        Added { fields: [None, None, None, None] }
+    }
+
     /// Adds `name: value` after those already added. The list's length is
     /// fixed by the code that fills it (one per field it adds), never by
     /// input; a fifth field is a programming error, caught in tests, and

@@ -155,10 +155,11 @@ impl Upstreams {
 
     /// One attempt of the request at `endpoint`: `method`, `path` (the
     /// origin-form target), `headers` (their `Host` is not sent: the
-    /// endpoint's goes out), the proxy's `added` fields and `body`. Records the outcome in passive health: only what
-    /// the upstream did wrong counts (refused, failed or timed out once the
-    /// request was sent, an invalid response, a 5xx when `count_5xx`), never
-    /// the client's half of the exchange nor the endpoint's connection cap.
+    /// endpoint's goes out), the proxy's `added` fields and `body`. Records
+    /// the outcome in passive health: only what the upstream did wrong
+    /// counts (refused, failed or timed out once the request was sent, an
+    /// invalid response, a 5xx when `count_5xx`), never the client's half of
+    /// the exchange nor the endpoint's connection cap.
     #[allow(clippy::too_many_arguments)]
     pub async fn attempt(
         &self,

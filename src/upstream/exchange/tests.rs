@@ -1,7 +1,6 @@
 use super::*;
-use crate::http1::write::Added;
 use crate::routing::Upstream;
-use crate::upstream::pool::tests::{endpoint, pool};
+use crate::upstream::pool::tests::{endpoint, outgoing, pool};
 use crate::upstream::pool::{Limits, Pool};
 use http::header;
 use http_body_util::{BodyExt, Empty, Full};
@@ -55,7 +54,7 @@ fn head_end(b: &[u8]) -> usize {
 async fn get(pool: &Pool, up: &Upstream, method: &Method) -> Result<(u16, Bytes), Box<dyn std::error::Error>> {
     let conn = pool.connection(up, LIMITS).await.map_err(|e| format!("{e:?}"))?;
     let headers = HeaderMap::new();
-    let out = Outgoing { method, target: "/x", host: &up.host, headers: &headers, added: &Added::default() };
+    let out = outgoing(method, "/x", up, &headers);
     let resp = exchange(conn, &out, &mut Empty::<Bytes>::new()).await.map_err(|e| e.to_string())?;
     let status = resp.status().as_u16();
     Ok((status, resp.into_body().collect().await?.to_bytes()))
@@ -108,8 +107,7 @@ async fn connection_close_and_broken_bodies_are_never_reused() -> TestResult {
     let pool2 = pool;
     let conn = pool2.connection(&up, LIMITS).await.map_err(|e| format!("{e:?}"))?;
     let headers = HeaderMap::new();
-    let out =
-        Outgoing { method: &Method::GET, target: "/x", host: &up.host, headers: &headers, added: &Added::default() };
+    let out = outgoing(&Method::GET, "/x", &up, &headers);
     let resp = exchange(conn, &out, &mut Empty::<Bytes>::new()).await.map_err(|e| e.to_string())?;
     b.abort();
     let err = resp.into_body().collect().await.err().map(|e| e.to_string()).unwrap_or_default();
@@ -127,13 +125,7 @@ async fn invalid_response_heads_are_bad_responses() -> TestResult {
         let (up, _b) = scripted(vec![answer], 0).await?;
         let conn = pool().connection(&up, LIMITS).await.map_err(|e| format!("{e:?}"))?;
         let headers = HeaderMap::new();
-        let out = Outgoing {
-            method: &Method::GET,
-            target: "/x",
-            host: &up.host,
-            headers: &headers,
-            added: &Added::default(),
-        };
+        let out = outgoing(&Method::GET, "/x", &up, &headers);
         match exchange(conn, &out, &mut Empty::<Bytes>::new()).await {
             Err(ExchangeError::BadResponse(_)) => {}
             other => {
@@ -152,8 +144,7 @@ async fn request_bodies_go_with_their_framing() -> TestResult {
     let (up, backend) = scripted(vec![b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"], 5).await?;
     let conn = pool().connection(&up, LIMITS).await.map_err(|e| format!("{e:?}"))?;
     let headers = HeaderMap::new();
-    let out =
-        Outgoing { method: &Method::POST, target: "/p", host: &up.host, headers: &headers, added: &Added::default() };
+    let out = outgoing(&Method::POST, "/p", &up, &headers);
     let resp = exchange(conn, &out, &mut Full::new(Bytes::from("hello"))).await.map_err(|e| e.to_string())?;
     assert_eq!(resp.status(), 200);
     let seen = String::from_utf8(backend.await?)?;
@@ -165,8 +156,7 @@ async fn request_bodies_go_with_their_framing() -> TestResult {
     let conn = pool().connection(&up, LIMITS).await.map_err(|e| format!("{e:?}"))?;
     let mut headers = HeaderMap::new();
     headers.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
-    let out =
-        Outgoing { method: &Method::GET, target: "/p", host: &up.host, headers: &headers, added: &Added::default() };
+    let out = outgoing(&Method::GET, "/p", &up, &headers);
     let resp = exchange(conn, &out, &mut Full::new(Bytes::from("hello"))).await.map_err(|e| e.to_string())?;
     assert_eq!(resp.status(), 200);
     let seen = String::from_utf8(backend.await?)?;
@@ -197,13 +187,7 @@ async fn an_answer_before_the_upload_ends_is_returned_and_the_connection_not_kep
     let conn = pool.connection(&up, LIMITS).await.map_err(|e| format!("{e:?}"))?;
     let mut headers = HeaderMap::new();
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("1000000"));
-    let out = Outgoing {
-        method: &Method::POST,
-        target: "/upload",
-        host: &up.host,
-        headers: &headers,
-        added: &Added::default(),
-    };
+    let out = outgoing(&Method::POST, "/upload", &up, &headers);
     let answer = tokio::time::timeout(Duration::from_secs(5), exchange(conn, &out, &mut Endless(false))).await?;
     let resp = answer.map_err(|e| e.to_string())?;
     assert_eq!(resp.status(), 413);
@@ -232,8 +216,7 @@ async fn a_kept_connection_closed_by_the_server_is_stale_for_a_get_only() -> Tes
         let conn = pool.connection(&up, LIMITS).await.map_err(|e| format!("{e:?}"))?;
         assert!(conn.reused, "the kept connection is taken again");
         let headers = HeaderMap::new();
-        let out =
-            Outgoing { method: &method, target: "/x", host: &up.host, headers: &headers, added: &Added::default() };
+        let out = outgoing(&method, "/x", &up, &headers);
         match exchange(conn, &out, &mut Empty::<Bytes>::new()).await {
             Err(ExchangeError::Stale(_)) if stale => {}
             Err(ExchangeError::Io(_)) if !stale => {}

@@ -63,14 +63,22 @@ const LIMITS: Limits = Limits { max_connections: 512, max_pending: 1024 };
 async fn send(pool: &Pool, up: &Upstream, limits: Limits) -> Result<Response<ResponseBody>, String> {
     let conn = pool.connection(up, limits).await.map_err(|e| format!("{e:?}"))?;
     let headers = http::HeaderMap::new();
-    let out = Outgoing {
-        method: &http::Method::GET,
-        target: "/x",
-        host: &up.host,
-        headers: &headers,
-        added: &Added::default(),
-    };
+    let out = outgoing(&http::Method::GET, "/x", up, &headers);
     exchange(conn, &out, &mut Empty::<Bytes>::new()).await.map_err(|e| e.to_string())
+}
+
+/// No fields added by a proxy: the tests send the client's alone.
+static NO_FIELDS: Added = Added::new();
+
+/// `method target` to `up` with `headers` and nothing added (shared with
+/// the exchange tests).
+pub(crate) fn outgoing<'a>(
+    method: &'a http::Method,
+    target: &'a str,
+    up: &'a Upstream,
+    headers: &'a http::HeaderMap,
+) -> Outgoing<'a> {
+    Outgoing { method, target, host: &up.host, headers, added: &NO_FIELDS }
 }
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
