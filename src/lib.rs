@@ -39,7 +39,10 @@
 //!   the answer with [`http1`]. The answer's header fields stay the bytes
 //!   they arrived in ([`http1::Fields`]) on their way to an HTTP/1.1
 //!   client, filtered by name and written out again; an HTTP/2 client or a
-//!   fan-out leg gets them as a header map.
+//!   fan-out leg gets them as a header map. The two fields the proxy adds
+//!   to every answer, its request id and (to an upstream's) its `Via`, are
+//!   left to the client leg's server to write, so that the answer's own
+//!   map stays empty on the common path.
 //! * A fan-out route's plan goes to every region of its rule and the
 //!   answers are merged by [`merge`]; a `placement: search` route's id is
 //!   asked of the regions and the region remembered

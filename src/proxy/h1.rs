@@ -23,13 +23,13 @@ use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use http::header::{self, HeaderMap};
+use http::header::HeaderValue;
 use http::request::Parts;
 use http::{Method, Request, Response, StatusCode, Version};
-use http_body_util::{BodyExt, Either};
+use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
@@ -42,7 +42,9 @@ use crate::http1::{self, framing, Decoded, Decoder, Framing, HeadScan, Reason, R
 use crate::upstream::exchange::{self, BodyError};
 use crate::upstream::{RequestBody, RequestBodyError};
 
+mod head;
 mod waits;
+use head::{write_head, Asked, Framed, Ours};
 use waits::{Ended, HeadWaits};
 
 /// Room made in a client connection's read buffer when it runs low (half
@@ -120,27 +122,6 @@ struct Server {
     waits: HeadWaits,
     /// The response being written, reused.
     out: Vec<u8>,
-}
-
-/// What the response writer needs to know of its request.
-#[derive(Clone, Copy, Debug)]
-struct Asked {
-    head: bool,
-    http11: bool,
-    /// The client allows another request on the connection, and its body was read to the end.
-    keep_alive: bool,
-}
-
-/// How a response body goes on the wire.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Framed {
-    None,
-    /// This many bytes, no more: a body that gives more is cut there and a
-    /// shorter one closes the connection, so the client never reads one
-    /// response's bytes as the next one's.
-    Length(u64),
-    Chunked,
-    UntilClose,
 }
 
 impl Server {
@@ -245,35 +226,31 @@ impl Server {
             head.extensions.insert(pending);
             tx
         });
-        let resp = match wire.as_mut() {
-            Some(w) => self.handle_watching(&mut head, w).await?,
-            None => self.proxy.handle(&mut head, body, self.info).await,
-        };
-        // The socket back from the body (which may outlive the request: it
-        // then reads nothing more); its rest unread, the connection cannot
-        // carry another request.
-        let mut body_done = true;
-        let mut interim: &[u8] = &[];
-        if let Some(slot) = slot {
-            let mut reader = slot.lock().unwrap_or_else(PoisonError::into_inner).take()?;
-            body_done = reader.skip_buffered_rest();
-            // A `100 Continue` cut short by a full socket is finished first,
-            // or the final answer would run into it.
-            interim = CONTINUE.get(reader.continued..).filter(|_| reader.continued > 0).unwrap_or(&[]);
-            wire = Some(reader.wire);
-        }
-        let mut wire = wire?;
-        if !interim.is_empty() && wire.io.write_all(interim).await.is_err() {
-            return None;
-        }
-        let asked = Asked { keep_alive: asked.keep_alive && body_done && !*self.shutdown.borrow(), ..asked };
-        let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
-        let keep = match self.respond(&mut wire, resp, asked).await {
-            Ok(keep) => keep,
-            Err(e) => {
-                tracing::debug!(peer = %self.info.peer, error = %e, "writing the response failed");
+        // The response lives in this block: it ends (with an upstream
+        // connection its body may still hold) before any linger below.
+        let (wire, keep, switching) = {
+            let mut request_id = None;
+            let mut resp = match wire.as_mut() {
+                Some(w) => self.handle_watching(&mut head, w, &mut request_id).await?,
+                None => self.proxy.handle(&mut head, body, self.info, &mut request_id).await,
+            };
+            let (mut wire, body_done, interim) = match slot {
+                Some(slot) => Reader::give_back(&slot)?,
+                None => (wire?, true, &[][..]),
+            };
+            if !interim.is_empty() && wire.io.write_all(interim).await.is_err() {
                 return None;
             }
+            let asked = Asked { keep_alive: asked.keep_alive && body_done && !*self.shutdown.borrow(), ..asked };
+            let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
+            let keep = match self.respond(&mut wire, &mut resp, request_id.as_ref(), asked).await {
+                Ok(keep) => keep,
+                Err(e) => {
+                    tracing::debug!(peer = %self.info.peer, error = %e, "writing the response failed");
+                    return None;
+                }
+            };
+            (wire, keep, switching)
         };
         if switching {
             if let Some(tx) = tunnel {
@@ -293,8 +270,13 @@ impl Server {
     /// (the upstream attempt is dropped, as hyper's server did), and bytes
     /// it pipelines meanwhile wait in the buffer, up to one head's worth.
     /// `None`: the client left.
-    async fn handle_watching(&mut self, head: &mut Parts, w: &mut Wire) -> Option<Response<ProxyBody>> {
-        let handled = self.proxy.handle(head, RequestBody::Empty, self.info);
+    async fn handle_watching(
+        &mut self,
+        head: &mut Parts,
+        w: &mut Wire,
+        request_id: &mut Option<HeaderValue>,
+    ) -> Option<Response<ProxyBody>> {
+        let handled = self.proxy.handle(head, RequestBody::Empty, self.info, request_id);
         tokio::pin!(handled);
         loop {
             let room = w.buf.len() < self.limits.max_head_bytes;
@@ -312,18 +294,28 @@ impl Server {
         }
     }
 
-    /// Writes `resp`: its head in one buffer with the body's first bytes,
+    /// Writes `resp` (and `request_id`, and to an upstream's answer this
+    /// proxy's `Via`): its head in one buffer with the body's first bytes,
     /// the rest as it arrives. Returns whether the connection stays open.
-    async fn respond(&mut self, wire: &mut Wire, resp: Response<ProxyBody>, asked: Asked) -> io::Result<bool> {
-        let (parts, mut body) = resp.into_parts();
-        let status = parts.status;
+    async fn respond(
+        &mut self,
+        wire: &mut Wire,
+        resp: &mut Response<ProxyBody>,
+        request_id: Option<&HeaderValue>,
+        asked: Asked,
+    ) -> io::Result<bool> {
+        // Borrowed, not moved: a response moved into this future would be
+        // copied into it.
+        let status = resp.status();
         let out = &mut self.out;
         out.clear();
-        let (framed, keep) = write_head(out, status, &parts.headers, &body, asked);
+        let ours = Ours { request_id, via: self.proxy.via() };
+        let (framed, keep) = write_head(out, status, resp.headers(), resp.body(), ours, asked);
+        let body = resp.body_mut();
         if framed == Framed::None {
             // Let a finished upstream body give its connection back to the pool.
             if body.is_end_stream() {
-                let _ = now_or_never(&mut body).await;
+                let _ = now_or_never(body).await;
             }
             wire.io.write_all(out).await?;
             wire.io.flush().await?;
@@ -335,7 +327,7 @@ impl Server {
             _ => None,
         };
         loop {
-            let frame = match now_or_never(&mut body).await {
+            let frame = match now_or_never(body).await {
                 Some(frame) => frame,
                 None => {
                     // Nothing yet: what is written so far goes now (flushed:
@@ -381,79 +373,6 @@ impl Server {
             }
         }
     }
-}
-
-/// Writes a response head into `out`: the status line, the fields (an
-/// upstream's as it sent them, then the map's, which replace same-named
-/// ones but `Via`), `Date`, the body's framing and the connection's fate.
-/// Returns how the body goes and whether the connection stays open after it.
-fn write_head(
-    out: &mut Vec<u8>,
-    status: StatusCode,
-    headers: &HeaderMap,
-    body: &ProxyBody,
-    asked: Asked,
-) -> (Framed, bool) {
-    let switching = status == StatusCode::SWITCHING_PROTOCOLS;
-    let upstream = match body {
-        Either::Left(b) => Some(b.fields()),
-        Either::Right(_) => None,
-    };
-    let close = headers.get_all(header::CONNECTION).iter().any(|v| http1::has_token(v.as_bytes(), "close"));
-    let mut keep = asked.keep_alive && !close;
-    out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(status.as_str().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
-    out.extend_from_slice(b"\r\n");
-    let framed = if http1::bodiless(status, asked.head) {
-        Framed::None
-    } else if let Some(value) = headers
-        .get(header::CONTENT_LENGTH)
-        .map(|v| v.as_bytes())
-        .or_else(|| upstream.and_then(|f| f.get("content-length")))
-    {
-        match http1::content_length(value) {
-            Some(n) => Framed::Length(n),
-            None => {
-                keep = false;
-                Framed::UntilClose
-            }
-        }
-    } else if let Some(n) = body.size_hint().exact() {
-        http1::write::field(out, "content-length", itoa::Buffer::new().format(n).as_bytes());
-        Framed::Length(n)
-    } else if asked.http11 {
-        http1::write::field(out, "transfer-encoding", b"chunked");
-        Framed::Chunked
-    } else {
-        keep = false;
-        Framed::UntilClose
-    };
-    for (name, value) in upstream.iter().flat_map(|f| f.iter()) {
-        let replaced = || headers.keys().any(|k| k != header::VIA && name.eq_ignore_ascii_case(k.as_str().as_bytes()));
-        if !name.eq_ignore_ascii_case(b"connection") && !replaced() {
-            http1::write::field(out, name, value);
-        }
-    }
-    for (name, value) in headers {
-        // The connection's fate is this server's to say (a 101 keeps its `Connection: upgrade`).
-        if name != header::CONNECTION || switching {
-            http1::write::field(out, name.as_str(), value.as_bytes());
-        }
-    }
-    if !headers.contains_key(header::DATE) && !upstream.is_some_and(|f| f.contains("date")) {
-        http1::write::field(out, "date", &http_date());
-    }
-    if !switching {
-        if !keep {
-            http1::write::field(out, "connection", b"close");
-        } else if !asked.http11 {
-            http1::write::field(out, "connection", b"keep-alive");
-        }
-    }
-    out.extend_from_slice(b"\r\n");
-    (framed, keep)
 }
 
 /// Adds a body frame to the write buffer, or, past [`COALESCE`], writes
@@ -511,29 +430,6 @@ async fn linger(mut wire: Wire) {
         Ok::<_, io::Error>(())
     })
     .await;
-}
-
-/// `Date` for a response: the current second's, formatted once per second per thread.
-fn http_date() -> [u8; 29] {
-    use std::cell::Cell;
-    thread_local! {
-        static CACHED: Cell<(u64, [u8; 29])> = const { Cell::new((u64::MAX, [0; 29])) };
-    }
-    let now = SystemTime::now();
-    let second = now.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    CACHED.with(|c| {
-        let (at, text) = c.get();
-        if at == second {
-            return text;
-        }
-        let mut fresh = [0u8; 29];
-        let formatted = httpdate::fmt_http_date(now);
-        if formatted.len() == fresh.len() {
-            fresh.copy_from_slice(formatted.as_bytes());
-        }
-        c.set((second, fresh));
-        fresh
-    })
 }
 
 /// The socket while a request's body is read from it, shared between the
@@ -611,6 +507,18 @@ impl Body for H1Body {
 }
 
 impl Reader {
+    /// The socket back from the body (which may outlive the request: it
+    /// then reads nothing more), whether the body was read to its end (its
+    /// rest unread, the connection cannot carry another request), and what
+    /// of a `100 Continue` a full socket cut short: it is finished first,
+    /// or the final answer would run into it. `None`: already taken.
+    fn give_back(slot: &Mutex<Option<Reader>>) -> Option<(Wire, bool, &'static [u8])> {
+        let mut reader = slot.lock().unwrap_or_else(PoisonError::into_inner).take()?;
+        let body_done = reader.skip_buffered_rest();
+        let interim = CONTINUE.get(reader.continued..).filter(|_| reader.continued > 0).unwrap_or(&[]);
+        Some((reader.wire, body_done, interim))
+    }
+
     /// Whether the body has been read to its end, after skipping what of
     /// its rest is in the buffer already: a small body the proxy answered
     /// without reading (a `404` to a `POST`) then leaves the connection

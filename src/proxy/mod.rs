@@ -182,7 +182,21 @@ impl Proxy {
     /// built it while every stage reads it (a head moved from stage to stage
     /// is copied into each one's future), and what the upstream leg needs
     /// changed in it is changed in place.
-    pub async fn handle(&self, head: &mut Parts, body: RequestBody, conn: impl Into<ConnInfo>) -> Response<ProxyBody> {
+    ///
+    /// Two fields of the answer are not in its map but for its server to
+    /// write: `request_id` is set to the request's id (the listener's own
+    /// answers carry none), and an upstream's answer (the body's
+    /// `Either::Left`) gets this proxy's `Via` ([`Proxy::via`]). On the
+    /// HTTP/1.1 path the upstream's fields stay bytes and the map stays
+    /// empty, so no map is built for them; hyper's servers get them moved
+    /// in by [`Proxy::stamp`].
+    pub async fn handle(
+        &self,
+        head: &mut Parts,
+        body: RequestBody,
+        conn: impl Into<ConnInfo>,
+        request_id: &mut Option<HeaderValue>,
+    ) -> Response<ProxyBody> {
         let loaded = self.shared.table.snapshot();
         if let Some(resp) = respond::own_answer(self, head, &loaded) {
             return resp;
@@ -199,7 +213,29 @@ impl Proxy {
         let mut decision = Decision { trace: self.server_span(head), ..Decision::default() };
         let started = arrival.started;
         let result = self.route(&loaded.table, head, body, conn, started, &mut decision).await;
-        respond::finish(self, &loaded, arrival, &decision, result)
+        let resp = respond::finish(self, &loaded, &arrival, &decision, result);
+        *request_id = Some(arrival.request_id);
+        resp
+    }
+
+    /// The `Via` this proxy adds to an upstream's answer (after the
+    /// upstream's own; the upstream spoke HTTP/1.1).
+    fn via(&self) -> &HeaderValue {
+        &self.me.via.http11
+    }
+
+    /// An answer's fields that [`Proxy::handle`] leaves to its server,
+    /// moved into the map for a server that sends maps (hyper: HTTP/2):
+    /// the upstream's fields, this proxy's `Via` after them, the request id
+    /// replacing any the upstream sent.
+    pub fn stamp(&self, resp: &mut Response<ProxyBody>, request_id: Option<HeaderValue>) {
+        headers::fields_into_map(resp);
+        if matches!(resp.body(), Either::Left(_)) {
+            headers::append_via(resp.headers_mut(), self.via());
+        }
+        if let Some(id) = request_id {
+            resp.headers_mut().insert(headers::X_REQUEST_ID, id);
+        }
     }
 
     /// The request's server span, when traces are on.
@@ -266,16 +302,18 @@ impl Proxy {
             let (added, client_upgrade) =
                 headers::to_upstream(parts, &body, plan.route(), &conn, table.settings(), &self.me.via);
             let leg = forward::Leg::alone(table, region, hops);
-            let resp = Box::pin(forward::forward(self, leg, parts, &added, body, started, decision)).await?;
-            return Ok(headers::from_upstream(resp, client_upgrade, None, &self.me.via).map(Either::Left));
+            let mut resp = Box::pin(forward::forward(self, leg, parts, &added, body, started, decision)).await?;
+            headers::from_upstream(&mut resp, client_upgrade, None);
+            return Ok(resp.map(Either::Left));
         }
         match plan {
             Plan::One(located) => {
                 // Prepared by a plain function, sent here: a nested async fn
                 // would copy the request into a future of its own.
                 let one = self.prepare_one(table, &located, parts, &body, &conn, &relay, served_here, decision);
-                let resp = forward::forward(self, one.leg, parts, &one.added, body, started, decision).await?;
-                Ok(headers::from_upstream(resp, one.client_upgrade, one.minted, &self.me.via).map(Either::Left))
+                let mut resp = forward::forward(self, one.leg, parts, &one.added, body, started, decision).await?;
+                headers::from_upstream(&mut resp, one.client_upgrade, one.minted);
+                Ok(resp.map(Either::Left))
             }
             Plan::Fanout(route, rule) => {
                 // The legs copy the head's map: the added fields go into it.
@@ -288,8 +326,10 @@ impl Proxy {
             Plan::Search(route, rule, id) => {
                 let (added, _) = headers::to_upstream(parts, &body, route, &conn, table.settings(), &self.me.via);
                 added.move_into(&mut parts.headers);
-                let resp = Box::pin(search::search(self, table, route, rule, &id, parts, body, hops, decision)).await?;
-                Ok(headers::from_upstream(resp, None, None, &self.me.via).map(Either::Left))
+                let mut resp =
+                    Box::pin(search::search(self, table, route, rule, &id, parts, body, hops, decision)).await?;
+                headers::from_upstream(&mut resp, None, None);
+                Ok(resp.map(Either::Left))
             }
         }
     }

@@ -1,6 +1,7 @@
 //! Respond: the end of every request. An error becomes its problem+json
-//! answer ([`super::error`]); every answer gets the request id, and while
-//! draining `Connection: close`; the debug headers, the request metrics and
+//! answer ([`super::error`]); while draining every answer gets
+//! `Connection: close` (its request id is its server's to write, beside
+//! the map); the debug headers, the request metrics and
 //! the access-log line are written here, once. Also what the proxy
 //! listener answers itself: the peers' readiness check and the batch mint
 //! endpoint.
@@ -14,7 +15,7 @@ use http_body_util::{Either, Full};
 
 use super::error::{problem_response, ProxyError};
 use super::locate::Decision;
-use super::{headers, mint, Proxy, ProxyBody};
+use super::{mint, Proxy, ProxyBody};
 use crate::ids::Format;
 use crate::metrics::RequestRecord;
 use crate::routing::{Loaded, Table};
@@ -65,12 +66,12 @@ fn plain(status: StatusCode, content_type: &'static str, body: Bytes) -> Respons
 }
 
 /// The answer to a routed request, recorded: its response (or problem),
-/// the request id, `Connection: close` while draining, the debug headers,
-/// the metrics and the access-log line.
+/// `Connection: close` while draining, the debug headers, the metrics and
+/// the access-log line. (The request id is its server's to write.)
 pub(super) fn finish(
     proxy: &Proxy,
     loaded: &Loaded,
-    arrival: Arrival,
+    arrival: &Arrival,
     decision: &Decision<'_>,
     result: Result<Response<ProxyBody>, ProxyError>,
 ) -> Response<ProxyBody> {
@@ -89,7 +90,6 @@ pub(super) fn finish(
         }
     };
     let h = resp.headers_mut();
-    h.insert(headers::X_REQUEST_ID, arrival.request_id.clone());
     if proxy.shared.drain.is_draining() && arrival.version <= Version::HTTP_11 {
         h.insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
@@ -115,9 +115,9 @@ pub(super) fn finish(
         (None, None) => "proxied",
     };
     let record = Record { status: resp.status().as_u16(), outcome, error: error.as_ref(), upstream };
-    record.write(proxy, loaded, &arrival, decision);
+    record.write(proxy, loaded, arrival, decision);
     if let Some(span) = &decision.trace {
-        record.trace(span, table, &arrival, decision);
+        record.trace(span, table, arrival, decision);
     }
     resp
 }

@@ -168,8 +168,9 @@ impl Connection {
                 let proxy = Arc::clone(&proxy);
                 async move {
                     let (mut head, body) = req.into_parts();
-                    let mut resp = proxy.handle(&mut head, RequestBody::from(body), info).await;
-                    super::headers::fields_into_map(&mut resp);
+                    let mut request_id = None;
+                    let mut resp = proxy.handle(&mut head, RequestBody::from(body), info, &mut request_id).await;
+                    proxy.stamp(&mut resp, request_id);
                     Ok::<_, Infallible>(resp)
                 }
             });

@@ -194,6 +194,19 @@ async fn websocket_upgrade_is_tunnelled() -> TestResult {
     let head = String::from_utf8_lossy(&head).to_lowercase();
     assert!(head.starts_with("http/1.1 101"), "{head}");
     assert!(head.contains("upgrade: websocket"), "{head}");
+    // The upstream's fields went through the header map (a 101's do): its
+    // request id replaced by the proxy's, its `Via` followed by the proxy's.
+    let values = |name: &str| {
+        head.lines()
+            .filter_map(|l| l.split_once(':'))
+            .filter(|(k, _)| *k == name)
+            .map(|(_, v)| v.trim())
+            .collect::<Vec<_>>()
+    };
+    let ids = values("x-request-id");
+    assert!(ids.len() == 1 && ids[0] != "from-upstream", "{head}");
+    let via = values("via");
+    assert!(via.len() == 2 && via[0] == "1.1 ws-backend" && via[1].starts_with("1.1 "), "{head}");
     s.write_all(b"ping through the tunnel").await?;
     let mut echo = [0u8; 23];
     tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut echo)).await??;

@@ -157,6 +157,9 @@ async fn behave(region: &str, mut req: Request<Incoming>) -> Response<TestBody> 
             *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
             r.headers_mut().insert("upgrade", http::HeaderValue::from_static("websocket"));
             r.headers_mut().insert("connection", http::HeaderValue::from_static("upgrade"));
+            // Its own id and `Via`: the proxy replaces the one, follows the other.
+            r.headers_mut().insert("x-request-id", http::HeaderValue::from_static("from-upstream"));
+            r.headers_mut().insert("via", http::HeaderValue::from_static("1.1 ws-backend"));
             r
         }
         _ => shardgate::cli::backend::answer(region, req).await.map(|b| b.map_err(|e| match e {}).boxed()),
