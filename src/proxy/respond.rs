@@ -76,7 +76,10 @@ pub(super) fn finish(
     result: Result<Response<ProxyBody>, ProxyError>,
 ) -> Response<ProxyBody> {
     let table = &loaded.table;
-    let upstream = decision.upstream_started.map(|t| t.elapsed());
+    // One clock read for both durations.
+    let now = Instant::now();
+    let upstream = decision.upstream_started.map(|t| now.saturating_duration_since(t));
+    let duration = now.saturating_duration_since(arrival.started);
     let (mut resp, error) = match result {
         Ok(resp) => (resp, None),
         Err(err) => {
@@ -114,7 +117,7 @@ pub(super) fn finish(
         (None, None) if decision.minted => "minted",
         (None, None) => "proxied",
     };
-    let record = Record { status: resp.status().as_u16(), outcome, error: error.as_ref(), upstream };
+    let record = Record { status: resp.status().as_u16(), outcome, error: error.as_ref(), duration, upstream };
     record.write(proxy, loaded, arrival, decision);
     if let Some(span) = &decision.trace {
         record.trace(span, table, arrival, decision);
@@ -127,6 +130,7 @@ struct Record<'a> {
     status: u16,
     outcome: &'static str,
     error: Option<&'a ProxyError>,
+    duration: Duration,
     upstream: Option<Duration>,
 }
 
@@ -166,7 +170,7 @@ impl Record<'_> {
     }
 
     fn write(&self, proxy: &Proxy, loaded: &Loaded, arrival: &Arrival, decision: &Decision<'_>) {
-        let duration = arrival.started.elapsed();
+        let duration = self.duration;
         let metrics = &proxy.shared.metrics;
         let labels = metrics.labels(loaded);
         metrics.observe_request(

@@ -183,14 +183,15 @@ impl Upstreams {
         let send = self.send(endpoint, &out, body, s.limits);
         tokio::pin!(send);
         let attempt_started = Instant::now();
+        let mut now = attempt_started;
         let outcome = loop {
-            let now = Instant::now();
             let wake = due(watch.as_deref(), attempt_started, s).unwrap_or(now + s.attempt_timeout);
             tokio::select! {
                 r = &mut send => break Some(r),
                 _ = tokio::time::sleep_until(wake.into()) => {
                     // The body may have moved on while this slept: judge by now.
-                    if due(watch.as_deref(), attempt_started, s).is_some_and(|d| Instant::now() >= d) {
+                    now = Instant::now();
+                    if due(watch.as_deref(), attempt_started, s).is_some_and(|d| now >= d) {
                         break None;
                     }
                 }
