@@ -68,7 +68,8 @@ pub use drain::Drain;
 use error::ProxyError;
 pub use locate::{Decision, Plan};
 
-/// Response body: an upstream's streamed body or a proxy-made one.
+/// Response body: an upstream's streamed body (`Left`: its answer gets
+/// this proxy's `Via` from the server that writes it) or a proxy-made one.
 pub type ProxyBody = Either<ResponseBody, Full<Bytes>>;
 
 /// What the proxy shares with the admin listener, the health checker and
@@ -186,7 +187,7 @@ impl Proxy {
     /// Two fields of the answer are not in its map but for its server to
     /// write: `request_id` is set to the request's id (the listener's own
     /// answers carry none), and an upstream's answer (the body's
-    /// `Either::Left`) gets this proxy's `Via` ([`Proxy::via`]). On the
+    /// `Either::Left`) gets this proxy's `Via`. On the
     /// HTTP/1.1 path the upstream's fields stay bytes and the map stays
     /// empty, so no map is built for them; hyper's servers get them moved
     /// in by [`Proxy::stamp`].
