@@ -67,6 +67,9 @@ pub struct RequestHead {
     pub expect_continue: bool,
 }
 
+/// A head's field names, and where their values lie in it.
+type Parsed = smallvec::SmallVec<[(HeaderName, std::ops::Range<usize>); 16]>;
+
 /// Parses a request head at the start of `buf`. `Ok(None)`: incomplete, read
 /// more. On success the head's bytes leave `buf`.
 pub fn parse_request(buf: &mut BytesMut, limits: &RequestLimits) -> Result<Option<RequestHead>, Error> {
@@ -95,11 +98,11 @@ pub fn parse_request(buf: &mut BytesMut, limits: &RequestLimits) -> Result<Optio
     };
     let method = Method::from_bytes(method.as_bytes()).map_err(|_| err(Reason::Method))?;
     let target_range = range_in(bytes, target.as_bytes());
-    // Where each field's name and value lie, kept while the head leaves the buffer.
-    // (A list sized by the count, not an array sized by the limit: zeroing
-    // the latter cost more than the parse itself.)
+    // Where each field's name and value lie, kept while the head leaves the
+    // buffer: inline for the usual few (a `Vec` was an allocation a request;
+    // an array sized by the limit cost more to zero than the parse itself).
     let count = req.headers.len();
-    let mut parsed = Vec::with_capacity(count);
+    let mut parsed = Parsed::with_capacity(count);
     for h in req.headers.iter() {
         let name = HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| err(Reason::HeaderName))?;
         parsed.push((name, range_in(bytes, h.value)));
@@ -119,21 +122,16 @@ pub fn parse_request(buf: &mut BytesMut, limits: &RequestLimits) -> Result<Optio
         keep_alive: http11,
         expect_continue: false,
     };
-    take_fields(&mut out, parsed, &head, http11)?;
+    take_fields(&mut out, &mut parsed, &head, http11)?;
     Ok(Some(out))
 }
 
 /// Puts the parsed fields (`parsed`, value ranges in `head`) into `out` and
 /// reads its framing, keep-alive and `Expect` from them.
-fn take_fields(
-    out: &mut RequestHead,
-    parsed: Vec<(HeaderName, std::ops::Range<usize>)>,
-    head: &bytes::Bytes,
-    http11: bool,
-) -> Result<(), Error> {
+fn take_fields(out: &mut RequestHead, parsed: &mut Parsed, head: &bytes::Bytes, http11: bool) -> Result<(), Error> {
     let err = |r| Error::new(Part::RequestHead, r);
     let (mut length, mut chunked, mut encoded, mut close) = (None, false, false, false);
-    for (name, value) in parsed {
+    for (name, value) in parsed.drain(..) {
         let value = HeaderValue::from_maybe_shared(head.slice(value)).map_err(|_| err(Reason::HeaderValue))?;
         match name {
             header::TRANSFER_ENCODING => {

@@ -12,6 +12,10 @@ use super::error::ProxyError;
 use crate::routing::{Region, RegionId, Table, Upstream};
 use crate::upstream::Health;
 
+/// A request's failover chain, the owner first: a region or two, kept
+/// inline (a `Vec` was an allocation on every request).
+pub type Chain = smallvec::SmallVec<[RegionId; 8]>;
+
 /// The endpoints a request is sent to.
 #[derive(Debug)]
 pub struct Target<'t> {
@@ -31,7 +35,7 @@ pub struct Target<'t> {
 pub fn dispatch<'t>(
     table: &'t Table,
     health: &Health,
-    chain: &mut Vec<RegionId>,
+    chain: &mut Chain,
     can_fail_over: bool,
     tried: &[&Uri],
 ) -> Result<Target<'t>, ProxyError> {
@@ -99,19 +103,19 @@ routes: []
         let t = table("kz")?;
         let (kz, eu, us) = (id(&t, "kz")?, id(&t, "eu")?, id(&t, "us")?);
         // The owner is local: its backends.
-        let target = dispatch(&t, &health(&t, &[]), &mut vec![kz], true, &[])?;
+        let target = dispatch(&t, &health(&t, &[]), &mut Chain::from_slice(&[kz]), true, &[])?;
         assert_eq!((target.region.name.as_str(), target.via_peer), ("kz", false));
         // The owner is remote: its peer.
-        let target = dispatch(&t, &health(&t, &[]), &mut vec![us], true, &[])?;
+        let target = dispatch(&t, &health(&t, &[]), &mut Chain::from_slice(&[us]), true, &[])?;
         assert_eq!((target.region.name.as_str(), target.via_peer), ("us", true));
         // kz's backend is down: eu's peer, and the chain says so.
-        let mut chain = vec![kz];
+        let mut chain = Chain::from_slice(&[kz]);
         let target = dispatch(&t, &health(&t, &["http://10.0.0.2:80"]), &mut chain, true, &[])?;
         assert_eq!((target.region.name.as_str(), target.via_peer), ("eu", true));
-        assert_eq!(chain, [kz, eu]);
+        assert_eq!(chain.as_slice(), [kz, eu]);
         // Tried endpoints count as down; a write that may not fail over gets 503.
         let tried = [&t.region(kz).upstreams[0].uri];
-        let err = dispatch(&t, &health(&t, &[]), &mut vec![kz], false, &tried);
+        let err = dispatch(&t, &health(&t, &[]), &mut Chain::from_slice(&[kz]), false, &tried);
         assert!(matches!(err, Err(ProxyError::RegionUnavailable { region }) if region == "kz"));
         Ok(())
     }
@@ -122,19 +126,19 @@ routes: []
         let (kz, eu, us) = (id(&t, "kz")?, id(&t, "eu")?, id(&t, "us")?);
         // Relayed to eu as [kz, eu]; eu's backend is down: on to us's peer.
         let h = health(&t, &["http://10.0.0.1:80"]);
-        let mut chain = vec![kz, eu];
+        let mut chain = Chain::from_slice(&[kz, eu]);
         let target = dispatch(&t, &h, &mut chain, true, &[])?;
         assert_eq!((target.region.name.as_str(), target.via_peer), ("us", true));
         // us's peer down too: us has its own backend listed, which serves.
         let h = health(&t, &["http://10.0.0.1:80", "http://10.1.0.3:80"]);
-        let target = dispatch(&t, &h, &mut vec![kz, eu], true, &[])?;
+        let target = dispatch(&t, &h, &mut Chain::from_slice(&[kz, eu]), true, &[])?;
         assert_eq!((target.region.name.as_str(), target.via_peer), ("us", false));
         // Everything down: 503 naming the owner, after trying each region once.
         let all = ["http://10.0.0.1:80", "http://10.0.0.3:80", "http://10.1.0.3:80"];
-        let mut chain = vec![kz, eu];
+        let mut chain = Chain::from_slice(&[kz, eu]);
         let err = dispatch(&t, &health(&t, &all), &mut chain, true, &[]);
         assert!(matches!(err, Err(ProxyError::RegionUnavailable { region }) if region == "kz"));
-        assert_eq!(chain, [kz, eu, us]);
+        assert_eq!(chain.as_slice(), [kz, eu, us]);
         Ok(())
     }
 }

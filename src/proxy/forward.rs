@@ -15,7 +15,7 @@ use http_body_util::{Either, Empty};
 use hyper::body::Body;
 use hyper_util::rt::TokioIo;
 
-use super::dispatch::{dispatch, Target};
+use super::dispatch::{dispatch, Chain, Target};
 use super::error::ProxyError;
 use super::locate::Decision;
 use super::upgrade::ClientUpgrade;
@@ -31,7 +31,7 @@ use crate::upstream::{AttemptSettings, ClientBody, Conn, Limits, RequestBody, Re
 #[derive(Debug)]
 pub(super) struct Leg<'t> {
     /// The failover chain so far, the owner first.
-    pub(super) chain: Vec<RegionId>,
+    pub(super) chain: Chain,
     /// Whether the request may go to a failover region.
     pub(super) can_fail_over: bool,
     /// Peer hops the request has taken before reaching this instance.
@@ -47,7 +47,7 @@ impl<'t> Leg<'t> {
     /// A leg of a fan-out or search, or one a peer asked for: `region`
     /// alone, never failed over, marked for a peer to serve as it is.
     pub(super) fn alone(table: &'t Table, region: RegionId, hops: u32) -> Leg<'t> {
-        Leg { chain: vec![region], can_fail_over: false, hops, table, serve_only: true }
+        Leg { chain: Chain::from_slice(&[region]), can_fail_over: false, hops, table, serve_only: true }
     }
 }
 

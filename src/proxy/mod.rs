@@ -363,7 +363,7 @@ impl Proxy {
             // again would send it back to the owner, whose region is down.
             chain: match served_here {
                 Some(_) => relay.chain.iter().filter_map(|name| table.region_by_name(name)).collect(),
-                None => vec![located.placement.region],
+                None => dispatch::Chain::from_slice(&[located.placement.region]),
             },
             can_fail_over: crate::upstream::retry::is_idempotent(&parts.method) || located.route.allow_failover_writes,
             hops: relay.hops.count,
