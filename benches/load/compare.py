@@ -7,7 +7,11 @@ with the id in the X-Entity-Id header. nginx and HAProxy route with regex
 captures on the iUID's country digits (the only way they can); shardgate
 decodes the id. Proxy pinned to core 1, load generator and backends to core 0,
 for every proxy alike. Each configuration is repeated (alternating) and the
-table shows medians.
+table shows medians, then each proxy's ratios to nginx within each
+repetition (median, range, and how many repetitions it was ahead): the
+host's speed drifts during a run, and measurements minutes apart compare
+better than medians a run apart. `--from-log FILE` prints both again from a
+saved run's output, measuring nothing.
 """
 import argparse
 import os
@@ -286,7 +290,15 @@ def main():
     ap.add_argument("--only", default="direct,nginx,haproxy,shardgate")
     ap.add_argument("--baseline", metavar="BIN",
                     help="also run this shardgate binary (an earlier build), as proxy 'baseline'")
+    ap.add_argument("--from-log", metavar="FILE",
+                    help="measure nothing: summarise the repetitions a saved run printed")
     args = ap.parse_args()
+    if args.from_log:
+        results, names, reps = from_log(args.from_log)
+        if not results:
+            sys.exit(f"load: no repetitions found in {args.from_log}")
+        summarise(results, names, reps, args.duration, args.connections)
+        return
     for p in [PROXY_PORT, PROXY_PORT + 50, *BACKEND_PORTS.values()]:
         if not free(p):
             sys.exit(f"load: port {p} is busy")
@@ -345,9 +357,64 @@ def main():
                           f"rss {r['rss_mib']:>5.1f} MiB  errors {r['errors']}", flush=True)
     finally:
         stop(backend)
+    summarise(results, names, args.reps, args.duration, args.connections)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+REP_LINE = re.compile(r"rep (\d+) (\S+)\s+(\S+)\s+(\d+) req/s\s+p50\s+(\d+) us\s+p99\s+(\d+) us\s+cpu/req\s+([\d.]+) us "
+                      r"\(usr ([\d.]+) sys ([\d.]+)\)\s+rss\s+([\d.]+) MiB\s+errors (\d+)")
+
+
+def from_log(path):
+    """The repetitions a saved run printed, for summarise()."""
+    results, names, reps = {}, [], 0
+    with open(path) as f:
+        for line in f:
+            m = REP_LINE.match(line)
+            if not m:
+                continue
+            rep, name, mode = int(m.group(1)), m.group(2), m.group(3)
+            rps, p50, p99, cpu, usr, sys_, rss, errors = map(float, m.groups()[3:])
+            results.setdefault((name, mode), []).append(
+                {"rep": rep, "rps": rps, "p50_us": p50, "p99_us": p99, "cpu_us_per_req": cpu,
+                 "usr_us_per_req": usr, "sys_us_per_req": sys_, "rss_mib": rss, "errors": errors})
+            if name not in names:
+                names.append(name)
+            reps = max(reps, rep)
+    order = ["direct", "nginx", "haproxy", "shardgate", "baseline"]
+    return results, sorted(names, key=lambda n: order.index(n) if n in order else len(order)), reps
+
+
+def paired(results, names):
+    """Each proxy against nginx within each repetition (measured minutes
+    apart, not a whole run apart): the median ratio, its range, and in how
+    many repetitions the proxy was ahead. On a shared host whose speed drifts
+    during a run, these say more than the ratio of two medians."""
+    print()
+    print("Against nginx in the same repetition: median ratio (range), repetitions ahead of nginx")
+    print(f"{'proxy':<10}{'ids in':<8}{'cpu/nginx':>26}{'rps/nginx':>26}{'p99/nginx':>26}")
+    for name in names:
+        for mode in ("path", "header"):
+            mine, ng = results.get((name, mode)), results.get(("nginx", mode))
+            if name in ("nginx", "direct") or not mine or not ng:
+                continue
+            pairs = list(zip(mine, ng))
+            cells = []
+            for field, lower_is_better in (("cpu_us_per_req", True), ("rps", False), ("p99_us", True)):
+                ratios = [a[field] / b[field] for a, b in pairs if b[field]]
+                if not ratios:
+                    cells.append("-")
+                    continue
+                ahead = sum(1 for r in ratios if (r < 1 if lower_is_better else r > 1))
+                cells.append(f"{statistics.median(ratios):.3f} ({min(ratios):.2f}-{max(ratios):.2f}) {ahead}/{len(ratios)}")
+            print(f"{name:<10}{mode:<8}" + "".join(f"{c:>26}" for c in cells))
+
+
+def summarise(results, names, reps, duration, connections):
+    """The medians table, then the same-repetition ratios."""
     med = {k: {f: statistics.median(x[f] for x in v) for f in v[0]} for k, v in results.items()}
     print()
-    print(f"Medians over {args.reps} repetitions, {args.duration}s each, {args.connections} connections, "
+    print(f"Medians over {reps} repetitions, {duration}s each, {connections} connections, "
           f"proxy on core {PROXY_CORE}, wrk and backends on core {LOAD_CORE}")
     print(f"{'proxy':<10}{'ids in':<8}{'req/s':>10}{'p50 us':>9}{'p99 us':>9}{'cpu us/req':>12}{'usr':>6}{'sys':>6}{'rss MiB':>9}"
           f"{'errors':>8}{'rps/nginx':>11}{'cpu/nginx':>11}{'rps/direct':>12}")
@@ -359,7 +426,7 @@ def main():
         rps_d = f"{m['rps'] / direct['rps']:.2f}" if direct else "-"
         print(f"{name:<10}{mode:<8}{m['rps']:>10.0f}{m['p50_us']:>9.0f}{m['p99_us']:>9.0f}{m['cpu_us_per_req']:>12.2f}"
               f"{m['usr_us_per_req']:>6.1f}{m['sys_us_per_req']:>6.1f}{m['rss_mib']:>9.1f}{m['errors']:>8.0f}{rps_ng:>11}{cpu_ng:>11}{rps_d:>12}")
-    shutil.rmtree(tmp, ignore_errors=True)
+    paired(results, names)
 
 
 if __name__ == "__main__":
