@@ -181,16 +181,16 @@ impl Connection {
     }
 }
 
-/// How many times per idle period [`until_idle`] looks at a connection
-/// bytes moved on: such a connection is closed at most this fraction of
-/// the period late.
+/// How many times per idle period [`until_idle`] looks at a connection:
+/// one bytes moved on is closed at most this fraction of the period late.
 const LOOKS_PER_IDLE: u32 = 8;
 
 /// Drives `conn` to its end, or until no byte has moved for
-/// `opts.idle_timeout` (noticed within an eighth of it: a connection bytes
-/// moved on is looked at again after an eighth), or, on a connection that
-/// has sent nothing yet, for `opts.header_read_timeout` (a socket that
-/// never speaks is a slowloris too).
+/// `opts.idle_timeout` (noticed within an eighth of it: every connection
+/// is looked at eight times per period, before its first byte per the
+/// shorter of the two timeouts), or, on a connection that has sent nothing
+/// yet, for `opts.header_read_timeout` (a socket that never speaks is a
+/// slowloris too).
 pub(crate) async fn until_idle<E: std::fmt::Display>(
     conn: impl Future<Output = Result<(), E>>,
     activity: &Activity,
@@ -211,7 +211,9 @@ pub(crate) async fn until_idle<E: std::fmt::Display>(
             tracing::debug!(%peer, ?idle, "closing an idle connection (server.idle_timeout, or header_read_timeout before any byte)");
             return;
         }
-        let look = (idle / LOOKS_PER_IDLE).max(Duration::from_millis(1));
+        // Before the first byte too at most an eighth of `idle_timeout`
+        // apart, so that a first byte is seen that soon after it came.
+        let look = (idle.min(opts.idle_timeout) / LOOKS_PER_IDLE).max(Duration::from_millis(1));
         let mut deadline = Deadline::after((idle - quiet).min(look));
         let ended = std::future::poll_fn(|cx| {
             if let Poll::Ready(ended) = conn.as_mut().poll(cx) {
@@ -512,6 +514,27 @@ mod tests {
         until_idle(conn, &activity, opts, SocketAddr::from(([127, 0, 0, 1], 1))).await;
         let closed = start.elapsed();
         let last = Duration::from_millis(2700);
+        assert!(closed >= last + idle, "closed {closed:?} in, before idle_timeout of quiet");
+        assert!(closed <= last + idle + idle / super::LOOKS_PER_IDLE, "closed {closed:?} in, more than a look late");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_first_byte_is_seen_within_a_look_of_idle_timeout_when_it_is_the_shorter() {
+        let activity = Watched::new(()).activity;
+        let idle = Duration::from_secs(1);
+        let opts =
+            ServerOptions { idle_timeout: idle, header_read_timeout: Duration::from_secs(10), ..Default::default() };
+        let start = tokio::time::Instant::now();
+        // One byte at 100 ms, then nothing.
+        let conn = async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            activity.touch();
+            activity.read_any.store(true, Ordering::Relaxed);
+            std::future::pending::<Result<(), String>>().await
+        };
+        until_idle(conn, &activity, opts, SocketAddr::from(([127, 0, 0, 1], 1))).await;
+        let closed = start.elapsed();
+        let last = Duration::from_millis(100);
         assert!(closed >= last + idle, "closed {closed:?} in, before idle_timeout of quiet");
         assert!(closed <= last + idle + idle / super::LOOKS_PER_IDLE, "closed {closed:?} in, more than a look late");
     }
