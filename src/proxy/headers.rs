@@ -1,8 +1,10 @@
 //! The request and response heads on both legs: what is checked and
 //! normalised on arrival ([`admit`]), and the header hygiene of RFC 9110
 //! §7.6 on the way upstream ([`to_upstream`]) and back ([`from_upstream`]):
-//! hop-by-hop removal, allowed upgrades only, `X-Forwarded-*`, `Via`,
-//! request ids, and the minted id announced on a successful create.
+//! hop-by-hop removal, allowed upgrades only, `X-Forwarded-*` and `Via`
+//! upstream, which request ids are kept, and the minted id announced on a
+//! successful create. The answer's own `Via` and request id are written by
+//! the server that sends it ([`super::Proxy::handle`]).
 
 use std::net::IpAddr;
 

@@ -1,10 +1,10 @@
 //! The proxy: one request in a straight line.
 //!
 //! ```text
-//!  server ─► headers::admit ─► locate ─► dispatch ─► forward ─► headers::from_upstream ─► respond
-//!  accept    limits, framing,  match,    local,      attempts,   hygiene, minted id      problem+json,
-//!  (plain,   dot segments,     extract,  peer or     retries,    announced on 2xx        request id,
-//!   TLS)     mesh trust        decode,   failover    tunnel                              metrics, log
+//!  server ─► headers::admit ─► locate ─► dispatch ─► forward ─► headers::from_upstream ─► respond ─► server
+//!  accept    limits, framing,  match,    local,      attempts,   hygiene, minted id      problem+json, writes it,
+//!  (plain,   dot segments,     extract,  peer or     retries,    announced on 2xx        metrics, log  + request id,
+//!   TLS)     mesh trust        decode,   failover    tunnel                                            + Via
 //!                              place     chain
 //! ```
 //!
@@ -24,7 +24,8 @@
 //! * `fanout`: list routes asked of several regions, answers merged ([`crate::merge`]).
 //! * `search`: ids without a region, asked of the regions, remembered ([`crate::routing::Found`]).
 //! * `legs`: one request to one region alone, for those two.
-//! * `respond`: every answer's end: problem+json, request id, metrics, access log.
+//! * `respond`: every answer's end: problem+json, metrics, access log (the
+//!   request id and `Via` are the server's to write, beside the map).
 //! * [`error`]: the one table of failures shardgate answers itself.
 //! * [`drain`]: the "going away" flag.
 

@@ -1,5 +1,5 @@
 //! Respond: the end of every request. An error becomes its problem+json
-//! answer ([`super::error`]); while draining every answer gets
+//! answer ([`super::error`]); while draining every HTTP/1.x answer gets
 //! `Connection: close` (its request id is its server's to write, beside
 //! the map); the debug headers, the request metrics and
 //! the access-log line are written here, once. Also what the proxy

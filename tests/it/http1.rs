@@ -160,6 +160,51 @@ async fn http10_clients_close_unless_they_ask_to_keep_alive() -> TestResult {
 }
 
 #[tokio::test]
+async fn every_answer_has_one_request_id_and_an_upstreams_the_proxys_via() -> TestResult {
+    let ([_eu, _kz, _us], p) = world("").await?;
+    let name = p.proxy.as_ref().ok_or("no proxy")?.name().to_lowercase();
+    let id = id();
+    let lines = |head: &str, name: &str| {
+        head.lines()
+            .filter_map(|l| l.split_once(':'))
+            .filter(|(k, _)| *k == name)
+            .map(|(_, v)| v.trim().to_string())
+            .collect::<Vec<_>>()
+    };
+    // (request, status, the request id the answer must carry if the client set one, Via expected)
+    let cases = [
+        (format!("GET /v1/orders/{id} HTTP/1.0\r\nHost: x\r\n\r\n"), 200, None, true),
+        (
+            format!("GET /v1/orders/{id} HTTP/1.1\r\nHost: x\r\nX-Request-Id: rid-11\r\nConnection: close\r\n\r\n"),
+            200,
+            Some("rid-11"),
+            true,
+        ),
+        (
+            "GET /v1/orders/not-an-id HTTP/1.0\r\nHost: x\r\nX-Request-Id: rid-bad\r\n\r\n".to_string(),
+            400,
+            Some("rid-bad"),
+            false,
+        ),
+        ("GET /nowhere HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_string(), 404, None, false),
+    ];
+    for (ask, want_status, want_id, want_via) in cases {
+        let r = raw(p.addr, ask.as_bytes(), WAIT).await?;
+        let (status, head, _, _) = next_response(&r.bytes).ok_or("no response")?;
+        assert_eq!(status, want_status, "{ask}: {head}");
+        let ids = lines(&head, "x-request-id");
+        assert_eq!(ids.len(), 1, "{ask}: {head}");
+        if let Some(want) = want_id {
+            assert_eq!(ids[0], want, "{ask}: {head}");
+        }
+        let via = lines(&head, "via");
+        let want_via = if want_via { vec![format!("1.1 {name}")] } else { vec![] };
+        assert_eq!(via, want_via, "{ask}: {head}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
 async fn response_bodies_are_framed_for_the_client() -> TestResult {
     let ([_eu, _kz, _us], p) = world("").await?;
     let id = id();

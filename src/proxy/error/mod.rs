@@ -445,7 +445,8 @@ pub type ErrorBody = Full<Bytes>;
 
 /// The problem+json response for `err`, with `Proxy-Status` naming
 /// `proxy_name`, `instance` the request path (escaped and truncated here)
-/// and `request_id` the request's id (the caller sets the header).
+/// and `request_id` the request's id (the `X-Request-Id` field is the
+/// server's to write, as on every answer).
 pub fn problem_response(err: &ProxyError, instance: &str, request_id: &str, proxy_name: &str) -> Response<ErrorBody> {
     let spec = err.spec();
     let mut body = serde_json::json!({

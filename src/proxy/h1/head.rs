@@ -36,7 +36,7 @@ pub(super) enum Framed {
 }
 
 /// The fields the proxy adds to an answer beside its map
-/// ([`Proxy::handle`]).
+/// ([`Proxy::handle`](crate::proxy::Proxy::handle)).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Ours<'a> {
     /// The request id, replacing any the upstream sent.
