@@ -496,46 +496,43 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(1), "closed late: {:?}", started.elapsed());
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_connection_is_closed_idle_timeout_after_its_last_bytes_at_most_a_look_late() {
+    /// On tokio's paused clock: when `until_idle` closes a connection whose
+    /// client sends a byte at each of `bytes_at` (from the start) and then
+    /// nothing; asserted to be no earlier than `idle_timeout` after the
+    /// last byte and at most one look later.
+    async fn closed_after(opts: ServerOptions, bytes_at: &[Duration]) -> Duration {
         let activity = Watched::new(()).activity;
-        activity.read_any.store(true, Ordering::Relaxed);
-        let idle = Duration::from_millis(800);
-        let opts = ServerOptions { idle_timeout: idle, ..ServerOptions::default() };
         let start = tokio::time::Instant::now();
-        // Bytes move every 300 ms for 3 s (the last at 2.7 s), then never.
         let conn = async {
-            while start.elapsed() < Duration::from_secs(3) {
+            for at in bytes_at {
+                tokio::time::sleep_until(start + *at).await;
                 activity.touch();
-                tokio::time::sleep(Duration::from_millis(300)).await;
+                activity.read_any.store(true, Ordering::Relaxed);
             }
             std::future::pending::<Result<(), String>>().await
         };
         until_idle(conn, &activity, opts, SocketAddr::from(([127, 0, 0, 1], 1))).await;
         let closed = start.elapsed();
-        let last = Duration::from_millis(2700);
+        let (idle, last) = (opts.idle_timeout, bytes_at.last().copied().unwrap_or_default());
         assert!(closed >= last + idle, "closed {closed:?} in, before idle_timeout of quiet");
         assert!(closed <= last + idle + idle / super::LOOKS_PER_IDLE, "closed {closed:?} in, more than a look late");
+        closed
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_is_closed_idle_timeout_after_its_last_bytes_at_most_a_look_late() {
+        // Bytes every 300 ms for 3 s (the last at 2.7 s), then never.
+        let opts = ServerOptions { idle_timeout: Duration::from_millis(800), ..ServerOptions::default() };
+        let bytes: Vec<Duration> = (0..10).map(|i| Duration::from_millis(300 * i)).collect();
+        closed_after(opts, &bytes).await;
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_first_byte_is_seen_within_a_look_of_idle_timeout_when_it_is_the_shorter() {
-        let activity = Watched::new(()).activity;
+        // One byte at 100 ms, then nothing; idle_timeout the shorter timeout.
         let idle = Duration::from_secs(1);
         let opts =
             ServerOptions { idle_timeout: idle, header_read_timeout: Duration::from_secs(10), ..Default::default() };
-        let start = tokio::time::Instant::now();
-        // One byte at 100 ms, then nothing.
-        let conn = async {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            activity.touch();
-            activity.read_any.store(true, Ordering::Relaxed);
-            std::future::pending::<Result<(), String>>().await
-        };
-        until_idle(conn, &activity, opts, SocketAddr::from(([127, 0, 0, 1], 1))).await;
-        let closed = start.elapsed();
-        let last = Duration::from_millis(100);
-        assert!(closed >= last + idle, "closed {closed:?} in, before idle_timeout of quiet");
-        assert!(closed <= last + idle + idle / super::LOOKS_PER_IDLE, "closed {closed:?} in, more than a look late");
+        closed_after(opts, &[Duration::from_millis(100)]).await;
     }
 }
