@@ -332,8 +332,11 @@ def main():
             order = [n for n in names if n in only]
             if rep % 2:
                 order.reverse()  # alternate, so drift hurts no proxy in particular
+            # The modes alternate too: a proxy's second mode runs in a host
+            # state some seconds later than its first.
+            modes = ("path", "header") if rep % 2 == 0 else ("header", "path")
             for name in order:
-                for mode in ("path", "header"):
+                for mode in modes:
                     if name == "direct":
                         if mode == "header":
                             continue
