@@ -84,9 +84,15 @@ pub type Minted = (HeaderName, String, Option<String>);
 /// Prepares the upstream's response for the client: the tunnel opened on a
 /// `101`, hop-by-hop and mesh headers removed, a minted id announced when
 /// the owner accepted the create (2xx: after a failure no entity stands
-/// behind the id). This proxy's `Via` is its server's to add, after the
-/// upstream's fields ([`super::Proxy::handle`]).
-pub fn from_upstream(resp: &mut Response<ResponseBody>, client_upgrade: Option<ClientUpgrade>, minted: Option<Minted>) {
+/// behind the id). The answer comes back as the upstream's kind of
+/// [`super::ProxyBody`] (`Left`): that is what tells the client leg's
+/// writers to add this proxy's `Via` after the upstream's fields
+/// ([`super::Proxy::handle`]).
+pub fn from_upstream(
+    mut resp: Response<ResponseBody>,
+    client_upgrade: Option<ClientUpgrade>,
+    minted: Option<Minted>,
+) -> Response<super::ProxyBody> {
     let switching = resp.status() == http::StatusCode::SWITCHING_PROTOCOLS;
     if switching {
         if let (Some(client), Some(up)) = (client_upgrade, resp.body_mut().take_upgrade()) {
@@ -94,7 +100,7 @@ pub fn from_upstream(resp: &mut Response<ResponseBody>, client_upgrade: Option<C
         }
         // A tunnel's `Upgrade` and `Connection` are kept and rewritten in
         // the map; rare enough to pay for it.
-        crate::upstream::fields_into_map(resp);
+        crate::upstream::fields_into_map(&mut resp);
     }
     // The upstream's fields are still bytes on the common path (and the map
     // empty), but a leg's answer may have had them moved to the map.
@@ -109,6 +115,7 @@ pub fn from_upstream(resp: &mut Response<ResponseBody>, client_upgrade: Option<C
             resp.headers_mut().insert(header, v);
         }
     }
+    resp.map(http_body_util::Either::Left)
 }
 
 /// The upstream's fields (kept as bytes on the way to an HTTP/1.1 client)

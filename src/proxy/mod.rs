@@ -304,18 +304,16 @@ impl Proxy {
             let (added, client_upgrade) =
                 headers::to_upstream(parts, &body, plan.route(), &conn, table.settings(), &self.me.via);
             let leg = forward::Leg::alone(table, region, hops);
-            let mut resp = Box::pin(forward::forward(self, leg, parts, &added, body, started, decision)).await?;
-            headers::from_upstream(&mut resp, client_upgrade, None);
-            return Ok(resp.map(Either::Left));
+            let resp = Box::pin(forward::forward(self, leg, parts, &added, body, started, decision)).await?;
+            return Ok(headers::from_upstream(resp, client_upgrade, None));
         }
         match plan {
             Plan::One(located) => {
                 // Prepared by a plain function, sent here: a nested async fn
                 // would copy the request into a future of its own.
                 let one = self.prepare_one(table, &located, parts, &body, &conn, &relay, served_here, decision);
-                let mut resp = forward::forward(self, one.leg, parts, &one.added, body, started, decision).await?;
-                headers::from_upstream(&mut resp, one.client_upgrade, one.minted);
-                Ok(resp.map(Either::Left))
+                let resp = forward::forward(self, one.leg, parts, &one.added, body, started, decision).await?;
+                Ok(headers::from_upstream(resp, one.client_upgrade, one.minted))
             }
             Plan::Fanout(route, rule) => {
                 // The legs copy the head's map: the added fields go into it.
@@ -328,10 +326,8 @@ impl Proxy {
             Plan::Search(route, rule, id) => {
                 let (added, _) = headers::to_upstream(parts, &body, route, &conn, table.settings(), &self.me.via);
                 added.move_into(&mut parts.headers);
-                let mut resp =
-                    Box::pin(search::search(self, table, route, rule, &id, parts, body, hops, decision)).await?;
-                headers::from_upstream(&mut resp, None, None);
-                Ok(resp.map(Either::Left))
+                let resp = Box::pin(search::search(self, table, route, rule, &id, parts, body, hops, decision)).await?;
+                Ok(headers::from_upstream(resp, None, None))
             }
         }
     }
