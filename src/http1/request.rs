@@ -101,8 +101,11 @@ pub fn parse_request(buf: &mut BytesMut, limits: &RequestLimits) -> Result<Optio
     // Where each field's name and value lie, kept while the head leaves the
     // buffer: inline for the usual few (a `Vec` was an allocation a request;
     // an array sized by the limit cost more to zero than the parse itself).
+    // Made in place and grown by reference: `with_capacity` returns the
+    // inline array by value, a copy of it a request.
     let count = req.headers.len();
-    let mut parsed = Parsed::with_capacity(count);
+    let mut parsed = Parsed::new();
+    parsed.reserve_exact(count);
     for h in req.headers.iter() {
         let name = HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| err(Reason::HeaderName))?;
         parsed.push((name, range_in(bytes, h.value)));
