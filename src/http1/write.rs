@@ -7,14 +7,14 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::Method;
 
 /// How many fields [`Added`] holds.
-const ADDED_MAX: usize = 4;
+const ADDED_MAX: usize = 5;
 
 /// The fields a proxy adds to a request on its way upstream (its
-/// `X-Forwarded-*` and `Via`), written after the client's fields instead of
-/// inserted into the client's header map: each insert hashes the name and
-/// may grow the map, and the head writer reads the fields in order anyway.
-/// Holds at most four, in the order they were pushed; the names are the
-/// proxy's own lowercase literals.
+/// `X-Forwarded-*`, `Via`, and a request id it minted), written after the
+/// client's fields instead of inserted into the client's header map: each
+/// insert hashes the name and may grow the map, and the head writer reads
+/// the fields in order anyway. Holds at most five, in the order they were
+/// pushed; the names are the proxy's own lowercase literals.
 #[derive(Clone, Debug, Default)]
 pub struct Added {
     fields: [Option<(&'static str, HeaderValue)>; ADDED_MAX],
@@ -23,12 +23,12 @@ pub struct Added {
 impl Added {
     /// No fields (a `const fn`, so that an empty list can be a `static`).
     pub const fn new() -> Added {
-        Added { fields: [None, None, None, None] }
+        Added { fields: [None, None, None, None, None] }
     }
 
     /// Adds `name: value` after those already added. The list's length is
     /// fixed by the code that fills it (one per field it adds), never by
-    /// input; a fifth field is a programming error, caught in tests, and
+    /// input; a sixth field is a programming error, caught in tests, and
     /// dropped in a release build rather than written anywhere else.
     pub fn push(&mut self, name: &'static str, value: HeaderValue) {
         let free = self.fields.iter_mut().find(|f| f.is_none());

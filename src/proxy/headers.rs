@@ -43,8 +43,10 @@ pub fn admit(parts: &mut Parts, settings: &Settings) -> Result<(), ProxyError> {
 /// Prepares the request head for the upstream leg: only the route's allowed
 /// upgrades, hop-by-hop headers removed, a body of unknown length marked
 /// chunked; the client's `X-Forwarded-*` removed unless it is a trusted hop.
-/// Returns the fields the proxy adds (`X-Forwarded-*`, `Via`), which the
-/// upstream head writer writes after the client's, and the client's side
+/// Returns the fields the proxy adds (`X-Forwarded-*`, `Via`, and
+/// `minted_id`, the request id when this proxy minted it: one the client
+/// sent stays in the map), which the upstream head writer writes after the
+/// client's, and the client's side
 /// of an upgrade, when one is asked for. The client's `Host` stays in the
 /// map and is never written upstream (each attempt sends its endpoint's).
 pub fn to_upstream(
@@ -54,6 +56,7 @@ pub fn to_upstream(
     conn: &ConnInfo,
     settings: &Settings,
     via: &Via,
+    minted_id: Option<&HeaderValue>,
 ) -> (Added, Option<ClientUpgrade>) {
     let upgrade = parts.version == http::Version::HTTP_11 && keep_allowed_upgrades(&mut parts.headers, &route.upgrades);
     let client_upgrade = if upgrade { ClientUpgrade::take(&mut parts.extensions) } else { None };
@@ -67,7 +70,7 @@ pub fn to_upstream(
     remove_hop_by_hop(&mut parts.headers, upgrade);
     let trusted = settings.server.trusted_hops.iter().any(|c| c.contains(conn.peer.ip()));
     let origin = Origin { peer: conn.peer.ip(), trusted, tls: conn.tls, host };
-    let added = forwarded(&mut parts.headers, origin, via.for_version(parts.version));
+    let added = forwarded(&mut parts.headers, origin, minted_id, via.for_version(parts.version));
     // A body of unknown length (chunked from the client, or HTTP/2 without
     // content-length) goes upstream chunked, whatever the method: without
     // the header the client leg would send a GET's body as no body.
@@ -143,8 +146,10 @@ const HOP_BY_HOP: [HeaderName; HOP_COUNT] = [
     header::PROXY_AUTHORIZATION,
 ];
 
+/// The request-id header's name, as written upstream.
+const REQUEST_ID_NAME: &str = "x-request-id";
 /// The request-id header name.
-pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+pub const X_REQUEST_ID: HeaderName = HeaderName::from_static(REQUEST_ID_NAME);
 /// `X-Forwarded-For`'s name, as written upstream.
 const XFF_NAME: &str = "x-forwarded-for";
 /// `X-Forwarded-Proto`'s name, as written upstream.
@@ -349,11 +354,12 @@ pub struct Origin {
     pub host: Option<HeaderValue>,
 }
 
-/// The `X-Forwarded-For/Proto/Host` fields for a request from `origin`,
-/// and `via` after them. The client's own are kept (its `For` appended to)
-/// only when it is a trusted hop; otherwise they are removed from
-/// `headers`, so a client cannot forge its origin.
-pub fn forwarded(headers: &mut HeaderMap, origin: Origin, via: &HeaderValue) -> Added {
+/// The fields this proxy adds to a request from `origin`: its
+/// `X-Forwarded-For/Proto/Host`, the request id when this proxy minted it
+/// (`minted_id`), and `via` last. The client's own `X-Forwarded-*` are kept
+/// (its `For` appended to) only when it is a trusted hop; otherwise they
+/// are removed from `headers`, so a client cannot forge its origin.
+pub fn forwarded(headers: &mut HeaderMap, origin: Origin, minted_id: Option<&HeaderValue>, via: &HeaderValue) -> Added {
     // One pass over the names (compared, not hashed) finds whether the
     // client sent any: usually none, and then nothing is looked up or removed.
     let (mut has_for, mut has_proto, mut has_host) = (false, false, false);
@@ -397,6 +403,9 @@ pub fn forwarded(headers: &mut HeaderMap, origin: Origin, via: &HeaderValue) -> 
         if let Some(h) = origin.host {
             added.push(XFH_NAME, h);
         }
+    }
+    if let Some(id) = minted_id {
+        added.push(REQUEST_ID_NAME, id.clone());
     }
     added.push("via", via.clone());
     added
@@ -501,7 +510,7 @@ mod tests {
         };
         let sent = [("x-forwarded-for", "1.2.3.4"), ("x-forwarded-proto", "https"), ("x-forwarded-host", "a.example")];
         let mut h = map(&[("accept", "*/*"), sent[0], sent[1], sent[2], ("via", "1.1 edge")]);
-        let added = forwarded(&mut h, origin(false, false, Some("b.example")), &via);
+        let added = forwarded(&mut h, origin(false, false, Some("b.example")), None, &via);
         assert_eq!(
             added_text(&added),
             [
@@ -515,7 +524,7 @@ mod tests {
 
         // A trusted hop's values stay (its list, every line, appended to).
         let mut h = map(&[sent[0], ("x-forwarded-for", "5.6.7.8"), sent[1], sent[2]]);
-        let added = forwarded(&mut h, origin(true, false, Some("b.example")), &via);
+        let added = forwarded(&mut h, origin(true, false, Some("b.example")), None, &via);
         assert_eq!(
             added_text(&added),
             [("x-forwarded-for", "1.2.3.4, 5.6.7.8, 10.0.0.9".to_string()), ("via", "1.1 gw".into())]
@@ -523,14 +532,16 @@ mod tests {
         assert_eq!(h, map(&[sent[1], sent[2]]));
 
         // A trusted hop that sent none gets this proxy's; TLS says https;
-        // no authority, no X-Forwarded-Host.
+        // no authority, no X-Forwarded-Host; a minted request id before Via.
         let mut h = map(&[]);
-        let added = forwarded(&mut h, origin(true, true, None), &via);
+        let id = HeaderValue::from_static("0190163d-8694-739b-aea5-966c26f8ad91");
+        let added = forwarded(&mut h, origin(true, true, None), Some(&id), &via);
         assert_eq!(
             added_text(&added),
             [
                 ("x-forwarded-for", "10.0.0.9".to_string()),
                 ("x-forwarded-proto", "https".into()),
+                ("x-request-id", "0190163d-8694-739b-aea5-966c26f8ad91".into()),
                 ("via", "1.1 gw".into())
             ]
         );

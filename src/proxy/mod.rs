@@ -205,16 +205,17 @@ impl Proxy {
         }
         self.handled.fetch_add(1, Ordering::Relaxed);
         let conn = conn.into();
+        let (id, minted_id) = self.request_id(head);
         let arrival = respond::Arrival {
             started: Instant::now(),
-            request_id: self.request_id(head),
+            request_id: id,
+            minted_id,
             method: head.method.clone(),
             uri: head.uri.clone(),
             version: head.version,
         };
         let mut decision = Decision { trace: self.server_span(head), ..Decision::default() };
-        let started = arrival.started;
-        let result = self.route(&loaded.table, head, body, conn, started, &mut decision).await;
+        let result = self.route(&loaded.table, head, body, conn, &arrival, &mut decision).await;
         let resp = respond::finish(self, &loaded, &arrival, &decision, result);
         *request_id = Some(arrival.request_id);
         resp
@@ -260,19 +261,39 @@ impl Proxy {
         from_peer
     }
 
-    /// The request's id: the client's when acceptable, else a fresh UUIDv7,
-    /// set on the request so the upstream sees the same one.
-    fn request_id(&self, head: &mut Parts) -> HeaderValue {
+    /// The request's id and whether it is fresh: the client's when
+    /// acceptable (and it stays in the request's map), else a fresh UUIDv7
+    /// (and a client's unacceptable one is removed), which the upstream leg
+    /// adds to the request ([`respond::Arrival::id_to_add`]) so that the
+    /// upstream sees the same one. Not inserted into the map here: that
+    /// hashed into it on every request a client sends without an id.
+    fn request_id(&self, head: &mut Parts) -> (HeaderValue, bool) {
         match head.headers.get(headers::X_REQUEST_ID) {
-            Some(v) if headers::acceptable_request_id(v) => v.clone(),
-            _ => {
+            Some(v) if headers::acceptable_request_id(v) => (v.clone(), false),
+            sent => {
+                if sent.is_some() {
+                    head.headers.remove(headers::X_REQUEST_ID);
+                }
                 // Written on the stack, copied once into the header value.
                 let id = self.request_ids.mint(&mut rand::rng());
-                let v = HeaderValue::from_bytes(&id.to_ascii()).unwrap_or(HeaderValue::from_static("-"));
-                head.headers.insert(headers::X_REQUEST_ID, v.clone());
-                v
+                (HeaderValue::from_bytes(&id.to_ascii()).unwrap_or(HeaderValue::from_static("-")), true)
             }
         }
+    }
+
+    /// The head prepared for the upstream leg ([`headers::to_upstream`]),
+    /// with this proxy's `Via` and, when it minted the request id, that id
+    /// among the fields it adds.
+    fn to_upstream(
+        &self,
+        parts: &mut Parts,
+        body: &RequestBody,
+        route: &crate::routing::Route,
+        conn: &ConnInfo,
+        table: &Table,
+        arrival: &respond::Arrival,
+    ) -> (crate::http1::write::Added, Option<upgrade::ClientUpgrade>) {
+        headers::to_upstream(parts, body, route, conn, table.settings(), &self.me.via, arrival.id_to_add())
     }
 
     /// trust → admit → locate → (one region, a fan-out, a search) → the
@@ -283,7 +304,7 @@ impl Proxy {
         parts: &mut Parts,
         body: RequestBody,
         conn: ConnInfo,
-        started: Instant,
+        arrival: &respond::Arrival,
         decision: &mut Decision<'t>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         let from_peer = self.trust(parts, &conn, table);
@@ -301,30 +322,30 @@ impl Proxy {
         // A peer's fan-out or search leg: this region's answer, as it is.
         if let Some(name) = &relay.leg {
             let region = serve_leg_here(table, name, &self.me.name)?;
-            let (added, client_upgrade) =
-                headers::to_upstream(parts, &body, plan.route(), &conn, table.settings(), &self.me.via);
+            let (added, client_upgrade) = self.to_upstream(parts, &body, plan.route(), &conn, table, arrival);
             let leg = forward::Leg::alone(table, region, hops);
-            let resp = Box::pin(forward::forward(self, leg, parts, &added, body, started, decision)).await?;
+            let resp = Box::pin(forward::forward(self, leg, parts, &added, body, arrival.started, decision)).await?;
             return Ok(headers::from_upstream(resp, client_upgrade, None));
         }
         match plan {
             Plan::One(located) => {
                 // Prepared by a plain function, sent here: a nested async fn
                 // would copy the request into a future of its own.
-                let one = self.prepare_one(table, &located, parts, &body, &conn, &relay, served_here, decision);
-                let resp = forward::forward(self, one.leg, parts, &one.added, body, started, decision).await?;
+                let one =
+                    self.prepare_one(table, &located, parts, &body, &conn, &relay, served_here, arrival, decision);
+                let resp = forward::forward(self, one.leg, parts, &one.added, body, arrival.started, decision).await?;
                 Ok(headers::from_upstream(resp, one.client_upgrade, one.minted))
             }
             Plan::Fanout(route, rule) => {
                 // The legs copy the head's map: the added fields go into it.
-                let (added, _) = headers::to_upstream(parts, &body, route, &conn, table.settings(), &self.me.via);
+                let (added, _) = self.to_upstream(parts, &body, route, &conn, table, arrival);
                 added.move_into(&mut parts.headers);
                 // Boxed, as the search below: their futures are large, and held
                 // inline they would make every request's future as large.
                 Box::pin(fanout::fanout(self, table, route, rule, parts, hops, decision)).await
             }
             Plan::Search(route, rule, id) => {
-                let (added, _) = headers::to_upstream(parts, &body, route, &conn, table.settings(), &self.me.via);
+                let (added, _) = self.to_upstream(parts, &body, route, &conn, table, arrival);
                 added.move_into(&mut parts.headers);
                 let resp = Box::pin(search::search(self, table, route, rule, &id, parts, body, hops, decision)).await?;
                 Ok(headers::from_upstream(resp, None, None))
@@ -345,6 +366,7 @@ impl Proxy {
         conn: &ConnInfo,
         relay: &mesh::Relay,
         served_here: Option<RegionId>,
+        arrival: &respond::Arrival,
         decision: &Decision<'t>,
     ) -> One<'t> {
         let minted: Option<headers::Minted> = located.route.mint.as_ref().filter(|_| decision.minted).map(|rule| {
@@ -367,8 +389,7 @@ impl Proxy {
             table,
             serve_only: false,
         };
-        let (added, client_upgrade) =
-            headers::to_upstream(parts, body, located.route, conn, table.settings(), &self.me.via);
+        let (added, client_upgrade) = self.to_upstream(parts, body, located.route, conn, table, arrival);
         One { leg, minted, added, client_upgrade }
     }
 }

@@ -48,6 +48,57 @@ async fn answering(status: u16, body: Bytes, delay: Duration) -> Result<Running,
     Ok(running)
 }
 
+/// A region that answers a list of one order of `country`, which names the
+/// request ids its request carried.
+async fn id_recorder(country: u8) -> Result<Running, BoxError> {
+    let (running, _) = backend_with(move |req| async move {
+        let rids: Vec<String> = req
+            .headers()
+            .get_all("x-request-id")
+            .iter()
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into())
+            .collect();
+        let id = Iuid::from_fields(1_700_000_000_000, country, 3, 1).to_string();
+        Response::new(full(serde_json::json!([{ "id": id, "rids": rids }]).to_string()))
+    })
+    .await?;
+    Ok(running)
+}
+
+#[tokio::test]
+async fn every_leg_of_a_fanout_or_a_search_carries_the_requests_one_id() -> TestResult {
+    let (eu, kz, us) = (id_recorder(49).await?, id_recorder(7).await?, id_recorder(1).await?);
+    let p = proxy(&table(eu.addr, kz.addr, us.addr, "")).await?;
+    let legacy = shardgate::cli::backend::legacy_ids("us").into_iter().next().ok_or("no legacy id")?;
+    for sent in [None, Some("client-rid-4"), Some("has space")] {
+        let with_id = |url: String| -> Result<Request<Full<Bytes>>, BoxError> {
+            let mut req = Request::get(url);
+            if let Some(id) = sent {
+                req = req.header("x-request-id", id);
+            }
+            Ok(req.body(Full::new(Bytes::new()))?)
+        };
+        let got = send(with_id(p.url("/v1/users/alice/orders"))?).await?;
+        assert_eq!(got.status, 200, "{}", String::from_utf8_lossy(&got.body));
+        let answered = got.header("x-request-id").ok_or("fan-out answer without an id")?.to_string();
+        let body = got.json()?;
+        let items = body["items"].as_array().ok_or("items")?;
+        assert_eq!(items.len(), 3, "{body}");
+        for item in items {
+            assert_eq!(item["rids"], serde_json::json!([answered]), "{sent:?}: {body}");
+        }
+        assert_eq!(answered.as_str() == "client-rid-4", sent == Some("client-rid-4"), "{sent:?}: {answered}");
+
+        // Every region holds the id here: the search answers with the first.
+        let got = send(with_id(p.url(&format!("/v1/legacy/{legacy}")))?).await?;
+        assert_eq!(got.status, 200, "{}", String::from_utf8_lossy(&got.body));
+        let answered = got.header("x-request-id").ok_or("search answer without an id")?;
+        assert_eq!(got.json()?[0]["rids"], serde_json::json!([answered]), "{sent:?}");
+        assert_eq!(answered == "client-rid-4", sent == Some("client-rid-4"), "{sent:?}: {answered}");
+    }
+    Ok(())
+}
+
 async fn list(items: &[serde_json::Value]) -> Result<Running, BoxError> {
     answering(200, Bytes::from(serde_json::Value::from(items.to_vec()).to_string()), Duration::ZERO).await
 }

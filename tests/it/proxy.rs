@@ -100,6 +100,36 @@ async fn forwarding_is_transparent() -> TestResult {
     Ok(())
 }
 
+/// Whether `v` is a request id this proxy minted: a UUIDv7 in text.
+fn minted_request_id(v: &str) -> bool {
+    v.len() == 36 && v.as_bytes().get(14) == Some(&b'7') && v.bytes().all(|c| c.is_ascii_hexdigit() || c == b'-')
+}
+
+#[tokio::test]
+async fn the_upstream_gets_one_request_id_the_answers_and_a_fresh_one_for_a_missing_or_unacceptable_one() -> TestResult
+{
+    let w = world("").await?;
+    let long = "r".repeat(129);
+    // (what the client sends, whether the proxy keeps it)
+    let cases = [(None, false), (Some("client-rid-9"), true), (Some("has space"), false), (Some(long.as_str()), false)];
+    for (sent, kept) in cases {
+        let mut req = Request::get(w.proxy.url(&format!("/v1/orders/{}", iuid(7, 3))));
+        if let Some(id) = sent {
+            req = req.header("x-request-id", id);
+        }
+        let got = send(req.body(Full::new(Bytes::new()))?).await?;
+        assert_eq!(got.status, 200, "{sent:?}: {}", String::from_utf8_lossy(&got.body));
+        // One value (a repeated field would be a list), the answer's.
+        let upstream = got.json()?["headers"]["x-request-id"].as_str().map(String::from).ok_or("one id upstream")?;
+        assert_eq!(got.header("x-request-id"), Some(upstream.as_str()), "{sent:?}");
+        match kept {
+            true => assert_eq!(Some(upstream.as_str()), sent),
+            false => assert!(minted_request_id(&upstream), "{sent:?} became {upstream}"),
+        }
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn hop_by_hop_headers_are_removed_and_request_id_kept() -> TestResult {
     let w = world("").await?;
