@@ -33,7 +33,8 @@
 //!   kept-alive connections, capped per endpoint, judged by endpoint health.
 //!   The request's own task drives its upstream connection (no connection
 //!   task): [`upstream::exchange`] writes the head once (the client's
-//!   fields, then the proxy's own `X-Forwarded-*` and `Via`, kept beside
+//!   fields, then the proxy's own `X-Forwarded-*`, a request id it minted
+//!   and `Via`, kept beside
 //!   the client's header map rather than inserted into it, but for fan-out
 //!   and search legs, which copy the map), streams the body, and parses
 //!   the answer with [`http1`]. The answer's header fields stay the bytes

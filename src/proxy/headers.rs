@@ -1,8 +1,9 @@
 //! The request and response heads on both legs: what is checked and
 //! normalised on arrival ([`admit`]), and the header hygiene of RFC 9110
 //! §7.6 on the way upstream ([`to_upstream`]) and back ([`from_upstream`]):
-//! hop-by-hop removal, allowed upgrades only, `X-Forwarded-*` and `Via`
-//! upstream, which request ids are kept, and the minted id announced on a
+//! hop-by-hop removal, allowed upgrades only, `X-Forwarded-*`, a fresh
+//! request id and `Via` upstream, which request ids are kept, and the
+//! minted id announced on a
 //! successful create. The answer's own `Via` and request id are written by
 //! the server that sends it ([`super::Proxy::handle`]).
 
@@ -43,10 +44,10 @@ pub fn admit(parts: &mut Parts, settings: &Settings) -> Result<(), ProxyError> {
 /// Prepares the request head for the upstream leg: only the route's allowed
 /// upgrades, hop-by-hop headers removed, a body of unknown length marked
 /// chunked; the client's `X-Forwarded-*` removed unless it is a trusted hop.
-/// Returns the fields the proxy adds (`X-Forwarded-*`, `Via`, and
-/// `minted_id`, the request id when this proxy minted it: one the client
-/// sent stays in the map), which the upstream head writer writes after the
-/// client's, and the client's side
+/// Returns the fields the proxy adds (`X-Forwarded-*`, the request id when
+/// this proxy minted it, `fresh_request_id`, and `Via`: a client's id stays
+/// in the map), which the upstream head writer writes after the client's,
+/// and the client's side
 /// of an upgrade, when one is asked for. The client's `Host` stays in the
 /// map and is never written upstream (each attempt sends its endpoint's).
 pub fn to_upstream(
@@ -56,7 +57,7 @@ pub fn to_upstream(
     conn: &ConnInfo,
     settings: &Settings,
     via: &Via,
-    minted_id: Option<&HeaderValue>,
+    fresh_request_id: Option<&HeaderValue>,
 ) -> (Added, Option<ClientUpgrade>) {
     let upgrade = parts.version == http::Version::HTTP_11 && keep_allowed_upgrades(&mut parts.headers, &route.upgrades);
     let client_upgrade = if upgrade { ClientUpgrade::take(&mut parts.extensions) } else { None };
@@ -70,7 +71,7 @@ pub fn to_upstream(
     remove_hop_by_hop(&mut parts.headers, upgrade);
     let trusted = settings.server.trusted_hops.iter().any(|c| c.contains(conn.peer.ip()));
     let origin = Origin { peer: conn.peer.ip(), trusted, tls: conn.tls, host };
-    let added = forwarded(&mut parts.headers, origin, minted_id, via.for_version(parts.version));
+    let added = forwarded(&mut parts.headers, origin, fresh_request_id, via.for_version(parts.version));
     // A body of unknown length (chunked from the client, or HTTP/2 without
     // content-length) goes upstream chunked, whatever the method: without
     // the header the client leg would send a GET's body as no body.
@@ -326,6 +327,10 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
             .filter(|t| !t.eq_ignore_ascii_case("close") && !t.eq_ignore_ascii_case("keep-alive"))
             .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
             .filter(|n| !HOP_BY_HOP.contains(n))
+            // The request id is this proxy's end-to-end field: the upstream
+            // gets the one the answer carries, whatever a `Connection` says
+            // of it (removed, the proxy would add the same value back).
+            .filter(|n| *n != X_REQUEST_ID)
             .collect();
         for name in named {
             headers.remove(name);
@@ -356,10 +361,15 @@ pub struct Origin {
 
 /// The fields this proxy adds to a request from `origin`: its
 /// `X-Forwarded-For/Proto/Host`, the request id when this proxy minted it
-/// (`minted_id`), and `via` last. The client's own `X-Forwarded-*` are kept
+/// (`fresh_request_id`), and `via` last. The client's own `X-Forwarded-*` are kept
 /// (its `For` appended to) only when it is a trusted hop; otherwise they
 /// are removed from `headers`, so a client cannot forge its origin.
-pub fn forwarded(headers: &mut HeaderMap, origin: Origin, minted_id: Option<&HeaderValue>, via: &HeaderValue) -> Added {
+pub fn forwarded(
+    headers: &mut HeaderMap,
+    origin: Origin,
+    fresh_request_id: Option<&HeaderValue>,
+    via: &HeaderValue,
+) -> Added {
     // One pass over the names (compared, not hashed) finds whether the
     // client sent any: usually none, and then nothing is looked up or removed.
     let (mut has_for, mut has_proto, mut has_host) = (false, false, false);
@@ -404,7 +414,7 @@ pub fn forwarded(headers: &mut HeaderMap, origin: Origin, minted_id: Option<&Hea
             added.push(XFH_NAME, h);
         }
     }
-    if let Some(id) = minted_id {
+    if let Some(id) = fresh_request_id {
         added.push(REQUEST_ID_NAME, id.clone());
     }
     added.push("via", via.clone());
@@ -510,13 +520,16 @@ mod tests {
         };
         let sent = [("x-forwarded-for", "1.2.3.4"), ("x-forwarded-proto", "https"), ("x-forwarded-host", "a.example")];
         let mut h = map(&[("accept", "*/*"), sent[0], sent[1], sent[2], ("via", "1.1 edge")]);
-        let added = forwarded(&mut h, origin(false, false, Some("b.example")), None, &via);
+        // Every field it can add: the list holds the five.
+        let id = HeaderValue::from_static("0190163d-8694-739b-aea5-966c26f8ad91");
+        let added = forwarded(&mut h, origin(false, false, Some("b.example")), Some(&id), &via);
         assert_eq!(
             added_text(&added),
             [
                 ("x-forwarded-for", "10.0.0.9".to_string()),
                 ("x-forwarded-proto", "http".into()),
                 ("x-forwarded-host", "b.example".into()),
+                ("x-request-id", "0190163d-8694-739b-aea5-966c26f8ad91".into()),
                 ("via", "1.1 gw".into())
             ]
         );
@@ -532,16 +545,14 @@ mod tests {
         assert_eq!(h, map(&[sent[1], sent[2]]));
 
         // A trusted hop that sent none gets this proxy's; TLS says https;
-        // no authority, no X-Forwarded-Host; a minted request id before Via.
+        // no authority, no X-Forwarded-Host.
         let mut h = map(&[]);
-        let id = HeaderValue::from_static("0190163d-8694-739b-aea5-966c26f8ad91");
-        let added = forwarded(&mut h, origin(true, true, None), Some(&id), &via);
+        let added = forwarded(&mut h, origin(true, true, None), None, &via);
         assert_eq!(
             added_text(&added),
             [
                 ("x-forwarded-for", "10.0.0.9".to_string()),
                 ("x-forwarded-proto", "https".into()),
-                ("x-request-id", "0190163d-8694-739b-aea5-966c26f8ad91".into()),
                 ("via", "1.1 gw".into())
             ]
         );

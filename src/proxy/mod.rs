@@ -205,11 +205,11 @@ impl Proxy {
         }
         self.handled.fetch_add(1, Ordering::Relaxed);
         let conn = conn.into();
-        let (id, minted_id) = self.request_id(head);
+        let (id, fresh_request_id) = self.request_id(head);
         let arrival = respond::Arrival {
             started: Instant::now(),
             request_id: id,
-            minted_id,
+            fresh_request_id,
             method: head.method.clone(),
             uri: head.uri.clone(),
             version: head.version,
@@ -261,17 +261,20 @@ impl Proxy {
         from_peer
     }
 
-    /// The request's id and whether it is fresh: the client's when
-    /// acceptable (and it stays in the request's map), else a fresh UUIDv7
-    /// (and a client's unacceptable one is removed), which the upstream leg
-    /// adds to the request ([`respond::Arrival::id_to_add`]) so that the
-    /// upstream sees the same one. Not inserted into the map here: that
-    /// hashed into it on every request a client sends without an id.
+    /// The request's id and whether it is fresh: the client's when it sent
+    /// one acceptable id (which stays in the request's map), else a fresh
+    /// UUIDv7 (and what the client sent, an unacceptable id or more than
+    /// one, is removed), which the upstream leg adds to the request
+    /// ([`respond::Arrival::id_to_add`]) so that the upstream sees the one
+    /// the answer carries. Not inserted into the map here: that hashed into
+    /// it on every request a client sends without an id.
     fn request_id(&self, head: &mut Parts) -> (HeaderValue, bool) {
-        match head.headers.get(headers::X_REQUEST_ID) {
-            Some(v) if headers::acceptable_request_id(v) => (v.clone(), false),
-            sent => {
-                if sent.is_some() {
+        let mut sent = head.headers.get_all(headers::X_REQUEST_ID).iter();
+        let (first, second) = (sent.next(), sent.next());
+        match (first, second) {
+            (Some(v), None) if headers::acceptable_request_id(v) => (v.clone(), false),
+            _ => {
+                if first.is_some() {
                     head.headers.remove(headers::X_REQUEST_ID);
                 }
                 // Written on the stack, copied once into the header value.

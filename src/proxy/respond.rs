@@ -28,25 +28,26 @@ pub(super) struct Arrival {
     pub(super) started: Instant,
     /// Its request id (the client's, if acceptable, else a fresh UUIDv7).
     pub(super) request_id: HeaderValue,
-    /// Whether the id is a fresh one: then it is not in the request's map
-    /// but among the fields the upstream head writer adds.
-    pub(super) minted_id: bool,
+    /// Whether the id is a fresh one: then it goes upstream among the
+    /// fields the upstream head writer adds (and into the map only of a
+    /// fan-out's or a search's request, whose legs copy it).
+    pub(super) fresh_request_id: bool,
     pub(super) method: Method,
     pub(super) uri: Uri,
     pub(super) version: Version,
 }
 
-/// The answer to a request the proxy listener answers itself, if it is one:
-/// `GET /.shardgate/ready` (peers' health checks: 503 while draining) and
-/// `POST <mint_batch.path>`.
 impl Arrival {
     /// The request id the upstream leg adds to the request, when the
     /// client sent none (or one not acceptable).
     pub(super) fn id_to_add(&self) -> Option<&HeaderValue> {
-        self.minted_id.then_some(&self.request_id)
+        self.fresh_request_id.then_some(&self.request_id)
     }
 }
 
+/// The answer to a request the proxy listener answers itself, if it is one:
+/// `GET /.shardgate/ready` (peers' health checks: 503 while draining) and
+/// `POST <mint_batch.path>`.
 pub(super) fn own_answer(proxy: &Proxy, head: &Parts, loaded: &Loaded) -> Option<Response<ProxyBody>> {
     let path = head.uri.path();
     if path == crate::mesh::READY_PATH {

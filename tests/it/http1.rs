@@ -545,6 +545,12 @@ async fn the_upstream_gets_the_endpoints_host_and_the_proxys_fields_once_after_t
     let order: Vec<usize> = order.into_iter().collect::<Option<_>>().ok_or("a field is missing")?;
     assert!(order.windows(2).all(|w| w[0] < w[1]), "{head}");
     assert_eq!(got.iter().rposition(|(k, _)| k == "via"), Some(got.len() - 1), "{head}");
+    // The client sent no request id: the one the proxy minted, once, the answer's.
+    let (_, answer, _, _) = next_response(&r.bytes).ok_or("no answer")?;
+    let answer = fields(&answer);
+    let answered: Vec<&str> = answer.iter().filter(|(k, _)| k == "x-request-id").map(|(_, v)| v.as_str()).collect();
+    assert_eq!(answered.len(), 1, "{answer:?}");
+    assert_eq!(values("x-request-id"), answered, "{head}");
 
     // HTTP/2 (prior knowledge): its `:authority` is the forwarded host.
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
@@ -557,6 +563,8 @@ async fn the_upstream_gets_the_endpoints_host_and_the_proxys_fields_once_after_t
     let got = fields(&head);
     let values = |name: &str| got.iter().filter(|(k, _)| k == name).map(|(_, v)| v.as_str()).collect::<Vec<_>>();
     assert_eq!(values("host"), [kz.to_string().as_str()], "{head}");
+    let answered = resp.headers().get("x-request-id").and_then(|v| v.to_str().ok()).ok_or("no id answered")?;
+    assert_eq!(values("x-request-id"), [answered], "{head}");
     assert_eq!(values("x-forwarded-for"), ["127.0.0.1"], "{head}");
     assert_eq!(values("x-forwarded-host"), [p.addr.to_string().as_str()], "{head}");
     assert_eq!(values("via").len(), 1, "{head}");
