@@ -570,3 +570,18 @@ async fn the_upstream_gets_the_endpoints_host_and_the_proxys_fields_once_after_t
     assert_eq!(values("via").len(), 1, "{head}");
     Ok(())
 }
+
+#[tokio::test]
+async fn an_id_header_routes_in_any_case_and_reaches_the_upstream_as_sent() -> TestResult {
+    let (_backends, p) = world("").await?;
+    for name in ["X-Entity-Id", "x-entity-id", "X-ENTITY-ID", "x-EnTiTy-iD"] {
+        let ask = format!("GET /v1/wallet HTTP/1.1\r\nHost: x\r\n{name}: {}\r\nConnection: close\r\n\r\n", id());
+        let r = raw(p.addr, ask.as_bytes(), WAIT).await?;
+        let (status, head, body, _) = next_response(&r.bytes).ok_or("no answer")?;
+        assert_eq!(status, 200, "{name}: {}", r.text());
+        assert!(head.contains("x-backend-region: kz\r\n"), "{name}: {head}");
+        let echo: serde_json::Value = serde_json::from_slice(&body)?;
+        assert_eq!(echo["headers"]["x-entity-id"], id(), "{name}: {echo}");
+    }
+    Ok(())
+}
