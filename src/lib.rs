@@ -34,16 +34,15 @@
 //!   The request's own task drives its upstream connection (no connection
 //!   task): [`upstream::exchange`] writes the head once (the client's
 //!   fields, then the proxy's own `X-Forwarded-*`, a request id it minted
-//!   and `Via`, kept beside
-//!   the client's header map rather than inserted into it, but for fan-out
-//!   and search legs, which copy the map), streams the body, and parses
-//!   the answer with [`http1`]. The answer's header fields stay the bytes
-//!   they arrived in ([`http1::Fields`]) on their way to an HTTP/1.1
-//!   client, filtered by name and written out again; an HTTP/2 client or a
-//!   fan-out leg gets them as a header map. The two fields the proxy adds
-//!   to every answer, its request id and (to an upstream's) its `Via`, are
-//!   left to the client leg's server to write, so that the answer's own
-//!   map stays empty on the common path.
+//!   and `Via`, kept beside the client's header map rather than inserted
+//!   into it, but for fan-out and search legs, which copy the map), streams
+//!   the body, and parses the answer with [`http1`]. The answer's header
+//!   fields stay the bytes they arrived in ([`http1::Fields`]) on their way
+//!   to an HTTP/1.1 client, filtered by name and written out again; an
+//!   HTTP/2 client or a fan-out leg gets them as a header map. The two
+//!   fields the proxy adds to every answer, its request id and (to an
+//!   upstream's) its `Via`, are left to the client leg's server to write,
+//!   so that the answer's own map stays empty on the common path.
 //! * A fan-out route's plan goes to every region of its rule and the
 //!   answers are merged by [`merge`]; a `placement: search` route's id is
 //!   asked of the regions and the region remembered

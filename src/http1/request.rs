@@ -40,14 +40,15 @@ pub struct RequestLimits {
 /// `server.max_headers` above it) are parsed into a vector.
 const STACK_HEADERS: usize = 128;
 
-/// Fields a proxy may add to a request's map on its way on (the five the
-/// upstream head writer adds after a one-id request's fields, a request id,
-/// `X-Forwarded-For/Proto/Host` and `Via`, go into the map of a fan-out's
-/// or a search's request, whose legs copy it): room is made for them up front,
-/// since growing a header map re-hashes it (four times per proxied request,
-/// about 2,000 instructions, when every request took them into its map).
-/// No more than that: a map's entries are about 100 bytes each, and past
-/// 1 KiB an allocation leaves the allocator's fast path.
+/// Fields a proxy may add to a request's map on its way on: a one-id
+/// request's added fields (a request id, `X-Forwarded-For/Proto/Host`,
+/// `Via`) are written after its own by the upstream head writer, but a
+/// fan-out's or a search's go into its map, which the legs copy. Room is
+/// made for them up front, since growing a header map re-hashes it (four
+/// times per proxied request, about 2,000 instructions, when every request
+/// took them into its map). No more than that: a map's entries are about
+/// 100 bytes each, and past 1 KiB an allocation leaves the allocator's
+/// fast path.
 pub const ROOM_FOR_PROXY_FIELDS: usize = 5;
 
 /// A parsed request head and what it says about the connection.

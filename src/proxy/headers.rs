@@ -3,9 +3,9 @@
 //! §7.6 on the way upstream ([`to_upstream`]) and back ([`from_upstream`]):
 //! hop-by-hop removal, allowed upgrades only, `X-Forwarded-*`, a fresh
 //! request id and `Via` upstream, which request ids are kept, and the
-//! minted id announced on a
-//! successful create. The answer's own `Via` and request id are written by
-//! the server that sends it ([`super::Proxy::handle`]).
+//! minted id announced on a successful create. The answer's own `Via` and
+//! request id are written by the server that sends it
+//! ([`super::Proxy::handle`]).
 
 use std::net::IpAddr;
 
@@ -47,9 +47,9 @@ pub fn admit(parts: &mut Parts, settings: &Settings) -> Result<(), ProxyError> {
 /// Returns the fields the proxy adds (`X-Forwarded-*`, the request id when
 /// this proxy minted it, `fresh_request_id`, and `Via`: a client's id stays
 /// in the map), which the upstream head writer writes after the client's,
-/// and the client's side
-/// of an upgrade, when one is asked for. The client's `Host` stays in the
-/// map and is never written upstream (each attempt sends its endpoint's).
+/// and the client's side of an upgrade, when one is asked for. The client's
+/// `Host` stays in the map and is never written upstream (each attempt
+/// sends its endpoint's).
 pub fn to_upstream(
     parts: &mut Parts,
     body: &RequestBody,
@@ -361,9 +361,10 @@ pub struct Origin {
 
 /// The fields this proxy adds to a request from `origin`: its
 /// `X-Forwarded-For/Proto/Host`, the request id when this proxy minted it
-/// (`fresh_request_id`), and `via` last. The client's own `X-Forwarded-*` are kept
-/// (its `For` appended to) only when it is a trusted hop; otherwise they
-/// are removed from `headers`, so a client cannot forge its origin.
+/// (`fresh_request_id`), and `via` last. The client's own `X-Forwarded-*`
+/// are kept (its `For` appended to) only when it is a trusted hop;
+/// otherwise they are removed from `headers`, so a client cannot forge its
+/// origin.
 pub fn forwarded(
     headers: &mut HeaderMap,
     origin: Origin,
