@@ -600,4 +600,32 @@ mod tests {
         remove_hop_by_hop(&mut h, false);
         assert_eq!(h, before);
     }
+
+    /// Every field this module and the mesh drop, add or own is one the
+    /// table may not name for an id, a country list or a minted id (the
+    /// config keeps its own list, since it sits below the proxy).
+    #[test]
+    fn the_table_may_not_name_a_field_the_proxy_owns() {
+        let owned = HOP_BY_HOP.into_iter().chain([
+            header::TRAILER,
+            header::HOST,
+            header::CONTENT_LENGTH,
+            header::VIA,
+            X_REQUEST_ID,
+            X_FORWARDED_FOR,
+            X_FORWARDED_PROTO,
+            X_FORWARDED_HOST,
+            crate::mesh::HOPS,
+            crate::mesh::FAILOVER,
+            crate::mesh::LEG,
+            crate::mesh::FORWARDED,
+        ]);
+        for name in owned {
+            assert!(crate::config::validate::proxy_owned(&name).is_some(), "{name} is allowed");
+        }
+        for name in ["x-entity-id", "x-country", "x-countries", "x-shardgate", "accept", "x-via"] {
+            let name = HeaderName::from_static(name);
+            assert!(crate::config::validate::proxy_owned(&name).is_none(), "{name} is refused");
+        }
+    }
 }

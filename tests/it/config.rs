@@ -87,6 +87,7 @@ fixtures! {
     config_many_errors => "many_errors.yaml",
     config_global_reads => "global_reads.yaml",
     config_telemetry => "telemetry.yaml",
+    config_proxy_owned_header => "proxy_owned_header.yaml",
 }
 
 /// Inputs the config fuzz target crashed on (`tests/fixtures/config/fuzz/`):
@@ -120,6 +121,9 @@ fn config_messages_name_the_offending_value() -> Result<(), String> {
     assert_eq!(errors.errors[0].hint.as_deref(), Some("did you mean `failover`?"));
     let errors = check_fixture("failover_cycle.yaml")?;
     assert_eq!(errors.errors[0].message, "failover cycle: eu -> kz -> us -> eu");
+    let errors = check_fixture("proxy_owned_header.yaml")?;
+    assert_eq!(errors.errors[0].message, "header \"X-Request-Id\" is one the proxy writes itself");
+    assert_eq!(errors.errors[0].hint.as_deref(), Some("name a field of the application's own, such as X-Entity-Id"));
     Ok(())
 }
 

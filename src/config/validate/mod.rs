@@ -81,18 +81,73 @@ pub(crate) fn validate(file: &File, ctx: &mut Ctx<'_>) -> Config {
     }
 }
 
-/// A header name from the file, reported at `path` when it is not one.
+/// A header name from the file, reported at `path` when it is not one, or
+/// when it names a field the proxy itself reads, writes or removes
+/// ([`proxy_owned`]).
 fn header_name(ctx: &mut Ctx<'_>, path: &YamlPath, name: &str, example: &str) -> Option<HeaderName> {
-    match HeaderName::from_bytes(name.as_bytes()) {
-        Ok(h) => Some(h),
-        Err(_) => {
-            ctx.at(
-                path,
-                format!("invalid header name {}", show(name)),
-                Some(&format!("header names are tokens such as {example}")),
-            );
-            None
-        }
+    let Ok(h) = HeaderName::from_bytes(name.as_bytes()) else {
+        ctx.at(
+            path,
+            format!("invalid header name {}", show(name)),
+            Some(&format!("header names are tokens such as {example}")),
+        );
+        return None;
+    };
+    if let Some(why) = proxy_owned(&h) {
+        ctx.at(
+            path,
+            format!("header {} {why}", show(name)),
+            Some(&format!("name a field of the application's own, such as {example}")),
+        );
+        return None;
+    }
+    Some(h)
+}
+
+/// Fields that describe one connection (RFC 9110 §7.6.1, and the
+/// non-standard ones proxies drop): removed before a request is forwarded,
+/// so a peer shardgate could not route by them, and a minted id written
+/// into one would be dropped or would reframe the message.
+const CONNECTION_FIELDS: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "proxy-authenticate",
+    "proxy-authorization",
+];
+/// Fields that frame a message or name its target, which the proxy sets
+/// for the upstream itself.
+const MESSAGE_FIELDS: [&str; 2] = ["host", "content-length"];
+/// Fields the proxy adds to every forwarded request (the request id, the
+/// `X-Forwarded-*` trio, `Via`) or keeps only from trusted hops
+/// (`Forwarded`): a route's id or country read from one would be the
+/// proxy's value, not the client's, and a minted id written into one would
+/// go upstream beside the proxy's.
+const PROXY_ADDED_FIELDS: [&str; 6] =
+    ["x-request-id", "via", "x-forwarded-for", "x-forwarded-proto", "x-forwarded-host", "forwarded"];
+/// The prefix of the fields the mesh and the debug answers use
+/// (`X-Shardgate-Hops`, `-Failover`, `-Leg`, `-Partial`, ...).
+const PROXY_PREFIX: &str = "x-shardgate-";
+
+/// Why a route may not name `name` as the field an id, a country list or a
+/// minted id travels in, or `None` when it may. `HeaderName`s are
+/// lowercase, so the lists compare as written.
+pub fn proxy_owned(name: &HeaderName) -> Option<&'static str> {
+    let n = name.as_str();
+    if CONNECTION_FIELDS.contains(&n) {
+        Some("describes one connection and is never forwarded")
+    } else if MESSAGE_FIELDS.contains(&n) {
+        Some("frames the message or names its target, and the proxy sets it upstream")
+    } else if PROXY_ADDED_FIELDS.contains(&n) {
+        Some("is one the proxy writes itself")
+    } else if n.starts_with(PROXY_PREFIX) {
+        Some("is in the proxy's own x-shardgate- namespace")
+    } else {
+        None
     }
 }
 
