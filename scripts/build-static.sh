@@ -35,9 +35,12 @@ if [[ ! -r "$CA_BUNDLE" ]]; then
   exit 1
 fi
 
-echo "build-static: cargo build --release --locked --target $TARGET (crt-static)"
+echo "build-static: cargo build --release --locked --target $TARGET (crt-static, profile-guided)"
 start=$(date +%s)
-RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
+# Optimised with the committed profile of the load benchmark's workload
+# (scripts/pgo-refresh.sh makes it; see pgo/README.md).
+PGO="-C profile-use=$PWD/pgo/shardgate.profdata"
+RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static $PGO" \
   cargo build --release --locked --target "$TARGET" --bin shardgate
 echo "build-static: built in $(($(date +%s) - start))s"
 

@@ -112,10 +112,10 @@ def stop(proc):
             proc.wait()
 
 
-def mint_ids(n):
+def mint_ids(n, binary=None):
     ids = {}
     for region, country in REGIONS.items():
-        out = subprocess.run([SHARDGATE, "mint", "--format", "iuid", "-n", str(n), "--country", str(country),
+        out = subprocess.run([binary or SHARDGATE, "mint", "--format", "iuid", "-n", str(n), "--country", str(country),
                               "--entity", "3"], check=True, capture_output=True, text=True).stdout
         ids[region] = out.split()
     return ids
@@ -288,6 +288,8 @@ def main():
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--ids-per-region", type=int, default=1000)
     ap.add_argument("--only", default="direct,nginx,haproxy,shardgate")
+    ap.add_argument("--binary", metavar="BIN", default=SHARDGATE,
+                    help="the shardgate binary measured as proxy 'shardgate' (default: target/release/shardgate)")
     ap.add_argument("--baseline", metavar="BIN",
                     help="also run this shardgate binary (an earlier build), as proxy 'baseline'")
     ap.add_argument("--from-log", metavar="FILE",
@@ -303,7 +305,7 @@ def main():
         if not free(p):
             sys.exit(f"load: port {p} is busy")
     tmp = tempfile.mkdtemp(prefix="shardgate-load-")
-    ids = mint_ids(args.ids_per_region)
+    ids = mint_ids(args.ids_per_region, args.binary)
     scripts = {m: lua_script(tmp, ids, m) for m in ("path", "header")}
     with open(f"{tmp}/backend.conf", "w") as f:
         f.write(backend_conf(tmp))
@@ -316,7 +318,7 @@ def main():
     proxies = {
         "nginx": [NGINX, "-c", f"{tmp}/nginx.conf", "-p", tmp],
         "haproxy": [HAPROXY, "-f", f"{tmp}/haproxy.cfg", "-db"],
-        "shardgate": [SHARDGATE, "--threads", "1", "serve", "-c", f"{tmp}/shardgate.yaml"],
+        "shardgate": [args.binary, "--threads", "1", "serve", "-c", f"{tmp}/shardgate.yaml"],
     }
     names = ["direct", "nginx", "haproxy", "shardgate"]
     if args.baseline:
