@@ -28,7 +28,6 @@ import argparse
 import os
 import signal
 import subprocess
-import tempfile
 
 import compare as c
 
@@ -41,17 +40,8 @@ def main():
     ap.add_argument("--cache-sim", action="store_true")
     ap.add_argument("binaries", nargs="+")
     args = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix="shardgate-callgrind-")
-    with open(os.path.join(tmp, "backend.conf"), "w") as f:
-        f.write(c.backend_conf(tmp))
-    backend = c.start([c.NGINX, "-c", os.path.join(tmp, "backend.conf"), "-p", tmp], c.LOAD_CORE)
+    tmp, backend, ids, config = c.one_proxy_workload("shardgate-callgrind-")
     try:
-        for port in c.BACKEND_PORTS.values():
-            c.wait_port(port, backend)
-        ids = c.mint_ids(1000)
-        config = os.path.join(tmp, "shardgate.yaml")
-        with open(config, "w") as f:
-            f.write(c.shardgate_conf())
         script = c.lua_script(tmp, ids, args.mode)
         sim = ["--cache-sim=yes", "--branch-sim=yes"] if args.cache_sim else []
         for i, binary in enumerate(args.binaries):

@@ -12,10 +12,8 @@ builds that binary, calls this and merges the profile.
 Needs nginx and wrk (benches/load/run installs them). Loopback only.
 """
 import argparse
-import os
 import signal
 import sys
-import tempfile
 
 import compare as c
 
@@ -25,17 +23,8 @@ def main():
     ap.add_argument("--seconds", type=int, default=5)
     ap.add_argument("binary")
     args = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix="shardgate-train-")
-    with open(os.path.join(tmp, "backend.conf"), "w") as f:
-        f.write(c.backend_conf(tmp))
-    backend = c.start([c.NGINX, "-c", os.path.join(tmp, "backend.conf"), "-p", tmp], c.LOAD_CORE)
+    tmp, backend, ids, config = c.one_proxy_workload("shardgate-train-", args.binary)
     try:
-        for port in c.BACKEND_PORTS.values():
-            c.wait_port(port, backend)
-        ids = c.mint_ids(1000, args.binary)
-        config = os.path.join(tmp, "shardgate.yaml")
-        with open(config, "w") as f:
-            f.write(c.shardgate_conf())
         proxy = c.start([args.binary, "--threads", "1", "serve", "--config", config], c.PROXY_CORE)
         try:
             c.wait_port(c.PROXY_PORT, proxy, timeout=60)
