@@ -85,6 +85,25 @@ def cpu_ticks(pids):
     return user, system
 
 
+def core_busy():
+    """Per-core (busy, total) jiffies from /proc/stat, for the cores the
+    benchmark pins to: how close each came to saturation during a run."""
+    out = {}
+    with open("/proc/stat") as f:
+        for line in f:
+            name, *vals = line.split()
+            if name in (f"cpu{PROXY_CORE}", f"cpu{LOAD_CORE}"):
+                v = list(map(int, vals))
+                idle = v[3] + v[4]  # idle + iowait
+                out[name[3:]] = (sum(v[:8]) - idle, sum(v[:8]))
+    return out
+
+
+def busy_pct(before, after, core):
+    (b0, t0), (b1, t1) = before[core], after[core]
+    return 100.0 * (b1 - b0) / max(t1 - t0, 1)
+
+
 def rss_kib(pids):
     total = 0
     for pid in pids:
@@ -158,7 +177,27 @@ http {{ access_log off; {servers} }}
 ID_RE = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-80"
 
 
-def nginx_conf(tmp):
+# With --same-fields, nginx and HAProxy add to each request and answer the
+# fields shardgate adds (X-Forwarded-*, a request id, Via), so that the three
+# hand the backends and wrk the same work; without it they add nothing, as a
+# bare configuration of each does.
+NGINX_SAME_FIELDS = """
+      proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for; proxy_set_header X-Forwarded-Proto $scheme;
+      proxy_set_header X-Forwarded-Host $http_host; proxy_set_header X-Request-Id $request_id;
+      proxy_set_header Via "1.1 nginx"; add_header X-Request-Id $request_id; add_header Via "1.1 nginx";"""
+HAPROXY_SAME_FIELDS = """  option forwardfor
+  unique-id-format %[uuid()]
+  unique-id-header X-Request-Id
+  http-request set-header X-Forwarded-Proto http
+  http-request set-header X-Forwarded-Host %[req.hdr(host)]
+  http-request set-header Via "1.1 haproxy"
+  http-response set-header X-Request-Id %[unique-id]
+  http-response set-header Via "1.1 haproxy"
+"""
+
+
+def nginx_conf(tmp, same_fields=False):
+    extra = NGINX_SAME_FIELDS if same_fields else ""
     ups = "\n".join(f"  upstream {r} {{ server 127.0.0.1:{p}; keepalive 64; }}" for r, p in BACKEND_PORTS.items())
     path_map = "\n".join(f'    "~^/v1/orders/{ID_RE}{c:02x}-" {r};' for r, c in REGIONS.items())
     hdr_map = "\n".join(f'    "~^{ID_RE}{c:02x}-" {r};' for r, c in REGIONS.items())
@@ -179,18 +218,18 @@ http {{
     listen 127.0.0.1:{PROXY_PORT} backlog=4096; keepalive_requests 1000000;
     location = /v1/orders {{
       if ($by_header = "") {{ return 400; }}
-      proxy_pass http://$by_header; proxy_http_version 1.1; proxy_set_header Connection "";
+      proxy_pass http://$by_header; proxy_http_version 1.1; proxy_set_header Connection "";{extra}
     }}
     location /v1/orders/ {{
       if ($by_path = "") {{ return 400; }}
-      proxy_pass http://$by_path; proxy_http_version 1.1; proxy_set_header Connection "";
+      proxy_pass http://$by_path; proxy_http_version 1.1; proxy_set_header Connection "";{extra}
     }}
   }}
 }}
 """
 
 
-def haproxy_conf(tmp):
+def haproxy_conf(tmp, same_fields=False):
     acls = []
     for r, c in REGIONS.items():
         acls.append(f"  acl p_{r} path_reg ^/v1/orders/{ID_RE}{c:02x}-")
@@ -209,7 +248,7 @@ defaults
   timeout server 30s
 frontend fe
   bind 127.0.0.1:{PROXY_PORT}
-{chr(10).join(acls)}
+{HAPROXY_SAME_FIELDS if same_fields else ""}{chr(10).join(acls)}
   default_backend none
 backend none
   http-request deny deny_status 400
@@ -291,15 +330,26 @@ def run_wrk(port, script, duration, conns):
     return {"requests": req, "errors": err + non2xx, "rps": req / duration, "p50_us": p50, "p99_us": p99}
 
 
-def measure(name, port, pids, script, duration, conns):
+def measure(name, port, pids, backend_pids, script, duration, conns):
     run_wrk(port, script, 2, conns)  # warm-up: connections, pools, caches
     u0, s0 = cpu_ticks(pids)
+    b0, l0, c0 = cpu_ticks(backend_pids), os.times(), core_busy()
     r = run_wrk(port, script, duration, conns)
     u1, s1 = cpu_ticks(pids)
+    b1, l1, c1 = cpu_ticks(backend_pids), os.times(), core_busy()
     per_req = 1e6 / CLK_TCK / max(r["requests"], 1)
     r["usr_us_per_req"] = (u1 - u0) * per_req
     r["sys_us_per_req"] = (s1 - s0) * per_req
     r["cpu_us_per_req"] = r["usr_us_per_req"] + r["sys_us_per_req"]
+    # What the request costs the other side of the benchmark (wrk, a waited
+    # child, and the backends, all on the load core), and how busy each core
+    # was: the proxy's core is not always the one that sets the rate.
+    wrk_s = (l1.children_user - l0.children_user) + (l1.children_system - l0.children_system)
+    backend_s = (sum(b1) - sum(b0)) / CLK_TCK
+    r["wrk_us_per_req"] = wrk_s * 1e6 / max(r["requests"], 1)
+    r["backend_us_per_req"] = backend_s * 1e6 / max(r["requests"], 1)
+    r["proxy_core_pct"] = busy_pct(c0, c1, PROXY_CORE)
+    r["load_core_pct"] = busy_pct(c0, c1, LOAD_CORE)
     r["rss_mib"] = rss_kib(pids) / 1024 if pids else 0.0
     return r
 
@@ -315,6 +365,8 @@ def main():
                     help="the shardgate binary measured as proxy 'shardgate' (default: target/release/shardgate)")
     ap.add_argument("--baseline", metavar="BIN",
                     help="also run this shardgate binary (an earlier build), as proxy 'baseline'")
+    ap.add_argument("--same-fields", action="store_true",
+                    help="nginx and HAProxy add the fields shardgate adds (X-Forwarded-*, X-Request-Id, Via)")
     ap.add_argument("--from-log", metavar="FILE",
                     help="measure nothing: summarise the repetitions a saved run printed")
     args = ap.parse_args()
@@ -333,9 +385,9 @@ def main():
     with open(f"{tmp}/backend.conf", "w") as f:
         f.write(backend_conf(tmp))
     with open(f"{tmp}/nginx.conf", "w") as f:
-        f.write(nginx_conf(tmp))
+        f.write(nginx_conf(tmp, args.same_fields))
     with open(f"{tmp}/haproxy.cfg", "w") as f:
-        f.write(haproxy_conf(tmp))
+        f.write(haproxy_conf(tmp, args.same_fields))
     with open(f"{tmp}/shardgate.yaml", "w") as f:
         f.write(shardgate_conf())
     proxies = {
@@ -353,6 +405,7 @@ def main():
     try:
         for port in BACKEND_PORTS.values():
             wait_port(port, backend)
+        backend_pids = pids_of(backend)
         for rep in range(args.reps):
             order = [n for n in names if n in only]
             if rep % 2:
@@ -373,7 +426,7 @@ def main():
                         port, pids = PROXY_PORT, pids_of(proc)
                         check_routing(port, ids, mode)
                     try:
-                        r = measure(name, port, pids, scripts[mode], args.duration, args.connections)
+                        r = measure(name, port, pids, backend_pids, scripts[mode], args.duration, args.connections)
                     finally:
                         if proc is not None:
                             stop(proc)
@@ -382,7 +435,9 @@ def main():
                     print(f"rep {rep + 1} {name:<9} {mode:<6} {r['rps']:>9.0f} req/s  p50 {r['p50_us']:>5} us  "
                           f"p99 {r['p99_us']:>6} us  cpu/req {r['cpu_us_per_req']:>6.2f} us "
                           f"(usr {r['usr_us_per_req']:.1f} sys {r['sys_us_per_req']:.1f})  "
-                          f"rss {r['rss_mib']:>5.1f} MiB  errors {r['errors']}", flush=True)
+                          f"rss {r['rss_mib']:>5.1f} MiB  errors {r['errors']}  "
+                          f"wrk {r['wrk_us_per_req']:.2f} backend {r['backend_us_per_req']:.2f} us/req  "
+                          f"busy proxy core {r['proxy_core_pct']:.0f}% load core {r['load_core_pct']:.0f}%", flush=True)
     finally:
         stop(backend)
     summarise(results, names, args.reps, args.duration, args.connections)
@@ -390,7 +445,8 @@ def main():
 
 
 REP_LINE = re.compile(r"rep (\d+) (\S+)\s+(\S+)\s+(\d+) req/s\s+p50\s+(\d+) us\s+p99\s+(\d+) us\s+cpu/req\s+([\d.]+) us "
-                      r"\(usr ([\d.]+) sys ([\d.]+)\)\s+rss\s+([\d.]+) MiB\s+errors (\d+)")
+                      r"\(usr ([\d.]+) sys ([\d.]+)\)\s+rss\s+([\d.]+) MiB\s+errors (\d+)"
+                      r"(?:\s+wrk ([\d.]+) backend ([\d.]+) us/req\s+busy proxy core (\d+)% load core (\d+)%)?")
 
 
 def from_log(path):
@@ -402,10 +458,13 @@ def from_log(path):
             if not m:
                 continue
             rep, name, mode = int(m.group(1)), m.group(2), m.group(3)
-            rps, p50, p99, cpu, usr, sys_, rss, errors = map(float, m.groups()[3:])
-            results.setdefault((name, mode), []).append(
-                {"rep": rep, "rps": rps, "p50_us": p50, "p99_us": p99, "cpu_us_per_req": cpu,
-                 "usr_us_per_req": usr, "sys_us_per_req": sys_, "rss_mib": rss, "errors": errors})
+            rps, p50, p99, cpu, usr, sys_, rss, errors = map(float, m.groups()[3:11])
+            r = {"rep": rep, "rps": rps, "p50_us": p50, "p99_us": p99, "cpu_us_per_req": cpu,
+                 "usr_us_per_req": usr, "sys_us_per_req": sys_, "rss_mib": rss, "errors": errors}
+            if m.group(12) is not None:  # logs from before the load core was measured lack these
+                r.update(zip(("wrk_us_per_req", "backend_us_per_req", "proxy_core_pct", "load_core_pct"),
+                             map(float, m.groups()[11:])))
+            results.setdefault((name, mode), []).append(r)
             if name not in names:
                 names.append(name)
             reps = max(reps, rep)
@@ -454,7 +513,22 @@ def summarise(results, names, reps, duration, connections):
         rps_d = f"{m['rps'] / direct['rps']:.2f}" if direct else "-"
         print(f"{name:<10}{mode:<8}{m['rps']:>10.0f}{m['p50_us']:>9.0f}{m['p99_us']:>9.0f}{m['cpu_us_per_req']:>12.2f}"
               f"{m['usr_us_per_req']:>6.1f}{m['sys_us_per_req']:>6.1f}{m['rss_mib']:>9.1f}{m['errors']:>8.0f}{rps_ng:>11}{cpu_ng:>11}{rps_d:>12}")
+    load_core(med, names)
     paired(results, names)
+
+
+def load_core(med, names):
+    """The other side of each request: wrk's and the backends' CPU a request
+    (both on the load core) and each core's busy share, medians."""
+    rows = [(k, m) for k, m in med.items() if "wrk_us_per_req" in m]
+    if not rows:
+        return
+    print()
+    print(f"The load core's side (core {LOAD_CORE}: wrk and backends), medians")
+    print(f"{'proxy':<10}{'ids in':<8}{'wrk us/req':>12}{'backend us/req':>16}{'load core busy':>16}{'proxy core busy':>17}")
+    for (name, mode), m in sorted(rows, key=lambda kv: (names.index(kv[0][0]), kv[0][1])):
+        print(f"{name:<10}{mode:<8}{m['wrk_us_per_req']:>12.2f}{m['backend_us_per_req']:>16.2f}"
+              f"{m['load_core_pct']:>15.0f}%{m['proxy_core_pct']:>16.0f}%")
 
 
 if __name__ == "__main__":

@@ -83,11 +83,11 @@ def main():
             if out.count('"region"') != min(50, 3 * args.items) + 3 or '"failed":[]' not in out:
                 raise RuntimeError(f"fan-out check failed: {out[:300]}")
             scripts = {"routed": c.lua_script(tmp, ids, "path"), "fanout": fanout_script(tmp)}
-            pids = c.pids_of(proxy)
+            pids, backend_pids = c.pids_of(proxy), c.pids_of(backend)
             results = {}
             for rep in range(args.reps):
                 for name, script in scripts.items():
-                    r = c.measure("shardgate", c.PROXY_PORT, pids, script, args.duration, args.connections)
+                    r = c.measure("shardgate", c.PROXY_PORT, pids, backend_pids, script, args.duration, args.connections)
                     if r["errors"]:
                         raise RuntimeError(f"{name}: {r['errors']} errors")
                     results.setdefault(name, []).append(r)
