@@ -131,19 +131,20 @@ def stop(proc):
             proc.wait()
 
 
-def one_proxy_workload(prefix, binary=None):
+def one_proxy_workload(prefix, binary=None, wrap=()):
     """What the tools that run one shardgate at a time (instructions.py,
     train.py) share with a run: a temporary directory, the backends started
     on the load core and answering, 1000 ids a region minted and the table
-    written. Returns (directory, backend process, ids, table path); the
-    caller stops the backend with stop()."""
+    written. `wrap` goes before the backends' command (a profiler). Returns
+    (directory, backend process, ids, table path); the caller stops the
+    backend with stop()."""
     tmp = tempfile.mkdtemp(prefix=prefix)
     with open(os.path.join(tmp, "backend.conf"), "w") as f:
         f.write(backend_conf(tmp))
-    backend = start([NGINX, "-c", os.path.join(tmp, "backend.conf"), "-p", tmp], LOAD_CORE)
+    backend = start([*wrap, NGINX, "-c", os.path.join(tmp, "backend.conf"), "-p", tmp], LOAD_CORE)
     try:
         for port in BACKEND_PORTS.values():
-            wait_port(port, backend)
+            wait_port(port, backend, timeout=60 if wrap else 10)
         ids = mint_ids(1000, binary)
         config = os.path.join(tmp, "shardgate.yaml")
         with open(config, "w") as f:

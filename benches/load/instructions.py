@@ -13,12 +13,21 @@ TLS roots, the table) does not weigh on a binary that served fewer requests.
 
 BINARY is a shardgate binary, or `nginx` or `haproxy` for the two reference
 proxies with compare.py's configurations (nginx without its master process,
-so that one process serves and is counted). With --cache-sim callgrind also
-simulates the caches and branch predictors and every event is printed per
-request: Ir instructions, Dr/Dw data reads/writes, I1mr/D1mr/D1mw L1 misses,
-ILmr/DLmr/DLmw last-level misses, Bc/Bcm conditional branches and their
-mispredictions, Bi/Bim indirect ones (a model of a generic CPU, not this
-one's counters, which this VM does not expose).
+so that one process serves and is counted); `nginx+fields` and
+`haproxy+fields` are the same with compare.py's --same-fields (they add the
+X-Forwarded-*, request id and Via fields shardgate adds).
+
+With --cache-sim callgrind also simulates the caches and branch predictors
+and every event is printed per request: Ir instructions, Dr/Dw data
+reads/writes, I1mr/D1mr/D1mw L1 misses, ILmr/DLmr/DLmw last-level misses,
+Bc/Bcm conditional branches and their mispredictions, Bi/Bim indirect ones
+(a model of a generic CPU, not this one's counters, which this VM does not
+expose).
+
+With --backend the backends (one nginx process, the same for every proxy)
+run under callgrind too, and each row also gives the backends' instructions
+per request behind that proxy: what the fields a proxy adds to the request
+cost the server that reads them.
 
 Needs valgrind, nginx and wrk (benches/load/run installs the last two). The
 callgrind files stay in a temporary directory printed with each row, for
@@ -28,6 +37,7 @@ import argparse
 import os
 import signal
 import subprocess
+import tempfile
 
 import compare as c
 
@@ -38,9 +48,17 @@ def main():
     ap.add_argument("--seconds", type=int, default=15)
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--cache-sim", action="store_true")
+    ap.add_argument("--backend", action="store_true", help="also count the backends' instructions a request")
     ap.add_argument("binaries", nargs="+")
     args = ap.parse_args()
-    tmp, backend, ids, config = c.one_proxy_workload("shardgate-callgrind-")
+    # Ids are minted by the first shardgate binary given (or target/release's).
+    minter = next((b for b in args.binaries if b.split("+")[0] not in ("nginx", "haproxy")), None)
+    # With --backend, the backends count only while a proxy's wrk run lasts:
+    # each dump (backend.1, backend.2, ...) holds one proxy's and resets.
+    backend_out = tempfile.mkdtemp(prefix="shardgate-callgrind-backend-") + "/backend" if args.backend else None
+    wrap = ("valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={backend_out}") \
+        if args.backend else ()
+    tmp, backend, ids, config = c.one_proxy_workload("shardgate-callgrind-", minter, wrap)
     try:
         script = c.lua_script(tmp, ids, args.mode)
         sim = ["--cache-sim=yes", "--branch-sim=yes"] if args.cache_sim else []
@@ -52,9 +70,15 @@ def main():
             try:
                 c.wait_port(c.PROXY_PORT, proxy, timeout=120)
                 c.check_routing(c.PROXY_PORT, ids, args.mode)
-                subprocess.run(["callgrind_control", "-i", "on", str(proxy.pid)], check=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+                callgrind_control("-i", "on", proxy.pid)
+                if args.backend:
+                    callgrind_control("-i", "on", backend.pid)
                 r = c.run_wrk(c.PROXY_PORT, script, args.seconds, args.connections)
+                if args.backend:
+                    # Dumped before instrumentation stops: a dump taken
+                    # after it stopped had its costs but `summary: 0`.
+                    callgrind_control("-d", backend.pid)
+                    callgrind_control("-i", "off", backend.pid)
             finally:
                 proxy.send_signal(stop)
                 proxy.wait(120)
@@ -63,6 +87,11 @@ def main():
                 raise RuntimeError(f"{binary}: no instruction total or no requests ({out})")
             n = r["requests"]
             line = f"{binary}  {args.mode}  requests {n}  errors {r['errors']}  instructions/request {totals[0] / n:.0f}"
+            if args.backend:
+                _, backend_totals = read_totals(f"{backend_out}.{i + 1}")
+                if not backend_totals:
+                    raise RuntimeError(f"{binary}: no backend total ({backend_out}.{i + 1})")
+                line += f"  backend instructions/request {backend_totals[0] / n:.0f}"
             if args.cache_sim:
                 line += "  per request: " + "  ".join(f"{e} {t / n:.0f}" for e, t in zip(events, totals))
             print(f"{line}  ({out})", flush=True)
@@ -70,34 +99,44 @@ def main():
         c.stop(backend)
 
 
+def callgrind_control(*args):
+    subprocess.run(["callgrind_control", *map(str, args)], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+
+
 def proxy_command(binary, tmp, config):
     """The command line that serves compare.py's workload, and its stop signal."""
-    if binary == "nginx":
+    same_fields = binary.endswith("+fields")
+    if binary in ("nginx", "nginx+fields"):
         conf = os.path.join(tmp, "nginx.conf")
         with open(conf, "w") as f:
-            f.write(c.nginx_conf(tmp).replace("daemon off;", "daemon off; master_process off;", 1))
+            f.write(c.nginx_conf(tmp, same_fields).replace("daemon off;", "daemon off; master_process off;", 1))
         # SIGQUIT: nginx's graceful stop, which lets valgrind write its totals.
         return [c.NGINX, "-c", conf, "-p", tmp], signal.SIGQUIT
-    if binary == "haproxy":
+    if binary in ("haproxy", "haproxy+fields"):
         conf = os.path.join(tmp, "haproxy.cfg")
         with open(conf, "w") as f:
-            f.write(c.haproxy_conf(tmp))
+            f.write(c.haproxy_conf(tmp, same_fields))
         return [c.HAPROXY, "-f", conf, "-db"], signal.SIGTERM
     # One runtime thread, as compare.py runs it (and as one nginx worker).
     return [binary, "--threads", "1", "serve", "--config", config], signal.SIGTERM
 
 
 def read_totals(path):
-    """The event names and the program's totals from a callgrind file (its
-    `summary:` line, or `totals:` where there is no summary)."""
-    events, totals = [], None
+    """The event names and the totals from a callgrind file: its `totals:`
+    line (the sum of the file's costs), or `summary:` where there is none.
+    The `summary:` of a dump after instrumentation was switched off and on
+    again can wrap around (valgrind 3.19); `totals:` stays right."""
+    events, totals, summary = [], None, None
     with open(path) as f:
         for line in f:
             if line.startswith("events:"):
                 events = line.split()[1:]
-            elif line.startswith("summary:") or (line.startswith("totals:") and totals is None):
+            elif line.startswith("totals:") and totals is None:
                 totals = [int(x) for x in line.split()[1:]]
-    return events, totals
+            elif line.startswith("summary:") and summary is None:
+                summary = [int(x) for x in line.split()[1:]]
+    return events, totals or summary
 
 
 if __name__ == "__main__":
