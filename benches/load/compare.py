@@ -12,6 +12,21 @@ repetition (median, range, and how many repetitions it was ahead): the
 host's speed drifts during a run, and measurements minutes apart compare
 better than medians a run apart. `--from-log FILE` prints both again from a
 saved run's output, measuring nothing.
+
+Each repetition also gives what the request cost the load core (wrk's and
+the backends' CPU a request) and how busy each core was: on two cores the
+load core is as busy as the proxy's, and where it saturates it sets req/s.
+By default nginx and HAProxy add nothing to the messages they forward;
+`--same-fields` has them add what shardgate adds (X-Forwarded-For, -Proto,
+-Host, a request id and Via upstream, the request id and Via to the answer),
+so that the three do the same work and the backends parse the same fields.
+
+On a VM the hypervisor moves the two virtual CPUs between host cores that
+share a cache and cores that do not, and the second placement makes every
+process's socket calls cost about a quarter more (coreping.c). Each run is
+marked near, far or mixed by a cache line's round trip between the cores,
+timed before and after it, and the ratios are given again over the
+repetitions where both runs had the same placement.
 """
 import argparse
 import os
@@ -102,6 +117,24 @@ def core_busy():
 def busy_pct(before, after, core):
     (b0, t0), (b1, t1) = before[core], after[core]
     return 100.0 * (b1 - b0) / max(t1 - t0, 1)
+
+
+def coreping(tmp):
+    """A function that times a cache line's round trip between the proxy's
+    core and the load core (coreping.c, compiled here once), in ns; None
+    where there is no C compiler. See coreping.c for why it matters."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        print("load: no C compiler; the cores' placement is not measured", file=sys.stderr)
+        return None
+    exe = os.path.join(tmp, "coreping")
+    subprocess.run([cc, "-O2", "-pthread", "-o", exe, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                                   "coreping.c")], check=True)
+
+    def ping():
+        out = subprocess.run([exe, PROXY_CORE, LOAD_CORE], capture_output=True, text=True, check=True, timeout=30)
+        return int(out.stdout)
+    return ping
 
 
 def rss_kib(pids):
@@ -337,13 +370,15 @@ def run_wrk(port, script, duration, conns):
     return {"requests": req, "errors": err + non2xx, "rps": req / duration, "p50_us": p50, "p99_us": p99}
 
 
-def measure(name, port, pids, backend_pids, script, duration, conns):
+def measure(name, port, pids, backend_pids, script, duration, conns, ping=None):
     run_wrk(port, script, 2, conns)  # warm-up: connections, pools, caches
+    ping_before = ping() if ping else 0
     u0, s0 = cpu_ticks(pids)
     b0, l0, c0 = cpu_ticks(backend_pids), os.times(), core_busy()
     r = run_wrk(port, script, duration, conns)
     u1, s1 = cpu_ticks(pids)
     b1, l1, c1 = cpu_ticks(backend_pids), os.times(), core_busy()
+    r["ping_before_ns"], r["ping_after_ns"] = ping_before, ping() if ping else 0
     per_req = 1e6 / CLK_TCK / max(r["requests"], 1)
     r["usr_us_per_req"] = (u1 - u0) * per_req
     r["sys_us_per_req"] = (s1 - s0) * per_req
@@ -387,6 +422,7 @@ def main():
         if not free(p):
             sys.exit(f"load: port {p} is busy")
     tmp = tempfile.mkdtemp(prefix="shardgate-load-")
+    ping = coreping(tmp)
     ids = mint_ids(args.ids_per_region, args.binary)
     scripts = {m: lua_script(tmp, ids, m) for m in ("path", "header")}
     with open(f"{tmp}/backend.conf", "w") as f:
@@ -433,7 +469,8 @@ def main():
                         port, pids = PROXY_PORT, pids_of(proc)
                         check_routing(port, ids, mode)
                     try:
-                        r = measure(name, port, pids, backend_pids, scripts[mode], args.duration, args.connections)
+                        r = measure(name, port, pids, backend_pids, scripts[mode], args.duration, args.connections,
+                                    ping)
                     finally:
                         if proc is not None:
                             stop(proc)
@@ -444,7 +481,8 @@ def main():
                           f"(usr {r['usr_us_per_req']:.1f} sys {r['sys_us_per_req']:.1f})  "
                           f"rss {r['rss_mib']:>5.1f} MiB  errors {r['errors']}  "
                           f"wrk {r['wrk_us_per_req']:.2f} backend {r['backend_us_per_req']:.2f} us/req  "
-                          f"busy proxy core {r['proxy_core_pct']:.0f}% load core {r['load_core_pct']:.0f}%", flush=True)
+                          f"busy proxy core {r['proxy_core_pct']:.0f}% load core {r['load_core_pct']:.0f}%  "
+                          f"cores {r['ping_before_ns']}/{r['ping_after_ns']} ns", flush=True)
     finally:
         stop(backend)
     summarise(results, names, args.reps, args.duration, args.connections)
@@ -453,7 +491,8 @@ def main():
 
 REP_LINE = re.compile(r"rep (\d+) (\S+)\s+(\S+)\s+(\d+) req/s\s+p50\s+(\d+) us\s+p99\s+(\d+) us\s+cpu/req\s+([\d.]+) us "
                       r"\(usr ([\d.]+) sys ([\d.]+)\)\s+rss\s+([\d.]+) MiB\s+errors (\d+)"
-                      r"(?:\s+wrk ([\d.]+) backend ([\d.]+) us/req\s+busy proxy core (\d+)% load core (\d+)%)?")
+                      r"(?:\s+wrk ([\d.]+) backend ([\d.]+) us/req\s+busy proxy core (\d+)% load core (\d+)%)?"
+                      r"(?:\s+cores (\d+)/(\d+) ns)?")
 
 
 def from_log(path):
@@ -470,7 +509,9 @@ def from_log(path):
                  "usr_us_per_req": usr, "sys_us_per_req": sys_, "rss_mib": rss, "errors": errors}
             if m.group(12) is not None:  # logs from before the load core was measured lack these
                 r.update(zip(("wrk_us_per_req", "backend_us_per_req", "proxy_core_pct", "load_core_pct"),
-                             map(float, m.groups()[11:])))
+                             map(float, m.groups()[11:15])))
+            if m.group(16) is not None:  # and logs from before the cores' placement was
+                r["ping_before_ns"], r["ping_after_ns"] = int(m.group(16)), int(m.group(17))
             results.setdefault((name, mode), []).append(r)
             if name not in names:
                 names.append(name)
@@ -479,13 +520,35 @@ def from_log(path):
     return results, sorted(names, key=lambda n: order.index(n) if n in order else len(order)), reps
 
 
-def paired(results, names):
+def placements(results):
+    """Marks each run near, far or mixed: where the hypervisor had the two
+    cores (coreping.c), from the round trips timed before and after it. A
+    round trip under twice the shortest of the whole run is near; a run
+    whose two disagree is mixed (the placement changed during it)."""
+    pings = [r[k] for v in results.values() for r in v for k in ("ping_before_ns", "ping_after_ns") if r.get(k)]
+    if not pings:
+        return False
+    limit = 2 * min(pings)
+    for v in results.values():
+        for r in v:
+            if r.get("ping_before_ns"):
+                near = (r["ping_before_ns"] < limit, r["ping_after_ns"] < limit)
+                r["placement"] = "near" if all(near) else "far" if not any(near) else "mixed"
+    return True
+
+
+def paired(results, names, same_placement=False):
     """Each proxy against nginx within each repetition (measured minutes
     apart, not a whole run apart): the median ratio, its range, and in how
     many repetitions the proxy was ahead. On a shared host whose speed drifts
-    during a run, these say more than the ratio of two medians."""
+    during a run, these say more than the ratio of two medians. With
+    same_placement, only the repetitions where both runs had the cores in
+    the same place, near or far."""
     print()
-    print("Against nginx in the same repetition: median ratio (range), repetitions ahead of nginx")
+    if same_placement:
+        print("The same, only repetitions where both runs had the cores in the same placement (both near or both far)")
+    else:
+        print("Against nginx in the same repetition: median ratio (range), repetitions ahead of nginx")
     print(f"{'proxy':<10}{'ids in':<8}{'cpu/nginx':>26}{'rps/nginx':>26}{'p99/nginx':>26}")
     for name in names:
         for mode in ("path", "header"):
@@ -493,6 +556,8 @@ def paired(results, names):
             if name in ("nginx", "direct") or not mine or not ng:
                 continue
             pairs = list(zip(mine, ng))
+            if same_placement:
+                pairs = [(a, b) for a, b in pairs if a.get("placement") == b.get("placement") != "mixed"]
             cells = []
             for field, lower_is_better in (("cpu_us_per_req", True), ("rps", False), ("p99_us", True)):
                 ratios = [a[field] / b[field] for a, b in pairs if b[field]]
@@ -505,8 +570,11 @@ def paired(results, names):
 
 
 def summarise(results, names, reps, duration, connections):
-    """The medians table, then the same-repetition ratios."""
-    med = {k: {f: statistics.median(x[f] for x in v) for f in v[0]} for k, v in results.items()}
+    """The medians table, the load core's side, then the same-repetition
+    ratios (and, where the cores' placement was measured, those of the
+    repetitions with the same placement)."""
+    placed = placements(results)
+    med = {k: {f: statistics.median(x[f] for x in v) for f in v[0] if f != "placement"} for k, v in results.items()}
     print()
     print(f"Medians over {reps} repetitions, {duration}s each, {connections} connections, "
           f"proxy on core {PROXY_CORE}, wrk and backends on core {LOAD_CORE}")
@@ -520,22 +588,30 @@ def summarise(results, names, reps, duration, connections):
         rps_d = f"{m['rps'] / direct['rps']:.2f}" if direct else "-"
         print(f"{name:<10}{mode:<8}{m['rps']:>10.0f}{m['p50_us']:>9.0f}{m['p99_us']:>9.0f}{m['cpu_us_per_req']:>12.2f}"
               f"{m['usr_us_per_req']:>6.1f}{m['sys_us_per_req']:>6.1f}{m['rss_mib']:>9.1f}{m['errors']:>8.0f}{rps_ng:>11}{cpu_ng:>11}{rps_d:>12}")
-    load_core(med, names)
+    load_core(med, names, results)
     paired(results, names)
+    if placed:
+        paired(results, names, same_placement=True)
 
 
-def load_core(med, names):
+def load_core(med, names, results):
     """The other side of each request: wrk's and the backends' CPU a request
-    (both on the load core) and each core's busy share, medians."""
+    (both on the load core), each core's busy share, medians, and where the
+    cores' placement was measured, its round trip and how many runs were
+    near, far and mixed."""
     rows = [(k, m) for k, m in med.items() if "wrk_us_per_req" in m]
     if not rows:
         return
     print()
-    print(f"The load core's side (core {LOAD_CORE}: wrk and backends), medians")
-    print(f"{'proxy':<10}{'ids in':<8}{'wrk us/req':>12}{'backend us/req':>16}{'load core busy':>16}{'proxy core busy':>17}")
+    print(f"The load core's side (core {LOAD_CORE}: wrk and backends), medians; the cores' placement")
+    print(f"{'proxy':<10}{'ids in':<8}{'wrk us/req':>12}{'backend us/req':>16}{'load core busy':>16}{'proxy core busy':>17}"
+          f"{'round trip ns':>15}{'near/far/mixed':>16}")
     for (name, mode), m in sorted(rows, key=lambda kv: (names.index(kv[0][0]), kv[0][1])):
+        kinds = [r.get("placement") for r in results[(name, mode)]]
+        placed = "/".join(str(kinds.count(k)) for k in ("near", "far", "mixed")) if any(kinds) else "-"
+        ping = f"{m['ping_before_ns']:.0f}" if m.get("ping_before_ns") else "-"
         print(f"{name:<10}{mode:<8}{m['wrk_us_per_req']:>12.2f}{m['backend_us_per_req']:>16.2f}"
-              f"{m['load_core_pct']:>15.0f}%{m['proxy_core_pct']:>16.0f}%")
+              f"{m['load_core_pct']:>15.0f}%{m['proxy_core_pct']:>16.0f}%{ping:>15}{placed:>16}")
 
 
 if __name__ == "__main__":
