@@ -10,8 +10,8 @@ for every proxy alike. Each configuration is repeated (alternating) and the
 table shows medians, then each proxy's ratios to nginx within each
 repetition (median, range, and how many repetitions it was ahead): the
 host's speed drifts during a run, and measurements minutes apart compare
-better than medians a run apart. `--from-log FILE` prints both again from a
-saved run's output, measuring nothing.
+better than medians a run apart. `--from-log FILE` prints the tables again
+from a saved run's output, measuring nothing.
 
 Each repetition also gives what the request cost the load core (wrk's and
 the backends' CPU a request) and how busy each core was: on two cores the
@@ -19,14 +19,18 @@ load core is as busy as the proxy's, and where it saturates it sets req/s.
 By default nginx and HAProxy add nothing to the messages they forward;
 `--same-fields` has them add what shardgate adds (X-Forwarded-For, -Proto,
 -Host, a request id and Via upstream, the request id and Via to the answer),
-so that the three do the same work and the backends parse the same fields.
+so that the backends and wrk parse the same fields and each proxy makes
+them. The request ids differ in how they are made: nginx's `$request_id` is
+32 hex digits from OpenSSL's RAND_bytes, HAProxy's `uuid()` a UUIDv4,
+shardgate's a UUIDv7 from a thread-local generator.
 
 On a VM the hypervisor moves the two virtual CPUs between host cores that
 share a cache and cores that do not, and the second placement makes every
 process's socket calls cost about a quarter more (coreping.c). Each run is
 marked near, far or mixed by a cache line's round trip between the cores,
-timed before and after it, and the ratios are given again over the
-repetitions where both runs had the same placement.
+timed before and after it, and where the cores moved during the run the
+ratios are given again over the repetitions where both runs had the same
+placement.
 """
 import argparse
 import os
@@ -115,25 +119,35 @@ def core_busy():
 
 
 def busy_pct(before, after, core):
+    """The share of the time between two core_busy() readings that a core
+    was busy, in percent; time the hypervisor gave the core to another
+    guest (steal) counts as busy, since the core could not run ours."""
     (b0, t0), (b1, t1) = before[core], after[core]
     return 100.0 * (b1 - b0) / max(t1 - t0, 1)
 
 
 def coreping(tmp):
     """A function that times a cache line's round trip between the proxy's
-    core and the load core (coreping.c, compiled here once), in ns; None
-    where there is no C compiler. See coreping.c for why it matters."""
+    core and the load core (coreping.c, compiled here once), in ns, or 0 if
+    that fails; None where it cannot be compiled. See coreping.c for why it
+    matters."""
     cc = shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        print("load: no C compiler; the cores' placement is not measured", file=sys.stderr)
-        return None
     exe = os.path.join(tmp, "coreping")
-    subprocess.run([cc, "-O2", "-pthread", "-o", exe, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                                   "coreping.c")], check=True)
+    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "coreping.c")
+    built = cc and subprocess.run([cc, "-O2", "-pthread", "-o", exe, source], stderr=subprocess.PIPE,
+                                  text=True).returncode == 0
+    if not built:
+        print(f"load: coreping.c did not compile ({cc or 'no C compiler'}); the cores' placement is not measured",
+              file=sys.stderr)
+        return None
 
     def ping():
-        out = subprocess.run([exe, PROXY_CORE, LOAD_CORE], capture_output=True, text=True, check=True, timeout=30)
-        return int(out.stdout)
+        try:
+            out = subprocess.run([exe, PROXY_CORE, LOAD_CORE], capture_output=True, text=True, check=True, timeout=30)
+            return int(out.stdout)
+        except (subprocess.SubprocessError, ValueError) as e:
+            print(f"load: coreping failed ({e}); this run's placement is not measured", file=sys.stderr)
+            return 0
     return ping
 
 
@@ -481,8 +495,9 @@ def main():
                           f"(usr {r['usr_us_per_req']:.1f} sys {r['sys_us_per_req']:.1f})  "
                           f"rss {r['rss_mib']:>5.1f} MiB  errors {r['errors']}  "
                           f"wrk {r['wrk_us_per_req']:.2f} backend {r['backend_us_per_req']:.2f} us/req  "
-                          f"busy proxy core {r['proxy_core_pct']:.0f}% load core {r['load_core_pct']:.0f}%  "
-                          f"cores {r['ping_before_ns']}/{r['ping_after_ns']} ns", flush=True)
+                          f"busy proxy core {r['proxy_core_pct']:.0f}% load core {r['load_core_pct']:.0f}%"
+                          + (f"  cores {r['ping_before_ns']}/{r['ping_after_ns']} ns"
+                             if r["ping_before_ns"] and r["ping_after_ns"] else ""), flush=True)
     finally:
         stop(backend)
     summarise(results, names, args.reps, args.duration, args.connections)
@@ -510,7 +525,7 @@ def from_log(path):
             if m.group(12) is not None:  # logs from before the load core was measured lack these
                 r.update(zip(("wrk_us_per_req", "backend_us_per_req", "proxy_core_pct", "load_core_pct"),
                              map(float, m.groups()[11:15])))
-            if m.group(16) is not None:  # and logs from before the cores' placement was
+            if m.group(16) is not None:  # and logs from before the cores' placement was timed, these
                 r["ping_before_ns"], r["ping_after_ns"] = int(m.group(16)), int(m.group(17))
             results.setdefault((name, mode), []).append(r)
             if name not in names:
@@ -522,18 +537,22 @@ def from_log(path):
 
 def placements(results):
     """Marks each run near, far or mixed: where the hypervisor had the two
-    cores (coreping.c), from the round trips timed before and after it. A
-    round trip under twice the shortest of the whole run is near; a run
-    whose two disagree is mixed (the placement changed during it)."""
-    pings = [r[k] for v in results.values() for r in v for k in ("ping_before_ns", "ping_after_ns") if r.get(k)]
-    if not pings:
+    cores (coreping.c), from the round trips timed before and after it. The
+    round trips of the whole run are split at the widest step between two
+    neighbours in size, if the longest is over twice the shortest; a run
+    whose two fall on different sides is mixed (the cores moved during it),
+    and where there is no such step every run is marked `one` (a single
+    placement). Returns whether the cores moved during the run."""
+    runs = [r for v in results.values() for r in v if r.get("ping_before_ns") and r.get("ping_after_ns")]
+    pings = sorted(r[k] for r in runs for k in ("ping_before_ns", "ping_after_ns"))
+    if not pings or pings[-1] <= 2 * pings[0]:
+        for r in runs:
+            r["placement"] = "one"
         return False
-    limit = 2 * min(pings)
-    for v in results.values():
-        for r in v:
-            if r.get("ping_before_ns"):
-                near = (r["ping_before_ns"] < limit, r["ping_after_ns"] < limit)
-                r["placement"] = "near" if all(near) else "far" if not any(near) else "mixed"
+    _, limit = max((b / a, b) for a, b in zip(pings, pings[1:]))
+    for r in runs:
+        near = (r["ping_before_ns"] < limit, r["ping_after_ns"] < limit)
+        r["placement"] = "near" if all(near) else "far" if not any(near) else "mixed"
     return True
 
 
@@ -557,7 +576,7 @@ def paired(results, names, same_placement=False):
                 continue
             pairs = list(zip(mine, ng))
             if same_placement:
-                pairs = [(a, b) for a, b in pairs if a.get("placement") == b.get("placement") != "mixed"]
+                pairs = [(a, b) for a, b in pairs if a.get("placement") == b.get("placement") in ("near", "far")]
             cells = []
             for field, lower_is_better in (("cpu_us_per_req", True), ("rps", False), ("p99_us", True)):
                 ratios = [a[field] / b[field] for a, b in pairs if b[field]]
@@ -571,10 +590,13 @@ def paired(results, names, same_placement=False):
 
 def summarise(results, names, reps, duration, connections):
     """The medians table, the load core's side, then the same-repetition
-    ratios (and, where the cores' placement was measured, those of the
-    repetitions with the same placement)."""
-    placed = placements(results)
-    med = {k: {f: statistics.median(x[f] for x in v) for f in v[0] if f != "placement"} for k, v in results.items()}
+    ratios (and, where the cores moved between placements during the run,
+    those of the repetitions with the same placement)."""
+    moved = placements(results)
+    # The fields every run of a configuration has (a log can join runs of
+    # older and newer formats), numbers only.
+    med = {k: {f: statistics.median(x[f] for x in v)
+               for f in set.intersection(*(set(x) for x in v)) - {"placement"}} for k, v in results.items()}
     print()
     print(f"Medians over {reps} repetitions, {duration}s each, {connections} connections, "
           f"proxy on core {PROXY_CORE}, wrk and backends on core {LOAD_CORE}")
@@ -590,15 +612,15 @@ def summarise(results, names, reps, duration, connections):
               f"{m['usr_us_per_req']:>6.1f}{m['sys_us_per_req']:>6.1f}{m['rss_mib']:>9.1f}{m['errors']:>8.0f}{rps_ng:>11}{cpu_ng:>11}{rps_d:>12}")
     load_core(med, names, results)
     paired(results, names)
-    if placed:
+    if moved:
         paired(results, names, same_placement=True)
 
 
 def load_core(med, names, results):
     """The other side of each request: wrk's and the backends' CPU a request
     (both on the load core), each core's busy share, medians, and where the
-    cores' placement was measured, its round trip and how many runs were
-    near, far and mixed."""
+    cores' placement was timed, the median round trip (before and after
+    every run) and how many runs were near, far and mixed."""
     rows = [(k, m) for k, m in med.items() if "wrk_us_per_req" in m]
     if not rows:
         return
@@ -607,9 +629,12 @@ def load_core(med, names, results):
     print(f"{'proxy':<10}{'ids in':<8}{'wrk us/req':>12}{'backend us/req':>16}{'load core busy':>16}{'proxy core busy':>17}"
           f"{'round trip ns':>15}{'near/far/mixed':>16}")
     for (name, mode), m in sorted(rows, key=lambda kv: (names.index(kv[0][0]), kv[0][1])):
-        kinds = [r.get("placement") for r in results[(name, mode)]]
-        placed = "/".join(str(kinds.count(k)) for k in ("near", "far", "mixed")) if any(kinds) else "-"
-        ping = f"{m['ping_before_ns']:.0f}" if m.get("ping_before_ns") else "-"
+        runs = results[(name, mode)]
+        kinds = [r.get("placement") for r in runs]
+        placed = "/".join(str(kinds.count(k)) for k in ("near", "far", "mixed")) if any(
+            k in ("near", "far", "mixed") for k in kinds) else ("one" if "one" in kinds else "-")
+        pings = [r[k] for r in runs for k in ("ping_before_ns", "ping_after_ns") if r.get(k)]
+        ping = f"{statistics.median(pings):.0f}" if pings else "-"
         print(f"{name:<10}{mode:<8}{m['wrk_us_per_req']:>12.2f}{m['backend_us_per_req']:>16.2f}"
               f"{m['load_core_pct']:>15.0f}%{m['proxy_core_pct']:>16.0f}%{ping:>15}{placed:>16}")
 

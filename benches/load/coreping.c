@@ -4,7 +4,8 @@
  *   coreping CPU_A CPU_B [ROUNDS]
  *
  * One thread on each CPU hands a flag back and forth; the printed figure is
- * the median over 9 batches of ROUNDS/9 round trips each. compare.py runs it
+ * the median over 9 batches of ROUNDS/9 round trips each (ROUNDS at least 9,
+ * 45000 by default; the two CPUs must differ). compare.py runs it
  * before and after every measured run: on a VM the hypervisor moves the
  * virtual CPUs between host cores that share a cache (a round trip of about
  * 100 ns on the development machine) and cores that do not (about 400 ns),
@@ -16,6 +17,7 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +59,17 @@ static double now_ns(void)
     return t.tv_sec * 1e9 + t.tv_nsec;
 }
 
+/* A whole decimal number in [min, max], or -1. */
+static long number(const char *text, long min, long max)
+{
+    char *end;
+    errno = 0;
+    long n = strtol(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0' || n < min || n > max)
+        return -1;
+    return n;
+}
+
 static int by_value(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -69,10 +82,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: coreping CPU_A CPU_B [ROUNDS]\n");
         return 2;
     }
-    int cpu_a = atoi(argv[1]);
-    cpu_b = atoi(argv[2]);
-    long rounds = argc > 3 ? atol(argv[3]) : 45000;
-    per_batch = rounds / BATCHES > 0 ? rounds / BATCHES : 1;
+    long a = number(argv[1], 0, CPU_SETSIZE - 1), b = number(argv[2], 0, CPU_SETSIZE - 1);
+    long rounds = argc > 3 ? number(argv[3], BATCHES, 1000000000L) : 45000;
+    if (a < 0 || b < 0 || a == b || rounds < 0) {
+        /* On one CPU the two threads would hand the flag over only when the
+         * scheduler switches between them: no measure, and no end. */
+        fprintf(stderr, "coreping: want two different CPU numbers and at least %d rounds, got \"%s\" \"%s\"%s%s%s\n",
+                BATCHES, argv[1], argv[2], argc > 3 ? " \"" : "", argc > 3 ? argv[3] : "", argc > 3 ? "\"" : "");
+        return 2;
+    }
+    int cpu_a = (int)a;
+    cpu_b = (int)b;
+    per_batch = rounds / BATCHES;
     if (pin(cpu_a) != 0) {
         fprintf(stderr, "coreping: cannot run on CPU %d\n", cpu_a);
         return 1;

@@ -9,7 +9,7 @@ requests served. Counting starts once the proxy is up and has routed the
 check requests (`callgrind_control -i on`), so start-up (loading the system's
 TLS roots, the table) does not weigh on a binary that served fewer requests.
 
-    benches/load/instructions.py [--mode path|header] [--seconds 15] [--cache-sim] BINARY...
+    benches/load/instructions.py [--mode path|header] [--seconds 15] [--cache-sim] [--backend] BINARY...
 
 BINARY is a shardgate binary, or `nginx` or `haproxy` for the two reference
 proxies with compare.py's configurations (nginx without its master process,
@@ -26,8 +26,10 @@ expose).
 
 With --backend the backends (one nginx process, the same for every proxy)
 run under callgrind too, and each row also gives the backends' instructions
-per request behind that proxy: what the fields a proxy adds to the request
-cost the server that reads them.
+per request behind that proxy: the same work but for what the proxy sends
+them (the fields it adds, its Host), so the difference between two rows is
+what one proxy's requests cost a server more than the other's. Their files
+are in a directory of their own, printed first.
 
 Needs valgrind, nginx and wrk (benches/load/run installs the last two). The
 callgrind files stay in a temporary directory printed with each row, for
@@ -56,6 +58,8 @@ def main():
     # With --backend, the backends count only while a proxy's wrk run lasts:
     # each dump (backend.1, backend.2, ...) holds one proxy's and resets.
     backend_out = tempfile.mkdtemp(prefix="shardgate-callgrind-backend-") + "/backend" if args.backend else None
+    if backend_out:
+        print(f"the backends' callgrind files: {backend_out}.1 for the first row, .2 for the second, ...", flush=True)
     wrap = ("valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={backend_out}") \
         if args.backend else ()
     tmp, backend, ids, config = c.one_proxy_workload("shardgate-callgrind-", minter, wrap)
@@ -75,8 +79,9 @@ def main():
                     callgrind_control("-i", "on", backend.pid)
                 r = c.run_wrk(c.PROXY_PORT, script, args.seconds, args.connections)
                 if args.backend:
-                    # Dumped before instrumentation stops: a dump taken
-                    # after it stopped had its costs but `summary: 0`.
+                    # Dumped (which also zeroes the counts) while still
+                    # counting, then counting stops until the next proxy's
+                    # run: nothing between two runs is counted.
                     callgrind_control("-d", backend.pid)
                     callgrind_control("-i", "off", backend.pid)
             finally:
@@ -100,6 +105,7 @@ def main():
 
 
 def callgrind_control(*args):
+    """callgrind_control with these arguments (a pid last); fails loudly."""
     subprocess.run(["callgrind_control", *map(str, args)], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
 
