@@ -393,7 +393,8 @@ def measure(name, port, pids, backend_pids, script, duration, conns, ping=None):
     u1, s1 = cpu_ticks(pids)
     b1, l1, c1 = cpu_ticks(backend_pids), os.times(), core_busy()
     r["ping_before_ns"], r["ping_after_ns"] = ping_before, ping() if ping else 0
-    per_req = 1e6 / CLK_TCK / max(r["requests"], 1)
+    us_per_req = 1e6 / max(r["requests"], 1)  # seconds of CPU in all -> us a request
+    per_req = us_per_req / CLK_TCK  # clock ticks in all -> us a request
     r["usr_us_per_req"] = (u1 - u0) * per_req
     r["sys_us_per_req"] = (s1 - s0) * per_req
     r["cpu_us_per_req"] = r["usr_us_per_req"] + r["sys_us_per_req"]
@@ -401,9 +402,8 @@ def measure(name, port, pids, backend_pids, script, duration, conns, ping=None):
     # child, and the backends, all on the load core), and how busy each core
     # was: the proxy's core is not always the one that sets the rate.
     wrk_s = (l1.children_user - l0.children_user) + (l1.children_system - l0.children_system)
-    backend_s = (sum(b1) - sum(b0)) / CLK_TCK
-    r["wrk_us_per_req"] = wrk_s * 1e6 / max(r["requests"], 1)
-    r["backend_us_per_req"] = backend_s * 1e6 / max(r["requests"], 1)
+    r["wrk_us_per_req"] = wrk_s * us_per_req
+    r["backend_us_per_req"] = (sum(b1) - sum(b0)) * per_req
     r["proxy_core_pct"] = busy_pct(c0, c1, PROXY_CORE)
     r["load_core_pct"] = busy_pct(c0, c1, LOAD_CORE)
     r["rss_mib"] = rss_kib(pids) / 1024 if pids else 0.0
@@ -630,9 +630,10 @@ def load_core(med, names, results):
           f"{'round trip ns':>15}{'near/far/mixed':>16}")
     for (name, mode), m in sorted(rows, key=lambda kv: (names.index(kv[0][0]), kv[0][1])):
         runs = results[(name, mode)]
-        kinds = [r.get("placement") for r in runs]
-        placed = "/".join(str(kinds.count(k)) for k in ("near", "far", "mixed")) if any(
-            k in ("near", "far", "mixed") for k in kinds) else ("one" if "one" in kinds else "-")
+        # placements() marked every timed run `one`, or each near, far or mixed.
+        kinds = [r["placement"] for r in runs if "placement" in r]
+        placed = "-" if not kinds else "one" if kinds[0] == "one" else \
+            "/".join(str(kinds.count(k)) for k in ("near", "far", "mixed"))
         pings = [r[k] for r in runs for k in ("ping_before_ns", "ping_after_ns") if r.get(k)]
         ping = f"{statistics.median(pings):.0f}" if pings else "-"
         print(f"{name:<10}{mode:<8}{m['wrk_us_per_req']:>12.2f}{m['backend_us_per_req']:>16.2f}"

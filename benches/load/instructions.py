@@ -43,6 +43,9 @@ import tempfile
 
 import compare as c
 
+# The reference proxies, as BINARY names (proxy_command).
+REFERENCE = ("nginx", "nginx+fields", "haproxy", "haproxy+fields")
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -54,7 +57,7 @@ def main():
     ap.add_argument("binaries", nargs="+")
     args = ap.parse_args()
     # Ids are minted by the first shardgate binary given (or target/release's).
-    minter = next((b for b in args.binaries if b.split("+")[0] not in ("nginx", "haproxy")), None)
+    minter = next((b for b in args.binaries if b not in REFERENCE), None)
     # With --backend, the backends count only while a proxy's wrk run lasts:
     # each dump (backend.1, backend.2, ...) holds one proxy's and resets.
     backend_out = tempfile.mkdtemp(prefix="shardgate-callgrind-backend-") + "/backend" if args.backend else None
