@@ -31,6 +31,14 @@ marked near, far or mixed by a cache line's round trip between the cores,
 timed before and after it, and where the cores moved during the run the
 ratios are given again over the repetitions where both runs had the same
 placement.
+
+Last, the goals for shardgate (CPU a request below nginx's and HAProxy's,
+req/s above both, p99 and RSS no higher than nginx's, no errors) are judged
+by the run's medians, and each is given the share of redraws of the run's
+repetitions in which it holds: how likely a rerun of the same length is to
+reach the same verdict. With `--baseline` the same is given for the
+baseline; when it is the same source, the two show how far one run's
+verdict is from certain.
 """
 import argparse
 import os
@@ -614,6 +622,66 @@ def summarise(results, names, reps, duration, connections):
     paired(results, names)
     if moved:
         paired(results, names, same_placement=True)
+    verdict(results)
+    if results.get(("baseline", "path")) or results.get(("baseline", "header")):
+        verdict(results, "baseline")
+
+
+# The goals for proxy `shardgate`, judged by the medians of one run: the
+# figure, how it must compare, and with which proxies.
+GOALS = (("cpu_us_per_req", "cpu us/req", "below", ("nginx", "haproxy")),
+         ("rps", "req/s", "above", ("nginx", "haproxy")),
+         ("p99_us", "p99 us", "at most", ("nginx",)),
+         ("rss_mib", "rss MiB", "at most", ("nginx",)))
+COMPARE = {"below": lambda a, b: a < b, "above": lambda a, b: a > b, "at most": lambda a, b: a <= b}
+REDRAWS = 2000
+
+
+def verdict(results, proxy="shardgate"):
+    """Each goal by this run's medians, met or not, and in what share of
+    redraws of the run it holds. A redraw takes as many repetitions again,
+    with replacement, a whole repetition at a time (every proxy's runs of
+    one repetition were minutes apart, in one state of the host), and takes
+    the medians again. On a shared host the same binary's p99 moves between
+    runs by more than the margins between proxies; the share says how likely
+    a rerun of the same length is to give the same verdict. Seeded, so that
+    `--from-log` prints the same shares."""
+    modes = [m for m in ("path", "header") if results.get((proxy, m))]
+    # Each goal against those of its proxies this run measured.
+    goals = [(mode, (field, label, how, refs)) for mode in modes for field, label, how, every_ref in GOALS
+             if (refs := tuple(r for r in every_ref if results.get((r, mode))))]
+    if not goals:
+        return
+    n = min(len(results[(name, mode)]) for mode, g in goals for name in (proxy, *g[3]))
+
+    def median(name, mode, field, picks):
+        return statistics.median(results[(name, mode)][i][field] for i in picks)
+
+    def met(mode, goal, picks):
+        field, _, how, refs = goal
+        mine = median(proxy, mode, field, picks)
+        return all(COMPARE[how](mine, median(ref, mode, field, picks)) for ref in refs)
+
+    rng = random.Random(0)
+    draws = [[rng.randrange(n) for _ in range(n)] for _ in range(REDRAWS)]
+    every = range(n)
+    print()
+    print(f"Goals for {proxy}, by the medians of this run, and the share of {REDRAWS} redraws of its "
+          f"{n} repetitions in which each holds")
+    print(f"{'ids in':<8}{'goal':<36}{proxy:>10}{'nginx':>10}{'haproxy':>10}{'met':>6}{'holds in':>10}")
+    for mode, goal in goals:
+        field, label, how, refs = goal
+        values = [median(name, mode, field, every) if results.get((name, mode)) else None
+                  for name in (proxy, "nginx", "haproxy")]
+        cells = "".join(f"{'-':>10}" if v is None else f"{v:>10.0f}" if v >= 1000 else f"{v:>10.1f}" for v in values)
+        share = sum(met(mode, goal, d) for d in draws) / REDRAWS
+        print(f"{mode:<8}{label + ' ' + how + ' ' + ' and '.join(refs):<36}{cells}"
+              f"{'yes' if met(mode, goal, every) else 'no':>6}{share:>10.0%}")
+    errors = sum(r["errors"] for mode in modes for r in results[(proxy, mode)])
+    every_goal = errors == 0 and all(met(mode, goal, every) for mode, goal in goals)
+    held = sum(all(met(mode, goal, d) for mode, goal in goals) for d in draws) / REDRAWS if errors == 0 else 0
+    print(f"errors: {errors:.0f}; every goal: {'met' if every_goal else 'not met'} by this run's medians, "
+          f"holds in {held:.0%} of redraws")
 
 
 def load_core(med, names, results):
