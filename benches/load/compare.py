@@ -35,10 +35,9 @@ placement.
 Last, the goals for shardgate (CPU a request below nginx's and HAProxy's,
 req/s above both, p99 and RSS no higher than nginx's, no errors) are judged
 by the run's medians, and each is given the share of redraws of the run's
-repetitions in which it holds: how likely a rerun of the same length is to
-reach the same verdict. With `--baseline` the same is given for the
-baseline; when it is the same source, the two show how far one run's
-verdict is from certain.
+repetitions in which it holds: how firm its margin is. With `--baseline`
+the same is given for the baseline; when it is the same source, the two
+show how far one run's verdict is from certain.
 """
 import argparse
 import os
@@ -497,6 +496,7 @@ def main():
                         if proc is not None:
                             stop(proc)
                             time.sleep(0.3)
+                    r["rep"] = rep + 1
                     results.setdefault((name, mode), []).append(r)
                     print(f"rep {rep + 1} {name:<9} {mode:<6} {r['rps']:>9.0f} req/s  p50 {r['p50_us']:>5} us  "
                           f"p99 {r['p99_us']:>6} us  cpu/req {r['cpu_us_per_req']:>6.2f} us "
@@ -519,16 +519,22 @@ REP_LINE = re.compile(r"rep (\d+) (\S+)\s+(\S+)\s+(\d+) req/s\s+p50\s+(\d+) us\s
 
 
 def from_log(path):
-    """The repetitions a saved run printed, for summarise()."""
-    results, names, reps = {}, [], 0
+    """The repetitions a saved run printed, for summarise(). A log joined
+    from several runs numbers its repetitions from 1 again in each; each
+    repetition is marked with its run, so that only runs of one repetition
+    of one run are compared."""
+    results, names, reps, run, last = {}, [], 0, 0, 0
     with open(path) as f:
         for line in f:
             m = REP_LINE.match(line)
             if not m:
                 continue
             rep, name, mode = int(m.group(1)), m.group(2), m.group(3)
+            if rep < last:
+                run += 1
+            last = rep
             rps, p50, p99, cpu, usr, sys_, rss, errors = map(float, m.groups()[3:11])
-            r = {"rep": rep, "rps": rps, "p50_us": p50, "p99_us": p99, "cpu_us_per_req": cpu,
+            r = {"run": run, "rep": rep, "rps": rps, "p50_us": p50, "p99_us": p99, "cpu_us_per_req": cpu,
                  "usr_us_per_req": usr, "sys_us_per_req": sys_, "rss_mib": rss, "errors": errors}
             if m.group(12) is not None:  # logs from before the load core was measured lack these
                 r.update(zip(("wrk_us_per_req", "backend_us_per_req", "proxy_core_pct", "load_core_pct"),
@@ -564,6 +570,11 @@ def placements(results):
     return True
 
 
+def by_repetition(runs):
+    """A configuration's runs keyed by run and repetition."""
+    return {(r.get("run", 0), r.get("rep", i + 1)): r for i, r in enumerate(runs)}
+
+
 def paired(results, names, same_placement=False):
     """Each proxy against nginx within each repetition (measured minutes
     apart, not a whole run apart): the median ratio, its range, and in how
@@ -582,7 +593,8 @@ def paired(results, names, same_placement=False):
             mine, ng = results.get((name, mode)), results.get(("nginx", mode))
             if name in ("nginx", "direct") or not mine or not ng:
                 continue
-            pairs = list(zip(mine, ng))
+            ng_at = by_repetition(ng)
+            pairs = [(r, ng_at[k]) for k, r in by_repetition(mine).items() if k in ng_at]
             if same_placement:
                 pairs = [(a, b) for a, b in pairs if a.get("placement") == b.get("placement") in ("near", "far")]
             cells = []
@@ -638,24 +650,34 @@ REDRAWS = 2000
 
 
 def verdict(results, proxy="shardgate"):
-    """Each goal by this run's medians, met or not, and in what share of
-    redraws of the run it holds. A redraw takes as many repetitions again,
-    with replacement, a whole repetition at a time (every proxy's runs of
-    one repetition were minutes apart, in one state of the host), and takes
-    the medians again. On a shared host the same binary's p99 moves between
-    runs by more than the margins between proxies; the share says how likely
-    a rerun of the same length is to give the same verdict. Seeded, so that
-    `--from-log` prints the same shares."""
+    """Each goal by this run's medians, met or not, and the share of redraws
+    of the run in which it holds: how firm its margin is. A redraw takes as
+    many repetitions again, with replacement, a whole repetition at a time
+    (every proxy's runs of one repetition were minutes apart, in one state
+    of the host), and takes the medians again. On a shared host the same
+    binary's p99 moves between runs by more than the margins between
+    proxies, and a margin that holds in few redraws may not hold in a rerun.
+    Only repetitions that measured the proxy and every proxy it is compared
+    with count. Seeded, so that `--from-log` prints the same shares."""
     modes = [m for m in ("path", "header") if results.get((proxy, m))]
-    # Each goal against those of its proxies this run measured.
-    goals = [(mode, (field, label, how, refs)) for mode in modes for field, label, how, every_ref in GOALS
-             if (refs := tuple(r for r in every_ref if results.get((r, mode))))]
+    goals, unjudged = [], []
+    for mode in modes:
+        for field, label, how, every_ref in GOALS:
+            refs = tuple(r for r in every_ref if results.get((r, mode)))
+            if refs:
+                goals.append((mode, (field, label, how, refs)))
+            if refs != every_ref:
+                unjudged.append(f"{mode} {label} against {', '.join(r for r in every_ref if r not in refs)}")
     if not goals:
         return
-    n = min(len(results[(name, mode)]) for mode, g in goals for name in (proxy, *g[3]))
+    at = {(name, mode): by_repetition(results[(name, mode)])
+          for mode, (_, _, _, refs) in goals for name in (proxy, *refs)}
+    keys = sorted(set.intersection(*(set(v) for v in at.values())))
+    if not keys:
+        return
 
     def median(name, mode, field, picks):
-        return statistics.median(results[(name, mode)][i][field] for i in picks)
+        return statistics.median(at[(name, mode)][k][field] for k in picks)
 
     def met(mode, goal, picks):
         field, _, how, refs = goal
@@ -663,25 +685,26 @@ def verdict(results, proxy="shardgate"):
         return all(COMPARE[how](mine, median(ref, mode, field, picks)) for ref in refs)
 
     rng = random.Random(0)
-    draws = [[rng.randrange(n) for _ in range(n)] for _ in range(REDRAWS)]
-    every = range(n)
+    draws = [[keys[rng.randrange(len(keys))] for _ in keys] for _ in range(REDRAWS)]
     print()
-    print(f"Goals for {proxy}, by the medians of this run, and the share of {REDRAWS} redraws of its "
-          f"{n} repetitions in which each holds")
+    print(f"Goals for {proxy}, by the medians of its {len(keys)} repetitions, and the share of {REDRAWS} redraws "
+          f"of them in which each holds")
     print(f"{'ids in':<8}{'goal':<36}{proxy:>10}{'nginx':>10}{'haproxy':>10}{'met':>6}{'holds in':>10}")
     for mode, goal in goals:
         field, label, how, refs = goal
-        values = [median(name, mode, field, every) if results.get((name, mode)) else None
+        values = [median(name, mode, field, keys) if (name, mode) in at else None
                   for name in (proxy, "nginx", "haproxy")]
         cells = "".join(f"{'-':>10}" if v is None else f"{v:>10.0f}" if v >= 1000 else f"{v:>10.1f}" for v in values)
         share = sum(met(mode, goal, d) for d in draws) / REDRAWS
         print(f"{mode:<8}{label + ' ' + how + ' ' + ' and '.join(refs):<36}{cells}"
-              f"{'yes' if met(mode, goal, every) else 'no':>6}{share:>10.0%}")
-    errors = sum(r["errors"] for mode in modes for r in results[(proxy, mode)])
-    every_goal = errors == 0 and all(met(mode, goal, every) for mode, goal in goals)
+              f"{'yes' if met(mode, goal, keys) else 'no':>6}{share:>10.0%}")
+    if unjudged:
+        print(f"not judged (not measured in this run): {'; '.join(unjudged)}")
+    errors = sum(at[(proxy, mode)][k]["errors"] for mode in modes for k in keys)
+    every_goal = errors == 0 and all(met(mode, goal, keys) for mode, goal in goals)
     held = sum(all(met(mode, goal, d) for mode, goal in goals) for d in draws) / REDRAWS if errors == 0 else 0
-    print(f"errors: {errors:.0f}; every goal: {'met' if every_goal else 'not met'} by this run's medians, "
-          f"holds in {held:.0%} of redraws")
+    print(f"errors: {errors:.0f}; every goal {'judged ' if unjudged else ''}{'met' if every_goal else 'not met'} "
+          f"by these medians, holds in {held:.0%} of redraws")
 
 
 def load_core(med, names, results):
