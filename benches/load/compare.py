@@ -37,9 +37,12 @@ req/s above both, p99 and RSS no higher than nginx's, no errors) are judged
 by the run's medians, and each is given the share of redraws of the run's
 repetitions in which it holds: how firm its margin is. With `--baseline`
 the same is given for the baseline; when it is the same source, the two
-show how far one run's verdict is from certain.
+show how far one run's verdict is from certain. The same-repetition ratios
+are also given as a geometric mean with a bootstrap interval, which pools
+the runs of a joined log.
 """
 import argparse
+import math
 import os
 import random
 import re
@@ -608,6 +611,35 @@ def paired(results, names, same_placement=False):
             print(f"{name:<10}{mode:<8}" + "".join(f"{c:>26}" for c in cells))
 
 
+def paired_interval(results, names):
+    """The same-repetition ratios to nginx once more, as their geometric
+    mean with a 95% bootstrap interval (2,000 seeded redraws of the
+    repetitions): a figure whose interval lies wholly on one side of 1 is
+    ahead or behind beyond the noise of these repetitions. The runs of a
+    log joined with `--from-log` pool here, repetition by repetition."""
+    print()
+    print("Against nginx in the same repetition: geometric mean of the ratios [95% bootstrap interval]")
+    print(f"{'proxy':<10}{'ids in':<8}{'n':>4}{'cpu/nginx':>24}{'rps/nginx':>24}{'p99/nginx':>24}")
+    rng = random.Random(0)
+    for name in names:
+        for mode in ("path", "header"):
+            mine, ng = results.get((name, mode)), results.get(("nginx", mode))
+            if name in ("nginx", "direct") or not mine or not ng:
+                continue
+            ng_at = by_repetition(ng)
+            pairs = [(r, ng_at[k]) for k, r in by_repetition(mine).items() if k in ng_at]
+            cells = []
+            for field in ("cpu_us_per_req", "rps", "p99_us"):
+                logs = [math.log(a[field] / b[field]) for a, b in pairs if a[field] > 0 and b[field] > 0]
+                if not logs:
+                    cells.append("-")
+                    continue
+                means = sorted(statistics.fmean(rng.choices(logs, k=len(logs))) for _ in range(REDRAWS))
+                lo, hi = means[int(0.025 * REDRAWS)], means[int(0.975 * REDRAWS) - 1]
+                cells.append(f"{math.exp(statistics.fmean(logs)):.3f} [{math.exp(lo):.3f}-{math.exp(hi):.3f}]")
+            print(f"{name:<10}{mode:<8}{len(pairs):>4}" + "".join(f"{c:>24}" for c in cells))
+
+
 def summarise(results, names, reps, duration, connections):
     """The medians table, the load core's side, then the same-repetition
     ratios (and, where the cores moved between placements during the run,
@@ -634,6 +666,7 @@ def summarise(results, names, reps, duration, connections):
     paired(results, names)
     if moved:
         paired(results, names, same_placement=True)
+    paired_interval(results, names)
     verdict(results)
     if results.get(("baseline", "path")) or results.get(("baseline", "header")):
         verdict(results, "baseline")
