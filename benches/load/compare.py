@@ -526,16 +526,19 @@ def from_log(path):
     from several runs numbers its repetitions from 1 again in each; each
     repetition is marked with its run, so that only runs of one repetition
     of one run are compared."""
-    results, names, reps, run, last = {}, [], 0, 0, 0
+    results, names, reps, run, last, seen = {}, [], 0, 0, 0, set()
     with open(path) as f:
         for line in f:
             m = REP_LINE.match(line)
             if not m:
                 continue
             rep, name, mode = int(m.group(1)), m.group(2), m.group(3)
-            if rep < last:
-                run += 1
+            # A new run starts where the numbers go back, or where a
+            # configuration's repetition comes again (a run of one).
+            if rep < last or (rep, name, mode) in seen:
+                run, seen = run + 1, set()
             last = rep
+            seen.add((rep, name, mode))
             rps, p50, p99, cpu, usr, sys_, rss, errors = map(float, m.groups()[3:11])
             r = {"run": run, "rep": rep, "rps": rps, "p50_us": p50, "p99_us": p99, "cpu_us_per_req": cpu,
                  "usr_us_per_req": usr, "sys_us_per_req": sys_, "rss_mib": rss, "errors": errors}
@@ -575,7 +578,9 @@ def placements(results):
 
 def by_repetition(runs):
     """A configuration's runs keyed by run and repetition."""
-    return {(r.get("run", 0), r.get("rep", i + 1)): r for i, r in enumerate(runs)}
+    keyed = {(r.get("run", 0), r.get("rep", i + 1)): r for i, r in enumerate(runs)}
+    assert len(keyed) == len(runs), "two runs of one configuration with the same run and repetition"
+    return keyed
 
 
 def paired(results, names, same_placement=False):
@@ -613,14 +618,14 @@ def paired(results, names, same_placement=False):
 
 def paired_interval(results, names):
     """The same-repetition ratios to nginx once more, as their geometric
-    mean with a 95% bootstrap interval (2,000 seeded redraws of the
+    mean with a 95% bootstrap interval (20,000 seeded redraws of the
     repetitions): a figure whose interval lies wholly on one side of 1 is
-    ahead or behind beyond the noise of these repetitions. The runs of a
-    log joined with `--from-log` pool here, repetition by repetition."""
+    ahead or behind beyond the noise between these repetitions. The runs of
+    a log joined with `--from-log` pool here, repetition by repetition; how
+    much whole runs differ is not in the interval."""
     print()
     print("Against nginx in the same repetition: geometric mean of the ratios [95% bootstrap interval]")
     print(f"{'proxy':<10}{'ids in':<8}{'n':>4}{'cpu/nginx':>24}{'rps/nginx':>24}{'p99/nginx':>24}")
-    rng = random.Random(0)
     for name in names:
         for mode in ("path", "header"):
             mine, ng = results.get((name, mode)), results.get(("nginx", mode))
@@ -634,8 +639,11 @@ def paired_interval(results, names):
                 if not logs:
                     cells.append("-")
                     continue
-                means = sorted(statistics.fmean(rng.choices(logs, k=len(logs))) for _ in range(REDRAWS))
-                lo, hi = means[int(0.025 * REDRAWS)], means[int(0.975 * REDRAWS) - 1]
+                # Seeded by the figure, so that a bound does not move with
+                # what else the log holds.
+                rng = random.Random(f"{name}:{mode}:{field}")
+                means = sorted(statistics.fmean(rng.choices(logs, k=len(logs))) for _ in range(INTERVAL_REDRAWS))
+                lo, hi = means[int(0.025 * INTERVAL_REDRAWS)], means[int(0.975 * INTERVAL_REDRAWS) - 1]
                 cells.append(f"{math.exp(statistics.fmean(logs)):.3f} [{math.exp(lo):.3f}-{math.exp(hi):.3f}]")
             print(f"{name:<10}{mode:<8}{len(pairs):>4}" + "".join(f"{c:>24}" for c in cells))
 
@@ -680,6 +688,7 @@ GOALS = (("cpu_us_per_req", "cpu us/req", "below", ("nginx", "haproxy")),
          ("rss_mib", "rss MiB", "at most", ("nginx",)))
 COMPARE = {"below": lambda a, b: a < b, "above": lambda a, b: a > b, "at most": lambda a, b: a <= b}
 REDRAWS = 2000
+INTERVAL_REDRAWS = 20000
 
 
 def verdict(results, proxy="shardgate"):
@@ -708,6 +717,7 @@ def verdict(results, proxy="shardgate"):
     keys = sorted(set.intersection(*(set(v) for v in at.values())))
     if not keys:
         return
+    dropped = max(len(results[(proxy, mode)]) for mode in modes) - len(keys)
 
     def median(name, mode, field, picks):
         return statistics.median(at[(name, mode)][k][field] for k in picks)
@@ -733,7 +743,9 @@ def verdict(results, proxy="shardgate"):
               f"{'yes' if met(mode, goal, keys) else 'no':>6}{share:>10.0%}")
     if unjudged:
         print(f"not judged (not measured in this run): {'; '.join(unjudged)}")
-    errors = sum(at[(proxy, mode)][k]["errors"] for mode in modes for k in keys)
+    if dropped > 0:
+        print(f"left out: {dropped} repetitions of {proxy} without every proxy it is compared with")
+    errors = sum(r["errors"] for mode in modes for r in results[(proxy, mode)])
     every_goal = errors == 0 and all(met(mode, goal, keys) for mode, goal in goals)
     held = sum(all(met(mode, goal, d) for mode, goal in goals) for d in draws) / REDRAWS if errors == 0 else 0
     print(f"errors: {errors:.0f}; every goal {'judged ' if unjudged else ''}{'met' if every_goal else 'not met'} "
