@@ -583,6 +583,18 @@ def by_repetition(runs):
     return keyed
 
 
+def pairs_with_nginx(results, names):
+    """Each proxy's runs and nginx's of the same repetition, by proxy and
+    mode: (name, mode, [(its run, nginx's run)])."""
+    for name in names:
+        for mode in ("path", "header"):
+            mine, ng = results.get((name, mode)), results.get(("nginx", mode))
+            if name in ("nginx", "direct") or not mine or not ng:
+                continue
+            ng_at = by_repetition(ng)
+            yield name, mode, [(r, ng_at[k]) for k, r in by_repetition(mine).items() if k in ng_at]
+
+
 def paired(results, names, same_placement=False):
     """Each proxy against nginx within each repetition (measured minutes
     apart, not a whole run apart): the median ratio, its range, and in how
@@ -596,24 +608,18 @@ def paired(results, names, same_placement=False):
     else:
         print("Against nginx in the same repetition: median ratio (range), repetitions ahead of nginx")
     print(f"{'proxy':<10}{'ids in':<8}{'cpu/nginx':>26}{'rps/nginx':>26}{'p99/nginx':>26}")
-    for name in names:
-        for mode in ("path", "header"):
-            mine, ng = results.get((name, mode)), results.get(("nginx", mode))
-            if name in ("nginx", "direct") or not mine or not ng:
+    for name, mode, pairs in pairs_with_nginx(results, names):
+        if same_placement:
+            pairs = [(a, b) for a, b in pairs if a.get("placement") == b.get("placement") in ("near", "far")]
+        cells = []
+        for field, lower_is_better in (("cpu_us_per_req", True), ("rps", False), ("p99_us", True)):
+            ratios = [a[field] / b[field] for a, b in pairs if b[field]]
+            if not ratios:
+                cells.append("-")
                 continue
-            ng_at = by_repetition(ng)
-            pairs = [(r, ng_at[k]) for k, r in by_repetition(mine).items() if k in ng_at]
-            if same_placement:
-                pairs = [(a, b) for a, b in pairs if a.get("placement") == b.get("placement") in ("near", "far")]
-            cells = []
-            for field, lower_is_better in (("cpu_us_per_req", True), ("rps", False), ("p99_us", True)):
-                ratios = [a[field] / b[field] for a, b in pairs if b[field]]
-                if not ratios:
-                    cells.append("-")
-                    continue
-                ahead = sum(1 for r in ratios if (r < 1 if lower_is_better else r > 1))
-                cells.append(f"{statistics.median(ratios):.3f} ({min(ratios):.2f}-{max(ratios):.2f}) {ahead}/{len(ratios)}")
-            print(f"{name:<10}{mode:<8}" + "".join(f"{c:>26}" for c in cells))
+            ahead = sum(1 for r in ratios if (r < 1 if lower_is_better else r > 1))
+            cells.append(f"{statistics.median(ratios):.3f} ({min(ratios):.2f}-{max(ratios):.2f}) {ahead}/{len(ratios)}")
+        print(f"{name:<10}{mode:<8}" + "".join(f"{c:>26}" for c in cells))
 
 
 def paired_interval(results, names):
@@ -626,26 +632,20 @@ def paired_interval(results, names):
     print()
     print("Against nginx in the same repetition: geometric mean of the ratios [95% bootstrap interval]")
     print(f"{'proxy':<10}{'ids in':<8}{'n':>4}{'cpu/nginx':>24}{'rps/nginx':>24}{'p99/nginx':>24}")
-    for name in names:
-        for mode in ("path", "header"):
-            mine, ng = results.get((name, mode)), results.get(("nginx", mode))
-            if name in ("nginx", "direct") or not mine or not ng:
+    for name, mode, pairs in pairs_with_nginx(results, names):
+        cells = []
+        for field in ("cpu_us_per_req", "rps", "p99_us"):
+            logs = [math.log(a[field] / b[field]) for a, b in pairs if a[field] > 0 and b[field] > 0]
+            if not logs:
+                cells.append("-")
                 continue
-            ng_at = by_repetition(ng)
-            pairs = [(r, ng_at[k]) for k, r in by_repetition(mine).items() if k in ng_at]
-            cells = []
-            for field in ("cpu_us_per_req", "rps", "p99_us"):
-                logs = [math.log(a[field] / b[field]) for a, b in pairs if a[field] > 0 and b[field] > 0]
-                if not logs:
-                    cells.append("-")
-                    continue
-                # Seeded by the figure, so that a bound does not move with
-                # what else the log holds.
-                rng = random.Random(f"{name}:{mode}:{field}")
-                means = sorted(statistics.fmean(rng.choices(logs, k=len(logs))) for _ in range(INTERVAL_REDRAWS))
-                lo, hi = means[int(0.025 * INTERVAL_REDRAWS)], means[int(0.975 * INTERVAL_REDRAWS) - 1]
-                cells.append(f"{math.exp(statistics.fmean(logs)):.3f} [{math.exp(lo):.3f}-{math.exp(hi):.3f}]")
-            print(f"{name:<10}{mode:<8}{len(pairs):>4}" + "".join(f"{c:>24}" for c in cells))
+            # Seeded by the figure, so that a bound does not move with
+            # what else the log holds.
+            rng = random.Random(f"{name}:{mode}:{field}")
+            means = sorted(statistics.fmean(rng.choices(logs, k=len(logs))) for _ in range(INTERVAL_REDRAWS))
+            lo, hi = means[int(0.025 * INTERVAL_REDRAWS)], means[int(0.975 * INTERVAL_REDRAWS) - 1]
+            cells.append(f"{math.exp(statistics.fmean(logs)):.3f} [{math.exp(lo):.3f}-{math.exp(hi):.3f}]")
+        print(f"{name:<10}{mode:<8}{len(pairs):>4}" + "".join(f"{c:>24}" for c in cells))
 
 
 def summarise(results, names, reps, duration, connections):
