@@ -733,21 +733,23 @@ def verdict(results, proxy="shardgate"):
     print(f"Goals for {proxy}, by the medians of its {len(keys)} repetitions, and the share of {REDRAWS} redraws "
           f"of them in which each holds")
     print(f"{'ids in':<8}{'goal':<36}{proxy:>10}{'nginx':>10}{'haproxy':>10}{'met':>6}{'holds in':>10}")
-    for mode, goal in goals:
+    # Each goal's outcome in each redraw, for its own share and for all of
+    # them together.
+    outcomes = [[met(mode, goal, d) for d in draws] for mode, goal in goals]
+    for (mode, goal), held_in in zip(goals, outcomes):
         field, label, how, refs = goal
         values = [median(name, mode, field, keys) if (name, mode) in at else None
                   for name in (proxy, "nginx", "haproxy")]
         cells = "".join(f"{'-':>10}" if v is None else f"{v:>10.0f}" if v >= 1000 else f"{v:>10.1f}" for v in values)
-        share = sum(met(mode, goal, d) for d in draws) / REDRAWS
         print(f"{mode:<8}{label + ' ' + how + ' ' + ' and '.join(refs):<36}{cells}"
-              f"{'yes' if met(mode, goal, keys) else 'no':>6}{share:>10.0%}")
+              f"{'yes' if met(mode, goal, keys) else 'no':>6}{sum(held_in) / REDRAWS:>10.0%}")
     if unjudged:
         print(f"not judged (not measured in this run): {'; '.join(unjudged)}")
     if dropped > 0:
         print(f"left out: {dropped} repetitions of {proxy} without every proxy it is compared with")
     errors = sum(r["errors"] for mode in modes for r in results[(proxy, mode)])
     every_goal = errors == 0 and all(met(mode, goal, keys) for mode, goal in goals)
-    held = sum(all(met(mode, goal, d) for mode, goal in goals) for d in draws) / REDRAWS if errors == 0 else 0
+    held = sum(all(draw) for draw in zip(*outcomes)) / REDRAWS if errors == 0 else 0
     print(f"errors: {errors:.0f}; every goal {'judged ' if unjudged else ''}{'met' if every_goal else 'not met'} "
           f"by these medians, holds in {held:.0%} of redraws")
 
