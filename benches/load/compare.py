@@ -32,6 +32,11 @@ timed before and after it, and where the cores moved during the run the
 ratios are given again over the repetitions where both runs had the same
 placement.
 
+wrk's latency distribution (p10, p90, mean, standard deviation) is kept
+beside its p50 and p99 and shown against the core that saturated: in a
+closed loop the mean is set by req/s, and the spread around it by where the
+requests queue (spread()).
+
 Last, the goals for shardgate (CPU a request below nginx's and HAProxy's,
 req/s above both, p99 and RSS no higher than nginx's, no errors) are judged
 by the run's medians, and each is given the share of redraws of the run's
@@ -361,9 +366,10 @@ def lua_script(tmp, ids, mode):
 
 # wrk's summary as one line that run_wrk reads.
 WRK_DONE = """done = function(summary, latency, requests)
-  io.write(string.format("RESULT requests=%d errors=%d non2xx=%d p50=%d p99=%d\\n",
+  io.write(string.format("RESULT requests=%d errors=%d non2xx=%d p50=%d p99=%d p10=%d p90=%d mean=%d sd=%d\\n",
     summary.requests, summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout,
-    summary.errors.status, latency:percentile(50), latency:percentile(99)))
+    summary.errors.status, latency:percentile(50), latency:percentile(99), latency:percentile(10),
+    latency:percentile(90), latency.mean, latency.stdev))
 end
 """
 
@@ -387,11 +393,13 @@ def run_wrk(port, script, duration, conns):
     cmd = ["taskset", "-c", LOAD_CORE, WRK, "-t", "1", "-c", str(conns), "-d", f"{duration}s", "--timeout", "5s",
            "-s", script, f"http://127.0.0.1:{port}"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 30).stdout
-    m = re.search(r"RESULT requests=(\d+) errors=(\d+) non2xx=(\d+) p50=(\d+) p99=(\d+)", out)
+    m = re.search(r"RESULT requests=(\d+) errors=(\d+) non2xx=(\d+) p50=(\d+) p99=(\d+) p10=(\d+) p90=(\d+) "
+                  r"mean=(\d+) sd=(\d+)", out)
     if not m:
         raise RuntimeError(f"wrk output not understood:\n{out}")
-    req, err, non2xx, p50, p99 = map(int, m.groups())
-    return {"requests": req, "errors": err + non2xx, "rps": req / duration, "p50_us": p50, "p99_us": p99}
+    req, err, non2xx, p50, p99, p10, p90, mean, sd = map(int, m.groups())
+    return {"requests": req, "errors": err + non2xx, "rps": req / duration, "p50_us": p50, "p99_us": p99,
+            "p10_us": p10, "p90_us": p90, "mean_us": mean, "sd_us": sd}
 
 
 def measure(name, port, pids, backend_pids, script, duration, conns, ping=None):
@@ -508,7 +516,9 @@ def main():
                           f"wrk {r['wrk_us_per_req']:.2f} backend {r['backend_us_per_req']:.2f} us/req  "
                           f"busy proxy core {r['proxy_core_pct']:.0f}% load core {r['load_core_pct']:.0f}%"
                           + (f"  cores {r['ping_before_ns']}/{r['ping_after_ns']} ns"
-                             if r["ping_before_ns"] and r["ping_after_ns"] else ""), flush=True)
+                             if r["ping_before_ns"] and r["ping_after_ns"] else "")
+                          + f"  latency p10 {r['p10_us']} p90 {r['p90_us']} mean {r['mean_us']} sd {r['sd_us']} us",
+                          flush=True)
     finally:
         stop(backend)
     summarise(results, names, args.reps, args.duration, args.connections)
@@ -518,7 +528,8 @@ def main():
 REP_LINE = re.compile(r"rep (\d+) (\S+)\s+(\S+)\s+(\d+) req/s\s+p50\s+(\d+) us\s+p99\s+(\d+) us\s+cpu/req\s+([\d.]+) us "
                       r"\(usr ([\d.]+) sys ([\d.]+)\)\s+rss\s+([\d.]+) MiB\s+errors (\d+)"
                       r"(?:\s+wrk ([\d.]+) backend ([\d.]+) us/req\s+busy proxy core (\d+)% load core (\d+)%)?"
-                      r"(?:\s+cores (\d+)/(\d+) ns)?")
+                      r"(?:\s+cores (\d+)/(\d+) ns)?"
+                      r"(?:\s+latency p10 (\d+) p90 (\d+) mean (\d+) sd (\d+) us)?")
 
 
 def from_log(path):
@@ -547,6 +558,8 @@ def from_log(path):
                              map(float, m.groups()[11:15])))
             if m.group(16) is not None:  # and logs from before the cores' placement was timed, these
                 r["ping_before_ns"], r["ping_after_ns"] = int(m.group(16)), int(m.group(17))
+            if m.group(18) is not None:  # and logs from before wrk's spread was kept, these
+                r.update(zip(("p10_us", "p90_us", "mean_us", "sd_us"), map(float, m.groups()[17:21])))
             results.setdefault((name, mode), []).append(r)
             if name not in names:
                 names.append(name)
@@ -671,6 +684,7 @@ def summarise(results, names, reps, duration, connections):
         print(f"{name:<10}{mode:<8}{m['rps']:>10.0f}{m['p50_us']:>9.0f}{m['p99_us']:>9.0f}{m['cpu_us_per_req']:>12.2f}"
               f"{m['usr_us_per_req']:>6.1f}{m['sys_us_per_req']:>6.1f}{m['rss_mib']:>9.1f}{m['errors']:>8.0f}{rps_ng:>11}{cpu_ng:>11}{rps_d:>12}")
     load_core(med, names, results)
+    spread(med, names)
     paired(results, names)
     if moved:
         paired(results, names, same_placement=True)
@@ -777,6 +791,34 @@ def load_core(med, names, results):
         print(f"{name:<10}{mode:<8}{m['wrk_us_per_req']:>12.2f}{m['backend_us_per_req']:>16.2f}"
               f"{m['load_core_pct']:>15.0f}%{m['proxy_core_pct']:>16.0f}%{ping:>15}{placed:>16}")
 
+
+# A core this busy (share of the run) is taken to be the one that set the rate.
+SATURATED_PCT = 97
+
+
+def spread(med, names):
+    """wrk's latency distribution, medians over the repetitions, beside the
+    core that was saturated. In a closed loop the mean latency is the
+    connections over req/s, whichever proxy runs; how far the p99 sits
+    above it depends on where the requests queue. Where the proxy's core is
+    the saturated one they queue in one FIFO server, the proxy, and wait
+    alike (a narrow spread); where the load core is, wrk and the backends
+    take turns on it in scheduler slices and a request's wait depends on
+    where in the turns it falls (a wide one)."""
+    rows = [(k, m) for k, m in med.items() if "sd_us" in m and "load_core_pct" in m]
+    if not rows:
+        return
+    print()
+    print(f"wrk's latency, medians; the core at {SATURATED_PCT}% busy or more")
+    print(f"{'proxy':<10}{'ids in':<8}{'p10 us':>8}{'p50 us':>8}{'p90 us':>8}{'p99 us':>8}{'mean us':>9}{'sd us':>7}"
+          f"{'sd/mean':>9}{'p99/mean':>10}{'saturated':>11}")
+    for (name, mode), m in sorted(rows, key=lambda kv: (names.index(kv[0][0]), kv[0][1])):
+        busy = [core for core, pct in (("proxy", m["proxy_core_pct"]), ("load", m["load_core_pct"]))
+                if pct >= SATURATED_PCT and name != "direct"] or (["load"] if name == "direct" else [])
+        mean = max(m["mean_us"], 1)
+        print(f"{name:<10}{mode:<8}{m['p10_us']:>8.0f}{m['p50_us']:>8.0f}{m['p90_us']:>8.0f}{m['p99_us']:>8.0f}"
+              f"{m['mean_us']:>9.0f}{m['sd_us']:>7.0f}{m['sd_us'] / mean:>9.2f}{m['p99_us'] / mean:>10.2f}"
+              f"{'+'.join(busy) or '-':>11}")
 
 if __name__ == "__main__":
     main()
