@@ -448,7 +448,13 @@ def main():
         results, names, reps = from_log(args.from_log)
         if not results:
             sys.exit(f"load: no repetitions found in {args.from_log}")
-        summarise(results, names, reps, args.duration, args.connections)
+        # A run's log gives its length and connections in its medians'
+        # heading; the options stand for logs without one, or runs of
+        # different settings joined.
+        with open(args.from_log) as f:
+            shapes = set(MEDIANS_LINE.findall(f.read()))
+        duration, connections = map(int, next(iter(shapes))) if len(shapes) == 1 else (args.duration, args.connections)
+        summarise(results, names, reps, duration, connections)
         return
     for p in [PROXY_PORT, PROXY_PORT + 50, *BACKEND_PORTS.values()]:
         if not free(p):
@@ -525,6 +531,7 @@ def main():
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+MEDIANS_LINE = re.compile(r"^Medians over \d+ repetitions, (\d+)s each, (\d+) connections", re.M)
 REP_LINE = re.compile(r"rep (\d+) (\S+)\s+(\S+)\s+(\d+) req/s\s+p50\s+(\d+) us\s+p99\s+(\d+) us\s+cpu/req\s+([\d.]+) us "
                       r"\(usr ([\d.]+) sys ([\d.]+)\)\s+rss\s+([\d.]+) MiB\s+errors (\d+)"
                       r"(?:\s+wrk ([\d.]+) backend ([\d.]+) us/req\s+busy proxy core (\d+)% load core (\d+)%)?"
@@ -537,7 +544,7 @@ def from_log(path):
     from several runs numbers its repetitions from 1 again in each; each
     repetition is marked with its run, so that only runs of one repetition
     of one run are compared."""
-    results, names, reps, run, last, seen = {}, [], 0, 0, 0, set()
+    results, names, run, last, seen = {}, [], 0, 0, set()
     with open(path) as f:
         for line in f:
             m = REP_LINE.match(line)
@@ -563,8 +570,10 @@ def from_log(path):
             results.setdefault((name, mode), []).append(r)
             if name not in names:
                 names.append(name)
-            reps = max(reps, rep)
     order = ["direct", "nginx", "haproxy", "shardgate", "baseline"]
+    # Runs joined in one log count together: the most repetitions any
+    # configuration has.
+    reps = max((len(v) for v in results.values()), default=0)
     return results, sorted(names, key=lambda n: order.index(n) if n in order else len(order)), reps
 
 
