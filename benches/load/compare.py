@@ -777,19 +777,26 @@ def verdict(results, proxy="shardgate"):
           f"by these medians, holds in {held:.0%} of redraws")
 
 
+def rows_with(med, names, *fields):
+    """The configurations whose medians have all `fields` (a log can join
+    runs of older formats), in the tables' order: by proxy, then mode."""
+    return sorted(((k, m) for k, m in med.items() if all(f in m for f in fields)),
+                  key=lambda kv: (names.index(kv[0][0]), kv[0][1]))
+
+
 def load_core(med, names, results):
     """The other side of each request: wrk's and the backends' CPU a request
     (both on the load core), each core's busy share, medians, and where the
     cores' placement was timed, the median round trip (before and after
     every run) and how many runs were near, far and mixed."""
-    rows = [(k, m) for k, m in med.items() if "wrk_us_per_req" in m]
+    rows = rows_with(med, names, "wrk_us_per_req")
     if not rows:
         return
     print()
     print(f"The load core's side (core {LOAD_CORE}: wrk and backends), medians; the cores' placement")
     print(f"{'proxy':<10}{'ids in':<8}{'wrk us/req':>12}{'backend us/req':>16}{'load core busy':>16}{'proxy core busy':>17}"
           f"{'round trip ns':>15}{'near/far/mixed':>16}")
-    for (name, mode), m in sorted(rows, key=lambda kv: (names.index(kv[0][0]), kv[0][1])):
+    for (name, mode), m in rows:
         runs = results[(name, mode)]
         # placements() marked every timed run `one`, or each near, far or mixed.
         kinds = [r["placement"] for r in runs if "placement" in r]
@@ -812,18 +819,19 @@ def spread(med, names):
     above it depends on where the requests queue. Where the proxy's core is
     the saturated one they queue in one FIFO server, the proxy, and wait
     alike (a narrow spread); where the load core is, wrk and the backends
-    take turns on it in scheduler slices and a request's wait depends on
-    where in the turns it falls (a wide one)."""
-    rows = [(k, m) for k, m in med.items() if "sd_us" in m and "load_core_pct" in m]
+    take turns on it, each handling in a batch what piled up while the
+    other ran, and a request's wait depends on where in the turns it falls
+    (a wide one)."""
+    rows = rows_with(med, names, "sd_us", "load_core_pct")
     if not rows:
         return
     print()
     print(f"wrk's latency, medians; the core at {SATURATED_PCT}% busy or more")
     print(f"{'proxy':<10}{'ids in':<8}{'p10 us':>8}{'p50 us':>8}{'p90 us':>8}{'p99 us':>8}{'mean us':>9}{'sd us':>7}"
           f"{'sd/mean':>9}{'p99/mean':>10}{'saturated':>11}")
-    for (name, mode), m in sorted(rows, key=lambda kv: (names.index(kv[0][0]), kv[0][1])):
+    for (name, mode), m in rows:
         busy = [core for core, pct in (("proxy", m["proxy_core_pct"]), ("load", m["load_core_pct"]))
-                if pct >= SATURATED_PCT and name != "direct"] or (["load"] if name == "direct" else [])
+                if pct >= SATURATED_PCT]
         mean = max(m["mean_us"], 1)
         print(f"{name:<10}{mode:<8}{m['p10_us']:>8.0f}{m['p50_us']:>8.0f}{m['p90_us']:>8.0f}{m['p99_us']:>8.0f}"
               f"{m['mean_us']:>9.0f}{m['sd_us']:>7.0f}{m['sd_us'] / mean:>9.2f}{m['p99_us'] / mean:>10.2f}"
