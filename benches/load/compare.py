@@ -693,7 +693,7 @@ def summarise(results, names, reps, duration, connections):
         print(f"{name:<10}{mode:<8}{m['rps']:>10.0f}{m['p50_us']:>9.0f}{m['p99_us']:>9.0f}{m['cpu_us_per_req']:>12.2f}"
               f"{m['usr_us_per_req']:>6.1f}{m['sys_us_per_req']:>6.1f}{m['rss_mib']:>9.1f}{m['errors']:>8.0f}{rps_ng:>11}{cpu_ng:>11}{rps_d:>12}")
     load_core(med, names, results)
-    spread(med, names)
+    spread(med, names, results, connections)
     paired(results, names)
     if moved:
         paired(results, names, same_placement=True)
@@ -812,29 +812,38 @@ def load_core(med, names, results):
 SATURATED_PCT = 97
 
 
-def spread(med, names):
-    """wrk's latency distribution, medians over the repetitions, beside the
-    core that was saturated. In a closed loop the mean latency is the
-    connections over req/s, whichever proxy runs; how far the p99 sits
-    above it depends on where the requests queue. Where the proxy's core is
-    the saturated one they queue in one FIFO server, the proxy, and wait
-    alike (a narrow spread); where the load core is, wrk and the backends
-    take turns on it, each handling in a batch what piled up while the
-    other ran, and a request's wait depends on where in the turns it falls
-    (a wide one)."""
+def spread(med, names, results, connections):
+    """wrk's latency distribution beside the core that was saturated. In a
+    closed loop each connection's cycle, the connections over req/s, is a
+    request's latency plus wrk's own time before it sends the next one; the
+    p99 is that cycle times how far it sits above it (p99/cycle), and that
+    depends on where the requests queue. Where the proxy's core is the
+    saturated one they queue in one FIFO server, the proxy, and wait alike
+    (a narrow spread; wrk's mean is the whole cycle); where the load core
+    is, wrk and the backends take turns on it, each handling in a batch
+    what piled up while the other ran, and a request's wait depends on
+    where in the turns it falls (a wide spread; wrk's mean leaves out its
+    own share of the cycle). Medians over the repetitions; the ratios are
+    taken in each repetition."""
     rows = rows_with(med, names, "sd_us", "load_core_pct")
     if not rows:
         return
     print()
-    print(f"wrk's latency, medians; the core at {SATURATED_PCT}% busy or more")
+    print(f"wrk's latency, medians; cycle = {connections} connections / req/s; the core at {SATURATED_PCT}% "
+          "busy or more")
     print(f"{'proxy':<10}{'ids in':<8}{'p10 us':>8}{'p50 us':>8}{'p90 us':>8}{'p99 us':>8}{'mean us':>9}{'sd us':>7}"
-          f"{'sd/mean':>9}{'p99/mean':>10}{'saturated':>11}")
+          f"{'sd/mean':>9}{'mean/cycle':>12}{'p99/cycle':>11}{'saturated':>11}")
     for (name, mode), m in rows:
         busy = [core for core, pct in (("proxy", m["proxy_core_pct"]), ("load", m["load_core_pct"]))
                 if pct >= SATURATED_PCT]
-        mean = max(m["mean_us"], 1)
+        runs = [r for r in results[(name, mode)] if "sd_us" in r and r["mean_us"] > 0 and r["rps"] > 0]
+
+        def per_run(f):
+            return statistics.median(f(r) for r in runs) if runs else float("nan")
+        cycle_us = lambda r: connections * 1e6 / r["rps"]  # noqa: E731
         print(f"{name:<10}{mode:<8}{m['p10_us']:>8.0f}{m['p50_us']:>8.0f}{m['p90_us']:>8.0f}{m['p99_us']:>8.0f}"
-              f"{m['mean_us']:>9.0f}{m['sd_us']:>7.0f}{m['sd_us'] / mean:>9.2f}{m['p99_us'] / mean:>10.2f}"
+              f"{m['mean_us']:>9.0f}{m['sd_us']:>7.0f}{per_run(lambda r: r['sd_us'] / r['mean_us']):>9.2f}"
+              f"{per_run(lambda r: r['mean_us'] / cycle_us(r)):>12.2f}{per_run(lambda r: r['p99_us'] / cycle_us(r)):>11.2f}"
               f"{'+'.join(busy) or '-':>11}")
 
 if __name__ == "__main__":
