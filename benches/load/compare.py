@@ -34,8 +34,8 @@ placement.
 
 wrk's latency distribution (p10, p90, mean, standard deviation) is kept
 beside its p50 and p99 and shown against the core that saturated: in a
-closed loop the mean is set by req/s, and the spread around it by where the
-requests queue (spread()).
+closed loop each connection's cycle is set by req/s, and how far the p99
+sits above it by where the requests queue (spread()).
 
 Last, the goals for shardgate (CPU a request below nginx's and HAProxy's,
 req/s above both, p99 and RSS no higher than nginx's, no errors) are judged
@@ -828,6 +828,12 @@ def spread(med, names, results, connections):
     rows = rows_with(med, names, "sd_us", "load_core_pct")
     if not rows:
         return
+
+    def cycle_us(r):
+        return connections * 1e6 / r["rps"]
+
+    def per_run(runs, f):
+        return statistics.median(f(r) for r in runs) if runs else float("nan")
     print()
     print(f"wrk's latency, medians; cycle = {connections} connections / req/s; the core at {SATURATED_PCT}% "
           "busy or more")
@@ -837,13 +843,11 @@ def spread(med, names, results, connections):
         busy = [core for core, pct in (("proxy", m["proxy_core_pct"]), ("load", m["load_core_pct"]))
                 if pct >= SATURATED_PCT]
         runs = [r for r in results[(name, mode)] if "sd_us" in r and r["mean_us"] > 0 and r["rps"] > 0]
-
-        def per_run(f):
-            return statistics.median(f(r) for r in runs) if runs else float("nan")
-        cycle_us = lambda r: connections * 1e6 / r["rps"]  # noqa: E731
+        sd_mean = per_run(runs, lambda r: r["sd_us"] / r["mean_us"])
+        mean_cycle = per_run(runs, lambda r: r["mean_us"] / cycle_us(r))
+        p99_cycle = per_run(runs, lambda r: r["p99_us"] / cycle_us(r))
         print(f"{name:<10}{mode:<8}{m['p10_us']:>8.0f}{m['p50_us']:>8.0f}{m['p90_us']:>8.0f}{m['p99_us']:>8.0f}"
-              f"{m['mean_us']:>9.0f}{m['sd_us']:>7.0f}{per_run(lambda r: r['sd_us'] / r['mean_us']):>9.2f}"
-              f"{per_run(lambda r: r['mean_us'] / cycle_us(r)):>12.2f}{per_run(lambda r: r['p99_us'] / cycle_us(r)):>11.2f}"
+              f"{m['mean_us']:>9.0f}{m['sd_us']:>7.0f}{sd_mean:>9.2f}{mean_cycle:>12.2f}{p99_cycle:>11.2f}"
               f"{'+'.join(busy) or '-':>11}")
 
 if __name__ == "__main__":
