@@ -685,7 +685,7 @@ def summarise(results, names, reps, duration, connections):
     print(f"{'proxy':<10}{'ids in':<8}{'req/s':>10}{'p50 us':>9}{'p99 us':>9}{'cpu us/req':>12}{'usr':>6}{'sys':>6}{'rss MiB':>9}"
           f"{'errors':>8}{'rps/nginx':>11}{'cpu/nginx':>11}{'rps/direct':>12}")
     direct = med.get(("direct", "path"))
-    for (name, mode), m in sorted(med.items(), key=lambda kv: (names.index(kv[0][0]), kv[0][1])):
+    for (name, mode), m in rows_with(med, names):
         ng = med.get(("nginx", mode))
         rps_ng = f"{m['rps'] / ng['rps']:.2f}" if ng and name != "direct" else "-"
         cpu_ng = f"{m['cpu_us_per_req'] / ng['cpu_us_per_req']:.2f}" if ng and ng["cpu_us_per_req"] and name != "direct" else "-"
