@@ -29,20 +29,10 @@
 //!   the routing logic lives and where it is tested (and benched, and
 //!   fuzzed) without sockets.
 //! * [`proxy::dispatch`] picks the endpoints (local, peer, failover chain);
-//!   [`proxy::forward`] makes the attempts, which [`upstream`] sends over
-//!   kept-alive connections, capped per endpoint, judged by endpoint health.
-//!   The request's own task drives its upstream connection (no connection
-//!   task): [`upstream::exchange`] writes the head once (the client's
-//!   fields, then the proxy's own `X-Forwarded-*`, a request id it minted
-//!   and `Via`, kept beside the client's header map rather than inserted
-//!   into it, but for fan-out and search legs, which copy the map), streams
-//!   the body, and parses the answer with [`http1`]. The answer's header
-//!   fields stay the bytes they arrived in ([`http1::Fields`]) on their way
-//!   to an HTTP/1.1 client, filtered by name and written out again; an
-//!   HTTP/2 client or a fan-out leg gets them as a header map. The two
-//!   fields the proxy adds to every answer, its request id and (to an
-//!   upstream's) its `Via`, are left to the client leg's server to write,
-//!   so that the answer's own map stays empty on the common path.
+//!   [`proxy::forward`] makes the attempts over [`upstream`]'s kept-alive,
+//!   health-judged connections, one [`upstream::exchange`] each, on the
+//!   request's own task: head and body out, the answer's head parsed by
+//!   [`http1`], its fields kept as the bytes they came in ([`http1::Fields`]).
 //! * A fan-out route's plan goes to every region of its rule and the
 //!   answers are merged by [`merge`]; a `placement: search` route's id is
 //!   asked of the regions and the region remembered
