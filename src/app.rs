@@ -87,14 +87,15 @@ impl std::error::Error for ServeError {}
 
 /// Options of the proxy that are fixed at start-up.
 pub fn server_options(cfg: &Config) -> ServerOptions {
+    let fixed = &cfg.settings.restart;
     ServerOptions {
-        header_read_timeout: cfg.server.header_read_timeout.0,
-        max_header_bytes: cfg.server.max_header_bytes,
-        max_headers: cfg.server.max_headers,
-        shutdown_timeout: Duration::from_secs(30),
-        idle_timeout: cfg.server.idle_timeout.0,
-        max_connections: cfg.server.max_connections,
-        admin_max_connections: cfg.server.admin_max_connections,
+        header_read_timeout: fixed.header_read_timeout,
+        max_header_bytes: fixed.max_header_bytes,
+        max_headers: fixed.max_headers,
+        shutdown_timeout: cfg.settings.server.shutdown_timeout,
+        idle_timeout: fixed.idle_timeout,
+        max_connections: fixed.max_connections,
+        admin_max_connections: fixed.admin_max_connections,
     }
 }
 
@@ -102,10 +103,11 @@ pub fn server_options(cfg: &Config) -> ServerOptions {
 /// read here; when they cannot be (logged), `https://` endpoints fail closed
 /// (`serve` checks them first and refuses to start instead).
 pub fn client_settings(cfg: &Config) -> ClientSettings {
+    let fixed = &cfg.settings.restart;
     ClientSettings {
-        connect_timeout: cfg.upstream.connect_timeout.0,
-        pool_idle_timeout: cfg.upstream.pool_idle_timeout.0,
-        tls: Some(Arc::new(crate::tls::client_config_or_closed(&cfg.upstream.tls))),
+        connect_timeout: fixed.connect_timeout,
+        pool_idle_timeout: fixed.pool_idle_timeout,
+        tls: Some(Arc::new(crate::tls::client_config_or_closed(&fixed.upstream_tls))),
     }
 }
 
@@ -120,7 +122,7 @@ pub fn build_proxy(cfg: &Config, text: &str) -> Arc<Proxy> {
         Arc::downgrade(&table),
         shared.upstreams.connector().clone(),
     );
-    Arc::new(Proxy::new(shared, &cfg.instance))
+    Arc::new(Proxy::new(shared, &cfg.settings.restart.instance))
 }
 
 /// A running proxy built from a validated table: publish it and serve on
@@ -143,7 +145,7 @@ pub async fn run_proxy_with_admin(
     admin: Option<TcpListener>,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<Arc<Proxy>> {
-    let tls = match &cfg.server.tls {
+    let tls = match &cfg.settings.restart.server_tls {
         Some(t) => Some(Arc::new(ServerTls::load(t).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?)),
         None => None,
     };
@@ -271,9 +273,9 @@ pub fn start_drain(drain: &Drain) -> bool {
 /// they are needed, so a reload before the drain changes them.
 pub async fn drain_sequence(drain: Drain, shared: Arc<SharedTable>) -> Duration {
     drain.started().await;
-    let delay = shared.snapshot().table.settings().server.drain_delay.0;
+    let delay = shared.snapshot().table.settings().server.drain_delay;
     tokio::time::sleep(delay).await;
-    let grace = shared.snapshot().table.settings().server.shutdown_timeout.0;
+    let grace = shared.snapshot().table.settings().server.shutdown_timeout;
     tracing::info!(shutdown_timeout = ?grace, "drain delay over: listener closed, finishing in-flight requests");
     grace
 }
@@ -285,12 +287,13 @@ pub async fn serve(path: PathBuf) -> Result<Exit, ServeError> {
     let bind = |listener, addr| async move {
         TcpListener::bind(addr).await.map_err(|error| ServeError::Bind { listener, addr, error })
     };
-    let listener = bind("listen", cfg.listen).await?;
-    let admin_listener = bind("admin", cfg.admin).await?;
+    let (listen, admin) = (cfg.settings.restart.listen, cfg.settings.restart.admin);
+    let listener = bind("listen", listen).await?;
+    let admin_listener = bind("admin", admin).await?;
     let token = admin::token_from_env();
-    if token.is_none() && !cfg.admin.ip().is_loopback() {
+    if token.is_none() && !admin.ip().is_loopback() {
         tracing::warn!(
-            admin = %cfg.admin,
+            admin = %admin,
             "the admin listener is not on a loopback address and SHARDGATE_ADMIN_TOKEN is not set: \
              anyone who reaches it can POST /drain and /reload"
         );
@@ -303,8 +306,8 @@ pub async fn serve(path: PathBuf) -> Result<Exit, ServeError> {
     }
     let fast_exit = spawn_drain_signals(inst.drain().clone(), stop_rx);
     tracing::info!(
-        listen = %cfg.listen,
-        admin = %cfg.admin,
+        listen = %listen,
+        admin = %admin,
         admin_token = token.is_some(),
         tls = tls_on,
         table = %path.display(),

@@ -38,8 +38,9 @@
 //!   asked of the regions and the region remembered
 //!   ([`routing::Found`]); both send their legs through the same forward
 //!   stage, one region each.
-//! * Errors shardgate answers itself are one table, [`proxy::error`]
-//!   (RFC 9457 problem+json plus an RFC 9209 `Proxy-Status`), written by
+//! * Errors the proxy answers itself are one table, [`proxy::error`] (the
+//!   admin listener's are its own), made into RFC 9457 problem+json with an
+//!   RFC 9209 `Proxy-Status` by [`problem`], and written by
 //!   `proxy::respond` with the metrics and the access log.
 //!
 //! ## Modules, lowest layer first
@@ -56,6 +57,7 @@
 //!   incremental decoder, heads written into one buffer. No I/O.
 //! * [`merge`]: the JSON arrays of a fan-out's regions as one array in one
 //!   order, a page at a time, with the cursor of the next page. No I/O.
+//! * [`problem`]: how a failure becomes its problem+json answer, on every listener.
 //! * [`config`]: the routing table file: YAML walk, schema, validation per
 //!   section, the typed [`config::Config`], restart-only keys.
 //! * [`routing`]: the compiled table, placement, the shared snapshot and live reload.
@@ -83,6 +85,7 @@ pub mod http1;
 pub mod merge;
 pub mod mesh;
 pub mod metrics;
+pub mod problem;
 pub mod proxy;
 pub mod routing;
 pub mod telemetry;

@@ -347,8 +347,9 @@ pub fn client_config_or_closed(cfg: &raw::UpstreamTls) -> ClientConfig {
 /// Checks every TLS file the configuration names; returns the listener's
 /// TLS when `server.tls` is set. What `shardgate serve` runs before starting.
 pub fn load(cfg: &crate::config::Config) -> Result<Option<ServerTls>, TlsError> {
-    client_config(&cfg.upstream.tls)?;
-    cfg.server.tls.as_ref().map(ServerTls::load).transpose()
+    let fixed = &cfg.settings.restart;
+    client_config(&fixed.upstream_tls)?;
+    fixed.server_tls.as_ref().map(ServerTls::load).transpose()
 }
 
 #[cfg(test)]

@@ -68,8 +68,8 @@ impl TableView {
 /// The parts of the table the page shows. The running table was valid
 /// when loaded, so its text loads again.
 fn table_view(snap: &Loaded) -> Value {
-    let file = match crate::config::load_str(&snap.source_text, "active table") {
-        Ok(cfg) => serde_json::to_value(&cfg.file).unwrap_or(Value::Null),
+    let file = match crate::config::as_written(&snap.source_text, "active table") {
+        Ok(file) => serde_json::to_value(&file).unwrap_or(Value::Null),
         Err(_) => Value::Null,
     };
     let routes: Vec<Value> = snap
@@ -122,9 +122,9 @@ pub(super) fn data(state: &AdminState) -> Response<AdminBody> {
     json_response(
         StatusCode::OK,
         &json!({
-            "instance": settings.instance,
+            "instance": settings.restart.instance,
             "local_region": local,
-            "proxy": { "port": settings.listen.port(), "tls": settings.server.tls.is_some() },
+            "proxy": { "port": settings.restart.listen.port(), "tls": settings.restart.server_tls.is_some() },
             "table": {
                 "version": snap.version,
                 "sha256": snap.sha256,

@@ -8,24 +8,24 @@ use http::{Response, StatusCode};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::{json, Map, Value};
 
+use super::AdminError;
 use super::{json_response, problem, AdminBody};
 use crate::config::model::IdSource;
 use crate::ids::{self, Format};
-use crate::proxy::error::ProxyError;
 use crate::proxy::extract::{percent_decode, query_param};
 use crate::routing::{Found, Loaded, RegionId, Route, Strategy, Table};
 
 /// `GET /explain?id=…[&route=…]`.
 pub(super) fn explain(snap: &Loaded, found: &Found, query: &str) -> Response<AdminBody> {
     let Some(id) = query_param(query, "id").map(percent_decode).filter(|s| !s.is_empty()) else {
-        return problem(&ProxyError::ExplainWithoutId, "/explain");
+        return problem(&AdminError::ExplainWithoutId, "/explain");
     };
     let route_name = query_param(query, "route").map(percent_decode);
     let table = &snap.table;
     let routes: Vec<&Route> = match &route_name {
         Some(name) => match table.route_by_name(name) {
             Some(r) => vec![r],
-            None => return problem(&ProxyError::UnknownRoute { name: name.to_string() }, "/explain"),
+            None => return problem(&AdminError::UnknownRoute { name: name.to_string() }, "/explain"),
         },
         None => table.routes().iter().filter(|r| r.id.is_some()).collect(),
     };

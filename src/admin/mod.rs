@@ -30,6 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod dashboard;
+mod error;
 mod explain;
 pub mod traffic;
 
@@ -46,10 +47,12 @@ use tokio::net::TcpListener;
 
 use crate::ids::clock::iso8601;
 use crate::metrics::{self, ScrapeInputs};
-use crate::proxy::error::{problem_http1_bytes, problem_response, ProxyError};
+use crate::problem::{http1_answer, Problem};
+use crate::proxy::error::ProxyError;
 use crate::proxy::server::{until_idle, Acceptor, ServerOptions, Watched};
 use crate::proxy::Shared;
 use crate::routing::{ReloadError, Reloader, SharedTable};
+pub use error::AdminError;
 
 /// The environment variable holding the admin bearer token.
 pub const TOKEN_ENV: &str = "SHARDGATE_ADMIN_TOKEN";
@@ -138,7 +141,7 @@ pub async fn serve_admin(
     let graceful = GracefulShutdown::new();
     let metrics = Arc::clone(&state.shared.metrics);
     let refused = ProxyError::TooManyConnections { limit: opts.admin_max_connections, listener: "admin" };
-    let refusal: Arc<[u8]> = problem_http1_bytes(&refused, "shardgate-admin").into();
+    let refusal: Arc<[u8]> = http1_answer(&refused, "shardgate-admin").into();
     let mut acceptor = Acceptor::new(listener, "admin", opts.admin_max_connections, refusal, Arc::clone(&metrics));
     let sampler = tokio::spawn(sample_traffic(Arc::downgrade(&state)));
     tokio::pin!(shutdown);
@@ -222,18 +225,11 @@ impl Endpoint {
 pub async fn handle(state: &AdminState, req: Request<Incoming>) -> Response<AdminBody> {
     let path = req.uri().path();
     let Some(endpoint) = Endpoint::from_path(path) else {
-        return problem(&ProxyError::NoEndpoint { path: path.to_string() }, path);
+        return problem(&AdminError::NoEndpoint { path: path.to_string() }, path);
     };
     let basic_ok = !endpoint.is_post();
     if !endpoint.is_probe() && !authorized(state.token.as_deref(), req.headers(), basic_ok) {
-        let mut resp = problem(&ProxyError::Unauthorized, path);
-        let challenge = if basic_ok {
-            "Bearer realm=\"shardgate-admin\", Basic realm=\"shardgate-admin\", charset=\"UTF-8\""
-        } else {
-            "Bearer realm=\"shardgate-admin\""
-        };
-        resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
-        return resp;
+        return problem(&AdminError::Unauthorized { basic: basic_ok }, path);
     }
     let allowed = if endpoint.is_post() {
         *req.method() == Method::POST
@@ -242,7 +238,7 @@ pub async fn handle(state: &AdminState, req: Request<Incoming>) -> Response<Admi
     };
     if !allowed {
         let allow = if endpoint.is_post() { "POST" } else { "GET, HEAD" };
-        let err = ProxyError::MethodNotAllowed { path: path.to_string(), method: req.method().to_string(), allow };
+        let err = AdminError::MethodNotAllowed { path: path.to_string(), method: req.method().to_string(), allow };
         return problem(&err, path);
     }
     match endpoint {
@@ -261,7 +257,7 @@ pub async fn handle(state: &AdminState, req: Request<Incoming>) -> Response<Admi
         }
         Endpoint::Dashboard => match dashboard::asset(path) {
             Some(resp) => resp,
-            None => problem(&ProxyError::NoEndpoint { path: path.to_string() }, path),
+            None => problem(&AdminError::NoEndpoint { path: path.to_string() }, path),
         },
         Endpoint::DashboardData => dashboard::data(state),
     }
@@ -329,12 +325,12 @@ fn config(state: &AdminState) -> Response<AdminBody> {
 
 async fn reload(state: &AdminState) -> Response<AdminBody> {
     let Some(reloader) = state.reloader.clone() else {
-        return problem(&ProxyError::NoTableFile, "/reload");
+        return problem(&AdminError::NoTableFile, "/reload");
     };
     // File I/O and compilation stay off the async workers.
     let outcome = match tokio::task::spawn_blocking(move || reloader.reload_now()).await {
         Ok(outcome) => outcome,
-        Err(e) => return problem(&ProxyError::ReloadFailed { detail: e.to_string() }, "/reload"),
+        Err(e) => return problem(&AdminError::ReloadFailed { detail: e.to_string() }, "/reload"),
     };
     match outcome {
         Ok(o) => json_response(
@@ -346,8 +342,8 @@ async fn reload(state: &AdminState) -> Response<AdminBody> {
                 "needs_restart": o.needs_restart,
             }),
         ),
-        Err(ReloadError::Invalid(errors)) => problem(&ProxyError::InvalidTable { errors }, "/reload"),
-        Err(ReloadError::NeedsRestart(detail)) => problem(&ProxyError::NeedsRestart { detail }, "/reload"),
+        Err(ReloadError::Invalid(errors)) => problem(&AdminError::InvalidTable { errors }, "/reload"),
+        Err(ReloadError::NeedsRestart(detail)) => problem(&AdminError::NeedsRestart { detail }, "/reload"),
     }
 }
 
@@ -363,8 +359,8 @@ fn drain(state: &AdminState) -> Response<AdminBody> {
         &json!({
             "draining": true,
             "already_draining": !started,
-            "drain_delay_s": server.drain_delay.0.as_secs_f64(),
-            "shutdown_timeout_s": server.shutdown_timeout.0.as_secs_f64(),
+            "drain_delay_s": server.drain_delay.as_secs_f64(),
+            "shutdown_timeout_s": server.shutdown_timeout.as_secs_f64(),
         }),
     )
 }
@@ -385,6 +381,6 @@ pub(crate) fn json_response(status: StatusCode, body: &Value) -> Response<AdminB
 }
 
 /// The problem+json answer for `err` at `path`, from the one error table.
-fn problem(err: &ProxyError, path: &str) -> Response<AdminBody> {
-    problem_response(err, path, "-", "shardgate-admin")
+fn problem(err: &dyn Problem, path: &str) -> Response<AdminBody> {
+    crate::problem::response(err, path, "-", "shardgate-admin")
 }

@@ -26,7 +26,8 @@ use sha2::{Digest, Sha256};
 use tokio::net::TcpListener;
 
 use crate::metrics::Metrics;
-use crate::proxy::error::{problem_http1_bytes, ProxyError};
+use crate::problem::http1_answer;
+use crate::proxy::error::ProxyError;
 use crate::proxy::server::Acceptor;
 
 /// `shardgate backend --region R --listen ADDR`: serves until a signal.
@@ -49,7 +50,7 @@ pub async fn serve(listener: TcpListener, region: String, shutdown: impl Future<
     let region: Arc<str> = region.into();
     let builder = auto::Builder::new(TokioExecutor::new());
     let refused = ProxyError::TooManyConnections { limit: MAX_CONNECTIONS, listener: "backend" };
-    let refusal: Arc<[u8]> = problem_http1_bytes(&refused, "shardgate-backend").into();
+    let refusal: Arc<[u8]> = http1_answer(&refused, "shardgate-backend").into();
     let mut acceptor = Acceptor::new(listener, "backend", MAX_CONNECTIONS, refusal, Arc::new(Metrics::new()));
     tokio::pin!(shutdown);
     loop {

@@ -28,9 +28,11 @@ pub fn run(path: &Path, print: bool, out: &mut impl Write, err: &mut impl Write)
             let sha = sha256_hex(&text);
             let _ = writeln!(out, "{}: ok: {} (sha256 {})", path.display(), table.summary(), &sha[..12]);
             if print {
-                let mut file = cfg.file.clone();
-                file.instance = Some(cfg.instance.clone());
-                match yaml_serde::to_string(&file) {
+                let written = crate::config::as_written(&text, &path.display().to_string());
+                match written
+                    .map_err(|e| e.to_string())
+                    .and_then(|f| yaml_serde::to_string(&f).map_err(|e| e.to_string()))
+                {
                     Ok(yaml) => {
                         let _ = write!(out, "{yaml}");
                     }

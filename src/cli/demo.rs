@@ -42,17 +42,17 @@ pub async fn run(listen: SocketAddr) -> io::Result<i32> {
         io::Error::new(e.kind(), format!("cannot listen on {listen}: {e} (choose another address with --listen)"))
     })?;
     // The dashboard, where the table says (a busy port costs only the dashboard).
-    let admin = match TcpListener::bind(cfg.admin).await {
+    let admin = match TcpListener::bind(cfg.settings.restart.admin).await {
         Ok(l) => Some(l),
         Err(e) => {
-            eprintln!("shardgate demo: no dashboard: cannot listen on {}: {e}", cfg.admin);
+            eprintln!("shardgate demo: no dashboard: cannot listen on {}: {e}", cfg.settings.restart.admin);
             None
         }
     };
     let table = Table::compile(&cfg);
     println!("shardgate demo: proxy on http://{listen}");
     if admin.is_some() {
-        println!("  dashboard  on http://{}/ (admin endpoints: /metrics, /explain?id=…)", cfg.admin);
+        println!("  dashboard  on http://{}/ (admin endpoints: /metrics, /explain?id=…)", cfg.settings.restart.admin);
     }
     for (region, addr) in &backends {
         println!("  backend {region:<3} on http://{addr}");

@@ -30,6 +30,7 @@ pub mod model;
 pub mod report;
 pub mod restart;
 pub mod schema;
+pub mod settings;
 pub mod template;
 pub mod validate;
 pub mod values;
@@ -121,13 +122,26 @@ impl std::error::Error for ConfigErrors {}
 ///
 /// `source_name` is only used in error messages (usually the file path).
 pub fn load_str(text: &str, source_name: &str) -> Result<Config, ConfigErrors> {
+    load(text, source_name).map(|(config, _)| config)
+}
+
+/// A valid routing table as written, with every default filled in (for
+/// `check --print` and the dashboard), the instance's name resolved.
+pub fn as_written(text: &str, source_name: &str) -> Result<File, ConfigErrors> {
+    let (config, mut file) = load(text, source_name)?;
+    file.instance = Some(config.settings.restart.instance);
+    Ok(file)
+}
+
+/// The pipeline: walk, assemble, validate; the typed table and the file as written.
+fn load(text: &str, source_name: &str) -> Result<(Config, File), ConfigErrors> {
     let walked = yaml::walk(text, keys::shape()).map_err(|errors| finish(source_name, errors))?;
     let mut ctx = report::Ctx::new(&walked.index);
     ctx.errors.extend(walked.errors);
     let file = assemble::from_value(&walked.root, &mut ctx);
     let config = validate::validate(&file, &mut ctx);
     if ctx.errors.is_empty() {
-        Ok(config)
+        Ok((config, file))
     } else {
         Err(finish(source_name, ctx.errors))
     }
@@ -166,7 +180,7 @@ fn finish(source_name: &str, mut errors: Vec<ConfigError>) -> ConfigErrors {
 
 /// Shortens and escapes a user value for an error message, in double
 /// quotes as YAML would write it. Same escaping as the proxy's
-/// [`crate::proxy::error::quote`] (which uses single quotes because its
+/// [`crate::problem::quote`] (which uses single quotes because its
 /// messages travel inside JSON strings).
 pub(crate) fn show(value: &str) -> String {
     format!("\"{}\"", crate::ids::escape_for_display(value, 60))

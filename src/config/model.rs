@@ -1,5 +1,5 @@
-//! The validated routing table: what validation makes of a [`File`], every
-//! name resolved, every value typed. The table compiler
+//! The validated routing table: what validation makes of a
+//! [`File`](super::File), every name resolved, every value typed. The table compiler
 //! ([`crate::routing::Table::compile`]) lays it out for lookups without
 //! parsing or skipping anything.
 //!
@@ -7,26 +7,18 @@
 //! order of the names, which are sorted).
 
 use std::fmt;
-use std::net::SocketAddr;
 
 use http::{HeaderName, Method};
 
-use super::schema::{File, Log, Mesh, MintBatch, SearchCache, Server, Telemetry, UpstreamSettings};
+use super::settings::Settings;
 use super::values::UpstreamUrl;
-use crate::ids::{Format, LocalityMode, NodeIdentity, Params};
+use crate::ids::{Format, Params};
 
 /// A loaded and validated routing table.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// The file as written, defaults filled in (`check --print`, and the
-    /// restart-only comparison of a reload).
-    pub file: File,
-    /// Proxy listener (restart-only).
-    pub listen: SocketAddr,
-    /// Admin listener (restart-only).
-    pub admin: SocketAddr,
-    /// This instance's name in `Via`, `Proxy-Status` and `Forwarded: by=`.
-    pub instance: String,
+    /// The settings, typed (listeners, limits, timeouts, the restart-only values apart).
+    pub settings: Settings,
     /// The region this instance serves (mesh peer).
     pub local_region: Option<usize>,
     /// Owner when a strategy finds none.
@@ -51,26 +43,6 @@ pub struct Config {
     pub time_ranges: Vec<(Option<u64>, usize)>,
     /// Per-format parsing parameters.
     pub ids: Params,
-    /// Node identity for minting Locality UUIDs, when configured.
-    pub locality_node: Option<NodeIdentity>,
-    /// Locality minting mode.
-    pub locality_mode: LocalityMode,
-    /// Shard count for minting uniqid ids (`ids.uniqid.total_shards` or `shards.count`).
-    pub uniqid_mint_shards: Option<u32>,
-    /// `server`.
-    pub server: Server,
-    /// `upstream`.
-    pub upstream: UpstreamSettings,
-    /// `mesh`.
-    pub mesh: Mesh,
-    /// `log`.
-    pub log: Log,
-    /// `mint_batch`.
-    pub mint_batch: MintBatch,
-    /// `search_cache`.
-    pub search_cache: SearchCache,
-    /// `telemetry` (restart-only).
-    pub telemetry: Telemetry,
     /// Routes, in file order.
     pub routes: Vec<Route>,
 }
@@ -166,10 +138,12 @@ pub struct Route {
     pub search: Option<SearchRule>,
     /// Placement strategy.
     pub strategy: Strategy,
-    /// Whether non-idempotent requests may be sent to a failover region.
+    /// Whether writes (POST, PUT, PATCH, DELETE) may be sent to a failover region.
     pub allow_failover_writes: bool,
     /// Protocols `Upgrade` may switch to through this route, lowercase.
     pub upgrades: Vec<String>,
+    /// How long a tunnel through this route may sit idle.
+    pub tunnel_idle_timeout: std::time::Duration,
 }
 
 impl Route {
@@ -275,6 +249,9 @@ pub struct SearchRule {
     pub sequential: bool,
     /// Time one region may take.
     pub leg_timeout: std::time::Duration,
+    /// The entity's own path, whose `HEAD` says whether a region has it;
+    /// `None`: the request's own path is the entity's.
+    pub exists: Option<super::template::PathTemplate>,
 }
 
 /// How a route places its ids.

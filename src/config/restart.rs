@@ -1,79 +1,122 @@
 //! The keys a reload cannot change: read once at start-up (listeners, TLS,
-//! connection limits, the upstream connector, the minting node), or naming
-//! this instance. A reload that changes one reports it as "needs restart"
-//! and keeps the running value; this list is the one the code, `/reload`'s
-//! `needs_restart` and `docs/config.md` go by (a test compares them).
+//! connection limits, the upstream connector, the minting node, the trace
+//! exporter, the search cache's size), or naming this instance. A reload
+//! that changes one applies everything else, keeps the running value of
+//! these and reports them as "needs restart".
+//!
+//! [`RestartOnly`] holds their values, typed; the list of keys, the
+//! comparison and the keeping of running values are all derived from its
+//! one declaration below, so none can drift from another (and
+//! `docs/config.md` is compared with [`RESTART_ONLY`] by a test).
 
-use serde_json::Value;
+use std::net::SocketAddr;
+use std::time::Duration;
 
-use super::model::Config;
+use super::schema::{ServerTls, Telemetry, UpstreamTls};
+use crate::ids::{LocalityMode, NodeIdentity};
 
-/// Every restart-only key, as a YAML path.
-pub const RESTART_ONLY: [&str; 17] = [
-    "listen",
-    "admin",
-    "region",
-    "instance",
-    "ids.locality",
-    "server.tls",
-    "server.header_read_timeout",
-    "server.idle_timeout",
-    "server.max_header_bytes",
-    "server.max_headers",
-    "server.max_connections",
-    "server.admin_max_connections",
-    "upstream.tls",
-    "upstream.connect_timeout",
-    "upstream.pool_idle_timeout",
-    "search_cache.capacity",
-    "telemetry",
-];
-
-/// The values of [`RESTART_ONLY`] in `cfg`, in that order (`instance` as
-/// resolved, so leaving out a key that names its default changes nothing).
-pub fn values(cfg: &Config) -> Vec<Value> {
-    let file = serde_json::to_value(&cfg.file).unwrap_or(Value::Null);
-    RESTART_ONLY
-        .iter()
-        .map(|key| match *key {
-            "instance" => Value::String(cfg.instance.clone()),
-            _ => file.pointer(&format!("/{}", key.replace('.', "/"))).cloned().unwrap_or(Value::Null),
-        })
-        .collect()
+/// How minted Locality UUIDs name their node (`ids.locality`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Locality {
+    /// The node identity written into minted ids, when configured.
+    pub node: Option<NodeIdentity>,
+    /// The counter mode.
+    pub mode: LocalityMode,
 }
 
-/// The restart-only keys whose values differ between `running` and `new`
-/// (both from [`values`]).
-pub fn changed(running: &[Value], new: &[Value]) -> Vec<&'static str> {
-    RESTART_ONLY.iter().zip(running.iter().zip(new)).filter(|(_, (a, b))| a != b).map(|(k, _)| *k).collect()
+/// Declares [`RestartOnly`], one field per key, and everything derived
+/// from that one list.
+macro_rules! restart_only {
+    ($($(#[doc = $doc:literal])* $field:ident: $ty:ty => $key:literal,)*) => {
+        /// The values of every restart-only key, as the table gives them.
+        #[derive(Clone, Debug, PartialEq)]
+        pub struct RestartOnly {
+            $($(#[doc = $doc])* pub $field: $ty,)*
+        }
+
+        /// Every restart-only key, as a YAML path, in declaration order.
+        pub const RESTART_ONLY: &[&str] = &[$($key),*];
+
+        impl RestartOnly {
+            /// The keys whose values differ between `self` (running) and `new`.
+            pub fn changed(&self, new: &RestartOnly) -> Vec<&'static str> {
+                let mut keys = Vec::new();
+                $(if self.$field != new.$field {
+                    keys.push($key);
+                })*
+                keys
+            }
+        }
+    };
+}
+
+restart_only! {
+    /// The proxy listener.
+    listen: SocketAddr => "listen",
+    /// The admin listener.
+    admin: SocketAddr => "admin",
+    /// The region this instance serves, by name.
+    region: Option<String> => "region",
+    /// This instance's name (resolved: a default changes nothing).
+    instance: String => "instance",
+    /// The node of minted Locality UUIDs.
+    locality: Locality => "ids.locality",
+    /// TLS on the proxy listener.
+    server_tls: Option<ServerTls> => "server.tls",
+    /// Time to receive a request head.
+    header_read_timeout: Duration => "server.header_read_timeout",
+    /// Client connection idle timeout.
+    idle_timeout: Duration => "server.idle_timeout",
+    /// Largest request head.
+    max_header_bytes: usize => "server.max_header_bytes",
+    /// Most request header fields.
+    max_headers: usize => "server.max_headers",
+    /// Most client connections.
+    max_connections: usize => "server.max_connections",
+    /// Most admin connections.
+    admin_max_connections: usize => "server.admin_max_connections",
+    /// TLS to upstreams and peers.
+    upstream_tls: UpstreamTls => "upstream.tls",
+    /// Upstream connect timeout.
+    connect_timeout: Duration => "upstream.connect_timeout",
+    /// How long idle upstream connections are kept.
+    pool_idle_timeout: Duration => "upstream.pool_idle_timeout",
+    /// Most ids the search cache holds.
+    search_cache_capacity: usize => "search_cache.capacity",
+    /// Traces.
+    telemetry: Telemetry => "telemetry",
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn load(extra: &str) -> Result<Config, crate::config::ConfigErrors> {
+    fn load(extra: &str) -> Result<RestartOnly, crate::config::ConfigErrors> {
         let text =
             format!("version: 1\nregions: {{ eu: {{ upstreams: [\"http://127.0.0.1:1\"] }} }}\n{extra}routes: []\n");
-        crate::config::load_str(&text, "t.yaml")
+        Ok(crate::config::load_str(&text, "t.yaml")?.settings.restart)
     }
 
     #[test]
     fn changes_to_restart_only_keys_are_found() -> Result<(), crate::config::ConfigErrors> {
-        let base = values(&load("")?);
-        assert!(changed(&base, &base).is_empty());
+        let base = load("")?;
+        assert!(base.changed(&base).is_empty());
         for (extra, key) in [
             ("listen: 127.0.0.1:1234\n", "listen"),
             ("instance: gw\n", "instance"),
+            ("region: eu\ninstance: shardgate\n", "region"),
             ("server: { idle_timeout: 5s }\n", "server.idle_timeout"),
             ("server: { tls: { cert: a, key: b } }\n", "server.tls"),
             ("upstream: { connect_timeout: 1s }\n", "upstream.connect_timeout"),
             ("ids: { locality: { pid: 7 } }\n", "ids.locality"),
+            ("search_cache: { capacity: 5 }\n", "search_cache.capacity"),
+            ("telemetry: { sample_ratio: 0.5 }\n", "telemetry"),
         ] {
-            assert_eq!(changed(&base, &values(&load(extra)?)), [key], "{extra}");
+            assert_eq!(base.changed(&load(extra)?), [key], "{extra}");
         }
-        // Reloadable keys are not reported.
-        assert!(changed(&base, &values(&load("server: { max_uri_bytes: 100 }\nlog: { ids: true }\n")?)).is_empty());
+        // Naming the default instance name changes nothing; reloadable keys are not reported.
+        assert!(base.changed(&load("instance: shardgate\n")?).is_empty());
+        assert!(base.changed(&load("server: { max_uri_bytes: 100 }\nlog: { ids: true }\n")?).is_empty());
         Ok(())
     }
 }

@@ -1,6 +1,7 @@
 //! Route path templates: the one place a template reaches matchit, for
 //! validation and for the compiled table alike, with the parameter limit
-//! checked first (matchit panics beyond 26).
+//! checked first (matchit panics beyond 26); and [`PathTemplate`], a
+//! template read into its pieces, to build a path from a match's parameters.
 
 /// Most `{parameters}` a route's path template may have. matchit (0.8)
 /// panics when a template has more than 26, so [`insert_template`] counts
@@ -44,9 +45,127 @@ fn template_params(template: &str) -> usize {
     n
 }
 
+/// One piece of a path template.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Piece {
+    /// Text as it is (`{{` and `}}` unescaped).
+    Text(String),
+    /// A parameter (`{name}`, or a catch-all `{*name}`), by name.
+    Param(String),
+}
+
+/// A path template read into its pieces (matchit's syntax: `{name}`,
+/// `{*rest}`, `{{` and `}}` for braces), filled with a match's parameters
+/// to make a path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PathTemplate {
+    pieces: Vec<Piece>,
+}
+
+impl PathTemplate {
+    /// Reads `template`; the error says what is wrong with it.
+    pub fn parse(template: &str) -> Result<PathTemplate, String> {
+        if !template.starts_with('/') {
+            return Err("a path template starts with `/`".into());
+        }
+        let mut pieces = Vec::new();
+        let mut text = String::new();
+        let mut chars = template.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '{' if chars.peek() == Some(&'{') => {
+                    chars.next();
+                    text.push('{');
+                }
+                '}' if chars.peek() == Some(&'}') => {
+                    chars.next();
+                    text.push('}');
+                }
+                '{' => {
+                    let mut name = String::new();
+                    loop {
+                        match chars.next() {
+                            Some('}') => break,
+                            Some(c) => name.push(c),
+                            None => return Err("a `{` is not closed".into()),
+                        }
+                    }
+                    let bare = name.strip_prefix('*').unwrap_or(&name);
+                    if bare.is_empty() || !bare.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                        return Err(format!("{{{name}}} is not a parameter name"));
+                    }
+                    if !text.is_empty() {
+                        pieces.push(Piece::Text(std::mem::take(&mut text)));
+                    }
+                    pieces.push(Piece::Param(bare.to_string()));
+                }
+                '}' => return Err("a `}` is not opened (write `}}` for a brace)".into()),
+                c => text.push(c),
+            }
+        }
+        if !text.is_empty() {
+            pieces.push(Piece::Text(text));
+        }
+        Ok(PathTemplate { pieces })
+    }
+
+    /// The names of its parameters, in order.
+    pub fn params(&self) -> impl Iterator<Item = &str> {
+        self.pieces.iter().filter_map(|p| match p {
+            Piece::Param(name) => Some(name.as_str()),
+            Piece::Text(_) => None,
+        })
+    }
+
+    /// The template up to the end of the path segment that holds `param`
+    /// (`/s/{id}/{*rest}` cut at `id` is `/s/{id}`); `None` when it has no such parameter.
+    pub fn through(&self, param: &str) -> Option<PathTemplate> {
+        let at = self.pieces.iter().position(|p| *p == Piece::Param(param.to_string()))?;
+        let mut pieces = self.pieces[..=at].to_vec();
+        if let Some(Piece::Text(next)) = self.pieces.get(at + 1) {
+            let end = next.find('/').unwrap_or(next.len());
+            if end > 0 {
+                pieces.push(Piece::Text(next[..end].to_string()));
+            }
+        }
+        Some(PathTemplate { pieces })
+    }
+
+    /// The path it makes with `value` of each parameter (absent ones empty).
+    pub fn fill<'v>(&self, value: impl Fn(&str) -> Option<&'v str>) -> String {
+        let mut out = String::new();
+        for p in &self.pieces {
+            match p {
+                Piece::Text(t) => out.push_str(t),
+                Piece::Param(name) => out.push_str(value(name).unwrap_or("")),
+            }
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn templates_are_read_into_pieces_and_filled() -> Result<(), String> {
+        let t = PathTemplate::parse("/s/{id}/{*rest}")?;
+        assert_eq!(t.params().collect::<Vec<_>>(), ["id", "rest"]);
+        let value = |n: &str| match n {
+            "id" => Some("X%2F1"),
+            "rest" => Some("a/b"),
+            _ => None,
+        };
+        assert_eq!(t.fill(value), "/s/X%2F1/a/b");
+        assert_eq!(t.through("id").ok_or("no id")?.fill(value), "/s/X%2F1");
+        assert_eq!(PathTemplate::parse("/v/{id}.json/x")?.through("id").ok_or("no id")?.fill(value), "/v/X%2F1.json");
+        assert_eq!(PathTemplate::parse("/{{lit}}/{id}")?.fill(value), "/{lit}/X%2F1");
+        for bad in ["s/{id}", "/{id", "/{}", "/{a-b}", "/x}"] {
+            assert!(PathTemplate::parse(bad).is_err(), "{bad}");
+        }
+        Ok(())
+    }
 
     #[test]
     fn template_parameters_are_counted_before_matchit_sees_them() {

@@ -1,31 +1,30 @@
 //! Forward: the upstream leg of one request, as attempts over the targets
-//! [`dispatch`](super::dispatch) gives. An attempt that sent nothing (a
-//! refused connection, a full endpoint) moves on with the body it gave
-//! back; one that failed after sending is tried again only when that is
-//! safe (idempotent, no body) and the retry budget allows; either way never
-//! at an endpoint this request already tried, so a region with none left
-//! hands over to its failover region. Saturation never moves a request to
-//! another region. Also the tunnel an upgrade opens.
+//! [`dispatch`](super::dispatch) gives. A small body is read whole first,
+//! before any connection is taken ([`crate::upstream::body::take`]). An
+//! attempt that sent nothing (a refused connection, a full endpoint) moves
+//! on with the body it gave back; one that failed after sending is tried
+//! again only when that is safe (idempotent, no body) and the retry budget
+//! allows; either way never at an endpoint this request already tried, so a
+//! region with none left hands over to its failover region. Saturation
+//! never moves a request to another region.
 
 use std::time::Instant;
 
 use http::request::Parts;
-use http::{HeaderMap, Response, Uri};
-use http_body_util::{Either, Empty};
-use hyper::body::Body;
-use hyper_util::rt::TokioIo;
+use http::{header, HeaderMap, Response, Uri};
 
 use super::dispatch::{dispatch, Chain, Target};
 use super::error::ProxyError;
 use super::locate::Decision;
-use super::upgrade::ClientUpgrade;
 use super::Proxy;
 use crate::http1::write::Added;
 use crate::mesh;
 use crate::routing::{RegionId, Table};
 use crate::telemetry::traces;
+use crate::upstream::body::{self, BodyFault, Pace};
+use crate::upstream::exchange::Outgoing;
 use crate::upstream::retry::is_idempotent;
-use crate::upstream::{AttemptSettings, ClientBody, Conn, Limits, RequestBody, ResponseBody, UpstreamBody};
+use crate::upstream::{Attempt, AttemptSettings, RequestBody, ResponseBody, UpstreamBody, Use};
 
 /// What the attempts of one request share.
 #[derive(Debug)]
@@ -52,19 +51,10 @@ impl<'t> Leg<'t> {
 }
 
 /// The attempt settings of the table in force for a request that arrived at `started`.
-fn settings(table: &Table, started: Instant) -> AttemptSettings {
-    let up = &table.settings().upstream;
-    AttemptSettings {
-        attempt_timeout: up.attempt_timeout.0,
-        request_timeout: up.request_timeout.0,
-        started,
-        retries: up.retries,
-        budget_ratio: up.retry_budget.ratio,
-        budget_min_per_second: up.retry_budget.min_per_second,
-        eject_after: up.eject_after,
-        eject_for: up.eject_for.0,
-        limits: Limits { max_connections: up.max_connections, max_pending: up.max_pending },
-    }
+fn settings(table: &Table, started: Instant) -> AttemptSettings<'_> {
+    let server = &table.settings().server;
+    let pace = Pace { since: started, grace: server.body_timeout, min_rate: server.body_min_rate };
+    AttemptSettings { policy: &table.settings().upstream, started, pace }
 }
 
 /// Sends the request (`parts`, headers prepared for the upstream leg, the
@@ -83,11 +73,11 @@ pub(super) async fn forward<'t>(
     let s = settings(table, started);
     let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
     let idempotent = is_idempotent(&parts.method);
-    // An empty body can be sent again; a client's streamed body only while
+    let (body, use_) = prepare(parts, body, table, s.pace).await?;
+    // No body can be sent again after a failure; a client's body only while
     // nothing of it has been sent (a refused connection gives it back).
-    let replayable = body.is_end_stream();
-    let mut body: Option<UpstreamBody> =
-        Some(if replayable { Either::Right(Empty::new()) } else { Either::Left(ClientBody::new(body)) });
+    let replayable = matches!(body, UpstreamBody::Empty);
+    let mut body = Some(body);
     shared.upstreams.deposit(&s);
     decision.upstream_started = Some(Instant::now());
     let mut tried: Vec<&'t Uri> = Vec::new();
@@ -111,10 +101,9 @@ pub(super) async fn forward<'t>(
         decision.attempts += 1;
         let traced = trace_attempt(proxy, decision, parts, headers, endpoint, &target, last.as_ref());
         let headers = traced.as_deref().map_or(headers, |(_, h)| h);
-        let outcome = shared
-            .upstreams
-            .attempt(endpoint, admit, &parts.method, &path, headers, added, b, &s, !target.via_peer, &shared.health)
-            .await;
+        let out = Outgoing { method: &parts.method, target: path.as_str(), host: &endpoint.host, headers, added };
+        let attempt = Attempt { endpoint, admit, out, use_, count_5xx: !target.via_peer };
+        let outcome = shared.upstreams.attempt(attempt, b, &s, &shared.health).await;
         let failure = match outcome {
             Ok(resp) => {
                 if let Some((span, _)) = traced.as_deref() {
@@ -134,16 +123,38 @@ pub(super) async fn forward<'t>(
             Some(b) => body = Some(b),
             // Sent, and failed: again only if it is safe and the budget allows.
             None => {
-                let safe = replayable && idempotent && !matches!(error, ProxyError::ClientBody { .. });
-                if !safe || retries_used >= s.retries || !shared.upstreams.withdraw(&s) {
+                let safe = replayable && idempotent && failure.error.may_retry();
+                if !safe || retries_used >= s.policy.retries || !shared.upstreams.withdraw(&s) {
                     return Err(error);
                 }
                 retries_used += 1;
-                body = Some(Either::Right(Empty::new()));
+                body = Some(UpstreamBody::Empty);
             }
         }
         last = Some(error);
     }
+}
+
+/// The body as it goes upstream, and what its connection is for. A small
+/// body is read whole here, before any connection is taken: a client that
+/// sends slowly then holds none of the endpoint's.
+async fn prepare(
+    parts: &Parts,
+    body: RequestBody,
+    table: &Table,
+    pace: Pace,
+) -> Result<(UpstreamBody, Use), ProxyError> {
+    let limit = table.settings().server.request_buffer_bytes;
+    let body = body::take(body, limit, pace).await.map_err(|fault| match fault {
+        BodyFault::Broken(detail) => ProxyError::ClientBody { detail },
+        BodyFault::TooSlow => ProxyError::BodyTimeout,
+    })?;
+    let use_ = match &body {
+        _ if parts.headers.contains_key(header::UPGRADE) => Use::Tunnel,
+        UpstreamBody::Streamed(_) => Use::Upload,
+        _ => Use::Plain,
+    };
+    Ok((body, use_))
 }
 
 /// The client span of the attempt at `endpoint`, and the headers that
@@ -196,7 +207,7 @@ fn peer_headers(
         return Ok(None);
     }
     let mut headers = base.clone();
-    let max_hops = leg.table.settings().max_hops;
+    let max_hops = leg.table.settings().mesh.max_hops;
     let next = leg.hops.saturating_add(1);
     if next > max_hops {
         return Err(ProxyError::Loop {
@@ -211,23 +222,4 @@ fn peer_headers(
         mesh::mark_failover(&mut headers, leg.chain.iter().map(|&r| leg.table.region(r).name.as_str()));
     }
     Ok(Some(headers))
-}
-
-/// Tunnels an upgraded connection (WebSocket) between the client, once its
-/// side has switched protocols, and the upstream connection that answered
-/// `101`.
-pub fn spawn_tunnel(client: ClientUpgrade, upstream: Conn) {
-    use crate::upstream::exchange::tunnel;
-    tokio::spawn(async move {
-        match client {
-            ClientUpgrade::Hyper(on) => match on.await {
-                Ok(c) => tunnel(TokioIo::new(c), upstream).await,
-                Err(e) => tracing::debug!(error = %e, "the client's side of the upgrade failed; tunnel not opened"),
-            },
-            ClientUpgrade::Http1(rx) => match rx.await {
-                Ok(c) => tunnel(c, upstream).await,
-                Err(_) => tracing::debug!("the client's side of the upgrade failed; tunnel not opened"),
-            },
-        }
-    });
 }

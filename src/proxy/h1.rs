@@ -183,7 +183,7 @@ impl Server {
             _ => ProxyError::MalformedHead { detail: e.to_string() },
         };
         tracing::debug!(peer = %self.info.peer, error = %e, "unreadable request head refused");
-        let answer = super::error::problem_http1_bytes(&err, self.proxy.name());
+        let answer = crate::problem::http1_answer(&err, self.proxy.name());
         if wire.io.write_all(&answer).await.is_ok() {
             linger(wire).await;
         }

@@ -16,6 +16,7 @@ use hyper::body::Body;
 
 use super::conn::ConnInfo;
 use super::error::ProxyError;
+use super::tunnel::Tunnel;
 use super::upgrade::ClientUpgrade;
 use crate::http1::write::Added;
 use crate::http1::Fields;
@@ -31,8 +32,9 @@ pub fn admit(parts: &mut Parts, settings: &Settings) -> Result<(), ProxyError> {
     if uri_len > server.max_uri_bytes {
         return Err(ProxyError::UriTooLong { limit: server.max_uri_bytes });
     }
-    if parts.headers.len() > server.max_headers {
-        return Err(ProxyError::HeadersTooLarge { limit: server.max_headers });
+    let max_headers = settings.restart.max_headers;
+    if parts.headers.len() > max_headers {
+        return Err(ProxyError::HeadersTooLarge { limit: max_headers });
     }
     check_framing(parts)?;
     if let Some(normal) = super::path::without_dot_segments(&parts.uri) {
@@ -47,7 +49,7 @@ pub fn admit(parts: &mut Parts, settings: &Settings) -> Result<(), ProxyError> {
 /// Returns the fields the proxy adds (`X-Forwarded-*`, the request id when
 /// this proxy minted it, `fresh_request_id`, and `Via`: a client's id stays
 /// in the map), which the upstream head writer writes after the client's,
-/// and the client's side of an upgrade, when one is asked for. The client's
+/// and the tunnel an upgrade would open, when one is asked for. The client's
 /// `Host` stays in the map and is never written upstream (each attempt
 /// sends its endpoint's).
 pub fn to_upstream(
@@ -58,9 +60,12 @@ pub fn to_upstream(
     settings: &Settings,
     via: &Via,
     fresh_request_id: Option<&HeaderValue>,
-) -> (Added, Option<ClientUpgrade>) {
+) -> (Added, Option<Tunnel>) {
     let upgrade = parts.version == http::Version::HTTP_11 && keep_allowed_upgrades(&mut parts.headers, &route.upgrades);
-    let client_upgrade = if upgrade { ClientUpgrade::take(&mut parts.extensions) } else { None };
+    let tunnel = if upgrade { ClientUpgrade::take(&mut parts.extensions) } else { None }.and_then(|client| {
+        let asked = parts.headers.get(header::UPGRADE)?.clone();
+        Some(Tunnel { client, asked, idle: route.tunnel_idle_timeout, peer: conn.peer })
+    });
     // The authority the client asked for: the absolute URI's (or HTTP/2's
     // `:authority`), else `Host`.
     let host = match parts.uri.authority() {
@@ -78,7 +83,7 @@ pub fn to_upstream(
     if chunked {
         parts.headers.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
     }
-    (added, client_upgrade)
+    (added, tunnel)
 }
 
 /// A minted id to announce on the response: its header, the id, and the
@@ -86,25 +91,27 @@ pub fn to_upstream(
 pub type Minted = (HeaderName, String, Option<String>);
 
 /// Prepares the upstream's response for the client: the tunnel opened on a
-/// `101`, hop-by-hop and mesh headers removed, a minted id announced when
-/// the owner accepted the create (2xx: after a failure no entity stands
-/// behind the id). The answer comes back as the upstream's kind of
-/// [`super::ProxyBody`] (`Left`): that is what tells the client leg's
-/// writers to add this proxy's `Via` after the upstream's fields
+/// `101` to what the client asked for (a `101` it did not ask for is the
+/// upstream's failure), hop-by-hop and mesh headers removed, a minted id
+/// announced when the owner accepted the create (2xx: after a failure no
+/// entity stands behind the id). The answer comes back as the upstream's
+/// kind of [`super::ProxyBody`] (`Left`): that is what tells the client
+/// leg's writers to add this proxy's `Via` after the upstream's fields
 /// ([`super::Proxy::handle`]).
 pub fn from_upstream(
     mut resp: Response<ResponseBody>,
-    client_upgrade: Option<ClientUpgrade>,
+    tunnel: Option<Tunnel>,
     minted: Option<Minted>,
-) -> Response<super::ProxyBody> {
+) -> Result<Response<super::ProxyBody>, ProxyError> {
     let switching = resp.status() == http::StatusCode::SWITCHING_PROTOCOLS;
     if switching {
-        if let (Some(client), Some(up)) = (client_upgrade, resp.body_mut().take_upgrade()) {
-            super::forward::spawn_tunnel(client, up);
-        }
         // A tunnel's `Upgrade` and `Connection` are kept and rewritten in
         // the map; rare enough to pay for it.
         crate::upstream::fields_into_map(&mut resp);
+        let tunnel = tunnel.filter(|t| t.agrees(resp.headers())).ok_or(ProxyError::BadUpgrade)?;
+        if let Some(up) = resp.body_mut().take_upgrade() {
+            tunnel.spawn(up);
+        }
     }
     // The upstream's fields are still bytes on the common path (and the map
     // empty), but a leg's answer may have had them moved to the map.
@@ -119,7 +126,7 @@ pub fn from_upstream(
             resp.headers_mut().insert(header, v);
         }
     }
-    resp.map(http_body_util::Either::Left)
+    Ok(resp.map(http_body_util::Either::Left))
 }
 
 /// The upstream's fields (kept as bytes on the way to an HTTP/1.1 client)

@@ -70,7 +70,20 @@ pub enum Plan<'t> {
     /// A fan-out route: every region of its rule.
     Fanout(&'t Route, &'t FanoutRule),
     /// An id that carries no region: search for it (`placement: search`).
-    Search(&'t Route, &'t SearchRule, Decoded),
+    Search(Search<'t>),
+}
+
+/// A request for an id that carries no region.
+#[derive(Debug)]
+pub struct Search<'t> {
+    /// The matched route.
+    pub route: &'t Route,
+    /// Its regions, and how they are asked.
+    pub rule: &'t SearchRule,
+    /// The id.
+    pub id: Decoded,
+    /// The entity's own path, whose `HEAD` says whether a region has it.
+    pub exists: String,
 }
 
 impl<'t> Plan<'t> {
@@ -78,7 +91,8 @@ impl<'t> Plan<'t> {
     pub fn route(&self) -> &'t Route {
         match self {
             Plan::One(l) => l.route,
-            Plan::Fanout(r, _) | Plan::Search(r, _, _) => r,
+            Plan::Fanout(r, _) => r,
+            Plan::Search(s) => s.route,
         }
     }
 }
@@ -115,9 +129,14 @@ pub fn locate<'t>(
     let id = match (&route.id, &route.mint) {
         (Some(rule), _) => {
             let raw = extract::extract(&rule.source, &m.params, &parts.headers, parts.uri.query())?;
-            ids::parse_any(&rule.formats, &raw, table.id_params()).map_err(|error| ProxyError::BadId {
+            ids::parse_any(&rule.formats, &raw, table.id_params()).map_err(|_| ProxyError::BadId {
                 param: extract::describe(&rule.source),
-                error,
+                // Each format's own reason (a bad id is the cold path: parsed again, one by one).
+                errors: rule
+                    .formats
+                    .iter()
+                    .filter_map(|&f| ids::parse_any(&[f], &raw, table.id_params()).err())
+                    .collect(),
                 input: raw.to_string(),
             })?
         }
@@ -133,7 +152,11 @@ pub fn locate<'t>(
         decision.id = Some(id.to_string());
     }
     if let (Strategy::Search, Some(rule)) = (route.strategy, &route.search) {
-        return Ok(Plan::Search(route, rule, id));
+        let exists = match &rule.exists {
+            Some(t) => t.fill(|name| m.params.get(name)),
+            None => parts.uri.path().to_string(),
+        };
+        return Ok(Plan::Search(Search { route, rule, id, exists }));
     }
     let placement = table.place(&id, route.strategy).map_err(|e| ProxyError::NoOwner { detail: e.to_string() })?;
     decision.rule = Some(placement.rule);

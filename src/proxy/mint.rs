@@ -204,7 +204,7 @@ fn client_id(rule: &MintRule, value: &http::HeaderValue, parts: &Parts, table: &
     let raw = String::from_utf8_lossy(value.as_bytes());
     let id = ids::parse(rule.format, &raw, table.id_params()).map_err(|error| ProxyError::BadId {
         param: param.clone(),
-        error,
+        errors: vec![error],
         input: raw.to_string(),
     })?;
     let country = rule.country.as_ref().map(|source| country(source, parts, table)).transpose()?;

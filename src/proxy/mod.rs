@@ -39,6 +39,7 @@ mod fanout;
 pub mod forward;
 mod h1;
 pub mod headers;
+pub(crate) mod idle;
 mod legs;
 pub mod locate;
 pub mod mint;
@@ -46,6 +47,7 @@ pub mod path;
 mod respond;
 mod search;
 pub mod server;
+pub mod tunnel;
 pub mod upgrade;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -99,11 +101,11 @@ impl Shared {
     pub fn new(table: Arc<SharedTable>, client: ClientSettings) -> Shared {
         let snapshot = table.snapshot();
         let settings = snapshot.table.settings();
-        let capacity = settings.search_cache.capacity;
-        let traces = start_traces(&settings.telemetry, &settings.instance);
+        let fixed = &settings.restart;
+        let traces = start_traces(&fixed.telemetry, &fixed.instance);
         Shared {
             traces,
-            found: Arc::new(Found::new(capacity)),
+            found: Arc::new(Found::new(fixed.search_cache_capacity)),
             table,
             metrics: Arc::new(Metrics::new()),
             health: Arc::new(Health::default()),
@@ -115,7 +117,7 @@ impl Shared {
 
 /// The traces `telemetry` and the `OTEL_*` variables ask for; a failure
 /// to start them is logged, and the proxy runs without.
-fn start_traces(telemetry: &crate::config::schema::Telemetry, instance: &str) -> Option<Arc<Traces>> {
+fn start_traces(telemetry: &crate::config::settings::Telemetry, instance: &str) -> Option<Arc<Traces>> {
     let started = TraceSettings::resolve(telemetry, instance, |k| std::env::var(k).ok())
         .and_then(|s| s.map(Traces::start).transpose());
     match started {
@@ -158,7 +160,8 @@ impl Proxy {
     pub fn new(shared: Shared, name: &str) -> Proxy {
         let snapshot = shared.table.snapshot();
         let settings = snapshot.table.settings();
-        let minters = mint::Minters::new(settings.locality_node, settings.locality_mode);
+        let locality = settings.restart.locality;
+        let minters = mint::Minters::new(locality.node, locality.mode);
         let me = Identity { name: name.to_string(), node: mesh::node_name(name), via: headers::Via::new(name) };
         Proxy { shared, me, minters, request_ids: Uuid7Minter::new(SystemClock), handled: AtomicU64::new(0) }
     }
@@ -251,7 +254,7 @@ impl Proxy {
     /// the mesh headers are removed (and `Forwarded`, unless from a trusted hop).
     fn trust(&self, head: &mut Parts, conn: &ConnInfo, table: &Table) -> bool {
         let settings = table.settings();
-        let from_peer = conn.is_mesh_peer(&settings.trusted_peers);
+        let from_peer = conn.is_mesh_peer(&settings.mesh.trusted_peers);
         if !from_peer {
             let trusted_hop = settings.server.trusted_hops.iter().any(|c| c.contains(conn.peer.ip()));
             if mesh::strip_from_request(&mut head.headers, trusted_hop) {
@@ -295,7 +298,7 @@ impl Proxy {
         conn: &ConnInfo,
         table: &Table,
         arrival: &respond::Arrival,
-    ) -> (crate::http1::write::Added, Option<upgrade::ClientUpgrade>) {
+    ) -> (crate::http1::write::Added, Option<tunnel::Tunnel>) {
         headers::to_upstream(parts, body, route, conn, table.settings(), &self.me.via, arrival.id_to_add())
     }
 
@@ -325,10 +328,10 @@ impl Proxy {
         // A peer's fan-out or search leg: this region's answer, as it is.
         if let Some(name) = &relay.leg {
             let region = serve_leg_here(table, name, &self.me.name)?;
-            let (added, client_upgrade) = self.to_upstream(parts, &body, plan.route(), &conn, table, arrival);
+            let (added, tunnel) = self.to_upstream(parts, &body, plan.route(), &conn, table, arrival);
             let leg = forward::Leg::alone(table, region, hops);
             let resp = Box::pin(forward::forward(self, leg, parts, &added, body, arrival.started, decision)).await?;
-            return Ok(headers::from_upstream(resp, client_upgrade, None));
+            return headers::from_upstream(resp, tunnel, None);
         }
         match plan {
             Plan::One(located) => {
@@ -337,7 +340,7 @@ impl Proxy {
                 let one =
                     self.prepare_one(table, &located, parts, &body, &conn, &relay, served_here, arrival, decision);
                 let resp = forward::forward(self, one.leg, parts, &one.added, body, arrival.started, decision).await?;
-                Ok(headers::from_upstream(resp, one.client_upgrade, one.minted))
+                headers::from_upstream(resp, one.tunnel, one.minted)
             }
             Plan::Fanout(route, rule) => {
                 // The legs copy the head's map: the added fields go into it.
@@ -347,11 +350,11 @@ impl Proxy {
                 // inline they would make every request's future as large.
                 Box::pin(fanout::fanout(self, table, route, rule, parts, hops, decision)).await
             }
-            Plan::Search(route, rule, id) => {
-                let (added, _) = self.to_upstream(parts, &body, route, &conn, table, arrival);
+            Plan::Search(asked) => {
+                let (added, _) = self.to_upstream(parts, &body, asked.route, &conn, table, arrival);
                 added.move_into(&mut parts.headers);
-                let resp = Box::pin(search::search(self, table, route, rule, &id, parts, body, hops, decision)).await?;
-                Ok(headers::from_upstream(resp, None, None))
+                let resp = Box::pin(search::search(self, table, &asked, parts, body, hops, decision)).await?;
+                headers::from_upstream(resp, None, None)
             }
         }
     }
@@ -387,13 +390,15 @@ impl Proxy {
                 Some(_) => relay.chain.iter().filter_map(|name| table.region_by_name(name)).collect(),
                 None => dispatch::Chain::from_slice(&[located.placement.region]),
             },
-            can_fail_over: crate::upstream::retry::is_idempotent(&parts.method) || located.route.allow_failover_writes,
+            // Reads fail over; a write only where the route says so (it
+            // would land in a region that does not own the entity).
+            can_fail_over: crate::upstream::retry::is_safe(&parts.method) || located.route.allow_failover_writes,
             hops: relay.hops.count,
             table,
             serve_only: false,
         };
-        let (added, client_upgrade) = self.to_upstream(parts, body, located.route, conn, table, arrival);
-        One { leg, minted, added, client_upgrade }
+        let (added, tunnel) = self.to_upstream(parts, body, located.route, conn, table, arrival);
+        One { leg, minted, added, tunnel }
     }
 }
 
@@ -403,7 +408,7 @@ struct One<'t> {
     leg: forward::Leg<'t>,
     minted: Option<headers::Minted>,
     added: crate::http1::write::Added,
-    client_upgrade: Option<upgrade::ClientUpgrade>,
+    tunnel: Option<tunnel::Tunnel>,
 }
 
 /// The region a peer's leg names, when it is the one this instance serves.

@@ -13,11 +13,12 @@ use http::request::Parts;
 use http::{header, HeaderValue, Method, Response, StatusCode, Uri, Version};
 use http_body_util::{Either, Full};
 
-use super::error::{problem_response, ProxyError};
+use super::error::ProxyError;
 use super::locate::Decision;
 use super::{mint, Proxy, ProxyBody};
 use crate::ids::Format;
 use crate::metrics::RequestRecord;
+use crate::problem::response as problem_response;
 use crate::routing::{Loaded, Table};
 use crate::telemetry::traces;
 

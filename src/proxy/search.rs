@@ -3,15 +3,21 @@
 //!
 //! ```text
 //!  id ─► found before? ─yes─► that region ─► (a read answered 404: forget it, search again)
-//!            └─no─► ask the rule's regions (at once, or in order) ─► first 2xx wins, the rest cancelled
-//!                   ─► remember the region ─► a read: that answer; a write: now sent there
+//!            └─no─► a read of the entity itself: ask the regions with it ─► first 2xx is the answer
+//!                   anything else: HEAD the entity's path at the regions ─► first 2xx ─► the request, there
+//!                   ─► either way, the region remembered
 //! ```
 //!
-//! Reads (GET, HEAD) are asked as they are, and the first 2xx is the
-//! answer. A write is never sent to several regions: its regions are asked
-//! with `HEAD` first, and the write goes to the one that has the entity. 404
-//! from every region is a 404; other failures make a 502 (504 when all were
-//! timeouts) naming each region and what it answered.
+//! What is remembered comes only from the entity itself answering: its
+//! own path (`search.exists`, by default the route's path up to its id)
+//! asked with `HEAD`, or read with `GET`. A region that answers a request
+//! about something else of the id's (`/users/X/comments` answered `200 []`)
+//! teaches nothing, so no client's read can send another client's write to
+//! a region that does not hold the entity. Regions are asked at once (the
+//! first 2xx wins and the rest are cancelled) or in order. A write is never
+//! sent to several regions. 404 from every region is a 404; other failures
+//! make a 502 (504 when all were timeouts) naming each region and what it
+//! answered.
 
 use std::time::Instant;
 
@@ -21,11 +27,10 @@ use http::{Method, Response, StatusCode};
 
 use super::error::{LegFailure, ProxyError};
 use super::forward::{forward, Leg};
-use super::locate::Decision;
+use super::locate::{Decision, Search};
 use super::{legs, Proxy};
 use crate::config::model::SearchRule;
 use crate::http1::write::Added;
-use crate::ids::Decoded;
 use crate::routing::{Lookup, RegionId, Route, Table};
 use crate::upstream::{RequestBody, ResponseBody};
 
@@ -44,20 +49,18 @@ struct Asked {
 }
 
 /// Serves a request on a `placement: search` route.
-#[allow(clippy::too_many_arguments)]
 pub(super) async fn search<'t>(
     proxy: &Proxy,
     table: &'t Table,
-    route: &'t Route,
-    rule: &'t SearchRule,
-    id: &Decoded,
+    asked: &Search<'t>,
     parts: &Parts,
     body: RequestBody,
     hops: u32,
     decision: &mut Decision<'t>,
 ) -> Result<Response<ResponseBody>, ProxyError> {
+    let (route, rule) = (asked.route, asked.rule);
     let found = &proxy.shared.found;
-    let id = id.to_string();
+    let id = asked.id.to_string();
     let read = parts.method == Method::GET || parts.method == Method::HEAD;
     let mut body = Some(body);
     let cached = match found.lookup(&route.name, &id, table, Instant::now()) {
@@ -84,30 +87,32 @@ pub(super) async fn search<'t>(
     }
     decision.outcome = Some("searched");
     decision.upstream_started = Some(Instant::now());
-    // Reads are asked as they are (a 304 from the owner is its answer);
-    // a write's probe asks plainly whether the entity is there.
-    let probe = if read {
+    // A read of the entity itself is asked as it is (a 304 from the owner
+    // is its answer); anything else first asks plainly where the entity is.
+    let itself = read && parts.uri.path() == asked.exists;
+    let probe = if itself {
         legs::leg_head(parts, parts.method.clone(), parts.uri.clone(), false)
     } else {
-        legs::leg_head(parts, Method::HEAD, parts.uri.clone(), true)
+        let uri = http::Uri::try_from(asked.exists.as_str()).map_err(|_| ProxyError::NoRoute)?;
+        legs::leg_head(parts, Method::HEAD, uri, true)
     };
-    let asked = ask(proxy, table, rule, &probe, hops, decision.trace.as_deref()).await;
-    record(proxy, table, route, rule, &asked, decision);
-    if let (None, Some(resp)) = (&asked.found, asked.refused) {
+    let answers = ask(proxy, table, rule, &probe, hops, decision.trace.as_deref()).await;
+    record(proxy, table, route, rule, &answers, decision);
+    if let (None, Some(resp)) = (&answers.found, answers.refused) {
         // Every region refused alike (401, 403, …): that is the answer.
         return Ok(resp);
     }
-    let Some((region, resp)) = asked.found else {
+    let Some((region, resp)) = answers.found else {
         let names = RegionId::list(&rule.regions).map(|r| &table.region(r).name);
-        return Err(if asked.failed.is_empty() {
+        return Err(if answers.failed.is_empty() {
             ProxyError::NotFoundAnywhere { asked: names.cloned().collect() }
         } else {
-            ProxyError::LegsFailed { what: "search", asked: rule.regions.len(), failed: asked.failed }
+            ProxyError::LegsFailed { what: "search", asked: rule.regions.len(), failed: answers.failed }
         });
     };
     found.remember(&route.name, &id, table, region, Instant::now());
     decision.region = Some(table.region(region).name.as_str());
-    if read {
+    if itself {
         return Ok(resp);
     }
     drop(resp);

@@ -113,7 +113,7 @@ impl Found {
             self.misses.fetch_add(1, Relaxed);
             return Lookup::Miss;
         };
-        let ttl: Duration = table.settings().search_cache.ttl.0;
+        let ttl: Duration = table.settings().search_ttl;
         let fresh = now.saturating_duration_since(entry.found_at) < ttl;
         let region =
             table.region_by_name(&entry.region).filter(|&r| table.region(r).endpoints_hash == entry.endpoints_hash);

@@ -3,14 +3,13 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::net::SocketAddr;
 
 use crate::config::model::Config;
 pub use crate::config::model::{CountrySource, IdRule, IdSource, MintRule, Route};
-pub use crate::config::schema::{Log as LogSettings, Server as ServerSettings, UpstreamSettings};
+pub use crate::config::settings::Settings;
 use crate::config::template::insert_template;
 use crate::config::values::UpstreamUrl;
-use crate::ids::{self, LocalityMode, NodeIdentity};
+use crate::ids;
 
 use super::rule::{RegionId, Rule};
 
@@ -62,39 +61,6 @@ pub struct RouteMatch<'a> {
     pub route: &'a Route,
     /// Path parameters.
     pub params: matchit::Params<'a, 'a>,
-}
-
-/// Settings with defaults filled in, typed.
-#[derive(Clone, Debug)]
-pub struct Settings {
-    /// Proxy listener (restart-only).
-    pub listen: SocketAddr,
-    /// Admin listener (restart-only).
-    pub admin: SocketAddr,
-    /// Name for `Forwarded: by=`.
-    pub instance: String,
-    /// Inbound server limits and timeouts (`server:`, defaults filled in).
-    pub server: ServerSettings,
-    /// Upstream client policy (`upstream:`, defaults filled in).
-    pub upstream: UpstreamSettings,
-    /// Most shardgate hops a request may take.
-    pub max_hops: u32,
-    /// Peers whose mesh headers are honoured on connections without client certificates.
-    pub trusted_peers: Vec<crate::config::values::Cidr>,
-    /// Node identity for minting Locality UUIDs, when configured.
-    pub locality_node: Option<NodeIdentity>,
-    /// Locality minting mode.
-    pub locality_mode: LocalityMode,
-    /// Shard count for minting uniqid ids (`ids.uniqid.total_shards` or `shards.count`).
-    pub uniqid_mint_shards: Option<u32>,
-    /// Access-log settings (`log:`, defaults filled in).
-    pub log: LogSettings,
-    /// The batch mint endpoint (`mint_batch:`).
-    pub mint_batch: crate::config::schema::MintBatch,
-    /// The memory of `placement: search` routes (`search_cache:`).
-    pub search_cache: crate::config::schema::SearchCache,
-    /// Traces (`telemetry:`, restart-only).
-    pub telemetry: crate::config::schema::Telemetry,
 }
 
 /// Multiply-shift hasher for integer keys of the node tables.
@@ -158,8 +124,6 @@ pub struct Table {
     entity_names: Vec<Option<String>>,
     settings: Settings,
     counts: Counts,
-    /// The values of the restart-only keys ([`crate::config::restart`]).
-    restart_values: Vec<serde_json::Value>,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -244,22 +208,6 @@ impl Table {
             .map(|&(r, weight)| HashCandidate { region: rid(r).0, seed: name_seed(&cfg.regions[r].name), weight })
             .collect();
         let (routes, router) = compile_routes(&cfg.routes);
-        let settings = Settings {
-            listen: cfg.listen,
-            admin: cfg.admin,
-            instance: cfg.instance.clone(),
-            server: cfg.server.clone(),
-            upstream: cfg.upstream.clone(),
-            max_hops: cfg.mesh.max_hops,
-            trusted_peers: cfg.mesh.trusted_peers.clone(),
-            locality_node: cfg.locality_node,
-            locality_mode: cfg.locality_mode,
-            uniqid_mint_shards: cfg.uniqid_mint_shards,
-            log: cfg.log.clone(),
-            mint_batch: cfg.mint_batch.clone(),
-            search_cache: cfg.search_cache.clone(),
-            telemetry: cfg.telemetry.clone(),
-        };
         Table {
             regions,
             region_index,
@@ -287,7 +235,7 @@ impl Table {
             country_regions,
             entities,
             entity_names,
-            settings,
+            settings: cfg.settings.clone(),
             counts: Counts {
                 overrides: cfg.overrides.len(),
                 node_entries: n.locality_mac.len()
@@ -297,7 +245,6 @@ impl Table {
                     + n.sonyflake_machine.len()
                     + n.instagram_shard.len(),
             },
-            restart_values: crate::config::restart::values(cfg),
         }
     }
 
@@ -422,47 +369,23 @@ impl Table {
     }
 
     /// Keeps the running values of the restart-only keys
-    /// ([`crate::config::restart::RESTART_ONLY`]) that changed in this
-    /// table, and returns their names. Fails when the served `region` is
-    /// not in this table at all.
+    /// ([`crate::config::restart`]) that changed in this table, and returns
+    /// their names. Fails when the region this instance serves is not in
+    /// this table at all.
     pub fn keep_restart_only(&mut self, running: &Table) -> Result<Vec<&'static str>, String> {
-        let changed = crate::config::restart::changed(&running.restart_values, &self.restart_values);
-        for key in &changed {
-            self.restore(key, running)?;
+        let (kept, new) = (&running.settings.restart, &self.settings.restart);
+        let changed = kept.changed(new);
+        if kept.region != new.region {
+            // The served region is kept by name; its place in this table is this table's.
+            self.local_region = match kept.region.as_deref() {
+                None => None,
+                Some(name) => Some(self.region_by_name(name).ok_or_else(|| {
+                    format!("region {name:?} served by this instance is not in the new table; restart to change it")
+                })?),
+            };
         }
-        self.restart_values.clone_from(&running.restart_values);
+        self.settings.restart = kept.clone();
         Ok(changed)
-    }
-
-    /// Sets the restart-only `key` back to its value in `running`.
-    fn restore(&mut self, key: &str, running: &Table) -> Result<(), String> {
-        let (s, r) = (&mut self.settings, &running.settings);
-        match key {
-            "listen" => s.listen = r.listen,
-            "admin" => s.admin = r.admin,
-            "instance" => s.instance.clone_from(&r.instance),
-            "ids.locality" => (s.locality_node, s.locality_mode) = (r.locality_node, r.locality_mode),
-            "server.tls" => s.server.tls.clone_from(&r.server.tls),
-            "server.header_read_timeout" => s.server.header_read_timeout = r.server.header_read_timeout,
-            "server.idle_timeout" => s.server.idle_timeout = r.server.idle_timeout,
-            "server.max_header_bytes" => s.server.max_header_bytes = r.server.max_header_bytes,
-            "server.max_headers" => s.server.max_headers = r.server.max_headers,
-            "server.max_connections" => s.server.max_connections = r.server.max_connections,
-            "server.admin_max_connections" => s.server.admin_max_connections = r.server.admin_max_connections,
-            "upstream.tls" => s.upstream.tls.clone_from(&r.upstream.tls),
-            "upstream.connect_timeout" => s.upstream.connect_timeout = r.upstream.connect_timeout,
-            "upstream.pool_idle_timeout" => s.upstream.pool_idle_timeout = r.upstream.pool_idle_timeout,
-            "region" => {
-                self.local_region = match running.local_region.map(|id| running.region(id).name.as_str()) {
-                    None => None,
-                    Some(name) => Some(self.region_by_name(name).ok_or_else(|| {
-                        format!("region {name:?} served by this instance is not in the new table; restart to change it")
-                    })?),
-                };
-            }
-            other => return Err(format!("restart-only key {other} has no running value to keep (a bug)")),
-        }
-        Ok(())
     }
 }
 

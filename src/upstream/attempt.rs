@@ -9,18 +9,17 @@
 //! endpoint already tried is never tried again.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use http::{HeaderMap, Method, Response, Uri};
-use http_body_util::Either;
+use http::{Response, Uri};
 
-use super::body::{BodyPhase, BodyWatch, UpstreamBody};
+use super::body::{BodyPhase, BodyWatch, Pace, UpstreamBody};
 use super::connect::{connector, ClientSettings, Connector};
 use super::exchange::{exchange, ExchangeError, Outgoing, ResponseBody};
 use super::health::{Admit, Health};
-use super::pool::{Limits, Pool, PoolError};
+use super::pool::{Full, Pool, PoolError, Use};
 use super::retry::RetryBudget;
-use crate::http1::write::Added;
+use crate::config::settings::UpstreamPolicy;
 use crate::routing::Upstream;
 
 /// The upstream connections, the round-robin cursor and the retry budget.
@@ -33,30 +32,20 @@ pub struct Upstreams {
     retries: AtomicU64,
 }
 
-/// Per-request forwarding settings (taken from the table snapshot, so they
-/// reload live).
+/// One request's forwarding settings: the table's upstream policy (read
+/// from the request's snapshot, so it reloads live), when the request
+/// arrived and the pace its body must keep.
 #[derive(Clone, Copy, Debug)]
-pub struct AttemptSettings {
-    /// Timeout of one attempt, until the response headers arrive, counted
-    /// from when the request (head and body) has been sent, or from when the
-    /// upstream stopped reading it; never while the client is still sending.
-    pub attempt_timeout: Duration,
-    /// Timeout of the whole request, retries included, counted the same way.
-    pub request_timeout: Duration,
+pub struct AttemptSettings<'p> {
+    /// Timeouts (an attempt's counts from when the request, body included,
+    /// has been sent, or from when the upstream stopped reading it; never
+    /// while the client is still sending, nor while the request waits for a
+    /// connection), retries and their budget, limits, passive health.
+    pub policy: &'p UpstreamPolicy,
     /// When the request arrived.
     pub started: Instant,
-    /// Retries allowed after the first attempt.
-    pub retries: u32,
-    /// Retry budget ratio.
-    pub budget_ratio: f64,
-    /// Retries always allowed per second.
-    pub budget_min_per_second: u32,
-    /// Passive health: failures in a row that eject an endpoint (0: never).
-    pub eject_after: u32,
-    /// How long an ejected endpoint is left out.
-    pub eject_for: Duration,
-    /// Connections per endpoint and requests waiting for one.
-    pub limits: Limits,
+    /// How fast the client must send a body that is passed on as it arrives.
+    pub pace: Pace,
 }
 
 /// What went wrong in an attempt.
@@ -64,8 +53,8 @@ pub struct AttemptSettings {
 pub enum AttemptError {
     /// No connection could be opened: nothing was sent.
     Connect,
-    /// The endpoint is at its connection cap with a full wait queue: nothing was sent.
-    Saturated,
+    /// The endpoint is at one of its limits (which one): nothing was sent.
+    Saturated(Full),
     /// The exchange failed after the request was (or may have been) sent.
     Failed,
     /// No response head within the attempt timeout.
@@ -74,6 +63,17 @@ pub enum AttemptError {
     RequestTimeout,
     /// The client broke its own body (malformed, or cut short): its fault.
     ClientBody(&'static str),
+    /// The client sent its body slower than its [`Pace`]: its fault.
+    BodyTimeout,
+}
+
+impl AttemptError {
+    /// Whether a request that failed so after it was sent may be sent again
+    /// (when that is safe): not when the client broke or stalled its body,
+    /// nor when the whole request's time is up.
+    pub fn may_retry(self) -> bool {
+        !matches!(self, AttemptError::ClientBody(_) | AttemptError::BodyTimeout | AttemptError::RequestTimeout)
+    }
 }
 
 /// Why an attempt failed, and whether the request may be tried again.
@@ -84,6 +84,21 @@ pub struct Failure {
     /// The body, given back when nothing was sent (so another endpoint can
     /// take the request as it is).
     pub unsent: Option<UpstreamBody>,
+}
+
+/// One attempt: where it goes, what it sends, what it is.
+#[derive(Debug)]
+pub struct Attempt<'a> {
+    /// The endpoint.
+    pub endpoint: &'a Upstream,
+    /// Its admission by health (held for the attempt: a trial request's).
+    pub admit: Admit,
+    /// The request: method, target, fields.
+    pub out: Outgoing<'a>,
+    /// What the connection is for: a request in hand, an upload, an upgrade.
+    pub use_: Use,
+    /// Whether a 5xx answer counts against the endpoint (not a peer's).
+    pub count_5xx: bool,
 }
 
 impl Upstreams {
@@ -119,13 +134,13 @@ impl Upstreams {
     }
 
     /// Counts a request against the retry budget (once per request).
-    pub fn deposit(&self, s: &AttemptSettings) {
-        self.budget.deposit(s.budget_ratio);
+    pub fn deposit(&self, s: &AttemptSettings<'_>) {
+        self.budget.deposit(s.policy.budget_ratio);
     }
 
     /// Spends a retry, if the budget allows one.
-    pub fn withdraw(&self, s: &AttemptSettings) -> bool {
-        let ok = self.budget.withdraw(s.budget_min_per_second);
+    pub fn withdraw(&self, s: &AttemptSettings<'_>) -> bool {
+        let ok = self.budget.withdraw(s.policy.budget_min_per_second);
         if ok {
             self.retries.fetch_add(1, Ordering::Relaxed);
         }
@@ -153,139 +168,143 @@ impl Upstreams {
         })
     }
 
-    /// One attempt of the request at `endpoint`: `method`, `path` (the
-    /// origin-form target), `headers` (their `Host` is not sent: the
-    /// endpoint's goes out), the proxy's `added` fields and `body`. Records
-    /// the outcome in passive health: only what the upstream did wrong
-    /// counts (refused, failed or timed out once the request was sent, an
-    /// invalid response, a 5xx when `count_5xx`), never the client's half of
-    /// the exchange nor the endpoint's connection cap.
-    #[allow(clippy::too_many_arguments)]
+    /// One attempt of the request (`a`) with `body`. Records the outcome in
+    /// passive health: only what the upstream did wrong counts (refused,
+    /// failed or timed out once the request was sent, an invalid response,
+    /// a 5xx when `count_5xx`), never the client's half of the exchange nor
+    /// the endpoint's limits. A kept connection the server turns out to have
+    /// closed is dropped and the next one taken (the body was not touched).
     pub async fn attempt(
         &self,
-        endpoint: &Upstream,
-        admit: Admit,
-        method: &Method,
-        path: &http::uri::PathAndQuery,
-        headers: &HeaderMap,
-        added: &Added,
-        body: UpstreamBody,
-        s: &AttemptSettings,
-        count_5xx: bool,
+        a: Attempt<'_>,
+        mut body: UpstreamBody,
+        s: &AttemptSettings<'_>,
         health: &Health,
     ) -> Result<Response<ResponseBody>, Failure> {
-        let watch = match &body {
-            Either::Left(b) => Some(b.watch()),
-            Either::Right(_) => None,
-        };
-        let out = Outgoing { method, target: path.as_str(), host: &endpoint.host, headers, added };
-        let record = |failed: bool| health.record(&endpoint.uri, failed, s.eject_after, s.eject_for);
-        let send = self.send(endpoint, &out, body, s.limits);
-        tokio::pin!(send);
-        let attempt_started = Instant::now();
-        let mut now = attempt_started;
-        let outcome = loop {
-            let wake = due(watch.as_deref(), attempt_started, s).unwrap_or(now + s.attempt_timeout);
-            tokio::select! {
-                r = &mut send => break Some(r),
-                _ = tokio::time::sleep_until(wake.into()) => {
-                    // The body may have moved on while this slept: judge by now.
-                    now = Instant::now();
-                    if due(watch.as_deref(), attempt_started, s).is_some_and(|d| now >= d) {
-                        break None;
-                    }
-                }
-            }
-        };
-        let _trial = admit;
-        match outcome {
-            Some(Ok(resp)) => {
-                record(count_5xx && resp.status().is_server_error());
-                Ok(resp)
-            }
-            Some(Err(Unsent::Connect(e, body))) => {
-                tracing::debug!(endpoint = %endpoint.uri, error = %e, "upstream connect failed");
-                record(true);
-                Err(Failure { error: AttemptError::Connect, unsent: Some(body) })
-            }
-            Some(Err(Unsent::Saturated(body))) => Err(Failure { error: AttemptError::Saturated, unsent: Some(body) }),
-            Some(Err(Unsent::Failed(e))) => {
-                let client = watch.as_deref().and_then(BodyWatch::client_failure);
-                match (client, &e) {
-                    (Some(detail), _) => {
-                        tracing::debug!(endpoint = %endpoint.uri, error = %e, detail, "client body failed");
-                        Err(Failure { error: AttemptError::ClientBody(detail), unsent: None })
-                    }
-                    (None, ExchangeError::ClientBody(_)) => {
-                        tracing::debug!(endpoint = %endpoint.uri, error = %e, "client body failed");
-                        let detail = "the request body could not be read from the client";
-                        Err(Failure { error: AttemptError::ClientBody(detail), unsent: None })
-                    }
-                    (None, _) => {
-                        tracing::debug!(endpoint = %endpoint.uri, error = %e, "upstream request failed");
-                        record(true);
-                        Err(Failure { error: AttemptError::Failed, unsent: None })
-                    }
-                }
-            }
-            None => {
-                record(true);
-                let error = if watch.is_none() && Instant::now() >= s.started + s.request_timeout {
-                    AttemptError::RequestTimeout
-                } else {
-                    AttemptError::Timeout
-                };
-                Err(Failure { error, unsent: None })
-            }
-        }
-    }
-
-    /// Sends the request on a connection to `endpoint`: a kept one the
-    /// server turns out to have closed is dropped and the next one taken
-    /// (the body was not touched), until a fresh one, which cannot be stale.
-    async fn send(
-        &self,
-        endpoint: &Upstream,
-        out: &Outgoing<'_>,
-        mut body: UpstreamBody,
-        limits: Limits,
-    ) -> Result<Response<ResponseBody>, Unsent> {
+        let endpoint = a.endpoint;
+        let record = |failed: bool| health.record(&endpoint.uri, failed, s.policy.eject_after, s.policy.eject_for);
+        let deadline = s.started + s.policy.request_timeout;
+        let watch = body.watch();
+        let _trial = a.admit;
         loop {
-            let conn = match self.pool.connection(endpoint, limits).await {
+            // Waiting for a connection is bounded on its own: the attempt's
+            // timer, and the endpoint's blame, start once it has one.
+            let until = (Instant::now() + s.policy.queue_timeout).min(deadline);
+            let conn = match self.pool.connection(endpoint, s.policy.limits, a.use_, until).await {
                 Ok(conn) => conn,
-                Err(PoolError::Connect(e)) => return Err(Unsent::Connect(e, body)),
-                Err(PoolError::Saturated) => return Err(Unsent::Saturated(body)),
+                Err(PoolError::Connect(e)) => {
+                    tracing::debug!(endpoint = %endpoint.uri, error = %e, "upstream connect failed");
+                    record(true);
+                    return Err(Failure { error: AttemptError::Connect, unsent: Some(body) });
+                }
+                Err(PoolError::Saturated(_)) if Instant::now() >= deadline => {
+                    return Err(Failure { error: AttemptError::RequestTimeout, unsent: None });
+                }
+                Err(PoolError::Saturated(full)) => {
+                    return Err(Failure { error: AttemptError::Saturated(full), unsent: Some(body) });
+                }
             };
-            match exchange(conn, out, &mut body).await {
-                Ok(resp) => return Ok(resp),
-                Err(ExchangeError::Stale(e)) => {
+            match timed(exchange(conn, &a.out, &mut body), watch.as_deref(), s).await {
+                Timed::Answered(Ok(resp)) => {
+                    record(a.count_5xx && resp.status().is_server_error());
+                    return Ok(resp);
+                }
+                Timed::Answered(Err(ExchangeError::Stale(e))) => {
                     tracing::debug!(endpoint = %endpoint.uri, error = %e, "kept connection was closed; sending on another");
                 }
-                Err(e) => return Err(Unsent::Failed(e)),
+                Timed::Answered(Err(e)) => return Err(failed(e, watch.as_deref(), endpoint, record)),
+                Timed::Slow => return Err(Failure { error: AttemptError::BodyTimeout, unsent: None }),
+                Timed::Late => {
+                    record(true);
+                    let error = if watch.is_none() && Instant::now() >= deadline {
+                        AttemptError::RequestTimeout
+                    } else {
+                        AttemptError::Timeout
+                    };
+                    return Err(Failure { error, unsent: None });
+                }
             }
         }
     }
 }
 
-/// How [`Upstreams::send`] failed: with the body back when nothing was sent.
-enum Unsent {
-    Connect(String, UpstreamBody),
-    Saturated(UpstreamBody),
-    Failed(ExchangeError),
+/// How an exchange under the attempt's timers ended.
+enum Timed<T> {
+    /// It ended by itself.
+    Answered(T),
+    /// No answer in time: the upstream's fault.
+    Late,
+    /// The client's body fell behind its pace: the client's fault.
+    Slow,
 }
 
-/// When the attempt times out, as things stand: `None` while the client is
-/// still sending its body (the client side's idle timeout bounds that).
-fn due(watch: Option<&BodyWatch>, attempt_started: Instant, s: &AttemptSettings) -> Option<Instant> {
+/// Runs `exchange` until it ends or a timer runs out ([`due`]): the
+/// attempt's, or the client's pace while the exchange waits on its body.
+async fn timed<T>(
+    exchange: impl std::future::Future<Output = T>,
+    watch: Option<&BodyWatch>,
+    s: &AttemptSettings<'_>,
+) -> Timed<T> {
+    tokio::pin!(exchange);
+    let started = Instant::now();
+    loop {
+        // The body may start waiting on its client at any moment: its pace's
+        // deadline, which only moves later, is woken for too.
+        let pace = watch.and_then(|w| s.pace.deadline(w.received()));
+        let wake = due(watch, started, s).0.min(pace.unwrap_or(Instant::now() + s.policy.request_timeout));
+        tokio::select! {
+            r = &mut exchange => return Timed::Answered(r),
+            _ = tokio::time::sleep_until(wake.into()) => {
+                // The body may have moved on while this slept: judge by now.
+                let (at, late) = due(watch, started, s);
+                if Instant::now() >= at {
+                    return if late { Timed::Late } else { Timed::Slow };
+                }
+            }
+        }
+    }
+}
+
+/// The failure of an exchange that failed after sending: the client's when
+/// its body broke (malformed, cut short), else the endpoint's.
+fn failed(e: ExchangeError, watch: Option<&BodyWatch>, endpoint: &Upstream, record: impl Fn(bool)) -> Failure {
+    let client = watch.and_then(BodyWatch::client_failure);
+    let error = match (client, &e) {
+        (Some(detail), _) => {
+            tracing::debug!(endpoint = %endpoint.uri, error = %e, detail, "client body failed");
+            AttemptError::ClientBody(detail)
+        }
+        (None, ExchangeError::ClientBody(_)) => {
+            tracing::debug!(endpoint = %endpoint.uri, error = %e, "client body failed");
+            AttemptError::ClientBody("the request body could not be read from the client")
+        }
+        (None, _) => {
+            tracing::debug!(endpoint = %endpoint.uri, error = %e, "upstream request failed");
+            record(true);
+            AttemptError::Failed
+        }
+    };
+    Failure { error, unsent: None }
+}
+
+/// When the exchange's next timer runs out, as things stand, and whether
+/// that is the upstream's lateness (`true`) or the client's pace (`false`):
+/// while the proxy waits on the client's body, only its pace counts.
+fn due(watch: Option<&BodyWatch>, attempt_started: Instant, s: &AttemptSettings<'_>) -> (Instant, bool) {
+    let late = |at: Instant| (at, true);
     match watch {
-        // No body: the request was sent at once; the whole request's
-        // deadline counts from its arrival.
-        None => Some((attempt_started + s.attempt_timeout).min(s.started + s.request_timeout)),
+        // No body, or one in hand: the request was sent at once; the whole
+        // request's deadline counts from its arrival.
+        None => late((attempt_started + s.policy.attempt_timeout).min(s.started + s.policy.request_timeout)),
         Some(w) => match w.phase() {
-            BodyPhase::Finished(at) => Some(at + s.attempt_timeout.min(s.request_timeout)),
-            BodyPhase::WaitingOnClient => None,
+            BodyPhase::Finished(at) => late(at + s.policy.attempt_timeout.min(s.policy.request_timeout)),
+            // The client's idle timeout bounds a body without a pace.
+            BodyPhase::WaitingOnClient => match s.pace.deadline(w.received()) {
+                Some(at) => (at, false),
+                None => late(Instant::now() + s.policy.attempt_timeout),
+            },
             // The upstream is not taking the body: count from the last progress.
-            BodyPhase::Flowing(last) => Some(last.max(attempt_started) + s.attempt_timeout),
+            BodyPhase::Flowing(last) => late(last.max(attempt_started) + s.policy.attempt_timeout),
         },
     }
 }

@@ -1,9 +1,13 @@
-//! The client's request body on its way upstream, watched: whether the
-//! client is being waited for, when the last bytes went, whether the client
-//! broke it. The attempt's timeout ([`super::attempt`]) and the blame for a
-//! failure (the client's 400, or a failure held against the upstream) are
-//! read from here. The body itself is a [`RequestBody`], whichever server
-//! read the request: hyper's (HTTP/2) or the proxy's own HTTP/1.1 one.
+//! The client's request body on its way upstream. A small one is read
+//! whole before any upstream connection is taken ([`take`]), so a client
+//! that sends slowly holds no connection an endpoint's other clients need;
+//! a larger one is passed on as it arrives, watched: whether the client is
+//! being waited for, when the last bytes went, how many have come, whether
+//! the client broke it. The attempt's timeouts ([`super::attempt`]), the
+//! client's pace ([`Pace`]) and the blame for a failure (the client's 400 or
+//! 408, or a failure held against the upstream) are read from here. The
+//! body itself is a [`RequestBody`], whichever server read the request:
+//! hyper's (HTTP/2) or the proxy's own HTTP/1.1 one.
 
 use std::fmt;
 use std::io;
@@ -13,8 +17,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::{Either, Empty};
+use bytes::{Bytes, BytesMut};
+use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use crate::http1;
@@ -112,9 +116,138 @@ impl Body for RequestBody {
     }
 }
 
-/// Body sent upstream: the client's streamed body, or nothing (which can be
-/// sent again on a retry).
-pub type UpstreamBody = Either<ClientBody, Empty<Bytes>>;
+/// The body sent upstream.
+#[derive(Debug)]
+pub enum UpstreamBody {
+    /// None: a request that is sent again goes as it is.
+    Empty,
+    /// Read whole from the client before a connection was taken (`None`
+    /// once its one frame has gone).
+    Whole(Option<Bytes>),
+    /// Still arriving from the client, passed on as it comes.
+    Streamed(ClientBody),
+}
+
+impl UpstreamBody {
+    /// The watch of a body still arriving from its client.
+    pub fn watch(&self) -> Option<Arc<BodyWatch>> {
+        match self {
+            UpstreamBody::Streamed(b) => Some(b.watch()),
+            _ => None,
+        }
+    }
+}
+
+impl Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = RequestBodyError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, RequestBodyError>>> {
+        match self.get_mut() {
+            UpstreamBody::Empty => Poll::Ready(None),
+            UpstreamBody::Whole(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            UpstreamBody::Streamed(b) => Pin::new(b).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            UpstreamBody::Empty => true,
+            UpstreamBody::Whole(b) => b.is_none(),
+            UpstreamBody::Streamed(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            UpstreamBody::Empty => SizeHint::with_exact(0),
+            UpstreamBody::Whole(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            UpstreamBody::Streamed(b) => b.size_hint(),
+        }
+    }
+}
+
+/// How fast a client must send its body: its first [`Pace::grace`] after
+/// the request arrived, and a second more for every [`Pace::min_rate`]
+/// bytes that have come (Apache's `mod_reqtimeout` rule). A body that falls
+/// behind is the client's `408`, never a failure held against an upstream.
+#[derive(Clone, Copy, Debug)]
+pub struct Pace {
+    /// When the request arrived.
+    pub since: Instant,
+    /// Time allowed before the rate counts (`server.body_timeout`).
+    pub grace: Duration,
+    /// Bytes a second the body must keep up on average (`server.body_min_rate`); 0: no limit.
+    pub min_rate: u64,
+}
+
+impl Pace {
+    /// When a body of which `received` bytes have come is too slow (`None`: never).
+    pub fn deadline(&self, received: u64) -> Option<Instant> {
+        if self.min_rate == 0 {
+            return None;
+        }
+        let earned = Duration::from_secs(received / self.min_rate)
+            + Duration::from_nanos((received % self.min_rate) * 1_000_000_000 / self.min_rate);
+        Some(self.since + self.grace + earned)
+    }
+}
+
+/// Why a client's body could not be taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyFault {
+    /// The client broke it (malformed framing, cut short): what went wrong.
+    Broken(&'static str),
+    /// It came slower than its [`Pace`].
+    TooSlow,
+}
+
+/// A client's body that stopped before its end, for people.
+const CUT_SHORT: &str = "the client stopped sending the request body before its end";
+/// A client's body whose framing is broken, for people.
+const MALFORMED: &str = "the request body is malformed (its framing could not be read)";
+
+/// What a failed client body was, for people.
+fn broken(e: &RequestBodyError) -> &'static str {
+    if e.is_incomplete() {
+        CUT_SHORT
+    } else {
+        MALFORMED
+    }
+}
+
+/// The client's body, ready for the upstream leg: none; read whole when it
+/// is at most `limit` bytes (`server.request_buffer_bytes`), within its
+/// `pace`; else passed on as it arrives, with what was read of it first.
+pub async fn take(mut body: RequestBody, limit: usize, pace: Pace) -> Result<UpstreamBody, BodyFault> {
+    if body.is_end_stream() {
+        return Ok(UpstreamBody::Empty);
+    }
+    if body.size_hint().lower() > limit as u64 {
+        return Ok(UpstreamBody::Streamed(ClientBody::new(body, None)));
+    }
+    let mut read = BytesMut::new();
+    loop {
+        let next = body.frame();
+        let frame = match pace.deadline(read.len() as u64) {
+            Some(at) => tokio::time::timeout_at(at.into(), next).await.map_err(|_| BodyFault::TooSlow)?,
+            None => next.await,
+        };
+        match frame {
+            None => return Ok(UpstreamBody::Whole(Some(read.freeze()))),
+            Some(Ok(frame)) => {
+                // Trailers are not forwarded (the upstream leg sends none).
+                if let Ok(data) = frame.into_data() {
+                    read.extend_from_slice(&data);
+                }
+                if read.len() > limit {
+                    return Ok(UpstreamBody::Streamed(ClientBody::new(body, Some(read.freeze()))));
+                }
+            }
+            Some(Err(e)) => return Err(BodyFault::Broken(broken(&e))),
+        }
+    }
+}
 
 /// Where a client's body stands on its way upstream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,17 +268,29 @@ pub struct BodyWatch {
     origin: Instant,
     /// Milliseconds after `origin` of the last frame passed on.
     last_ms: AtomicU64,
+    /// Body bytes passed on so far.
+    received: AtomicU64,
     state: AtomicU8,
 }
 
 const WAITING: u8 = 1;
 const FINISHED: u8 = 2;
 const ABORTED: u8 = 4;
-const MALFORMED: u8 = 8;
+const FAILED_MALFORMED: u8 = 8;
 
 impl BodyWatch {
     fn new() -> BodyWatch {
-        BodyWatch { origin: Instant::now(), last_ms: AtomicU64::new(0), state: AtomicU8::new(0) }
+        BodyWatch {
+            origin: Instant::now(),
+            last_ms: AtomicU64::new(0),
+            received: AtomicU64::new(0),
+            state: AtomicU8::new(0),
+        }
+    }
+
+    /// Body bytes passed on so far.
+    pub fn received(&self) -> u64 {
+        self.received.load(Ordering::Relaxed)
     }
 
     fn touch(&self, set: u8) {
@@ -171,10 +316,10 @@ impl BodyWatch {
     /// Why the client's body failed, if it did.
     pub fn client_failure(&self) -> Option<&'static str> {
         let state = self.state.load(Ordering::Relaxed);
-        if state & MALFORMED != 0 {
-            Some("the request body is malformed (its framing could not be read)")
+        if state & FAILED_MALFORMED != 0 {
+            Some(MALFORMED)
         } else if state & ABORTED != 0 {
-            Some("the client stopped sending the request body before its end")
+            Some(CUT_SHORT)
         } else {
             None
         }
@@ -188,14 +333,20 @@ impl BodyWatch {
 /// against the upstream.
 #[derive(Debug)]
 pub struct ClientBody {
+    /// What was read of it before it went upstream, passed on first.
+    read: Option<Bytes>,
     inner: RequestBody,
     watch: Arc<BodyWatch>,
 }
 
 impl ClientBody {
-    /// Watches `inner`.
-    pub fn new(inner: RequestBody) -> ClientBody {
-        ClientBody { inner, watch: Arc::new(BodyWatch::new()) }
+    /// Watches `inner`, of which `read` was read already.
+    pub fn new(inner: RequestBody, read: Option<Bytes>) -> ClientBody {
+        let watch = Arc::new(BodyWatch::new());
+        if let Some(r) = &read {
+            watch.received.store(r.len() as u64, Ordering::Relaxed);
+        }
+        ClientBody { read, inner, watch }
     }
 
     /// What it has seen, shared.
@@ -212,24 +363,39 @@ impl Body for ClientBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, RequestBodyError>>> {
+        if let Some(read) = self.read.take() {
+            self.watch.touch(0);
+            return Poll::Ready(Some(Ok(Frame::data(read))));
+        }
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
         let w = &self.watch;
         match &polled {
             Poll::Pending => {
                 w.state.fetch_or(WAITING, Ordering::Relaxed);
             }
-            Poll::Ready(Some(Ok(_))) => w.touch(0),
+            Poll::Ready(Some(Ok(frame))) => {
+                let n = frame.data_ref().map_or(0, |d| d.len() as u64);
+                w.received.fetch_add(n, Ordering::Relaxed);
+                w.touch(0);
+            }
             Poll::Ready(None) => w.touch(FINISHED),
-            Poll::Ready(Some(Err(e))) => w.touch(if e.is_incomplete() { ABORTED } else { MALFORMED }),
+            Poll::Ready(Some(Err(e))) => w.touch(if e.is_incomplete() { ABORTED } else { FAILED_MALFORMED }),
         }
         polled
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.read.is_none() && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        let read = self.read.as_ref().map_or(0, |r| r.len() as u64);
+        let inner = self.inner.size_hint();
+        let mut hint = SizeHint::new();
+        hint.set_lower(inner.lower() + read);
+        if let Some(upper) = inner.upper() {
+            hint.set_upper(upper + read);
+        }
+        hint
     }
 }

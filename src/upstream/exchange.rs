@@ -125,6 +125,8 @@ where
             ExchangeError::Io(e)
         }
     };
+    // The body has gone (or will not go): the connection no longer waits on a client.
+    conn.upload_done();
     let early = match sent {
         Ok(()) => send.early.take(),
         Err(SendError::Io(e)) => return Err(stale(&send, &conn, e)),
@@ -470,11 +472,12 @@ impl ResponseBody {
     }
 
     /// The connection of a `101 Switching Protocols` response, for the
-    /// tunnel (its read buffer may already hold the upstream's first bytes).
+    /// tunnel (its read buffer may already hold the upstream's first bytes),
+    /// counted among the endpoint's tunnels from now on.
     pub fn take_upgrade(&mut self) -> Option<Conn> {
         if self.upgrade {
             self.upgrade = false;
-            self.conn.take()
+            self.conn.take().map(Conn::into_tunnel)
         } else {
             None
         }

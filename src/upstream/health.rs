@@ -368,7 +368,7 @@ pub fn spawn_checker(health: Weak<Health>, shared: Weak<SharedTable>, connector:
             h.track(&shared);
             let snapshot = shared.snapshot();
             let cfg = &snapshot.table.settings().upstream.health;
-            let (interval, timeout, rise, fall) = (cfg.interval.0, cfg.timeout.0, cfg.rise, cfg.fall);
+            let (interval, timeout, rise, fall) = (cfg.interval, cfg.timeout, cfg.rise, cfg.fall);
             let path = cfg.path.clone();
             drop(shared);
             if interval.is_zero() {

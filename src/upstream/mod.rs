@@ -2,11 +2,13 @@
 //!
 //! * [`connect`]: the connector (`http://`, `https://`) and its start-up settings;
 //! * [`pool`]: kept-alive HTTP/1.1 connections per endpoint, shared by every
-//!   runtime thread, capped per endpoint with a bounded wait queue;
+//!   runtime thread, capped per endpoint (with shares for uploads and
+//!   tunnels) with a bounded wait queue and wait;
 //! * [`exchange`]: one HTTP/1.1 exchange on a connection the request's
 //!   task owns (no connection task): head and body out, head and body back;
-//! * [`body`]: the client's body on its way upstream, watched, so timeouts
-//!   and blame follow what each side did;
+//! * [`body`]: the client's body on its way upstream: a small one read
+//!   whole first, a larger one watched, so timeouts and blame follow what
+//!   each side did;
 //! * [`attempt`]: one attempt at one endpoint: its timeout, the endpoint's
 //!   passive health, the retry budget;
 //! * [`retry`]: when a request may be sent again;
@@ -22,9 +24,9 @@ pub mod health;
 pub mod pool;
 pub mod retry;
 
-pub use attempt::{AttemptSettings, Failure, Upstreams};
+pub use attempt::{Attempt, AttemptError, AttemptSettings, Failure, Upstreams};
 pub use body::{ClientBody, RequestBody, RequestBodyError, UpstreamBody};
 pub use connect::{connector, ClientSettings, Connector};
 pub use exchange::{fields_into_map, ResponseBody};
 pub use health::{Admit, Health};
-pub use pool::{Conn, Limits};
+pub use pool::{Conn, Full, Limits, Use};

@@ -23,17 +23,58 @@ use tokio::io::AsyncRead;
 use tokio::sync::Notify;
 
 use super::connect::{Connector, Stream};
+pub use crate::config::settings::Limits;
 use crate::routing::Upstream;
 
-/// How many connections one endpoint may have, and how many requests may
-/// wait for one of them (from the table, so they reload live).
+/// What a connection is taken for: each use has its own limit beside the
+/// endpoint's connection cap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Limits {
-    /// Most connections open to one endpoint at once.
-    pub max_connections: usize,
-    /// Most requests waiting for a connection to one endpoint; beyond it a
-    /// request is refused at once ([`PoolError::Saturated`]).
-    pub max_pending: usize,
+pub enum Use {
+    /// A request whose body, if it has one, is in hand.
+    Plain,
+    /// A request whose body is still arriving from its client: at most
+    /// [`Limits::max_uploads`] at once, until the body has gone.
+    Upload,
+    /// A request asking to upgrade: at most [`Limits::max_tunnels`] at once,
+    /// and a tunnel, once switched, no longer counts under the connection cap.
+    Tunnel,
+}
+
+/// Which limit left a request without a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Full {
+    /// Every connection busy and `max_pending` requests waiting already.
+    Queue,
+    /// Waited for a connection as long as the request may (`upstream.queue_timeout`).
+    Waited,
+    /// `max_uploads` connections carry bodies still arriving.
+    Uploads,
+    /// `max_tunnels` tunnels are open.
+    Tunnels,
+}
+
+impl Full {
+    /// The limit a request was blocked by (`holds`), after waiting for it or not.
+    fn of(holds: u8, waited: bool) -> Full {
+        match holds {
+            HOLDS_UPLOAD => Full::Uploads,
+            HOLDS_TUNNEL => Full::Tunnels,
+            _ if waited => Full::Waited,
+            _ => Full::Queue,
+        }
+    }
+
+    /// Which settings the limit is, for people.
+    pub fn explain(self) -> &'static str {
+        match self {
+            Full::Queue => {
+                "every connection is busy and the wait queue is full (upstream.max_connections, upstream.max_pending)"
+            }
+            Full::Waited => "no connection freed within upstream.queue_timeout (upstream.max_connections)",
+            Full::Uploads => "its share of connections for bodies still arriving is taken (upstream.upload_share)",
+            Full::Tunnels => "it has upstream.max_tunnels tunnels open",
+        }
+    }
 }
 
 /// Why no connection was had.
@@ -41,9 +82,8 @@ pub struct Limits {
 pub enum PoolError {
     /// No connection could be opened (TCP or TLS); the whole story in one line.
     Connect(String),
-    /// The endpoint has `max_connections` open and `max_pending` requests
-    /// already waiting for one.
-    Saturated,
+    /// A limit of the endpoint's (never a failure of the endpoint itself).
+    Saturated(Full),
 }
 
 /// Read buffer of a connection: most responses fit at once.
@@ -77,27 +117,66 @@ pub struct ConnState {
     place: Place,
 }
 
-/// A connection's place under its endpoint's cap, and the way home.
+/// A connection's places under its endpoint's limits, and the way home.
 #[derive(Debug)]
 struct Place {
     endpoint: Arc<Counters>,
     key: Arc<str>,
     home: Arc<Shared>,
+    /// Which counts it is in ([`HOLDS_OPEN`], [`HOLDS_UPLOAD`], [`HOLDS_TUNNEL`]).
+    holds: u8,
 }
 
-/// An endpoint's connection count, kept outside the lists' lock so that a
+/// Counted under `max_connections`.
+const HOLDS_OPEN: u8 = 1;
+/// Counted under `max_uploads`.
+const HOLDS_UPLOAD: u8 = 2;
+/// Counted under `max_tunnels`.
+const HOLDS_TUNNEL: u8 = 4;
+
+/// An endpoint's connection counts, kept outside the lists' lock so that a
 /// connection can be dropped anywhere, the lock held or not.
 #[derive(Debug, Default)]
 struct Counters {
     open: AtomicUsize,
+    uploads: AtomicUsize,
+    tunnels: AtomicUsize,
     /// Woken when a connection is given back or closes.
     freed: Notify,
+    /// Woken when an upload's body has gone or its connection closes.
+    uploads_freed: Notify,
+    /// Woken when a tunnel (or an upgrade request that got no tunnel) ends.
+    tunnels_freed: Notify,
+}
+
+impl Counters {
+    /// The count and the wake-up of one of the limits.
+    fn of(&self, holds: u8) -> (&AtomicUsize, &Notify) {
+        match holds {
+            HOLDS_UPLOAD => (&self.uploads, &self.uploads_freed),
+            HOLDS_TUNNEL => (&self.tunnels, &self.tunnels_freed),
+            _ => (&self.open, &self.freed),
+        }
+    }
+}
+
+impl Place {
+    /// Leaves the counts in `holds` (those it is in), waking one waiter of each.
+    fn leave(&mut self, holds: u8) {
+        for one in [HOLDS_OPEN, HOLDS_UPLOAD, HOLDS_TUNNEL] {
+            if self.holds & holds & one != 0 {
+                self.holds &= !one;
+                let (count, freed) = self.endpoint.of(one);
+                count.fetch_sub(1, Ordering::AcqRel);
+                freed.notify_one();
+            }
+        }
+    }
 }
 
 impl Drop for Place {
     fn drop(&mut self) {
-        self.endpoint.open.fetch_sub(1, Ordering::AcqRel);
-        self.endpoint.freed.notify_one();
+        self.leave(HOLDS_OPEN | HOLDS_UPLOAD | HOLDS_TUNNEL);
     }
 }
 
@@ -137,11 +216,11 @@ pub struct Pool {
 /// What a request gets when it asks for a connection.
 enum Checkout {
     Kept(Conn),
-    /// Open a new one; its place under the cap is taken already.
-    Open(Arc<Counters>, Arc<str>),
-    /// Wait for one to free up (counted as waiting already).
-    Wait(Arc<Counters>),
-    Saturated,
+    /// Open a new one; its places under the limits (`holds`) are taken already.
+    Open(Arc<Counters>, Arc<str>, u8),
+    /// Wait for the limit `holds` names to free up (counted as waiting already).
+    Wait(Arc<Counters>, u8),
+    Saturated(Full),
 }
 
 /// How often a request waiting for a connection looks again even without a
@@ -166,18 +245,24 @@ impl Pool {
         &self.connector
     }
 
-    /// A connection to `endpoint`: a kept one, or a new one while the
-    /// endpoint is below `limits.max_connections`, else one freed while this
-    /// waits (the caller bounds the wait with its timeout); with
-    /// `limits.max_pending` requests waiting already, none.
-    pub async fn connection(&self, endpoint: &Upstream, limits: Limits) -> Result<Conn, PoolError> {
+    /// A connection to `endpoint` for `use_`: a kept one, or a new one while
+    /// the endpoint is below `limits.max_connections` (and the use below its
+    /// own limit), else one freed while this waits, until `until`; with
+    /// `limits.max_pending` requests waiting already, or at `until`, none.
+    pub async fn connection(
+        &self,
+        endpoint: &Upstream,
+        limits: Limits,
+        use_: Use,
+        until: Instant,
+    ) -> Result<Conn, PoolError> {
         let key = endpoint.pool_key.as_ref();
         loop {
-            match self.checkout(key, limits) {
+            match self.checkout(key, limits, use_) {
                 Checkout::Kept(conn) => return Ok(conn),
-                Checkout::Saturated => return Err(PoolError::Saturated),
-                Checkout::Open(counters, key) => {
-                    let place = Place { endpoint: counters, key, home: Arc::clone(&self.shared) };
+                Checkout::Saturated(full) => return Err(PoolError::Saturated(full)),
+                Checkout::Open(counters, key, holds) => {
+                    let place = Place { endpoint: counters, key, home: Arc::clone(&self.shared), holds };
                     self.connects.fetch_add(1, Ordering::Relaxed);
                     // Boxed: a connect (TLS handshake included) is a large
                     // future (about 1.3 KiB), and held inline it would be room in
@@ -194,9 +279,14 @@ impl Pool {
                         place,
                     })));
                 }
-                Checkout::Wait(counters) => {
+                Checkout::Wait(counters, blocked) => {
                     let waiting = Waiting { shared: &self.shared, key };
-                    let _ = tokio::time::timeout(WAIT_RECHECK, counters.freed.notified()).await;
+                    let now = Instant::now();
+                    if now >= until {
+                        return Err(PoolError::Saturated(Full::of(blocked, true)));
+                    }
+                    let wake = (now + WAIT_RECHECK).min(until);
+                    let _ = tokio::time::timeout_at(wake.into(), counters.of(blocked).1.notified()).await;
                     drop(waiting);
                 }
             }
@@ -204,9 +294,9 @@ impl Pool {
     }
 
     /// A kept connection that is still good, or what to do without one.
-    fn checkout(&self, key: &str, limits: Limits) -> Checkout {
+    fn checkout(&self, key: &str, limits: Limits, use_: Use) -> Checkout {
         let mut stale = Vec::new();
-        let Ok(mut lists) = self.shared.lists.lock() else { return Checkout::Saturated };
+        let Ok(mut lists) = self.shared.lists.lock() else { return Checkout::Saturated(Full::Queue) };
         let e = match lists.by_endpoint.get_mut(key) {
             Some(e) => e,
             None => {
@@ -214,25 +304,48 @@ impl Pool {
                 lists.by_endpoint.entry(Box::from(key)).or_insert(e)
             }
         };
-        let now = Instant::now();
+        // The use's own limit first: a kept connection does not lift it.
+        let (extra, cap) = match use_ {
+            Use::Plain => (0, usize::MAX),
+            Use::Upload => (HOLDS_UPLOAD, limits.max_uploads.max(1)),
+            Use::Tunnel => (HOLDS_TUNNEL, limits.max_tunnels.max(1)),
+        };
+        let room = extra == 0 || e.counters.of(extra).0.load(Ordering::Acquire) < cap;
         let mut found = None;
-        while let Some(mut conn) = e.kept.pop() {
-            if now.duration_since(conn.since) < self.shared.idle_timeout && conn.is_idle_and_open() {
-                found = Some(conn);
-                break;
+        if room {
+            let now = Instant::now();
+            while let Some(mut conn) = e.kept.pop() {
+                if now.duration_since(conn.since) < self.shared.idle_timeout && conn.is_idle_and_open() {
+                    found = Some(conn);
+                    break;
+                }
+                stale.push(conn);
             }
-            stale.push(conn);
         }
-        let out = match found {
-            Some(conn) => Checkout::Kept(conn),
-            None if e.counters.open.load(Ordering::Acquire) < limits.max_connections.max(1) => {
-                e.counters.open.fetch_add(1, Ordering::AcqRel);
-                Checkout::Open(Arc::clone(&e.counters), Arc::clone(&e.key))
+        let take = |counters: &Counters| {
+            if extra != 0 {
+                counters.of(extra).0.fetch_add(1, Ordering::AcqRel);
             }
-            None if e.waiting >= limits.max_pending => Checkout::Saturated,
+        };
+        let out = match found {
+            Some(mut conn) => {
+                take(&e.counters);
+                conn.place.holds |= extra;
+                Checkout::Kept(conn)
+            }
+            None if room && e.counters.open.load(Ordering::Acquire) < limits.max_connections.max(1) => {
+                e.counters.open.fetch_add(1, Ordering::AcqRel);
+                take(&e.counters);
+                Checkout::Open(Arc::clone(&e.counters), Arc::clone(&e.key), HOLDS_OPEN | extra)
+            }
             None => {
-                e.waiting += 1;
-                Checkout::Wait(Arc::clone(&e.counters))
+                let blocked = if room { HOLDS_OPEN } else { extra };
+                if e.waiting >= limits.max_pending {
+                    Checkout::Saturated(Full::of(blocked, false))
+                } else {
+                    e.waiting += 1;
+                    Checkout::Wait(Arc::clone(&e.counters), blocked)
+                }
             }
         };
         drop(lists);
@@ -273,10 +386,24 @@ impl std::ops::DerefMut for Conn {
 }
 
 impl Conn {
+    /// The body it carried has gone: it no longer counts as an upload.
+    pub(crate) fn upload_done(&mut self) {
+        self.place.leave(HOLDS_UPLOAD);
+    }
+
+    /// It has switched protocols: a tunnel now, out of the endpoint's
+    /// connection cap, under its tunnel cap until it closes.
+    pub(crate) fn into_tunnel(mut self) -> Conn {
+        self.place.leave(HOLDS_OPEN | HOLDS_UPLOAD);
+        self
+    }
+
     /// Gives the connection back for another request (its response read to
     /// the end, nothing else received). Beyond the endpoint's `max_kept` it
     /// is closed.
     pub(crate) fn release(mut self) {
+        // Kept, it is just a connection again.
+        self.place.leave(HOLDS_UPLOAD | HOLDS_TUNNEL);
         self.reused = true;
         self.since = Instant::now();
         self.write.clear();

@@ -5,6 +5,13 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use http::Method;
 
+/// RFC 9110 §9.2.1 safe methods that a proxy may send to a region that
+/// does not own the entity (a failover region): reads. Every write (POST,
+/// PUT, PATCH, DELETE) would put data where it does not belong.
+pub fn is_safe(m: &Method) -> bool {
+    matches!(*m, Method::GET | Method::HEAD | Method::OPTIONS)
+}
+
 /// RFC 9110 §9.2.2 idempotent methods.
 pub fn is_idempotent(m: &Method) -> bool {
     matches!(*m, Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE)

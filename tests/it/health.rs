@@ -110,3 +110,43 @@ async fn passive_ejection_takes_a_failing_endpoint_out() -> TestResult {
     assert!(report.iter().any(|(_, e, _, ejected)| e.contains(&dead.to_string()) && *ejected), "{report:?}");
     Ok(())
 }
+
+#[tokio::test]
+async fn only_reads_fail_over_unless_the_route_allows_writes() -> TestResult {
+    let (eu, kz, us) = (backend("eu").await?, backend("kz").await?, backend("us").await?);
+    let yaml = crate::support::table(eu.addr, kz.addr, us.addr, HEALTH)
+        .replace(
+            &format!("kz: {{ upstreams: [\"http://{}\"] }}", kz.addr),
+            &format!("kz: {{ upstreams: [\"http://{}\"], failover: eu }}", kz.addr),
+        )
+        .replace(
+            "  - name: by-header",
+            "  - name: moving\n    match: { path: \"/v1/moving/{id}\" }\n    id: { path_param: id, formats: [iuid] }\n    \
+             allow_failover_writes: true\n  - name: by-header",
+        );
+    let p = proxy(&yaml).await?;
+    kz.stop();
+    drop(kz);
+    let path = format!("/v1/orders/{}", iuid(7));
+    until(&p.url(&path), "eu", 200).await?;
+    // Reads go to the failover region.
+    for method in ["GET", "HEAD", "OPTIONS"] {
+        let req = Request::builder().method(method).uri(p.url(&path)).body(Full::new(Bytes::new()))?;
+        let got = send(req).await?;
+        assert_eq!((got.status.as_u16(), got.header("x-backend-region")), (200, Some("eu")), "{method}");
+    }
+    // Every write stays: 503, and eu never sees it.
+    let before = eu.hits();
+    for method in ["POST", "PUT", "PATCH", "DELETE"] {
+        let req = Request::builder().method(method).uri(p.url(&path)).body(Full::new(Bytes::from("{}")))?;
+        let got = send(req).await?;
+        assert_eq!(got.status, 503, "{method}: {:?}", got.header("x-backend-region"));
+        assert_eq!(got.json()?["reason"], "region_unavailable");
+    }
+    assert_eq!(eu.hits(), before, "a write reached a region that does not own its entity");
+    // A route that allows it sends writes there too.
+    let req = Request::put(p.url(&format!("/v1/moving/{}", iuid(7)))).body(Full::new(Bytes::from("{}")))?;
+    let got = send(req).await?;
+    assert_eq!((got.status.as_u16(), got.header("x-backend-region")), (200, Some("eu")));
+    Ok(())
+}

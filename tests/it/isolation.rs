@@ -165,8 +165,11 @@ async fn h2_burst(url: &str, n: usize) -> Result<Vec<Got>, BoxError> {
 async fn concurrent_requests_open_at_most_the_cap_of_connections() -> TestResult {
     let (kz, conns) = slow_ok(Duration::from_millis(10)).await?;
     // No active checks: their connection is not a request's.
-    let (p, _eu, _us) =
-        with_kz(&[kz.addr], "upstream: { max_connections: 8, max_pending: 5000, health: { interval: 0s } }").await?;
+    let (p, _eu, _us) = with_kz(
+        &[kz.addr],
+        "upstream: { max_connections: 8, max_pending: 5000, queue_timeout: 60s, health: { interval: 0s } }",
+    )
+    .await?;
     let url = p.url(&format!("/v1/orders/{}", iuid(7)));
     // 2,000 requests at once, over HTTP/2: all served, through at most 8 connections.
     let got = tokio::time::timeout(Duration::from_secs(60), h2_burst(&url, 2000)).await??;

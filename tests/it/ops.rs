@@ -870,17 +870,19 @@ async fn ops_admin_token_methods_and_unknown_paths() -> TestResult {
 #[tokio::test]
 async fn ops_access_log_settings_parse_and_default() -> TestResult {
     let cfg = shardgate::config::load_str(&table_text(""), "t.yaml").map_err(|e| e.to_string())?;
-    assert!(cfg.log.access && !cfg.log.ids);
-    assert_eq!(cfg.server.drain_delay.0, Duration::from_secs(5));
-    assert_eq!(cfg.server.shutdown_timeout.0, Duration::from_secs(30));
+    let s = &cfg.settings;
+    assert!(s.log.access && !s.log.ids);
+    assert_eq!(s.server.drain_delay, Duration::from_secs(5));
+    assert_eq!(s.server.shutdown_timeout, Duration::from_secs(30));
     let cfg = shardgate::config::load_str(
         &table_text("log: { access: false, ids: true }\nserver: { drain_delay: 0s, shutdown_timeout: 250ms }"),
         "t.yaml",
     )
     .map_err(|e| e.to_string())?;
-    assert!(!cfg.log.access && cfg.log.ids);
-    assert_eq!(cfg.server.drain_delay.0, Duration::ZERO);
-    assert_eq!(cfg.server.shutdown_timeout.0, Duration::from_millis(250));
+    let s = &cfg.settings;
+    assert!(!s.log.access && s.log.ids);
+    assert_eq!(s.server.drain_delay, Duration::ZERO);
+    assert_eq!(s.server.shutdown_timeout, Duration::from_millis(250));
     let Err(errs) = shardgate::config::load_str(&table_text("log: { acces: true }"), "t.yaml") else {
         return Err("accepted an unknown log key".into());
     };

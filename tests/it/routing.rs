@@ -258,7 +258,7 @@ fn routing_match_route_by_method_and_path() -> Result<(), Box<dyn std::error::Er
     assert_eq!(t.country_by_name("KZ"), Some(7));
     assert_eq!(t.region_by_name("kz").map(|r| t.region(r).failover), Some(t.region_by_name("eu")));
     assert_eq!(t.id_params(), &Params::default());
-    assert_eq!(t.settings().instance, "shardgate");
+    assert_eq!(t.settings().restart.instance, "shardgate");
     Ok(())
 }
 
@@ -310,7 +310,7 @@ fn routing_reload_now_keeps_last_good_table() -> Result<(), Box<dyn std::error::
     let o = r.reload_now()?;
     assert_eq!(o.needs_restart, vec!["listen"]);
     let snap = r.shared().snapshot();
-    assert_eq!(snap.table.settings().listen.port(), 8080);
+    assert_eq!(snap.table.settings().restart.listen.port(), 8080);
     assert_eq!(owner_of_kz(r.shared()), "kz");
 
     std::fs::remove_file(&file)?;

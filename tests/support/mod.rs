@@ -277,7 +277,7 @@ pub async fn proxy_on(listener: TcpListener, yaml: &str) -> Result<Running, BoxE
     let addr = listener.local_addr()?;
     let (stop, rx) = watch::channel(false);
     // `server.tls` in the table: serve over TLS, as `shardgate serve` would.
-    let tls = match &cfg.server.tls {
+    let tls = match &cfg.settings.restart.server_tls {
         Some(t) => Some(Arc::new(shardgate::tls::ServerTls::load(t)?)),
         None => None,
     };
@@ -508,4 +508,32 @@ where
         }
     });
     Ok(Running { addr, stop, hits, proxy: None })
+}
+
+/// An iUID of `country`, entity 3 (IntercityOrder in [`table`]).
+pub fn iuid(country: u8) -> String {
+    shardgate::ids::Iuid::from_fields(1_700_000_000_000, country, 3, 12345).to_string()
+}
+
+/// eu, kz and us backends and a proxy over them with `extra` in its table;
+/// `kz_failover` adds `failover: eu` to kz.
+pub async fn world(extra: &str, kz_failover: bool) -> Result<(Running, [Running; 3]), BoxError> {
+    let backends = three_backends().await?;
+    let mut yaml = table(backends[0].addr, backends[1].addr, backends[2].addr, extra);
+    if kz_failover {
+        let kz = format!("kz: {{ upstreams: [\"http://{}\"] }}", backends[1].addr);
+        yaml = yaml.replace(&kz, &format!("kz: {{ upstreams: [\"http://{}\"], failover: eu }}", backends[1].addr));
+    }
+    Ok((proxy(&yaml).await?, backends))
+}
+
+/// The proxy's health report for `region`: (endpoint, up, ejected) each.
+pub fn health_of(p: &Running, region: &str) -> Result<Vec<(String, bool, bool)>, BoxError> {
+    let health = &p.proxy.as_ref().ok_or("not a proxy")?.shared().health;
+    Ok(health.report().into_iter().filter(|(r, ..)| r == region).map(|(_, e, up, ej)| (e, up, ej)).collect())
+}
+
+/// Whether every endpoint of `region` is up and not ejected.
+pub fn all_up(p: &Running, region: &str) -> Result<bool, BoxError> {
+    Ok(health_of(p, region)?.iter().all(|(_, up, ejected)| *up && !ejected))
 }

@@ -336,6 +336,16 @@ pub struct Server {
     pub drain_delay: Dur,
     /// After the listener closes: how long in-flight requests may take to finish.
     pub shutdown_timeout: Dur,
+    /// Request bodies up to this size are read whole before an upstream
+    /// connection is taken; larger ones are passed on as they arrive.
+    pub request_buffer_bytes: usize,
+    /// Time a client has to send its request body before `body_min_rate` counts.
+    pub body_timeout: Dur,
+    /// Bytes a second a request body must average after `body_timeout`; 0: no limit.
+    pub body_min_rate: u64,
+    /// An upgraded connection (WebSocket tunnel) on which no byte moves
+    /// either way for this long is closed (routes may set their own).
+    pub tunnel_idle_timeout: Dur,
     /// TLS on the proxy listener (restart-only; the certificate and key
     /// files themselves are reloaded when they change on disk).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -390,6 +400,10 @@ impl Default for Server {
             debug_headers: false,
             drain_delay: Dur(Duration::from_secs(5)),
             shutdown_timeout: Dur(Duration::from_secs(30)),
+            request_buffer_bytes: 64 * 1024,
+            body_timeout: Dur(Duration::from_secs(10)),
+            body_min_rate: 1024,
+            tunnel_idle_timeout: Dur(Duration::from_secs(300)),
             tls: None,
         }
     }
@@ -489,6 +503,13 @@ pub struct UpstreamSettings {
     /// Most requests waiting for a connection to one endpoint at its
     /// `max_connections`; beyond it: 503 `upstream_saturated`.
     pub max_pending: usize,
+    /// Longest a request waits for a connection; then 503 `upstream_saturated`.
+    pub queue_timeout: Dur,
+    /// Share of `max_connections` that requests whose body is still arriving
+    /// from the client may hold at once; the rest stay for requests in hand.
+    pub upload_share: f64,
+    /// Most upgraded connections (tunnels) open to one endpoint, counted apart from `max_connections`.
+    pub max_tunnels: usize,
     /// Consecutive failures of an endpoint's own making (refused, reset
     /// before the response head, timed out once the request was sent, an
     /// invalid response, a 5xx) after which it is ejected (passive health);
@@ -540,6 +561,9 @@ impl Default for UpstreamSettings {
             health: HealthChecks::default(),
             max_connections: 512,
             max_pending: 1024,
+            queue_timeout: Dur(Duration::from_secs(5)),
+            upload_share: 0.5,
+            max_tunnels: 1024,
             eject_after: 5,
             eject_for: Dur(Duration::from_secs(10)),
             tls: UpstreamTls::default(),

@@ -21,13 +21,16 @@ pub struct Route {
     /// Placement strategy name (default `auto`).
     #[serde(default = "auto")]
     pub placement: String,
-    /// Whether non-idempotent requests may go to a failover region.
+    /// Whether writes (POST, PUT, PATCH, DELETE) may go to a failover region.
     #[serde(default)]
     pub allow_failover_writes: bool,
     /// Protocols an `Upgrade` request may switch to through this route
     /// (the connection then becomes a tunnel); `h2c` is never allowed.
     #[serde(default = "default_upgrades")]
     pub upgrades: Vec<String>,
+    /// How long a tunnel through this route may sit idle (default `server.tunnel_idle_timeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tunnel_idle_timeout: Option<Dur>,
     /// Mint rule (create routes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mint: Option<MintSpec>,
@@ -244,4 +247,8 @@ pub struct SearchSpec {
     /// How long one region may take to answer.
     #[serde(default = "leg_timeout")]
     pub leg_timeout: Dur,
+    /// The entity's own path (with the route's `{param}`s), whose `HEAD` says
+    /// whether a region has it (default: the route's path up to its id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exists: Option<String>,
 }

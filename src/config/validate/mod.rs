@@ -51,10 +51,7 @@ pub(crate) fn validate(file: &File, ctx: &mut Ctx<'_>) -> Config {
     reads::search_cache(&file.search_cache, ctx);
     settings::telemetry(&file.telemetry, ctx);
     Config {
-        file: file.clone(),
-        listen: file.listen,
-        admin: file.admin,
-        instance: top.instance,
+        settings: settings::typed(file, &top, &ids),
         local_region: top.local_region,
         default_region: top.default_region,
         regions,
@@ -67,16 +64,6 @@ pub(crate) fn validate(file: &File, ctx: &mut Ctx<'_>) -> Config {
         hash,
         time_ranges,
         ids: ids.params,
-        locality_node: ids.locality_node,
-        locality_mode: ids.locality_mode,
-        uniqid_mint_shards: ids.uniqid_mint_shards,
-        server: file.server.clone(),
-        upstream: file.upstream.clone(),
-        mesh: file.mesh.clone(),
-        log: file.log.clone(),
-        mint_batch: file.mint_batch.clone(),
-        search_cache: file.search_cache.clone(),
-        telemetry: file.telemetry.clone(),
         routes,
     }
 }

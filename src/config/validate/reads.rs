@@ -6,8 +6,9 @@ use super::names::Names;
 use super::{format_list, header_name};
 use crate::config::model::{FanoutRule, ListSource, SearchRule};
 use crate::config::report::Ctx;
-use crate::config::schema::{self, CountryList, FanoutSpec, SearchSpec, SortSpec};
+use crate::config::schema::{self, CountryList, FanoutSpec, SortSpec};
 use crate::config::show;
+use crate::config::template::PathTemplate;
 use crate::config::yaml::YamlPath;
 use crate::ids::Format;
 use crate::merge::{SortKey, Spec};
@@ -162,13 +163,41 @@ fn sort_key(s: &SortSpec, p: &YamlPath, ctx: &mut Ctx<'_>) -> Option<SortKey> {
 }
 
 /// The search rule of a `placement: search` route (`search:` or its defaults).
-pub(super) fn search_rule(names: &Names<'_>, s: Option<&SearchSpec>, sp: &YamlPath, ctx: &mut Ctx<'_>) -> SearchRule {
+pub(super) fn search_rule(r: &schema::Route, names: &Names<'_>, sp: &YamlPath, ctx: &mut Ctx<'_>) -> SearchRule {
+    let s = r.search.as_ref();
     let regions = region_list(names, s.and_then(|s| s.regions.as_deref()), &sp.k("regions"), ctx);
     let leg_timeout = s.map_or(std::time::Duration::from_secs(5), |s| s.leg_timeout.0);
     if leg_timeout.is_zero() {
         ctx.at(&sp.k("leg_timeout"), "leg_timeout is zero".into(), Some("e.g. 2s"));
     }
-    SearchRule { regions, sequential: s.is_some_and(|s| s.sequential), leg_timeout }
+    SearchRule { regions, sequential: s.is_some_and(|s| s.sequential), leg_timeout, exists: exists(r, sp, ctx) }
+}
+
+/// A search route's existence path: `search.exists`, its parameters the
+/// route's own; else the route's path up to its id's segment, when the id
+/// is a path parameter.
+fn exists(r: &schema::Route, sp: &YamlPath, ctx: &mut Ctx<'_>) -> Option<PathTemplate> {
+    let route = PathTemplate::parse(&r.matcher.path).ok()?;
+    let Some(text) = r.search.as_ref().and_then(|s| s.exists.as_deref()) else {
+        let param = r.id.as_ref()?.path_param.as_deref()?;
+        return route.through(param);
+    };
+    let p = sp.k("exists");
+    match PathTemplate::parse(text) {
+        Ok(t) => {
+            let mut ok = true;
+            for name in t.params().filter(|n| !route.params().any(|m| m == *n)) {
+                ok = false;
+                let hint = format!("the route's path has {}", route.params().collect::<Vec<_>>().join(", "));
+                ctx.at(&p, format!("exists names {{{name}}}, which match.path does not have"), Some(&hint));
+            }
+            ok.then_some(t)
+        }
+        Err(e) => {
+            ctx.at(&p, format!("invalid exists path {}: {e}", show(text)), Some("e.g. `exists: \"/v1/users/{id}\"`"));
+            None
+        }
+    }
 }
 
 /// `search_cache`: a capacity that fits in memory, a positive time to live.

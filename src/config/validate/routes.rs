@@ -59,6 +59,10 @@ pub(super) fn routes(
             names_seen.insert(&r.name, r.index);
         }
         let upgrades = upgrades(r, &p, ctx);
+        if r.tunnel_idle_timeout.is_some_and(|d| d.0.is_zero()) {
+            let hint = Some("durations look like 30s or 5m");
+            ctx.at(&p.k("tunnel_idle_timeout"), "tunnel_idle_timeout must be positive".into(), hint);
+        }
         let (mut method_set, mut methods) = methods(r, &p, ctx);
         if r.fanout.is_some() {
             (method_set, methods) = fanout_methods(r, method_set, methods, &p, ctx);
@@ -101,6 +105,7 @@ pub(super) fn routes(
                 allow_failover_writes: r.allow_failover_writes,
                 // A fan-out or search leg is one of several requests: none may open a tunnel.
                 upgrades: if r.fanout.is_some() || strategy == Strategy::Search { Vec::new() } else { upgrades },
+                tunnel_idle_timeout: r.tunnel_idle_timeout.unwrap_or(file.server.tunnel_idle_timeout).0,
             });
         }
     }
@@ -180,7 +185,7 @@ fn search_parts(
             Some("use `placement: auto` on create routes"),
         );
     }
-    Some(reads::search_rule(names, r.search.as_ref(), &p.k("search"), ctx))
+    Some(reads::search_rule(r, names, &p.k("search"), ctx))
 }
 
 /// `upgrades`: protocol tokens, never h2c (a tunnel of HTTP/2 would carry

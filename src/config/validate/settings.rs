@@ -4,6 +4,10 @@
 use super::names::Names;
 use crate::config::report::Ctx;
 use crate::config::schema::{File, Flavor, LocalityModeName, Telemetry};
+use crate::config::settings::{
+    HealthChecks, Limits, Locality, LogPolicy, MeshPolicy, MintBatchPolicy, RestartOnly, ServerPolicy, Settings,
+    UpstreamPolicy,
+};
 use crate::config::show;
 use crate::config::yaml::YamlPath;
 use crate::ids::{self, parse_mac_fragment, LocalityMode, NodeIdentity, Params};
@@ -141,13 +145,87 @@ pub(super) fn ids(file: &File, ctx: &mut Ctx<'_>) -> IdSettings {
     }
 }
 
+/// The typed settings of a valid `file` ([`crate::config::settings`]).
+pub(super) fn typed(file: &File, top: &TopLevel, ids: &IdSettings) -> Settings {
+    let (server, up) = (&file.server, &file.upstream);
+    let restart = RestartOnly {
+        listen: file.listen,
+        admin: file.admin,
+        region: file.region.clone(),
+        instance: top.instance.clone(),
+        locality: Locality { node: ids.locality_node, mode: ids.locality_mode },
+        server_tls: server.tls.clone(),
+        header_read_timeout: server.header_read_timeout.0,
+        idle_timeout: server.idle_timeout.0,
+        max_header_bytes: server.max_header_bytes,
+        max_headers: server.max_headers,
+        max_connections: server.max_connections,
+        admin_max_connections: server.admin_max_connections,
+        upstream_tls: up.tls.clone(),
+        connect_timeout: up.connect_timeout.0,
+        pool_idle_timeout: up.pool_idle_timeout.0,
+        search_cache_capacity: file.search_cache.capacity,
+        telemetry: file.telemetry.clone(),
+    };
+    let h = &up.health;
+    Settings {
+        restart,
+        server: ServerPolicy {
+            max_uri_bytes: server.max_uri_bytes,
+            trusted_hops: server.trusted_hops.clone(),
+            debug_headers: server.debug_headers,
+            drain_delay: server.drain_delay.0,
+            shutdown_timeout: server.shutdown_timeout.0,
+            request_buffer_bytes: server.request_buffer_bytes,
+            body_timeout: server.body_timeout.0,
+            body_min_rate: server.body_min_rate,
+        },
+        upstream: UpstreamPolicy {
+            attempt_timeout: up.attempt_timeout.0,
+            request_timeout: up.request_timeout.0,
+            queue_timeout: up.queue_timeout.0,
+            retries: up.retries,
+            budget_ratio: up.retry_budget.ratio,
+            budget_min_per_second: up.retry_budget.min_per_second,
+            eject_after: up.eject_after,
+            eject_for: up.eject_for.0,
+            limits: Limits {
+                max_connections: up.max_connections,
+                max_pending: up.max_pending,
+                // At least one upload, or none could ever go.
+                max_uploads: ((up.max_connections as f64 * up.upload_share) as usize).max(1),
+                max_tunnels: up.max_tunnels,
+            },
+            health: HealthChecks {
+                interval: h.interval.0,
+                timeout: h.timeout.0,
+                path: h.path.clone(),
+                rise: h.rise,
+                fall: h.fall,
+            },
+        },
+        mesh: MeshPolicy { max_hops: file.mesh.max_hops, trusted_peers: file.mesh.trusted_peers.clone() },
+        log: LogPolicy { access: file.log.access, ids: file.log.ids },
+        mint_batch: MintBatchPolicy { path: file.mint_batch.path.clone(), max_count: file.mint_batch.max_count },
+        search_ttl: file.search_cache.ttl.0,
+        uniqid_mint_shards: ids.uniqid_mint_shards,
+    }
+}
+
+/// Largest `server.request_buffer_bytes`: a body that size is held in memory.
+const MAX_REQUEST_BUFFER: usize = 16 * 1024 * 1024;
+
 /// `server` and `upstream`: positive limits and timeouts, an attempt that
 /// fits in the request, a retry ratio that is a fraction.
 pub(super) fn limits_and_timeouts(file: &File, ctx: &mut Ctx<'_>) {
     let root = YamlPath::root();
     let duration_hint = Some("durations look like 250ms, 15s or 2m");
     let (server, up) = (&file.server, &file.upstream);
-    for (key, d) in [("header_read_timeout", server.header_read_timeout), ("idle_timeout", server.idle_timeout)] {
+    for (key, d) in [
+        ("header_read_timeout", server.header_read_timeout),
+        ("idle_timeout", server.idle_timeout),
+        ("tunnel_idle_timeout", server.tunnel_idle_timeout),
+    ] {
         if d.0.is_zero() {
             ctx.at(&root.k("server").k(key), format!("{key} must be positive"), duration_hint);
         }
@@ -163,20 +241,37 @@ pub(super) fn limits_and_timeouts(file: &File, ctx: &mut Ctx<'_>) {
             ctx.at(&root.k("server").k(key), format!("{key} must be positive"), Some("a positive whole number"));
         }
     }
+    if server.request_buffer_bytes > MAX_REQUEST_BUFFER {
+        ctx.at(
+            &root.k("server").k("request_buffer_bytes"),
+            format!("request_buffer_bytes {} is above {MAX_REQUEST_BUFFER}", server.request_buffer_bytes),
+            Some("bodies this size are held in memory whole; 65536 is the default"),
+        );
+    }
     for (key, d) in [
         ("connect_timeout", up.connect_timeout),
         ("attempt_timeout", up.attempt_timeout),
         ("request_timeout", up.request_timeout),
+        ("queue_timeout", up.queue_timeout),
     ] {
         if d.0.is_zero() {
             ctx.at(&root.k("upstream").k(key), format!("{key} must be positive"), duration_hint);
         }
     }
-    if up.max_connections == 0 {
+    for (key, v) in [("max_connections", up.max_connections), ("max_tunnels", up.max_tunnels)] {
+        if v == 0 {
+            ctx.at(
+                &root.k("upstream").k(key),
+                format!("{key} must be positive"),
+                Some("a positive whole number, e.g. 512"),
+            );
+        }
+    }
+    if !(up.upload_share > 0.0 && up.upload_share <= 1.0) {
         ctx.at(
-            &root.k("upstream").k("max_connections"),
-            "max_connections must be positive".into(),
-            Some("a positive whole number, e.g. 512"),
+            &root.k("upstream").k("upload_share"),
+            format!("upload_share {} is outside 0-1 (0 excluded)", up.upload_share),
+            Some("a fraction such as 0.5: the rest of an endpoint's connections stay for requests in hand"),
         );
     }
     if up.attempt_timeout > up.request_timeout {

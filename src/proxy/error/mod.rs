@@ -1,22 +1,19 @@
-//! The one table of failures shardgate answers itself, on the proxy
-//! listener and the admin listener alike: for each, its HTTP status, the
-//! stable `reason`, the RFC 9209 `Proxy-Status` error token, the RFC 9457
-//! title and type, and the `outcome` label of the request metrics
-//! ([`ProxyError::spec`]); and the one builder of their
-//! `application/problem+json` responses ([`problem_response`]).
+//! The failures the proxy answers itself: for each, its row of the table
+//! ([`ProxyError::spec`]: HTTP status, stable `reason`, RFC 9209
+//! `Proxy-Status` token, RFC 9457 title and type, metrics `outcome`), its
+//! message, and what its problem+json answer carries besides
+//! ([`crate::problem`] builds it).
 
 use std::fmt;
 
-use bytes::Bytes;
-use http::{header, HeaderValue, Response, StatusCode};
-use http_body_util::Full;
+use http::{header, HeaderMap, HeaderValue, StatusCode};
+use serde_json::{Map, Value};
 
-use crate::ids::{escape_for_display, Format, IdError};
+use crate::ids::{Format, IdError};
+use crate::problem::Problem;
+pub use crate::problem::{quote, Spec};
 
 mod table;
-
-pub use table::Spec;
-use table::{Kind, TABLE};
 
 /// Where a route looks for its id, as shown in error messages.
 pub type ParamName = String;
@@ -40,8 +37,8 @@ pub enum ProxyError {
     BadId {
         /// Where the id was read.
         param: ParamName,
-        /// Why the route's first format rejected it.
-        error: IdError,
+        /// Why each of the route's formats rejected it, in the route's order.
+        errors: Vec<IdError>,
         /// The offending input (escaped and truncated when shown).
         input: String,
     },
@@ -86,11 +83,14 @@ pub enum ProxyError {
         /// The region's name.
         region: String,
     },
-    /// Every endpoint of the region is at its connection cap with its wait
-    /// queue full (`upstream.max_connections`, `upstream.max_pending`).
+    /// Every endpoint of the region is at one of its limits: its connection
+    /// cap with a full wait queue or a wait too long, its share for uploads,
+    /// its tunnels. Never a failure of the endpoint's.
     UpstreamSaturated {
         /// The region's name.
         region: String,
+        /// Which limit.
+        full: crate::upstream::Full,
     },
     /// The upstream did not answer in time.
     UpstreamTimeout {
@@ -107,6 +107,9 @@ pub enum ProxyError {
         /// The region's name.
         region: String,
     },
+    /// The upstream switched protocols (`101`) when the client asked for no
+    /// upgrade, or to a protocol the client did not ask for.
+    BadUpgrade,
     /// The whole-request deadline passed.
     RequestTimeout,
     /// The client's request body could not be passed on: malformed framing,
@@ -115,6 +118,9 @@ pub enum ProxyError {
         /// What went wrong.
         detail: &'static str,
     },
+    /// The client sent its request body slower than `server.body_min_rate`
+    /// allows: its fault, never held against the upstream.
+    BodyTimeout,
     /// The request target is longer than the configured limit.
     UriTooLong {
         /// The configured limit in bytes.
@@ -136,6 +142,8 @@ pub enum ProxyError {
         /// Which rule the head broke.
         detail: String,
     },
+    /// Plain HTTP sent to a listener that speaks TLS.
+    PlainHttpToTls,
     /// An HTTP/1.1 request without a `Host` header or with several (RFC 9112 §3.2).
     BadHost {
         /// How many `Host` fields the request has.
@@ -159,45 +167,12 @@ pub enum ProxyError {
         /// `proxy` or `admin`.
         listener: &'static str,
     },
-    /// The admin listener has no endpoint at this path.
-    NoEndpoint {
-        /// The path asked for.
-        path: String,
-    },
-    /// An admin endpoint asked for without the bearer token.
-    Unauthorized,
-    /// An admin endpoint asked for with a method it does not take.
+    /// A route's path asked for with a method none of its routes takes.
     MethodNotAllowed {
-        /// The endpoint's path.
-        path: String,
         /// The method used.
         method: String,
-        /// What it takes (`Allow`).
-        allow: &'static str,
-    },
-    /// `/explain` without an id.
-    ExplainWithoutId,
-    /// `/explain` for a route the table does not have.
-    UnknownRoute {
-        /// The route name asked for.
-        name: String,
-    },
-    /// `POST /reload` on an instance not started from a file.
-    NoTableFile,
-    /// `POST /reload` of a file with problems (the running table stays).
-    InvalidTable {
-        /// Every problem, in file order.
-        errors: crate::config::ConfigErrors,
-    },
-    /// `POST /reload` of a file that changes what only a restart can.
-    NeedsRestart {
-        /// What.
-        detail: String,
-    },
-    /// `POST /reload` failed to run.
-    ReloadFailed {
-        /// Why.
-        detail: String,
+        /// What the path takes (`Allow`).
+        allow: String,
     },
     /// A fan-out request with a `limit`, cursor or country list that cannot be used.
     BadPage {
@@ -246,72 +221,18 @@ impl LegFailure {
 }
 
 impl ProxyError {
-    /// The error's row of the table.
-    pub fn spec(&self) -> Spec {
-        let mut spec = TABLE[self.kind() as usize];
-        if let ProxyError::BadId { error, .. } = self {
-            spec.reason = error.reason.code();
-        }
-        spec
-    }
-
-    fn kind(&self) -> Kind {
-        use ProxyError as E;
-        match self {
-            E::NoRoute => Kind::NoRoute,
-            E::MissingId { .. } => Kind::MissingId,
-            E::AmbiguousId { .. } => Kind::AmbiguousId,
-            E::BadId { .. } => Kind::BadId,
-            E::NoOwner { .. } => Kind::NoOwner,
-            E::CannotMint { .. } => Kind::CannotMint,
-            E::MissingCountry { .. } => Kind::MissingCountry,
-            E::UnknownCountry { .. } => Kind::UnknownCountry,
-            E::ClientIdRejected { .. } => Kind::ClientIdRejected,
-            E::BadMintRequest { .. } => Kind::BadMintRequest,
-            E::RegionUnavailable { .. } => Kind::RegionUnavailable,
-            E::UpstreamSaturated { .. } => Kind::UpstreamSaturated,
-            E::UpstreamTimeout { .. } => Kind::UpstreamTimeout,
-            E::UpstreamConnect { .. } => Kind::UpstreamConnect,
-            E::UpstreamFailed { .. } => Kind::UpstreamFailed,
-            E::RequestTimeout => Kind::RequestTimeout,
-            E::ClientBody { .. } => Kind::ClientBody,
-            E::UriTooLong { .. } => Kind::UriTooLong,
-            E::HeadersTooLarge { .. } => Kind::HeadersTooLarge,
-            E::HeadTooLarge { .. } => Kind::HeadTooLarge,
-            E::MalformedHead { .. } => Kind::MalformedHead,
-            E::BadHost { .. } => Kind::BadHost,
-            E::UnsupportedTransferCoding { .. } => Kind::UnsupportedTransferCoding,
-            E::Loop { .. } => Kind::Loop,
-            E::TooManyConnections { .. } => Kind::TooManyConnections,
-            E::NoEndpoint { .. } => Kind::NoEndpoint,
-            E::Unauthorized => Kind::Unauthorized,
-            E::MethodNotAllowed { .. } => Kind::MethodNotAllowed,
-            E::ExplainWithoutId => Kind::ExplainWithoutId,
-            E::UnknownRoute { .. } => Kind::UnknownRoute,
-            E::NoTableFile => Kind::NoTableFile,
-            E::InvalidTable { .. } => Kind::InvalidTable,
-            E::NeedsRestart { .. } => Kind::NeedsRestart,
-            E::ReloadFailed { .. } => Kind::ReloadFailed,
-            E::BadPage { .. } => Kind::BadPage,
-            E::LegsFailed { failed, .. } if !failed.is_empty() && failed.iter().all(LegFailure::is_timeout) => {
-                Kind::LegsTimeout
-            }
-            E::LegsFailed { .. } => Kind::LegsFailed,
-            E::NotFoundAnywhere { .. } => Kind::NotFoundAnywhere,
-        }
-    }
-
     /// The error for a failed upstream attempt at `region`.
     pub fn from_attempt(e: crate::upstream::attempt::AttemptError, region: &str) -> ProxyError {
         use crate::upstream::attempt::AttemptError as A;
         let region = region.to_string();
         match e {
             A::Connect => ProxyError::UpstreamConnect { region },
-            A::Saturated => ProxyError::UpstreamSaturated { region },
+            A::Saturated(full) => ProxyError::UpstreamSaturated { region, full },
             A::Failed => ProxyError::UpstreamFailed { region },
             A::Timeout => ProxyError::UpstreamTimeout { region },
             A::RequestTimeout => ProxyError::RequestTimeout,
             A::ClientBody(detail) => ProxyError::ClientBody { detail },
+            A::BodyTimeout => ProxyError::BodyTimeout,
         }
     }
 
@@ -328,7 +249,7 @@ impl ProxyError {
     /// The id format and reason of a rejected id (for the decode-failure metric).
     pub fn rejected_id(&self) -> Option<(Format, &'static str)> {
         match self {
-            ProxyError::BadId { error, .. } => Some((error.format, error.reason.code())),
+            ProxyError::BadId { errors, .. } => errors.first().map(|e| (e.format, e.reason.code())),
             _ => None,
         }
     }
@@ -364,13 +285,14 @@ impl fmt::Display for ProxyError {
             E::AmbiguousId { param } => {
                 write!(f, "{param} appears more than once with different values; send the entity id once")
             }
-            E::BadId { param, error, input } => write!(
-                f,
-                "{param} is not a valid entity id: {} is not a valid {} id: {}",
-                quote(input),
-                error.format,
-                error.reason.explain()
-            ),
+            E::BadId { param, errors, input } => {
+                write!(f, "{param} is not a valid entity id: {}", quote(input))?;
+                for (i, e) in errors.iter().enumerate() {
+                    let sep = if i == 0 { " is" } else { ";" };
+                    write!(f, "{sep} not a valid {} id: {}", e.format, e.reason.explain())?;
+                }
+                Ok(())
+            }
             E::NoOwner { detail } => write!(f, "the routing table names no owner: {detail}"),
             E::CannotMint { detail } => write!(f, "the routing table cannot mint this id: {detail}"),
             E::MissingCountry { param } => write!(f, "the country is missing: expected in {param}"),
@@ -380,20 +302,25 @@ impl fmt::Display for ProxyError {
             }
             E::BadMintRequest { detail } => write!(f, "invalid batch mint request: {detail}"),
             E::RegionUnavailable { region } => write!(f, "region {region} has no healthy endpoint"),
-            E::UpstreamSaturated { region } => write!(
-                f,
-                "every endpoint of region {region} is at its connection limit with a full wait queue \
-                 (upstream.max_connections, upstream.max_pending)"
-            ),
+            E::UpstreamSaturated { region, full } => {
+                write!(f, "no endpoint of region {region} can take the request now: {}", full.explain())
+            }
             E::UpstreamTimeout { region } => write!(f, "region {region} did not answer in time"),
             E::UpstreamConnect { region } => write!(f, "could not connect to any endpoint of region {region}"),
             E::UpstreamFailed { region } => write!(f, "the connection to region {region} failed"),
+            E::BadUpgrade => f.write_str("the upstream switched protocols when the request asked for no such upgrade"),
             E::RequestTimeout => f.write_str("the request did not complete within the request timeout"),
+            E::BodyTimeout => f.write_str(
+                "the request body arrived slower than this proxy accepts (server.body_timeout, server.body_min_rate)",
+            ),
             E::ClientBody { detail } => f.write_str(detail),
             E::UriTooLong { limit } => write!(f, "the request target exceeds {limit} bytes"),
             E::HeadersTooLarge { limit } => write!(f, "the request has more than {limit} headers"),
             E::HeadTooLarge { limit } => write!(f, "the request head exceeds {limit} bytes"),
             E::MalformedHead { detail } => f.write_str(detail),
+            E::PlainHttpToTls => {
+                f.write_str("this port speaks TLS (HTTPS), and the request was sent as plain HTTP: use https://")
+            }
             E::BadHost { count: 0 } => f.write_str("the request has no Host header; one is required"),
             E::BadHost { count } => write!(f, "the request has {count} Host headers; exactly one is allowed"),
             E::UnsupportedTransferCoding { coding } => {
@@ -406,19 +333,7 @@ impl fmt::Display for ProxyError {
             E::TooManyConnections { limit, .. } => {
                 write!(f, "this proxy already has {limit} open connections (server.max_connections)")
             }
-            E::NoEndpoint { path } => write!(f, "no admin endpoint at {}", quote(path)),
-            E::Unauthorized => f.write_str("this endpoint needs the admin bearer token"),
-            E::MethodNotAllowed { path, method, allow } => {
-                write!(f, "{} takes {allow}, not {}", escape_for_display(path, 64), quote(method))
-            }
-            E::ExplainWithoutId => f.write_str("give the id to explain as ?id=…"),
-            E::UnknownRoute { name } => write!(f, "no route named {}", quote(name)),
-            E::NoTableFile => f.write_str("this instance was not started from a table file"),
-            E::InvalidTable { errors } => {
-                write!(f, "{} problem(s) in {}; the running table is kept", errors.len(), errors.source_name)
-            }
-            E::NeedsRestart { detail } => f.write_str(detail),
-            E::ReloadFailed { detail } => write!(f, "the reload task failed: {detail}"),
+            E::MethodNotAllowed { method, allow } => write!(f, "this path takes {allow}, not {}", quote(method)),
             E::BadPage { detail } => write!(f, "invalid page request: {detail}"),
             E::LegsFailed { what, asked, failed } => {
                 write!(f, "{what}: {} of {asked} regions failed", failed.len())?;
@@ -435,96 +350,45 @@ impl fmt::Display for ProxyError {
 
 impl std::error::Error for ProxyError {}
 
-/// Untrusted input in a message: quoted, escaped, at most 64 characters.
-pub fn quote(input: &str) -> String {
-    format!("'{}'", escape_for_display(input, 64))
-}
+impl Problem for ProxyError {
+    fn spec(&self) -> Spec {
+        ProxyError::spec(self)
+    }
 
-/// The response body type of everything shardgate answers itself.
-pub type ErrorBody = Full<Bytes>;
+    fn members(&self, body: &mut Map<String, Value>) {
+        if let Some(param) = self.param() {
+            body.insert("param".into(), param.into());
+        }
+        match self {
+            ProxyError::BadId { errors, .. } => {
+                let each = errors
+                    .iter()
+                    .map(|e| {
+                        serde_json::json!({ "format": e.format.name(), "reason": e.reason.code(), "detail": e.reason.explain() })
+                    })
+                    .collect();
+                body.insert("formats".into(), Value::Array(each));
+            }
+            ProxyError::LegsFailed { failed, .. } => {
+                body.insert("failed".into(), failed.iter().map(LegFailure::to_json).collect());
+            }
+            ProxyError::NotFoundAnywhere { asked } => {
+                body.insert("asked".into(), asked.clone().into());
+            }
+            _ => {}
+        }
+    }
 
-/// The problem+json response for `err`, with `Proxy-Status` naming
-/// `proxy_name`, `instance` the request path (escaped and truncated here)
-/// and `request_id` the request's id (the `X-Request-Id` field is the
-/// server's to write, as on every answer).
-pub fn problem_response(err: &ProxyError, instance: &str, request_id: &str, proxy_name: &str) -> Response<ErrorBody> {
-    let spec = err.spec();
-    let mut body = serde_json::json!({
-        "type": format!("https://shardgate.dev/problems/{}", spec.slug),
-        "title": spec.title,
-        "status": spec.status.as_u16(),
-        "detail": err.to_string(),
-        "instance": escape_for_display(instance, 256),
-        "request_id": request_id,
-        "reason": spec.reason,
-    });
-    if let Some(map) = body.as_object_mut() {
-        if let Some(param) = err.param() {
-            map.insert("param".into(), param.into());
+    fn fields(&self, h: &mut HeaderMap) {
+        if let Some(after) = self.retry_after() {
+            h.insert(header::RETRY_AFTER, HeaderValue::from_static(after));
         }
-        if let ProxyError::InvalidTable { errors } = err {
-            let list = errors
-                .errors
-                .iter()
-                .map(|e| serde_json::json!({ "path": e.path, "line": e.line, "col": e.col, "message": e.message, "hint": e.hint }))
-                .collect();
-            map.insert("result".into(), "failure".into());
-            map.insert("errors".into(), serde_json::Value::Array(list));
-        }
-        if let ProxyError::LegsFailed { failed, .. } = err {
-            map.insert("failed".into(), failed.iter().map(LegFailure::to_json).collect());
-        }
-        if let ProxyError::NotFoundAnywhere { asked } = err {
-            map.insert("asked".into(), asked.clone().into());
+        if let ProxyError::MethodNotAllowed { allow, .. } = self {
+            if let Ok(v) = HeaderValue::from_str(allow) {
+                h.insert(header::ALLOW, v);
+            }
         }
     }
-    let bytes = serde_json::to_vec(&body).unwrap_or_default();
-    let mut resp = Response::new(Full::new(Bytes::from(bytes)));
-    *resp.status_mut() = spec.status;
-    let h = resp.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    let ps = format!("{proxy_name}; error={}; details=\"{}\"", spec.token, spec.reason);
-    if let Ok(v) = HeaderValue::from_str(&ps) {
-        h.insert("proxy-status", v);
-    }
-    if let Some(after) = err.retry_after() {
-        h.insert(header::RETRY_AFTER, HeaderValue::from_static(after));
-    }
-    match err {
-        ProxyError::Unauthorized => {
-            h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"shardgate\""));
-        }
-        ProxyError::MethodNotAllowed { allow, .. } => {
-            h.insert(header::ALLOW, HeaderValue::from_static(allow));
-        }
-        _ => {}
-    }
-    resp
-}
-
-/// `err` as a complete HTTP/1.1 response with `Connection: close`, for
-/// answers written straight to a socket before hyper serves it (the
-/// connection-limit refusal).
-pub fn problem_http1_bytes(err: &ProxyError, proxy_name: &str) -> Vec<u8> {
-    http1_bytes(problem_response(err, "", "-", proxy_name))
-}
-
-/// A complete response as HTTP/1.1 bytes with `Content-Length` and
-/// `Connection: close`.
-pub fn http1_bytes(resp: Response<ErrorBody>) -> Vec<u8> {
-    let status = resp.status();
-    let mut out = format!("HTTP/1.1 {} {}\r\n", status.as_u16(), status.canonical_reason().unwrap_or("")).into_bytes();
-    for (name, value) in resp.headers() {
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    let body = resp.into_body().into_inner().unwrap_or_default();
-    out.extend_from_slice(format!("content-length: {}\r\nconnection: close\r\n\r\n", body.len()).as_bytes());
-    out.extend_from_slice(&body);
-    out
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 use super::*;
 use crate::routing::Upstream;
-use crate::upstream::pool::tests::{endpoint, outgoing, pool};
+use crate::upstream::pool::tests::{endpoint, outgoing, plain, pool};
 use crate::upstream::pool::{Limits, Pool};
 use http::header;
 use http_body_util::{BodyExt, Empty, Full};
@@ -10,7 +10,7 @@ use tokio::net::TcpListener;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
-const LIMITS: Limits = Limits { max_connections: 8, max_pending: 8 };
+const LIMITS: Limits = Limits::new(8, 8);
 
 /// A backend that reads one request head (and `body` more bytes) per
 /// answer and writes the scripted answers in turn on one connection; the
@@ -52,7 +52,7 @@ fn head_end(b: &[u8]) -> usize {
 }
 
 async fn get(pool: &Pool, up: &Upstream, method: &Method) -> Result<(u16, Bytes), Box<dyn std::error::Error>> {
-    let conn = pool.connection(up, LIMITS).await.map_err(|e| format!("{e:?}"))?;
+    let conn = plain(pool, up, LIMITS).await.map_err(|e| format!("{e:?}"))?;
     let headers = HeaderMap::new();
     let out = outgoing(method, "/x", up, &headers);
     let resp = exchange(conn, &out, &mut Empty::<Bytes>::new()).await.map_err(|e| e.to_string())?;
@@ -105,7 +105,7 @@ async fn connection_close_and_broken_bodies_are_never_reused() -> TestResult {
     // Cut short: closed before the promised length.
     let (up, b) = scripted(vec![b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nhal"], 0).await?;
     let pool2 = pool;
-    let conn = pool2.connection(&up, LIMITS).await.map_err(|e| format!("{e:?}"))?;
+    let conn = plain(&pool2, &up, LIMITS).await.map_err(|e| format!("{e:?}"))?;
     let headers = HeaderMap::new();
     let out = outgoing(&Method::GET, "/x", &up, &headers);
     let resp = exchange(conn, &out, &mut Empty::<Bytes>::new()).await.map_err(|e| e.to_string())?;
@@ -123,7 +123,7 @@ async fn invalid_response_heads_are_bad_responses() -> TestResult {
         b"HTTP/1.1 200 OK\r\nbad header\r\n\r\n",
     ] {
         let (up, _b) = scripted(vec![answer], 0).await?;
-        let conn = pool().connection(&up, LIMITS).await.map_err(|e| format!("{e:?}"))?;
+        let conn = plain(&pool(), &up, LIMITS).await.map_err(|e| format!("{e:?}"))?;
         let headers = HeaderMap::new();
         let out = outgoing(&Method::GET, "/x", &up, &headers);
         match exchange(conn, &out, &mut Empty::<Bytes>::new()).await {
@@ -142,7 +142,7 @@ async fn invalid_response_heads_are_bad_responses() -> TestResult {
 async fn request_bodies_go_with_their_framing() -> TestResult {
     // A body of known size gets a Content-Length; the head and body leave together.
     let (up, backend) = scripted(vec![b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"], 5).await?;
-    let conn = pool().connection(&up, LIMITS).await.map_err(|e| format!("{e:?}"))?;
+    let conn = plain(&pool(), &up, LIMITS).await.map_err(|e| format!("{e:?}"))?;
     let headers = HeaderMap::new();
     let out = outgoing(&Method::POST, "/p", &up, &headers);
     let resp = exchange(conn, &out, &mut Full::new(Bytes::from("hello"))).await.map_err(|e| e.to_string())?;
@@ -153,7 +153,7 @@ async fn request_bodies_go_with_their_framing() -> TestResult {
 
     // A body of unknown length goes chunked.
     let (up, backend) = scripted(vec![b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"], 15).await?;
-    let conn = pool().connection(&up, LIMITS).await.map_err(|e| format!("{e:?}"))?;
+    let conn = plain(&pool(), &up, LIMITS).await.map_err(|e| format!("{e:?}"))?;
     let mut headers = HeaderMap::new();
     headers.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
     let out = outgoing(&Method::GET, "/p", &up, &headers);
@@ -184,7 +184,7 @@ impl Body for Endless {
 async fn an_answer_before_the_upload_ends_is_returned_and_the_connection_not_kept() -> TestResult {
     let (up, _backend) = scripted(vec![b"HTTP/1.1 413 Content Too Large\r\ncontent-length: 3\r\n\r\nbig"], 0).await?;
     let pool = pool();
-    let conn = pool.connection(&up, LIMITS).await.map_err(|e| format!("{e:?}"))?;
+    let conn = plain(&pool, &up, LIMITS).await.map_err(|e| format!("{e:?}"))?;
     let mut headers = HeaderMap::new();
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("1000000"));
     let out = outgoing(&Method::POST, "/upload", &up, &headers);
@@ -213,7 +213,7 @@ async fn a_kept_connection_closed_by_the_server_is_stale_for_a_get_only() -> Tes
     let pool = pool();
     assert_eq!(get(&pool, &up, &Method::GET).await?.0, 200);
     for (method, stale) in [(Method::GET, true), (Method::POST, false)] {
-        let conn = pool.connection(&up, LIMITS).await.map_err(|e| format!("{e:?}"))?;
+        let conn = plain(&pool, &up, LIMITS).await.map_err(|e| format!("{e:?}"))?;
         assert!(conn.reused, "the kept connection is taken again");
         let headers = HeaderMap::new();
         let out = outgoing(&method, "/x", &up, &headers);

@@ -57,11 +57,16 @@ impl hyper::body::Body for Delayed {
     }
 }
 
-const LIMITS: Limits = Limits { max_connections: 512, max_pending: 1024 };
+const LIMITS: Limits = Limits::new(512, 1024);
+
+/// A connection for a plain request, waiting as long as it takes (the tests bound it).
+pub(crate) async fn plain(pool: &Pool, up: &Upstream, limits: Limits) -> Result<Conn, PoolError> {
+    pool.connection(up, limits, Use::Plain, Instant::now() + Duration::from_secs(60)).await
+}
 
 /// `GET /x` on a connection from `pool`: the response, its body still to read.
 async fn send(pool: &Pool, up: &Upstream, limits: Limits) -> Result<Response<ResponseBody>, String> {
-    let conn = pool.connection(up, limits).await.map_err(|e| format!("{e:?}"))?;
+    let conn = plain(pool, up, limits).await.map_err(|e| format!("{e:?}"))?;
     let headers = http::HeaderMap::new();
     let out = outgoing(&http::Method::GET, "/x", up, &headers);
     exchange(conn, &out, &mut Empty::<Bytes>::new()).await.map_err(|e| e.to_string())
@@ -134,7 +139,7 @@ async fn the_cap_bounds_connections_and_the_queue_bounds_waiters() -> TestResult
     let (addr, accepted) = backend().await?;
     let up = endpoint(addr)?;
     let pool = Arc::new(pool());
-    let limits = Limits { max_connections: 2, max_pending: 1 };
+    let limits = Limits::new(2, 1);
     // Two responses stream for 50 ms each: their connections are busy.
     let a = send(&pool, &up, limits).await?;
     let b = send(&pool, &up, limits).await?;
@@ -146,8 +151,8 @@ async fn the_cap_bounds_connections_and_the_queue_bounds_waiters() -> TestResult
         Ok::<_, String>(resp.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes())
     });
     tokio::time::sleep(Duration::from_millis(10)).await;
-    match pool.connection(&up, limits).await {
-        Err(PoolError::Saturated) => {}
+    match plain(&pool, &up, limits).await {
+        Err(PoolError::Saturated(Full::Queue)) => {}
         other => return Err(format!("expected saturation, got {other:?}").into()),
     }
     a.into_body().collect().await?;
@@ -191,7 +196,7 @@ async fn a_refused_endpoint_is_a_connect_error() -> TestResult {
     let addr = listener.local_addr()?;
     drop(listener);
     let up = endpoint(addr)?;
-    match pool().connection(&up, LIMITS).await {
+    match plain(&pool(), &up, LIMITS).await {
         Err(PoolError::Connect(_)) => Ok(()),
         other => Err(format!("expected a connect error, got {other:?}").into()),
     }

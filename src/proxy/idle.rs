@@ -1,0 +1,227 @@
+//! The idle watch of a connection: whether bytes have moved on it
+//! ([`Watched`], [`Activity`]), and a connection driven until it ends or
+//! sits idle too long ([`until_idle`]). The accept loop, the admin
+//! listener and the tunnels share it.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::conn::ServerOptions;
+use super::deadline::Deadline;
+
+/// How many times per idle period [`until_idle`] looks at a connection:
+/// one bytes moved on is closed at most this fraction of the period late.
+const LOOKS_PER_IDLE: u32 = 8;
+
+/// Drives `conn` to its end, or until no byte has moved for
+/// `opts.idle_timeout` (noticed within an eighth of it: every connection
+/// is looked at eight times per period, before its first byte per the
+/// shorter of the two timeouts), or, on a connection that has sent nothing
+/// yet, for `opts.header_read_timeout` (a socket that never speaks is a
+/// slowloris too).
+pub(crate) async fn until_idle<E: std::fmt::Display>(
+    conn: impl Future<Output = Result<(), E>>,
+    activity: &Activity,
+    opts: ServerOptions,
+    peer: SocketAddr,
+) {
+    tokio::pin!(conn);
+    // When bytes last moved, as far as the looks tell: at most one look late.
+    let mut quiet_since = tokio::time::Instant::now();
+    loop {
+        let now = tokio::time::Instant::now();
+        if activity.take_moved() {
+            quiet_since = now;
+        }
+        let quiet = now.saturating_duration_since(quiet_since);
+        let idle = if activity.has_read() { opts.idle_timeout } else { opts.header_read_timeout };
+        if quiet >= idle {
+            tracing::debug!(%peer, ?idle, "closing an idle connection (server.idle_timeout, or header_read_timeout before any byte)");
+            return;
+        }
+        // Before the first byte too at most an eighth of `idle_timeout`
+        // apart, so that a first byte is seen that soon after it came.
+        let look = (idle.min(opts.idle_timeout) / LOOKS_PER_IDLE).max(Duration::from_millis(1));
+        let mut deadline = Deadline::after((idle - quiet).min(look));
+        let ended = std::future::poll_fn(|cx| {
+            if let Poll::Ready(ended) = conn.as_mut().poll(cx) {
+                return Poll::Ready(Some(ended));
+            }
+            deadline.poll(cx).map(|()| None)
+        })
+        .await;
+        if let Some(ended) = ended {
+            if let Err(e) = ended {
+                tracing::debug!(error = %e, %peer, "connection ended with an error");
+            }
+            return;
+        }
+    }
+}
+
+/// Whether bytes have moved on a connection since the idle watch
+/// ([`until_idle`]) last looked, and whether the client has sent any yet.
+///
+/// A flag, not a time: the socket is read and written several times a
+/// request, and a clock read on each was two of the thirteen a proxied
+/// request made (~25 ns each on this VM's clock). The watch reads the
+/// clock itself, when it wakes.
+#[derive(Debug, Default)]
+pub(crate) struct Activity {
+    moved: AtomicBool,
+    read_any: AtomicBool,
+}
+
+impl Activity {
+    fn touch(&self) {
+        self.moved.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether bytes moved since the last call.
+    fn take_moved(&self) -> bool {
+        self.moved.swap(false, Ordering::Relaxed)
+    }
+
+    /// Whether the client has sent a byte.
+    fn has_read(&self) -> bool {
+        self.read_any.load(Ordering::Relaxed)
+    }
+}
+
+/// A client socket that records its activity (bytes read or written) for
+/// the idle timeout.
+#[derive(Debug)]
+pub(crate) struct Watched<S> {
+    io: S,
+    pub(crate) activity: Arc<Activity>,
+}
+
+impl<S> Watched<S> {
+    pub(crate) fn new(io: S) -> Watched<S> {
+        Watched { io, activity: Arc::new(Activity::default()) }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.touch();
+            self.activity.read_any.store(true, Ordering::Relaxed);
+        }
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.io).poll_write(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::sync::atomic::Ordering;
+    use std::task::Poll;
+    use std::time::{Duration, Instant};
+
+    use super::{until_idle, ServerOptions, Watched};
+    use crate::proxy::deadline::spend_budget;
+
+    #[tokio::test]
+    async fn the_idle_timer_fires_when_its_first_poll_had_no_budget() {
+        let activity = Watched::new(()).activity;
+        let opts = ServerOptions { header_read_timeout: Duration::from_millis(50), ..ServerOptions::default() };
+        // A connection that, on its first poll, uses up the task's budget.
+        let mut first = true;
+        let conn = std::future::poll_fn(|cx| {
+            if std::mem::take(&mut first) {
+                spend_budget(cx);
+            }
+            Poll::<Result<(), String>>::Pending
+        });
+        let started = Instant::now();
+        let peer = SocketAddr::from(([127, 0, 0, 1], 1));
+        let ended = tokio::time::timeout(Duration::from_secs(2), until_idle(conn, &activity, opts, peer)).await;
+        assert!(ended.is_ok(), "the connection was never closed as idle");
+        assert!(started.elapsed() < Duration::from_secs(1), "closed late: {:?}", started.elapsed());
+    }
+
+    /// On tokio's paused clock: when `until_idle` closes a connection whose
+    /// client sends a byte at each of `bytes_at` (from the start) and then
+    /// nothing; asserted to be no earlier than `idle_timeout` after the
+    /// last byte and at most one look later.
+    async fn closed_after(opts: ServerOptions, bytes_at: &[Duration]) -> Duration {
+        let activity = Watched::new(()).activity;
+        let start = tokio::time::Instant::now();
+        let conn = async {
+            for at in bytes_at {
+                tokio::time::sleep_until(start + *at).await;
+                activity.touch();
+                activity.read_any.store(true, Ordering::Relaxed);
+            }
+            std::future::pending::<Result<(), String>>().await
+        };
+        until_idle(conn, &activity, opts, SocketAddr::from(([127, 0, 0, 1], 1))).await;
+        let closed = start.elapsed();
+        let (idle, last) = (opts.idle_timeout, bytes_at.last().copied().unwrap_or_default());
+        assert!(closed >= last + idle, "closed {closed:?} in, before idle_timeout of quiet");
+        assert!(closed <= last + idle + idle / super::LOOKS_PER_IDLE, "closed {closed:?} in, more than a look late");
+        closed
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_is_closed_idle_timeout_after_its_last_bytes_at_most_a_look_late() {
+        // Bytes every 300 ms for 3 s (the last at 2.7 s), then never.
+        let opts = ServerOptions { idle_timeout: Duration::from_millis(800), ..ServerOptions::default() };
+        let bytes: Vec<Duration> = (0..10).map(|i| Duration::from_millis(300 * i)).collect();
+        closed_after(opts, &bytes).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_first_byte_is_seen_within_a_look_of_idle_timeout_when_it_is_the_shorter() {
+        // One byte at 100 ms, then nothing; idle_timeout the shorter timeout.
+        let idle = Duration::from_secs(1);
+        let opts =
+            ServerOptions { idle_timeout: idle, header_read_timeout: Duration::from_secs(10), ..Default::default() };
+        closed_after(opts, &[Duration::from_millis(100)]).await;
+    }
+}
