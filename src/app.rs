@@ -298,6 +298,9 @@ pub async fn serve(path: PathBuf) -> Result<Exit, ServeError> {
              anyone who reaches it can POST /drain and /reload"
         );
     }
+    for warning in cfg.warnings() {
+        tracing::warn!(table = %path.display(), "{warning}");
+    }
     let tls_on = tls.is_some();
     let inst = Instance::new(&cfg, &text, Some(path.clone()), token.clone()).with_tls(tls);
     let (stop_tx, stop_rx) = watch::channel(false);

@@ -12,7 +12,8 @@ use crate::routing::Table;
 /// Checks a routing table file.
 ///
 /// Returns 0 and writes a one-line summary to `out` when the file is valid
-/// (with `print`, also the effective table with defaults filled in, as YAML);
+/// (with `print`, the effective table with defaults filled in, as YAML, on
+/// `out` alone, the verdict on `err`);
 /// returns [`exit::CONFIG`] and writes every problem to `err`, one per line as
 /// `file:line:col: path: message (hint: ...)`, when it is not.
 pub fn run(path: &Path, print: bool, out: &mut impl Write, err: &mut impl Write) -> i32 {
@@ -26,7 +27,13 @@ pub fn run(path: &Path, print: bool, out: &mut impl Write, err: &mut impl Write)
         Ok((cfg, text)) => {
             let table = Table::compile(&cfg);
             let sha = sha256_hex(&text);
-            let _ = writeln!(out, "{}: ok: {} (sha256 {})", path.display(), table.summary(), &sha[..12]);
+            // With `--print` the table alone goes to standard output (so it can be
+            // redirected to a file); the verdict goes beside the warnings.
+            let verdict: &mut dyn Write = if print { &mut *err } else { &mut *out };
+            let _ = writeln!(verdict, "{}: ok: {} (sha256 {})", path.display(), table.summary(), &sha[..12]);
+            for warning in cfg.warnings() {
+                let _ = writeln!(err, "{}: warning: {warning}", path.display());
+            }
             if print {
                 let written = crate::config::as_written(&text, &path.display().to_string());
                 match written

@@ -47,6 +47,25 @@ pub struct Config {
     pub routes: Vec<Route>,
 }
 
+impl Config {
+    /// What is valid but likely not what was meant, for `check` and the log.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let fixed = &self.settings.restart;
+        let client_certs = fixed.server_tls.as_ref().is_some_and(|t| t.client_ca.is_some());
+        let peers = self.regions.iter().any(|r| r.peer.is_some());
+        if fixed.region.is_some() && peers && self.settings.mesh.trusted_peers.is_empty() && !client_certs {
+            out.push(
+                "mesh.trusted_peers is empty and server.tls.client_ca is unset: this mesh peer trusts no peer, so \
+                 the ids its peers mint are minted again here and their failover chains are placed again \
+                 (set mesh.trusted_peers to the peers' networks)"
+                    .to_string(),
+            );
+        }
+        out
+    }
+}
+
 /// A region.
 #[derive(Clone, Debug)]
 pub struct Region {

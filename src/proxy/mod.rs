@@ -340,7 +340,11 @@ impl Proxy {
                 let one =
                     self.prepare_one(table, &located, parts, &body, &conn, &relay, served_here, arrival, decision);
                 let resp = forward::forward(self, one.leg, parts, &one.added, body, arrival.started, decision).await?;
-                headers::from_upstream(resp, one.tunnel, one.minted)
+                // Through a peer, the owner's shardgate announces the id its
+                // backend stored (it mints again when it does not trust this
+                // instance): that one, not this instance's, is the client's.
+                let minted = one.minted.filter(|_| !decision.peer);
+                headers::from_upstream(resp, one.tunnel, minted)
             }
             Plan::Fanout(route, rule) => {
                 // The legs copy the head's map: the added fields go into it.

@@ -139,17 +139,42 @@ fn config_check_command_exit_codes() {
 
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/example.yaml");
     let (mut out, mut err) = (Vec::new(), Vec::new());
-    let code = run_check(&example, true, &mut out, &mut err);
-    let out = String::from_utf8_lossy(&out);
+    let code = run_check(&example, false, &mut out, &mut err);
     assert_eq!(code, 0, "{}", String::from_utf8_lossy(&err));
-    let summary = out.lines().next().unwrap_or("");
+    let summary = String::from_utf8_lossy(&out);
     assert!(summary.contains(": ok: 3 regions, 4 countries"), "{summary}");
-    // --print: the effective table, defaults filled in, loads again.
-    let printed: String = out.lines().skip(1).map(|l| format!("{l}\n")).collect();
+    // --print: the effective table alone on standard output (so `> file`
+    // makes a table), defaults filled in; it loads again. The verdict goes to stderr.
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = run_check(&example, true, &mut out, &mut err);
+    assert_eq!(code, 0, "{}", String::from_utf8_lossy(&err));
+    let printed = String::from_utf8_lossy(&out);
+    assert!(String::from_utf8_lossy(&err).contains(": ok: 3 regions"));
+    assert!(printed.starts_with("version: 1"), "{printed}");
     assert!(printed.contains("request_timeout: 15s"), "{printed}");
     assert!(printed.contains("instance: gw-eu-1"), "{printed}");
     let again = config::load_str(&printed, "printed.yaml");
     assert!(again.is_ok(), "{:?}", again.err().map(|e| e.to_string()));
+}
+
+#[test]
+fn config_check_warns_of_a_mesh_peer_that_trusts_no_peer() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let table = |trusted: &str| {
+        format!(
+            "version: 1\nregion: eu\nmesh: {{ trusted_peers: [{trusted}] }}\nregions:\n  \
+             eu: {{ upstreams: [\"http://127.0.0.1:1\"] }}\n  kz: {{ peer: \"http://127.0.0.1:2\" }}\nroutes: []\n"
+        )
+    };
+    for (trusted, warned) in [("", true), ("\"10.0.0.0/8\"", false)] {
+        let file = dir.path().join("t.yaml");
+        std::fs::write(&file, table(trusted))?;
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        assert_eq!(run_check(&file, false, &mut out, &mut err), 0);
+        let err = String::from_utf8_lossy(&err);
+        assert_eq!(err.contains("warning: mesh.trusted_peers is empty"), warned, "{trusted}: {err}");
+    }
+    Ok(())
 }
 
 #[test]

@@ -505,3 +505,29 @@ async fn a_failed_create_announces_no_id() -> TestResult {
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn a_create_through_a_peer_that_trusts_no_one_announces_the_id_its_owner_stored() -> TestResult {
+    // A plain-HTTP mesh with the default `trusted_peers: []`: each owner mints again.
+    let backends = three_backends().await?;
+    let be = [backends[0].addr, backends[1].addr, backends[2].addr];
+    let (listeners, gw) = three_listeners().await?;
+    let mut gateways = Vec::new();
+    for (i, l) in listeners.into_iter().enumerate() {
+        let yaml =
+            mesh_table(REGIONS[i], &gw, &be, "kz", 3).replace("trusted_peers: [\"127.0.0.1/32\"]", "trusted_peers: []");
+        gateways.push(proxy_on(l, &yaml).await?);
+    }
+    for gw in &gateways {
+        for country in ["KZ", "DE", "US"] {
+            let req = Request::post(gw.url("/v1/orders")).header("x-country", country).body(Full::new(Bytes::new()))?;
+            let got = send(req).await?;
+            assert_eq!(got.status, 200, "{}", String::from_utf8_lossy(&got.body));
+            let told = got.header("x-entity-id").ok_or("no id announced")?;
+            let stored = got.json()?["headers"]["x-entity-id"].as_str().map(str::to_string).ok_or("no id stored")?;
+            assert_eq!(told, stored, "{country} via {}: the client was told another id than its owner stored", gw.addr);
+            assert_eq!(got.header("location").map(str::to_string), Some(format!("/v1/orders/{stored}")));
+        }
+    }
+    Ok(())
+}
