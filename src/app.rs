@@ -99,6 +99,52 @@ pub fn server_options(cfg: &Config) -> ServerOptions {
     }
 }
 
+/// File descriptors held besides the client connections and their upstream
+/// ones: the standard streams, listeners, the table's directory watch,
+/// health checks, the log, and the admin listener's connections on top.
+const RESERVED_DESCRIPTORS: u64 = 128;
+
+/// Raises the soft limit of open files to the hard one (the common soft
+/// limit of 1,024 would make `accept` fail long before `max_connections`),
+/// and lowers `opts.max_connections` to what the limit allows, logged: each
+/// client connection may hold an upstream connection (two descriptors),
+/// after room for the admin listener and the rest. Returns the limit.
+pub fn fit_descriptors(opts: &mut ServerOptions) -> Option<u64> {
+    let limit = raise_descriptor_limit()?;
+    let room = limit.saturating_sub(RESERVED_DESCRIPTORS + opts.admin_max_connections as u64) / 2;
+    let fit = usize::try_from(room).unwrap_or(usize::MAX).max(1);
+    if opts.max_connections > fit {
+        tracing::warn!(
+            open_files = limit,
+            configured = opts.max_connections,
+            max_connections = fit,
+            "server.max_connections lowered to what the open-file limit allows (each client connection may \
+             hold an upstream one); raise the hard limit (ulimit -Hn, LimitNOFILE=) to allow more"
+        );
+        opts.max_connections = fit;
+    }
+    Some(limit)
+}
+
+/// The soft limit of open files after raising it to the hard one (`None`:
+/// unlimited, or not known on this system).
+#[cfg(target_os = "linux")]
+fn raise_descriptor_limit() -> Option<u64> {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let now = getrlimit(Resource::Nofile);
+    if now.current != now.maximum {
+        if let Err(e) = setrlimit(Resource::Nofile, Rlimit { current: now.maximum, maximum: now.maximum }) {
+            tracing::warn!(error = %e, "cannot raise the open-file limit to its hard limit");
+        }
+    }
+    getrlimit(Resource::Nofile).current
+}
+
+#[cfg(not(target_os = "linux"))]
+fn raise_descriptor_limit() -> Option<u64> {
+    None
+}
+
 /// Client settings that are fixed at start-up. The `upstream.tls` files are
 /// read here; when they cannot be (logged), `https://` endpoints fail closed
 /// (`serve` checks them first and refuses to start instead).
@@ -308,16 +354,19 @@ pub async fn serve(path: PathBuf) -> Result<Exit, ServeError> {
         spawn_reload_triggers(reloader, stop_rx.clone());
     }
     let fast_exit = spawn_drain_signals(inst.drain().clone(), stop_rx);
+    let mut opts = server_options(&cfg);
+    let open_files = fit_descriptors(&mut opts);
     tracing::info!(
         listen = %listen,
         admin = %admin,
         admin_token = token.is_some(),
         tls = tls_on,
         table = %path.display(),
+        open_files,
         "shardgate serving"
     );
     let exit = tokio::select! {
-        result = inst.run(listener, Some(admin_listener), server_options(&cfg)) => result.map(|_| Exit::Stopped),
+        result = inst.run(listener, Some(admin_listener), opts) => result.map(|_| Exit::Stopped),
         exit = fast_exit => Ok(exit),
     };
     let _ = stop_tx.send(true);

@@ -20,12 +20,19 @@
 //! so the table can be shared and logged. For a browser, `GET` and `HEAD`
 //! also take HTTP Basic credentials whose password is the token (any user
 //! name; a 401 asks for them); `POST` takes only the bearer token, so a page
-//! elsewhere cannot drain or reload with credentials the browser remembers. Errors are problem+json: 401, 404
-//! for an unknown path, 405 (with `Allow`) for a wrong method.
+//! elsewhere cannot drain or reload with credentials the browser remembers.
+//! Without a token, what a page on another site could make a browser send
+//! is refused with 403: a `Host` other than the listener's own address or a
+//! loopback name (DNS rebinding), and a `POST` that is cross-site (`Origin`,
+//! `Sec-Fetch-Site`) or a form. At its connection cap the listener closes
+//! the oldest connection that has sent nothing to make room for a new one,
+//! so silent sockets cannot starve the probes. Errors are problem+json: 401,
+//! 403, 404 for an unknown path, 405 (with `Allow`) for a wrong method.
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -142,7 +149,8 @@ pub async fn serve_admin(
     let metrics = Arc::clone(&state.shared.metrics);
     let refused = ProxyError::TooManyConnections { limit: opts.admin_max_connections, listener: "admin" };
     let refusal: Arc<[u8]> = http1_answer(&refused, "shardgate-admin").into();
-    let mut acceptor = Acceptor::new(listener, "admin", opts.admin_max_connections, refusal, Arc::clone(&metrics));
+    let mut acceptor =
+        Acceptor::new(listener, "admin", opts.admin_max_connections, refusal, Arc::clone(&metrics)).making_room();
     let sampler = tokio::spawn(sample_traffic(Arc::downgrade(&state)));
     tokio::pin!(shutdown);
     loop {
@@ -152,15 +160,22 @@ pub async fn serve_admin(
         };
         let state = Arc::clone(&state);
         let open = metrics.connection_opened("admin");
+        let local = stream.local_addr().ok();
         let service = service_fn(move |req| {
             let state = Arc::clone(&state);
-            async move { Ok::<_, Infallible>(handle(&state, req).await) }
+            async move { Ok::<_, Infallible>(handle(&state, req, local).await) }
         });
         let stream = Watched::new(stream);
         let activity = Arc::clone(&stream.activity);
+        slot.watch(&activity);
         let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service).into_owned());
         tokio::spawn(async move {
-            until_idle(conn, &activity, opts, peer).await;
+            // At the limit, the oldest connection that has sent nothing
+            // makes room for the new one (a probe, say).
+            tokio::select! {
+                () = until_idle(conn, &activity, opts, peer) => {}
+                () = slot.closed_for_room() => {}
+            }
             drop(open);
             drop(slot);
         });
@@ -221,8 +236,8 @@ impl Endpoint {
     }
 }
 
-/// Answers one admin request.
-pub async fn handle(state: &AdminState, req: Request<Incoming>) -> Response<AdminBody> {
+/// Answers one admin request that reached the listener's address `local`.
+pub async fn handle(state: &AdminState, req: Request<Incoming>, local: Option<SocketAddr>) -> Response<AdminBody> {
     let path = req.uri().path();
     let Some(endpoint) = Endpoint::from_path(path) else {
         return problem(&AdminError::NoEndpoint { path: path.to_string() }, path);
@@ -230,6 +245,11 @@ pub async fn handle(state: &AdminState, req: Request<Incoming>) -> Response<Admi
     let basic_ok = !endpoint.is_post();
     if !endpoint.is_probe() && !authorized(state.token.as_deref(), req.headers(), basic_ok) {
         return problem(&AdminError::Unauthorized { basic: basic_ok }, path);
+    }
+    if state.token.is_none() && !endpoint.is_probe() {
+        if let Err(detail) = same_site(&req, endpoint.is_post(), local) {
+            return problem(&AdminError::Forbidden { detail }, path);
+        }
     }
     let allowed = if endpoint.is_post() {
         *req.method() == Method::POST
@@ -260,6 +280,61 @@ pub async fn handle(state: &AdminState, req: Request<Incoming>) -> Response<Admi
             None => problem(&AdminError::NoEndpoint { path: path.to_string() }, path),
         },
         Endpoint::DashboardData => dashboard::data(state),
+    }
+}
+
+/// Without a token, what a browser could be made to send from another site
+/// is refused: a request whose `Host` is not this listener's own address or
+/// a loopback name (a page on a name rebound to this address, DNS
+/// rebinding), and a state-changing request that is cross-site (`Origin`
+/// of another host, `Sec-Fetch-Site` other than same-origin or none) or
+/// that a plain HTML form can send (form and plain-text bodies).
+fn same_site(req: &Request<Incoming>, changes: bool, local: Option<SocketAddr>) -> Result<(), &'static str> {
+    let h = req.headers();
+    let host = req.uri().authority().map(|a| a.as_str()).or_else(|| h.get(header::HOST)?.to_str().ok());
+    if let Some(host) = host {
+        if !own_host(host, local) {
+            return Err("this admin listener has no token and answers only requests for its own address \
+                        or a loopback name (Host); set SHARDGATE_ADMIN_TOKEN to reach it by another name");
+        }
+    }
+    if !changes {
+        return Ok(());
+    }
+    let field = |name: &str| h.get(name).and_then(|v| v.to_str().ok()).map(str::to_ascii_lowercase);
+    if let Some(origin) = field("origin") {
+        let own =
+            origin.split_once("://").is_some_and(|(_, rest)| host.is_some_and(|h| rest == h.to_ascii_lowercase()));
+        if !own {
+            return Err("a cross-site request may not change this admin listener (Origin is another site's)");
+        }
+    }
+    if field("sec-fetch-site").is_some_and(|s| s != "same-origin" && s != "none") {
+        return Err("a cross-site request may not change this admin listener (Sec-Fetch-Site)");
+    }
+    let form = ["application/x-www-form-urlencoded", "multipart/form-data", "text/plain"];
+    if field("content-type").is_some_and(|t| form.iter().any(|f| t.starts_with(f))) {
+        return Err("a form may not change this admin listener: send POST without a form body");
+    }
+    Ok(())
+}
+
+/// Whether `host` (a `Host` value, port optional) names the listener: a
+/// loopback name, or an IP address the listener answered on or a loopback one.
+fn own_host(host: &str, local: Option<SocketAddr>) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host
+            .rsplit_once(':')
+            .map_or(host, |(n, port)| if port.bytes().all(|b| b.is_ascii_digit()) { n } else { host }),
+    };
+    let name = name.to_ascii_lowercase();
+    if name == "localhost" || name.ends_with(".localhost") {
+        return true;
+    }
+    match name.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.is_loopback() || local.is_some_and(|l| l.ip() == ip),
+        Err(_) => false,
     }
 }
 

@@ -91,7 +91,7 @@ impl Activity {
     }
 
     /// Whether the client has sent a byte.
-    fn has_read(&self) -> bool {
+    pub(crate) fn has_read(&self) -> bool {
         self.read_any.load(Ordering::Relaxed)
     }
 }

@@ -8,12 +8,13 @@
 //! are passed in, so tests bind port 0. The `Acceptor` (limit, refusal,
 //! back-off) is shared with the admin listener.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -23,7 +24,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 pub use super::conn::{ConnInfo, ServerOptions};
 use super::error::ProxyError;
@@ -211,6 +212,16 @@ impl Acceptor {
         Acceptor { listener, limit: Limit::new(name, max, metrics), refusal, failures: 0, pause: FIRST_ACCEPT_PAUSE }
     }
 
+    /// At the limit, closes the oldest connection that has sent nothing
+    /// instead of refusing the new one (the admin listener: probes must
+    /// get through sockets opened and left silent). Each connection then
+    /// registers its activity ([`Slot::watch`]) and ends when told
+    /// ([`Slot::closed_for_room`]).
+    pub(crate) fn making_room(mut self) -> Acceptor {
+        self.limit.open_list = Some(Mutex::new(VecDeque::new()));
+        self
+    }
+
     /// The next connection under the limit, with its place under it (those
     /// beyond it are refused on the way). A failing accept (EMFILE, ENFILE,
     /// ENOBUFS) is logged once per episode and retried after a pause that
@@ -255,15 +266,52 @@ struct Limit {
     /// Set while at the limit, so the warning is logged once per episode.
     at_limit: AtomicBool,
     metrics: Arc<crate::metrics::Metrics>,
+    /// The open connections, oldest first, when the listener closes the
+    /// oldest one that has sent nothing to make room for a new one.
+    open_list: Option<Mutex<VecDeque<Weak<Held>>>>,
 }
 
 /// One open connection's place under the limit; released when dropped.
 #[derive(Debug)]
-pub(crate) struct Slot(Arc<AtomicUsize>);
+pub(crate) struct Slot {
+    count: Arc<AtomicUsize>,
+    held: Option<Arc<Held>>,
+}
+
+/// What the listener knows of an open connection it may close to make
+/// room: whether it has sent anything, and how to tell it to close.
+#[derive(Debug, Default)]
+struct Held {
+    activity: OnceLock<Arc<Activity>>,
+    close: Notify,
+}
+
+impl Slot {
+    fn counted(count: &Arc<AtomicUsize>, held: Option<Arc<Held>>) -> Slot {
+        count.fetch_add(1, Ordering::AcqRel);
+        Slot { count: Arc::clone(count), held }
+    }
+
+    /// Lets the listener see whether the connection has sent anything.
+    pub(crate) fn watch(&self, activity: &Arc<Activity>) {
+        if let Some(h) = &self.held {
+            let _ = h.activity.set(Arc::clone(activity));
+        }
+    }
+
+    /// Resolves when the listener closes the connection to make room for a
+    /// new one (never, on a listener that refuses instead).
+    pub(crate) async fn closed_for_room(&self) {
+        match &self.held {
+            Some(h) => h.close.notified().await,
+            None => std::future::pending().await,
+        }
+    }
+}
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.count.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -276,20 +324,40 @@ impl Limit {
             refusing: Arc::new(AtomicUsize::new(0)),
             at_limit: AtomicBool::new(false),
             metrics,
+            open_list: None,
         }
     }
 
-    /// A slot, or `None` at the limit. Only the accept loop acquires, so
-    /// load-then-add cannot overshoot.
+    /// A slot, or `None` at the limit (unless the oldest connection that
+    /// has sent nothing is closed to make room). Only the accept loop
+    /// acquires, so load-then-add cannot overshoot (but for the one a
+    /// closing connection still holds).
     fn try_acquire(&self) -> Option<Slot> {
-        if self.open.load(Ordering::Acquire) >= self.max {
+        if self.open.load(Ordering::Acquire) >= self.max && !self.close_oldest_silent() {
             return None;
         }
-        self.open.fetch_add(1, Ordering::AcqRel);
         if self.at_limit.swap(false, Ordering::Relaxed) {
             tracing::info!(listener = self.name, limit = self.max, "below the connection limit again; accepting");
         }
-        Some(Slot(Arc::clone(&self.open)))
+        let Some(list) = &self.open_list else { return Some(Slot::counted(&self.open, None)) };
+        let held = Arc::new(Held::default());
+        if let Ok(mut list) = list.lock() {
+            list.push_back(Arc::downgrade(&held));
+        }
+        Some(Slot::counted(&self.open, Some(held)))
+    }
+
+    /// Tells the oldest open connection that has sent nothing to close;
+    /// whether there was one.
+    fn close_oldest_silent(&self) -> bool {
+        let Some(Ok(mut list)) = self.open_list.as_ref().map(Mutex::lock) else { return false };
+        list.retain(|w| w.strong_count() > 0);
+        let silent =
+            list.iter().position(|w| w.upgrade().is_some_and(|h| h.activity.get().is_some_and(|a| !a.has_read())));
+        let Some(held) = silent.and_then(|i| list.remove(i)).and_then(|w| w.upgrade()) else { return false };
+        held.close.notify_one();
+        tracing::debug!(listener = self.name, "closing the oldest connection that has sent nothing, to make room");
+        true
     }
 
     /// Answers `stream` with the prepared 503 and closes it, in the
@@ -306,10 +374,7 @@ impl Limit {
         if self.refusing.load(Ordering::Acquire) >= MAX_REFUSALS_IN_FLIGHT {
             return; // dropping the stream closes it
         }
-        let refusing = Slot({
-            self.refusing.fetch_add(1, Ordering::AcqRel);
-            Arc::clone(&self.refusing)
-        });
+        let refusing = Slot::counted(&self.refusing, None);
         tokio::spawn(async move {
             let _ = tokio::time::timeout(REFUSAL_TIMEOUT, async {
                 stream.write_all(&answer).await?;

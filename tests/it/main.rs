@@ -1,5 +1,6 @@
 //! Integration tests, compiled into one binary.
 
+mod admin;
 mod cli;
 mod config;
 mod dashboard;

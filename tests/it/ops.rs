@@ -19,6 +19,7 @@ use shardgate::routing::shared::sha256_hex;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+use crate::support::binary::{free_ports, spawn_binary, spawn_binary_logging, Child};
 use crate::support::{self, backend, get, send, table, BoxError, Running, TestResult};
 
 /// Backends, an instance with proxy and admin listeners on port 0, and the
@@ -253,89 +254,6 @@ async fn ops_post_drain_starts_the_same_drain() -> TestResult {
     }
     assert!(tokio::net::TcpStream::connect(o.proxy).await.is_err());
     Ok(())
-}
-
-/// Two free loopback ports (bound, then released).
-fn free_ports() -> Result<(u16, u16), BoxError> {
-    let a = std::net::TcpListener::bind("127.0.0.1:0")?;
-    let b = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok((a.local_addr()?.port(), b.local_addr()?.port()))
-}
-
-struct Child(std::process::Child);
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Child {
-    fn signal(&self, sig: &str) -> Result<(), BoxError> {
-        let status = std::process::Command::new("kill").args([sig, &self.0.id().to_string()]).status()?;
-        if !status.success() {
-            return Err(format!("kill {sig} failed").into());
-        }
-        Ok(())
-    }
-
-    async fn wait_exit(&mut self, within: Duration) -> Result<i32, BoxError> {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.0.try_wait()? {
-                return status.code().ok_or_else(|| "killed by a signal".into());
-            }
-            if Instant::now() > deadline {
-                return Err(format!("did not exit within {within:?}").into());
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
-/// The real binary on a table file with fixed free ports; waits until `/ready`.
-async fn spawn_binary(dir: &Path, kz: SocketAddr, extra: &str) -> Result<(Child, u16, u16), BoxError> {
-    spawn_binary_logging(dir, kz, extra, None).await
-}
-
-/// [`spawn_binary`], with standard error (the logs, at info) written to `log`.
-async fn spawn_binary_logging(
-    dir: &Path,
-    kz: SocketAddr,
-    extra: &str,
-    log: Option<&Path>,
-) -> Result<(Child, u16, u16), BoxError> {
-    let (port, admin) = free_ports()?;
-    let text = table(kz, kz, kz, extra)
-        .replace("listen: 127.0.0.1:18080", &format!("listen: 127.0.0.1:{port}"))
-        .replace("admin: 127.0.0.1:19901", &format!("admin: 127.0.0.1:{admin}"));
-    let file = dir.join("table.yaml");
-    std::fs::write(&file, text)?;
-    let (level, stderr) = match log {
-        Some(path) => ("info", std::process::Stdio::from(std::fs::File::create(path)?)),
-        None => ("warn", std::process::Stdio::null()),
-    };
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_shardgate"))
-        .args(["serve", "-c"])
-        .arg(&file)
-        .env("RUST_LOG", level)
-        .stdout(std::process::Stdio::null())
-        .stderr(stderr)
-        .spawn()?;
-    let child = Child(child);
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        if let Ok(r) = get(&format!("http://127.0.0.1:{admin}/ready")).await {
-            if r.status == 200 {
-                return Ok((child, port, admin));
-            }
-        }
-        if Instant::now() > deadline {
-            return Err("the binary did not become ready".into());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
