@@ -3,8 +3,8 @@
 //! text names the order it belongs to, so a cursor of another order is
 //! refused instead of paging wrongly.
 //!
-//! Text, before hex: `1|<a|d>|<t|n|s>|<tie, 16 hex>|<region>|<value>`, the
-//! value last because a string value may hold any character.
+//! Text, before hex: `2|<a|d><t|v>|<t|n|s>|<tie, 16 hex>|<index>|<region>|<value>`,
+//! the value last because a string value may hold any character.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -20,6 +20,7 @@ pub struct Cursor {
     value: Value<'static>,
     tie: u64,
     region: String,
+    index: usize,
 }
 
 /// Why a cursor was refused.
@@ -59,7 +60,7 @@ impl Cursor {
             Value::Number(n) => Value::Number(*n),
             Value::Text(t) => Value::Text(Cow::Owned(t.to_string())),
         };
-        Cursor { value, tie: key.tie, region: key.region.to_string() }
+        Cursor { value, tie: key.tie, region: key.region.to_string(), index: key.index }
     }
 
     /// The key it marks.
@@ -69,7 +70,7 @@ impl Cursor {
             Value::Number(n) => Value::Number(*n),
             Value::Text(t) => Value::Text(Cow::Borrowed(t)),
         };
-        Key { value, tie: self.tie, region: &self.region }
+        Key { value, tie: self.tie, region: &self.region, index: self.index }
     }
 
     /// The opaque text clients send back.
@@ -80,7 +81,7 @@ impl Cursor {
             Value::Number(n) => ('n', format!("{:016x}", n.to_bits())),
             Value::Text(t) => ('s', t.to_string()),
         };
-        let text = format!("1|{dir}{kind}|{tag}|{:016x}|{}|{value}", self.tie, self.region);
+        let text = format!("2|{dir}{kind}|{tag}|{:016x}|{}|{}|{value}", self.tie, self.index, self.region);
         let mut out = String::with_capacity(text.len() * 2);
         for b in text.bytes() {
             out.push(char::from(b"0123456789abcdef"[usize::from(b >> 4)]));
@@ -105,9 +106,9 @@ impl Cursor {
             bytes.push(hi << 4 | lo);
         }
         let text = String::from_utf8(bytes).map_err(|_| Malformed("not UTF-8"))?;
-        let mut parts = text.splitn(6, '|');
+        let mut parts = text.splitn(7, '|');
         let mut next = |what| parts.next().ok_or(Malformed(what));
-        if next("version")? != "1" {
+        if next("version")? != "2" {
             return Err(Malformed("version"));
         }
         let (dir, kind) = mode(spec);
@@ -116,6 +117,7 @@ impl Cursor {
         }
         let tag = next("value kind")?;
         let tie = u64::from_str_radix(next("tie")?, 16).map_err(|_| Malformed("tie"))?;
+        let index = next("index")?.parse().map_err(|_| Malformed("index"))?;
         let region = next("region")?.to_string();
         let raw = next("value")?;
         let value = match (tag, kind) {
@@ -124,7 +126,7 @@ impl Cursor {
             ("s", 'v') => Value::Text(Cow::Owned(raw.to_string())),
             _ => return Err(Malformed("value kind")),
         };
-        Ok(Cursor { value, tie, region })
+        Ok(Cursor { value, tie, region, index })
     }
 }
 

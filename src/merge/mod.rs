@@ -16,9 +16,11 @@
 //!   k-sortable), or a named field's value (numbers, or strings such as
 //!   RFC 3339 times).
 //! * The order is total: the key, then a hash of the element's id (or of
-//!   the element), then the region's name. So a [`Cursor`], the last
-//!   element's place in it, says exactly where the next page starts: paging
-//!   returns every element once, whatever the regions' own order.
+//!   the element), then the region's name, then the element's position in
+//!   its region's answer (two equal elements of one region differ there).
+//!   So a [`Cursor`], the last element's place in it, says exactly where
+//!   the next page starts: paging returns every element once, whatever the
+//!   regions' own order.
 //!
 //! Answers that are not JSON, have no array where the rule says, or hold an
 //! element without its sort key are errors of that region ([`LegError`]),
@@ -105,7 +107,7 @@ impl Value<'_> {
 }
 
 /// An element's place in the merged order: its value, a tie-breaking hash,
-/// its region.
+/// its region, its position in the region's answer.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Key<'b> {
     /// The sort value.
@@ -114,12 +116,18 @@ pub struct Key<'b> {
     pub tie: u64,
     /// The region that answered it.
     pub region: &'b str,
+    /// Its position in the region's answer: no two elements share a key.
+    pub index: usize,
 }
 
 impl Key<'_> {
     /// Ascending order of keys.
     fn cmp(&self, other: &Key<'_>) -> Ordering {
-        self.value.cmp(&other.value).then(self.tie.cmp(&other.tie)).then_with(|| self.region.cmp(other.region))
+        self.value
+            .cmp(&other.value)
+            .then(self.tie.cmp(&other.tie))
+            .then_with(|| self.region.cmp(other.region))
+            .then(self.index.cmp(&other.index))
     }
 }
 
@@ -191,14 +199,14 @@ pub fn items<'b>(spec: &Spec, params: &Params, region: &'b str, body: &'b [u8]) 
         })?;
     let mut out = Vec::with_capacity(elements.len());
     for (index, raw) in elements.into_iter().enumerate() {
-        let key = key(spec, params, region, raw).map_err(|detail| LegError::BadItem { index, detail })?;
+        let key = key(spec, params, region, index, raw).map_err(|detail| LegError::BadItem { index, detail })?;
         out.push(Item { key, raw });
     }
     Ok(out)
 }
 
 /// The key of one element.
-fn key<'b>(spec: &Spec, params: &Params, region: &'b str, raw: &'b RawValue) -> Result<Key<'b>, String> {
+fn key<'b>(spec: &Spec, params: &Params, region: &'b str, index: usize, raw: &'b RawValue) -> Result<Key<'b>, String> {
     let name = spec.sort.field();
     let text = raw.get();
     let value = pick::field(text, name).map_err(|e| format!("not a JSON object: {e}"))?;
@@ -209,7 +217,7 @@ fn key<'b>(spec: &Spec, params: &Params, region: &'b str, raw: &'b RawValue) -> 
                 .map_err(|_| format!("field {} is {}, not an id", quoted(name), kind(value.get())))?;
             let decoded = ids::parse_any(formats, &id, params)
                 .map_err(|e| format!("field {} is not an id of the route's formats: {e}", quoted(name)))?;
-            Ok(Key { value: Value::Time(decoded.unix_ms()), tie: fnv(id.as_bytes()), region })
+            Ok(Key { value: Value::Time(decoded.unix_ms()), tie: fnv(id.as_bytes()), region, index })
         }
         SortKey::Field(_) => {
             let v = value.get();
@@ -226,7 +234,7 @@ fn key<'b>(spec: &Spec, params: &Params, region: &'b str, raw: &'b RawValue) -> 
                     Err(_) => return Err(format!("field {} is {}, not a number or string", quoted(name), kind(v))),
                 }
             };
-            Ok(Key { value, tie: fnv(text.as_bytes()), region })
+            Ok(Key { value, tie: fnv(text.as_bytes()), region, index })
         }
     }
 }

@@ -119,7 +119,12 @@ pub fn locate<'t>(
     relayed: bool,
     decision: &mut Decision<'t>,
 ) -> Result<Plan<'t>, ProxyError> {
-    let m = table.match_route(&parts.method, parts.uri.path()).ok_or(ProxyError::NoRoute)?;
+    let Some(m) = table.match_route(&parts.method, parts.uri.path()) else {
+        return Err(match table.methods_at(parts.uri.path()) {
+            Some(allow) => ProxyError::MethodNotAllowed { method: parts.method.to_string(), allow },
+            None => ProxyError::NoRoute,
+        });
+    };
     // The match borrows the path too; the route itself lives as long as the table.
     let route = table.routes().get(m.route.index).ok_or(ProxyError::NoRoute)?;
     decision.route = Some(route.name.as_str());

@@ -34,6 +34,19 @@ use super::Proxy;
 use crate::tls::ServerTls;
 use crate::upstream::RequestBody;
 
+/// The first byte of a TLS handshake record (RFC 8446 §5.1); a plain
+/// HTTP request on a TLS port starts with a method's letter instead.
+const TLS_HANDSHAKE: u8 = 0x16;
+
+/// The first byte the client sent, left in the socket (`None`: it closed, or failed).
+async fn first_byte(stream: &TcpStream) -> Option<u8> {
+    let mut b = [0u8; 1];
+    match stream.peek(&mut b).await {
+        Ok(1) => Some(b[0]),
+        _ => None,
+    }
+}
+
 /// What an HTTP/2 client sends first (RFC 9113 §3.4).
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -119,14 +132,25 @@ struct Connection {
 
 impl Connection {
     /// Serves the connection to its end: plain, or after the TLS handshake.
-    async fn run(self, stream: TcpStream, tls: Option<(tokio_rustls::TlsAcceptor, bool)>) {
+    async fn run(self, mut stream: TcpStream, tls: Option<(tokio_rustls::TlsAcceptor, bool)>) {
+        let peer = self.peer;
+        if tls.is_some() {
+            let first = tokio::time::timeout(self.opts.header_read_timeout, first_byte(&stream)).await;
+            if let Ok(Some(b)) = first {
+                if b != TLS_HANDSHAKE && b.is_ascii_alphabetic() {
+                    tracing::debug!(%peer, "plain HTTP on the TLS listener; answered 400");
+                    let answer = crate::problem::http1_answer(&ProxyError::PlainHttpToTls, self.proxy.name());
+                    let _ = tokio::time::timeout(REFUSAL_TIMEOUT, stream.write_all(&answer)).await;
+                    return;
+                }
+            }
+        }
         let stream = Watched::new(stream);
         let activity = Arc::clone(&stream.activity);
         let Some((acceptor, client_auth)) = tls else {
             let info = ConnInfo::plain(self.peer);
             return self.serve(stream, info, &activity).await;
         };
-        let peer = self.peer;
         let stream = match tokio::time::timeout(self.opts.header_read_timeout, acceptor.accept(stream)).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => return tracing::debug!(error = %e, %peer, "tls handshake failed"),

@@ -257,6 +257,25 @@ impl Table {
         Some(RouteMatch { route: self.routes.get(i)?, params: m.params })
     }
 
+    /// The methods a path takes when it matches a template but a request's
+    /// method matched none of its routes: the `Allow` of a 405 (`GET` brings
+    /// `HEAD`); `None` when no template matches the path.
+    pub fn methods_at(&self, path: &str) -> Option<String> {
+        let m = self.router.at(path).ok()?;
+        let mut allow: Vec<&str> = Vec::new();
+        for route in m.value.iter().filter_map(|&i| self.routes.get(i)) {
+            for method in route.methods.iter().flatten() {
+                let also_head = (*method == http::Method::GET).then_some("HEAD");
+                for name in std::iter::once(method.as_str()).chain(also_head) {
+                    if !allow.contains(&name) {
+                        allow.push(name);
+                    }
+                }
+            }
+        }
+        Some(allow.join(", "))
+    }
+
     /// All routes, in file order.
     pub fn routes(&self) -> &[Route] {
         &self.routes

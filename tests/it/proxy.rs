@@ -392,3 +392,56 @@ async fn h2c_prior_knowledge_is_served() -> TestResult {
     assert_eq!(resp.headers().get("x-backend-region").map(|v| v.as_bytes()), Some(&b"us"[..]));
     Ok(())
 }
+
+#[tokio::test]
+async fn a_wrong_method_is_405_and_a_bad_id_is_explained_for_each_format() -> TestResult {
+    let (eu, kz, us) = (backend("eu").await?, backend("kz").await?, backend("us").await?);
+    let yaml = table(eu.addr, kz.addr, us.addr, "").replace(
+        "  - name: by-header",
+        "  - name: cancel\n    match: { path: \"/v1/cancel/{id}\", methods: [POST, DELETE] }\n    \
+         id: { path_param: id, formats: [iuid] }\n  - name: by-header",
+    );
+    let p = proxy(&yaml).await?;
+    // A path a route has, with a method none of its routes takes.
+    let got = get(&p.url(&format!("/v1/cancel/{}", iuid(7, 3)))).await?;
+    assert_eq!((got.status.as_u16(), got.header("allow")), (405, Some("POST, DELETE")));
+    assert_eq!(got.json()?["reason"], "method_not_allowed");
+    // An id no format of a multi-format route reads: each format's reason.
+    let got = get(&p.url("/v1/orders/12345abc")).await?;
+    assert_eq!(got.status, 400);
+    let body = got.json()?;
+    let formats: Vec<(String, String)> = body["formats"]
+        .as_array()
+        .ok_or("no formats")?
+        .iter()
+        .map(|f| (f["format"].as_str().unwrap_or("").to_string(), f["reason"].as_str().unwrap_or("").to_string()))
+        .collect();
+    assert_eq!(formats.iter().map(|(f, _)| f.as_str()).collect::<Vec<_>>(), ["iuid", "uniqid"], "{body}");
+    assert!(formats.iter().all(|(_, r)| !r.is_empty()), "{body}");
+    let detail = body["detail"].as_str().unwrap_or("");
+    assert!(detail.contains("not a valid iuid id") && detail.contains("not a valid uniqid id"), "{detail}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_switch_of_protocols_nobody_asked_for_is_502() -> TestResult {
+    // An upstream that answers every request with a 101 to h2c.
+    let kz = support::raw_backend(|mut s| async move {
+        let _ = s.write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: upgrade\r\n\r\n").await;
+        let mut sink = [0u8; 1024];
+        while matches!(s.read(&mut sink).await, Ok(n) if n > 0) {}
+    })
+    .await?;
+    let (eu, us) = (backend("eu").await?, backend("us").await?);
+    let p = proxy(&table(eu.addr, kz.addr, us.addr, "upstream: { health: { interval: 0s } }")).await?;
+    let path = format!("/t/ws/{}", iuid(7, 3));
+    // A plain GET: it asked for no upgrade.
+    let got = get(&p.url(&path)).await?;
+    assert_eq!((got.status.as_u16(), got.json()?["reason"].as_str()), (502, Some("upstream_bad_upgrade")));
+    // A WebSocket request answered with a switch to another protocol.
+    let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n");
+    let r = support::raw(p.addr, req.as_bytes(), Duration::from_secs(3)).await?;
+    assert_eq!(r.status(), Some(502), "{}", r.text());
+    assert_eq!(r.problem().ok_or("problem+json")?["reason"], "upstream_bad_upgrade");
+    Ok(())
+}

@@ -185,8 +185,12 @@ async fn https_listener_answers_over_http1_and_h2() -> TestResult {
     // A client that does not trust the proxy's CA cannot complete the handshake.
     let stranger = Ca::new("another ca")?;
     assert!(tls_connect(p.addr, client_config(&stranger, None, &[])?).await.is_err());
-    // Plain HTTP on the TLS port gets no HTTP answer.
-    assert!(crate::support::get(&p.url(&order(7))).await.is_err());
+    // Plain HTTP on the TLS port is told so, in plain HTTP, and closed.
+    let plain = crate::support::get(&p.url(&order(7))).await?;
+    assert_eq!((plain.status.as_u16(), plain.header("connection")), (400, Some("close")));
+    let problem = plain.json()?;
+    assert_eq!(problem["reason"], "plain_http_to_tls");
+    assert!(problem["detail"].as_str().is_some_and(|d| d.contains("https://")), "{problem}");
     Ok(())
 }
 
