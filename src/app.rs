@@ -379,7 +379,7 @@ pub async fn serve(path: PathBuf) -> Result<Exit, ServeError> {
 /// handlers are in place when this returns.
 fn spawn_drain_signals(drain: Drain, mut stop: watch::Receiver<bool>) -> impl Future<Output = Exit> {
     let (tx, rx) = tokio::sync::oneshot::channel::<Exit>();
-    let mut signals = Signals::install(true);
+    let mut signals = Signals::install(true, false);
     tokio::spawn(async move {
         loop {
             tokio::select! {
@@ -444,25 +444,31 @@ struct Signals {
     quit: Option<tokio::signal::unix::Signal>,
     #[cfg(unix)]
     int: Option<tokio::signal::unix::Signal>,
+    /// SIGHUP, where there is no table file to reload: noted and ignored
+    /// (its default action would kill the process).
+    #[cfg(unix)]
+    hup: Option<tokio::signal::unix::Signal>,
 }
 
 impl Signals {
-    /// SIGTERM and SIGINT, and SIGQUIT when `with_quit` (it counts as SIGTERM).
-    fn install(with_quit: bool) -> Signals {
+    /// SIGTERM and SIGINT, SIGQUIT when `with_quit` (it counts as SIGTERM),
+    /// and SIGHUP, ignored, when `ignore_hup` (a process with nothing to reload).
+    fn install(with_quit: bool, ignore_hup: bool) -> Signals {
         #[cfg(unix)]
         {
             use tokio::signal::unix::{signal, SignalKind};
             let term = signal(SignalKind::terminate()).ok();
             let quit = if with_quit { signal(SignalKind::quit()).ok() } else { None };
             let int = signal(SignalKind::interrupt()).ok();
+            let hup = if ignore_hup { signal(SignalKind::hangup()).ok() } else { None };
             if term.is_none() || int.is_none() {
                 tracing::warn!("cannot install the SIGTERM/SIGINT handlers; Ctrl-C and POST /drain still work");
             }
-            Signals { term, quit, int }
+            Signals { term, quit, int, hup }
         }
         #[cfg(not(unix))]
         {
-            let _ = with_quit;
+            let _ = (with_quit, ignore_hup);
             Signals {}
         }
     }
@@ -481,11 +487,16 @@ impl Signals {
                     None => otherwise.await,
                 }
             }
-            tokio::select! {
-                _ = on(&mut self.term, std::future::pending()) => Exit::Stopped,
-                _ = on(&mut self.quit, std::future::pending()) => Exit::Stopped,
-                // Without its own handler, SIGINT is still Ctrl-C.
-                _ = on(&mut self.int, async { let _ = tokio::signal::ctrl_c().await; }) => Exit::Interrupted,
+            loop {
+                tokio::select! {
+                    _ = on(&mut self.term, std::future::pending()) => return Exit::Stopped,
+                    _ = on(&mut self.quit, std::future::pending()) => return Exit::Stopped,
+                    // Without its own handler, SIGINT is still Ctrl-C.
+                    _ = on(&mut self.int, async { let _ = tokio::signal::ctrl_c().await; }) => return Exit::Interrupted,
+                    _ = on(&mut self.hup, std::future::pending()) => {
+                        tracing::info!("SIGHUP: there is no table file to reload here; ignored");
+                    }
+                }
             }
         }
         #[cfg(not(unix))]
@@ -505,7 +516,7 @@ where
     F: Future<Output = Result<(), E>>,
 {
     let (exit_tx, exit_rx) = tokio::sync::oneshot::channel();
-    let mut signals = Signals::install(false);
+    let mut signals = Signals::install(false, true);
     let stop = Box::pin(async move {
         let _ = exit_tx.send(signals.next().await);
     });

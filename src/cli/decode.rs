@@ -85,6 +85,9 @@ pub fn run(args: DecodeArgs) -> io::Result<i32> {
         let stdin = io::stdin();
         let mut input = stdin.lock();
         let mut line = Vec::with_capacity(64);
+        // Blank lines not yet answered: one answer per line keeps the output
+        // aligned with the input, but blank lines at the end are no ids.
+        let mut blanks = 0usize;
         loop {
             line.clear();
             if input.read_until(b'\n', &mut line)? == 0 {
@@ -96,6 +99,13 @@ pub fn run(args: DecodeArgs) -> io::Result<i32> {
                 if line.last() == Some(&b'\r') {
                     line.pop();
                 }
+            }
+            if line.is_empty() {
+                blanks += 1;
+                continue;
+            }
+            for _ in 0..std::mem::take(&mut blanks) {
+                all_valid &= reporter.write("", &opts, &mut out)?;
             }
             // Valid UTF-8 is checked at full speed; only a broken line pays
             // for the replacement characters.

@@ -50,19 +50,26 @@ pub async fn run(listen: SocketAddr) -> io::Result<i32> {
         }
     };
     let table = Table::compile(&cfg);
-    println!("shardgate demo: proxy on http://{listen}");
+    let mut intro = format!("shardgate demo: proxy on http://{listen}\n");
     if admin.is_some() {
-        println!("  dashboard  on http://{}/ (admin endpoints: /metrics, /explain?id=…)", cfg.settings.restart.admin);
+        let admin = cfg.settings.restart.admin;
+        intro.push_str(&format!("  dashboard  on http://{admin}/ (admin endpoints: /metrics, /explain?id=…)\n"));
     }
     for (region, addr) in &backends {
-        println!("  backend {region:<3} on http://{addr}");
+        intro.push_str(&format!("  backend {region:<3} on http://{addr}\n"));
     }
-    println!();
+    intro.push('\n');
     for line in curl_examples(&table, &cfg, listen) {
-        println!("{line}");
+        intro.push_str(&line);
+        intro.push('\n');
     }
-    println!();
-    println!("Press Ctrl-C to stop.");
+    intro.push_str("\nPress Ctrl-C to stop.\n");
+    // A reader that has gone (`demo | head`) is no reason to stop serving.
+    {
+        use std::io::Write;
+        let mut out = io::stdout().lock();
+        let _ = out.write_all(intro.as_bytes()).and_then(|()| out.flush());
+    }
     let exit = crate::app::until_signal(|stop| async move {
         let result = crate::app::run_proxy_with_admin(&cfg, &text, listener, admin, stop).await.map(drop);
         let _ = stop_tx.send(true);

@@ -32,10 +32,10 @@ pub struct MintArgs {
     /// uniqid: mint into this shard (default: microseconds % shard count).
     #[arg(long)]
     pub shard: Option<u32>,
-    /// locality: pid field (0-65535; default 0).
+    /// locality: pid field (0-65535; 0 when only --mac-fragment is given).
     #[arg(long)]
     pub pid: Option<u16>,
-    /// locality: MAC fragment, 7 hex digits, the low 28 bits of the MAC (default 0000000).
+    /// locality: MAC fragment, 7 hex digits, the low 28 bits of the MAC (0000000 when only --pid is given).
     #[arg(long, value_parser = mac_fragment)]
     pub mac_fragment: Option<u32>,
     /// locality: sequential mode instead of variable.
@@ -115,6 +115,13 @@ pub fn run(args: MintArgs) -> io::Result<i32> {
             }
         }
         Format::Locality => {
+            if args.pid.is_none() && args.mac_fragment.is_none() {
+                eprintln!(
+                    "shardgate: mint --format locality needs --mac-fragment or --pid (or both): the node the ids \
+                     name, which routing reads (nodes.locality_mac, nodes.locality_pid)"
+                );
+                return Ok(exit::USAGE);
+            }
             let node = NodeIdentity { pid: args.pid.unwrap_or(0), mac_fragment: args.mac_fragment.unwrap_or(0) };
             let m = LocalityMinter::new(SystemClock, node, rand::random());
             if args.sequential {

@@ -76,6 +76,27 @@ type Parsed = smallvec::SmallVec<[(HeaderName, std::ops::Range<usize>); 16]>;
 /// Parses a request head at the start of `buf`. `Ok(None)`: incomplete, read
 /// more. On success the head's bytes leave `buf`.
 pub fn parse_request(buf: &mut BytesMut, limits: &RequestLimits) -> Result<Option<RequestHead>, Error> {
+    match parse_one(buf, limits) {
+        // RFC 9112 §2.3: a later HTTP/1 minor version is answered as the
+        // highest this server speaks. Rewritten in place, then read again.
+        Err(e) if e.reason == Reason::Version && later_minor_as_11(buf) => parse_one(buf, limits),
+        parsed => parsed,
+    }
+}
+
+/// Rewrites a request line's `HTTP/1.<2-9>` to `HTTP/1.1`; whether it did.
+fn later_minor_as_11(buf: &mut BytesMut) -> bool {
+    let Some(end) = buf.iter().position(|&b| b == b'\n') else { return false };
+    let line = buf[..end].strip_suffix(b"\r").unwrap_or(&buf[..end]);
+    let Some(at) = line.len().checked_sub(1) else { return false };
+    let later = line.len() >= 8 && line[at - 7..at] == *b"HTTP/1." && (b'2'..=b'9').contains(&line[at]);
+    if later {
+        buf[at] = b'1';
+    }
+    later
+}
+
+fn parse_one(buf: &mut BytesMut, limits: &RequestLimits) -> Result<Option<RequestHead>, Error> {
     let err = |r| Error::new(Part::RequestHead, r);
     let mut stack = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; STACK_HEADERS];
     let mut heap = Vec::new();
@@ -188,6 +209,18 @@ mod tests {
 
     fn reason(text: &str) -> Option<Reason> {
         parse(text).err().map(|e| e.reason)
+    }
+
+    #[test]
+    fn a_later_http1_minor_version_is_read_as_11() -> TestResult {
+        for v in ["HTTP/1.2", "HTTP/1.9"] {
+            let head = parse(&format!("GET /x {v}\r\nHost: a\r\n\r\n"))?.ok_or("complete")?;
+            assert_eq!((head.version, head.keep_alive), (Version::HTTP_11, true), "{v}");
+        }
+        for v in ["HTTP/2.0", "HTTP/1.x", "HTTP/0.9", "HTTP/1.10"] {
+            assert!(reason(&format!("GET /x {v}\r\nHost: a\r\n\r\n")).is_some(), "{v} was read");
+        }
+        Ok(())
     }
 
     #[test]

@@ -118,6 +118,7 @@ pub fn from_upstream(
     drop_hop_by_hop_fields(resp.body_mut().fields_mut());
     remove_hop_by_hop(resp.headers_mut(), switching);
     crate::mesh::strip_from_response(resp.headers_mut());
+    remove_ours(resp.headers_mut());
     if let Some((header, id, location)) = minted.filter(|_| resp.status().is_success()) {
         if let Ok(v) = HeaderValue::from_str(&id) {
             if let Some(loc) = location.and_then(|l| HeaderValue::from_str(&l.replace("{id}", &id)).ok()) {
@@ -302,8 +303,27 @@ pub fn drop_hop_by_hop_fields(fields: &mut Fields) {
     fields.drop_where(|name| {
         HOP_BY_HOP.iter().any(|h| name.eq_ignore_ascii_case(h.as_str().as_bytes()))
             || crate::mesh::is_mesh_field(name)
+            || is_ours(name)
             || named.iter().any(|n| name.eq_ignore_ascii_case(n))
     });
+}
+
+/// The prefix of the fields this proxy itself puts on answers
+/// (`X-Shardgate-Region`, `-Partial`, …): an upstream's are never passed on.
+const OURS: &[u8] = b"x-shardgate-";
+
+/// Whether `name` (as sent, any case) is one of this proxy's own answer fields.
+fn is_ours(name: &[u8]) -> bool {
+    name.len() >= OURS.len() && name[..OURS.len()].eq_ignore_ascii_case(OURS)
+}
+
+/// Removes the fields of this proxy's own that an upstream put in an
+/// answer's map (the proxy adds its own after).
+fn remove_ours(headers: &mut HeaderMap) {
+    let ours: Vec<HeaderName> = headers.keys().filter(|n| is_ours(n.as_str().as_bytes())).cloned().collect();
+    for name in ours {
+        headers.remove(name);
+    }
 }
 
 /// Removes hop-by-hop headers, including every header named in

@@ -196,7 +196,8 @@ impl Record<'_> {
                 outcome: self.outcome,
                 id: decision.format.map(|f| (f.name(), decision.minted)),
                 duration,
-                upstream: self.upstream.filter(|_| self.error.is_none()),
+                // A fan-out has no one region to hold its legs' time against.
+                upstream: self.upstream.filter(|_| self.error.is_none() && decision.region.is_some()),
             },
         );
         if !loaded.table.settings().log.access {

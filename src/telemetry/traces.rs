@@ -354,7 +354,12 @@ struct FieldsMut<'a>(&'a mut HeaderMap);
 
 impl Injector for FieldsMut<'_> {
     fn set(&mut self, key: &str, value: String) {
-        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(key.as_bytes()), HeaderValue::from_str(&value)) {
+        let Ok(name) = HeaderName::from_bytes(key.as_bytes()) else { return };
+        // An empty `tracestate` (a trace with no vendor state) is no field at
+        // all: sent empty, it is malformed; left as the client's, it is stale.
+        if value.is_empty() {
+            self.0.remove(name);
+        } else if let Ok(value) = HeaderValue::from_str(&value) {
             self.0.insert(name, value);
         }
     }

@@ -203,6 +203,10 @@ fn decode_reads_many_lines_from_stdin() -> TestResult {
     let out = run_with_stdin(&["decode"], "20be0ffc-314a-bd53-7a50-013a65ca76d2\n".repeat(500))?;
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(text(&out.stdout)?.matches("format                 locality").count(), 500);
+    // Blank lines at the end (an editor's last newline, `echo >>`) are no ids.
+    let out = run_with_stdin(&["decode", "--json"], "018e4282-d0bf-8007-8c3a-5d2e9b1f0a47\n\n\r\n".into())?;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout)?);
+    assert_eq!(json_lines(text(&out.stdout)?)?.len(), 1);
     Ok(())
 }
 
@@ -290,6 +294,7 @@ fn mint_refuses_read_only_formats_and_missing_flags() -> TestResult {
     for (args, needs) in [
         (&["mint", "--format", "iuid", "--country", "7"][..], "--entity"),
         (&["mint", "--format", "uniqid"][..], "--shard-count"),
+        (&["mint", "--format", "locality"][..], "--mac-fragment or --pid"),
     ] {
         let out = run(args)?;
         let stderr = text(&out.stderr)?;

@@ -483,6 +483,9 @@ async fn explain_and_metrics_say_which_regions_were_asked() -> TestResult {
     ] {
         assert!(metrics.lines().any(|l| l == line), "{line} not in /metrics:\n{metrics}");
     }
+    // A fan-out has no one region its upstream time could be held against.
+    let unnamed = metrics.lines().find(|l| l.contains("client_request_duration") && l.contains("region=\"\""));
+    assert!(unnamed.is_none(), "{unnamed:?}");
     run.abort();
     Ok(())
 }

@@ -585,3 +585,13 @@ async fn an_id_header_routes_in_any_case_and_reaches_the_upstream_as_sent() -> T
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn a_later_http1_minor_version_is_served_as_11() -> TestResult {
+    let ([_eu, kz, _us], p) = world("").await?;
+    let req = format!("GET /v1/orders/{} HTTP/1.2\r\nHost: x\r\nConnection: close\r\n\r\n", id());
+    let r = raw(p.addr, req.as_bytes(), WAIT).await?;
+    assert!(r.text().starts_with("HTTP/1.1 200"), "{}", r.text());
+    assert_eq!(kz.hits(), 1);
+    Ok(())
+}

@@ -333,12 +333,17 @@ async fn ops_binary_names_rules_and_logs_without_colour_to_a_file() -> TestResul
 
 /// `shardgate demo` on a free port, answering once its proxy is up.
 async fn spawn_demo() -> Result<Child, BoxError> {
+    spawn_demo_to(std::process::Stdio::null()).await
+}
+
+/// The demo, its standard output to `stdout`, once it answers.
+async fn spawn_demo_to(stdout: std::process::Stdio) -> Result<Child, BoxError> {
     let (port, _) = free_ports()?;
     let child = Child(
         std::process::Command::new(env!("CARGO_BIN_EXE_shardgate"))
             .args(["demo", "--listen", &format!("127.0.0.1:{port}")])
             .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::null())
+            .stdout(stdout)
             .stderr(std::process::Stdio::null())
             .spawn()?,
     );
@@ -359,6 +364,22 @@ async fn ops_demo_exits_130_on_sigint_and_0_on_sigterm() -> TestResult {
         demo.signal(signal)?;
         assert_eq!(demo.wait_exit(Duration::from_secs(10)).await?, code, "demo after {signal}");
     }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ops_demo_survives_sighup_and_a_reader_that_leaves() -> TestResult {
+    // `shardgate demo | head -n 0`: the reader is gone before the demo
+    // writes a line; it serves all the same.
+    let (reader, writer) = std::io::pipe()?;
+    drop(reader);
+    let mut demo = spawn_demo_to(writer.into()).await?;
+    // SIGHUP (a closed terminal, a `kill -HUP`): nothing to reload, nothing to die of.
+    demo.signal("-HUP")?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(demo.0.try_wait()?.is_none(), "the demo exited: {:?}", demo.0.try_wait());
+    demo.signal("-TERM")?;
+    assert_eq!(demo.wait_exit(Duration::from_secs(10)).await?, 0);
     Ok(())
 }
 

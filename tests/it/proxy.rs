@@ -445,3 +445,28 @@ async fn a_switch_of_protocols_nobody_asked_for_is_502() -> TestResult {
     assert_eq!(r.problem().ok_or("problem+json")?["reason"], "upstream_bad_upgrade");
     Ok(())
 }
+
+#[tokio::test]
+async fn an_upstream_cannot_set_the_proxys_own_answer_fields() -> TestResult {
+    let kz = support::backend_with(|_req| async {
+        let mut r = http::Response::new(support::full("{}"));
+        for (name, value) in [("x-shardgate-region", "mars"), ("x-shardgate-partial", "eu"), ("x-app", "kept")] {
+            r.headers_mut().insert(name, http::HeaderValue::from_static(value));
+        }
+        r
+    })
+    .await?
+    .0;
+    let (eu, us) = (backend("eu").await?, backend("us").await?);
+    let path = format!("/v1/orders/{}", iuid(7, 3));
+    for (debug, region) in [(false, None), (true, Some("kz"))] {
+        let extra = format!("server: {{ debug_headers: {debug} }}\nupstream: {{ health: {{ interval: 0s }} }}");
+        let p = proxy(&table(eu.addr, kz.addr, us.addr, &extra)).await?;
+        let got = get(&p.url(&path)).await?;
+        assert_eq!(got.status, 200);
+        assert_eq!(got.header("x-app"), Some("kept"));
+        assert_eq!(got.header("x-shardgate-region"), region, "debug_headers {debug}");
+        assert_eq!(got.header("x-shardgate-partial"), None);
+    }
+    Ok(())
+}

@@ -306,3 +306,23 @@ async fn a_dead_collector_fails_no_request_and_holds_none_up() -> TestResult {
     assert_eq!((totals.exported, totals.failed), (0, 0), "requests were answered while the export still waited");
     Ok(())
 }
+
+#[tokio::test]
+async fn an_invalid_traceparent_sends_the_upstream_a_fresh_one_and_no_empty_tracestate() -> TestResult {
+    let (collector, _received) = collector().await?;
+    let kz = backend("kz").await?;
+    let l = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = l.local_addr()?;
+    let gw = proxy_on(l, &table(Some("kz"), "gw-kz", kz.addr, addr, &collector.url(""))).await?;
+    let id = Iuid::from_fields(1_700_000_000_000, 7, 3, 78);
+    let req = Request::get(gw.url(&format!("/v1/orders/{id}")))
+        .header("traceparent", "00-not-a-trace-01")
+        .header("tracestate", "vendor=stale")
+        .body(Full::new(Bytes::new()))?;
+    let got = send(req).await?;
+    let headers = &got.json()?["headers"];
+    let sent = headers["traceparent"].as_str().ok_or("no traceparent upstream")?;
+    assert!(sent.starts_with("00-") && sent.len() == 55 && sent != "00-not-a-trace-01", "{sent}");
+    assert!(headers.get("tracestate").is_none(), "tracestate upstream: {:?}", headers.get("tracestate"));
+    Ok(())
+}
