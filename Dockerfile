@@ -7,12 +7,22 @@
 #
 # The process runs as user 65532 (no shell, no package manager, nothing but
 # the binary, CA certificates, the account files and the example table).
+
+# The binary must be the static one scripts/build-static.sh stages: on an
+# empty base a dynamically linked one (a plain `cargo build --release`)
+# cannot start. It is run once here, under a name that says what to do, so
+# such a binary fails the build ("exec /shardgate-is-not-static--...: no
+# such file or directory") instead of the container.
+FROM scratch AS check
+COPY target/image/shardgate /shardgate-is-not-static--build-it-with-scripts-build-static.sh
+RUN ["/shardgate-is-not-static--build-it-with-scripts-build-static.sh", "--version"]
+
 FROM scratch
 
 COPY docker/passwd docker/group docker/nsswitch.conf /etc/
 COPY target/image/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 COPY config/example.yaml /etc/shardgate/shardgate.yaml
-COPY target/image/shardgate /shardgate
+COPY --from=check /shardgate-is-not-static--build-it-with-scripts-build-static.sh /shardgate
 
 USER 65532:65532
 # Plain log lines: container logs are rarely a terminal.

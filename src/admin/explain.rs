@@ -31,11 +31,14 @@ pub(super) fn explain(snap: &Loaded, found: &Found, query: &str) -> Response<Adm
     };
     let mut valid_as = Vec::new();
     let mut invalid_as = Map::new();
+    let mut rejected = Vec::new();
     for format in Format::ALL {
         match ids::parse(format, &id, table.id_params()) {
             Ok(d) => valid_as.push(decoded_json(&d)),
             Err(e) => {
                 invalid_as.insert(format.name().into(), e.reason.code().into());
+                let why = json!({ "format": format.name(), "reason": e.reason.code(), "detail": e.reason.explain() });
+                rejected.push(why);
             }
         }
     }
@@ -52,6 +55,7 @@ pub(super) fn explain(snap: &Loaded, found: &Found, query: &str) -> Response<Adm
             "table_version": snap.version,
             "valid_as": valid_as,
             "invalid_as": invalid_as,
+            "rejected": rejected,
             "routes": placed,
         }),
     )

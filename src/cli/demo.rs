@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use crate::config::{self, Config};
 use crate::ids::{self, Decoded, Format, Iuid, LocalityUuid, ManualClock, SystemClock, UniqidMinter};
 use crate::routing::Table;
-use crate::routing::{IdRule, IdSource, Route};
+use crate::routing::{IdRule, IdSource, Route, Rule};
 
 /// The demo table, embedded in the binary.
 pub const DEMO_TABLE: &str = include_str!("../../config/demo.yaml");
@@ -84,6 +84,8 @@ pub async fn run(listen: SocketAddr) -> io::Result<i32> {
 pub struct Example {
     /// Region the table places the id in (`None` for the bad-id example).
     pub region: Option<String>,
+    /// The override that placed it there, when one did (`override KZ/WalletAccount`).
+    pub by_override: Option<String>,
     /// The id's format.
     pub format: Format,
     /// The curl command line.
@@ -91,7 +93,8 @@ pub struct Example {
 }
 
 /// Builds the examples: an iUID, a uniqid id and a Locality id per region
-/// (where the table has a GET route and an owner for them), and a bad id.
+/// (where the table has a GET route and an owner for them), an iUID an
+/// override places, and a bad id.
 pub fn examples(table: &Table, cfg: &Config, listen: SocketAddr) -> Vec<Example> {
     let now = ids::Clock::unix_millis(&SystemClock);
     let mut out = Vec::new();
@@ -108,9 +111,11 @@ pub fn examples(table: &Table, cfg: &Config, listen: SocketAddr) -> Vec<Example>
                 let Some(m) = table.match_route(&Method::GET, &path) else { continue };
                 let Ok(p) = table.place(&id, m.route.strategy) else { continue };
                 let region = table.region(p.region).name.clone();
-                if seen.insert(region.clone()) {
+                let by_override = matches!(p.rule, Rule::Override { .. }).then(|| table.explain(p.rule).to_string());
+                if seen.insert((region.clone(), by_override.is_some())) {
                     out.push(Example {
                         region: Some(region),
+                        by_override,
                         format,
                         curl: curl_for(rule, &id.to_string(), &path, listen),
                     });
@@ -122,6 +127,7 @@ pub fn examples(table: &Table, cfg: &Config, listen: SocketAddr) -> Vec<Example>
             if let Some(path) = path_for(route, rule, "not-an-id") {
                 out.push(Example {
                     region: None,
+                    by_override: None,
                     format: Format::Iuid,
                     curl: curl_for(rule, "not-an-id", &path, listen),
                 });
@@ -136,9 +142,10 @@ pub fn examples(table: &Table, cfg: &Config, listen: SocketAddr) -> Vec<Example>
 pub fn curl_examples(table: &Table, cfg: &Config, listen: SocketAddr) -> Vec<String> {
     let mut lines = Vec::new();
     for e in examples(table, cfg, listen) {
-        match &e.region {
-            Some(r) => lines.push(format!("# {} id owned by region {r}", e.format)),
-            None => lines.push("# a malformed id: 400 problem+json".to_string()),
+        match (&e.region, &e.by_override) {
+            (Some(r), Some(rule)) => lines.push(format!("# {} id owned by region {r} ({rule})", e.format)),
+            (Some(r), None) => lines.push(format!("# {} id owned by region {r}", e.format)),
+            (None, _) => lines.push("# a malformed id: 400 problem+json".to_string()),
         }
         lines.push(e.curl);
     }
@@ -179,11 +186,19 @@ fn fill(template: &str, value: &str) -> Option<String> {
 }
 
 fn candidate_ids(format: Format, cfg: &Config, now: u64) -> Vec<Decoded> {
-    let entity = cfg.entities.first().map_or(0, |e| e.code);
     let mut rng = rand::rng();
     match format {
+        // Every country with every entity: what overrides place shows too.
         Format::Iuid => {
-            cfg.countries.iter().map(|c| Decoded::Iuid(Iuid::from_fields(now, c.id, entity, rand::random()))).collect()
+            let entities: Vec<u8> = match cfg.entities.is_empty() {
+                true => vec![0],
+                false => cfg.entities.iter().map(|e| e.code).collect(),
+            };
+            cfg.countries
+                .iter()
+                .flat_map(|c| entities.iter().map(move |&e| (c.id, e)))
+                .map(|(country, entity)| Decoded::Iuid(Iuid::from_fields(now, country, entity, rand::random())))
+                .collect()
         }
         Format::Uniqid => {
             let total = cfg.shards.as_ref().map_or(16, |s| s.count).max(1);

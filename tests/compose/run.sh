@@ -101,6 +101,19 @@ say "docker build -t $SHARDGATE_IMAGE ."
 IMAGE_BUILT=1
 timeout 300 docker build -q -t "$SHARDGATE_IMAGE" . >/dev/null
 
+# A binary that is not static (a plain release build put where the script
+# stages its own) is refused by the image build, naming the script.
+REFUSED_TAG="shardgate:compose-refused-$ID"
+mkdir -p "$WORK/context/target/image"
+cp Dockerfile "$WORK/context/"
+cp /bin/true "$WORK/context/target/image/shardgate"
+if refusal=$(timeout 120 docker build -t "$REFUSED_TAG" "$WORK/context" 2>&1); then
+  docker rmi -f "$REFUSED_TAG" >/dev/null 2>&1
+  fail "docker build accepted a dynamically linked binary"
+fi
+grep -q "scripts-build-static.sh" <<<"$refusal" || fail "the refusal does not name scripts/build-static.sh: $refusal"
+say "docker build refuses a dynamically linked binary, naming scripts/build-static.sh"
+
 size=$(docker image inspect -f '{{.Size}}' "$SHARDGATE_IMAGE")
 user=$(docker image inspect -f '{{.Config.User}}' "$SHARDGATE_IMAGE")
 say "image $SHARDGATE_IMAGE: $size bytes ($((size / 1024)) KiB), user $user"

@@ -178,7 +178,14 @@ async fn the_dashboard_shows_the_table_finds_an_id_keeps_hostile_text_text_and_l
     let backends = three_backends().await?;
     let be = [backends[0].addr, backends[1].addr, backends[2].addr];
     let yaml = big_table(be);
-    let (inst, _, admin, dir) = instance(&yaml, None).await?;
+    let (inst, proxy, admin, dir) = instance(&yaml, None).await?;
+    // Three samples of traffic, a few requests apart: two rates to draw.
+    for _ in 0..3 {
+        inst.admin.sample_traffic();
+        let id = Iuid::from_fields(1_700_000_000_000, 7, 3, 1);
+        send(Request::get(format!("http://{proxy}/v1/orders/{id}")).body(Full::new(Bytes::new()))?).await?;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     let c = browser(&driver).await?;
     let result = drive(&c, admin, &dir.path().join(TABLE_FILE), &yaml, be).await;
@@ -202,12 +209,42 @@ async fn drive(c: &Client, admin: SocketAddr, path: &std::path::Path, yaml: &str
     c.find(Locator::Css("#overrides-filter")).await?.send_keys("AB").await?;
     assert_eq!(count(c, "#overrides tbody tr").await?, 12);
 
-    // The id lookup of a KZ iUID: its fields, its country and where the route sends it.
+    // The title names the instance and its role once.
+    let title = c.title().await?;
+    assert_eq!(title, "shardgate · front door");
+    assert_eq!(text(c, "h1").await?, "shardgate front door");
+    // Headers and endpoints never break inside a word, at 1,400 px.
+    let nowrap = c
+        .execute(
+            "return [...document.querySelectorAll('th, .endpoint, .when')].every(e => getComputedStyle(e).whiteSpace === 'nowrap')",
+            vec![],
+        )
+        .await?;
+    assert_eq!(nowrap, json!(true));
+    // Two rates in a ten-minute window: the line starts near the right edge.
+    let first_x = c
+        .execute(
+            "const p = document.querySelector('#traffic svg.spark polyline'); \
+             return p ? parseFloat(p.getAttribute('points').split(' ')[0].split(',')[0]) : null",
+            vec![],
+        )
+        .await?;
+    assert!(first_x.as_f64().is_some_and(|x| x > 90.0), "the first minute spans the line: x = {first_x}");
+
+    // The id lookup of a KZ iUID: when it was made, its country and entity
+    // by name, its fields, and where the route sends it.
     let id = Iuid::from_fields(1_700_000_000_000, 7, 3, 42).to_string();
     c.find(Locator::Css("#lookup-id")).await?.send_keys(&id).await?;
     c.find(Locator::Css("#lookup button")).await?.click().await?;
     until_text(c, "#lookup-routes", "orders").await?;
     assert_eq!(text(c, "#lookup-result .country").await?, "KZ (region kz)");
+    assert_eq!(text(c, "#lookup-result .entity").await?, "Entity3 (3)");
+    assert_eq!(text(c, "#lookup-result .time").await?, "2023-11-14T22:13:20.000Z");
+    if let Some(file) = std::env::var_os("SHARDGATE_SCREENSHOT") {
+        let mut lookup = std::path::PathBuf::from(file);
+        lookup.set_extension("lookup.png");
+        std::fs::write(lookup, c.screenshot().await?)?;
+    }
     assert_eq!(text(c, "#lookup-routes .route-region").await?, "kz");
     let link = c.find(Locator::Css("#lookup-routes a")).await?.attr("href").await?.unwrap_or_default();
     assert!(link.ends_with(&format!("/v1/orders/{id}")), "{link}");
@@ -220,6 +257,9 @@ async fn drive(c: &Client, admin: SocketAddr, path: &std::path::Path, yaml: &str
     c.find(Locator::Css("#lookup button")).await?.click().await?;
     until_text(c, "#lookup-result", "not a valid id").await?;
     assert_eq!(text(c, "#lookup-result .lookup-input").await?, hostile);
+    // Each format says why it refused the input.
+    assert_eq!(count(c, "#lookup-result .rejected li").await?, 7);
+    assert!(text(c, "#lookup-result .rejected").await?.contains("iuid: "));
     let clean = c
         .execute(
             "return window.pwned === undefined && document.querySelectorAll('#lookup-result script, #lookup-result img').length === 0",
@@ -228,13 +268,22 @@ async fn drive(c: &Client, admin: SocketAddr, path: &std::path::Path, yaml: &str
         .await?;
     assert_eq!(clean, json!(true), "the hostile id became markup");
 
-    // A bad table, reloaded: rejected, and listed with its error's line.
+    // A bad table, reloaded three times: rejected, listed once with its
+    // error's line and how often.
     std::fs::write(path, yaml.replace("region: kz }\n", "region: mars }\n"))?;
-    let req = Request::post(format!("http://{admin}/reload")).body(Full::new(Bytes::new()))?;
-    assert_eq!(send(req).await?.status, 422);
+    for _ in 0..3 {
+        let req = Request::post(format!("http://{admin}/reload")).body(Full::new(Bytes::new()))?;
+        assert_eq!(send(req).await?.status, 422);
+    }
     c.refresh().await?;
     let reloads = until_text(c, "#reloads", "rejected").await?;
     assert!(reloads.contains("mars") && reloads.contains("line"), "{reloads}");
+    assert_eq!(count(c, "#reloads tbody tr").await?, 1, "{reloads}");
+    assert!(reloads.contains("×3") && reloads.contains("more (POST /reload lists them all)"), "{reloads}");
+    // A picture of it all, to look at (`SHARDGATE_SCREENSHOT=path`).
+    if let Some(file) = std::env::var_os("SHARDGATE_SCREENSHOT") {
+        std::fs::write(file, c.screenshot().await?)?;
+    }
 
     // And no errors on the console all along.
     let log = c.issue_cmd(BrowserLog).await?;

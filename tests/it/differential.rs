@@ -9,7 +9,7 @@
 //! syntax) and every byte value placed in the method, the target, a field
 //! name and a field value.
 //!
-//! Where the proxy is deliberately stricter than hyper, the case is listed
+//! Where the proxy deliberately differs from hyper, the case is listed
 //! in [`STRICTER`] with the reason; each such case must still be refused by
 //! the proxy and accepted by hyper, so the list cannot go stale silently.
 

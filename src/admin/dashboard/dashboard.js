@@ -5,6 +5,7 @@
 
 const $ = (id) => document.getElementById(id);
 const SHOWN = 200; // rows of a long list shown at once; the filter finds the rest
+const ERRORS_SHOWN = 5; // a rejected reload's problems shown in its row
 let last = null;
 
 /** An element with `props` and `children` (strings become text nodes). */
@@ -41,8 +42,12 @@ function fmt(n, digits) {
   return n === null || n === undefined ? "–" : Number(n).toFixed(digits);
 }
 
-/** A sparkline of `values` (numbers), as an SVG polyline. */
-function spark(values) {
+/**
+ * A sparkline of `values` (numbers, oldest first) over a window of `slots`
+ * samples, as an SVG polyline: the newest at the right edge, so the first
+ * minute fills a tenth of a ten-minute line, not all of it.
+ */
+function spark(values, slots) {
   const ns = "http://www.w3.org/2000/svg";
   const svg = document.createElementNS(ns, "svg");
   svg.setAttribute("class", "spark");
@@ -50,7 +55,9 @@ function spark(values) {
   svg.setAttribute("preserveAspectRatio", "none");
   if (values.length > 1) {
     const max = Math.max(...values, 1e-9);
-    const pts = values.map((v, i) => `${(i * 100) / (values.length - 1)},${20 - (v / max) * 18 - 1}`);
+    const width = Math.max(slots, values.length) - 1;
+    const first = width + 1 - values.length;
+    const pts = values.map((v, i) => `${((first + i) * 100) / width},${20 - (v / max) * 18 - 1}`);
     const line = document.createElementNS(ns, "polyline");
     line.setAttribute("points", pts.join(" "));
     svg.append(line);
@@ -93,11 +100,13 @@ function renderTraffic(d) {
     $("traffic").replaceChildren(el("p", { class: "muted" }, `rates appear after two samples (every ${d.traffic.interval_s} s)`));
     return;
   }
+  // Ten minutes of samples: the window every sparkline spans.
+  const slots = Math.round(600 / d.traffic.interval_s);
   const section = (group, label) => {
     const names = [...new Set(points.flatMap((p) => Object.keys(p[group])))].sort();
     const rows = names.map((name) => [
       name || "(none)",
-      spark(points.map((p) => (p[group][name] || {}).rps || 0)),
+      spark(points.map((p) => (p[group][name] || {}).rps || 0), slots),
       fmt(recent(points, group, name, "rps", 12), 2),
       fmt(recent(points, group, name, "eps", 12), 2),
       fmt(recent(points, group, name, "mean_ms", 12), 1),
@@ -114,15 +123,30 @@ function renderReloads(d) {
     $("reloads").replaceChildren(el("p", { class: "muted" }, "the table did not come from a file; nothing reloads"));
     return;
   }
-  const rows = d.reloads.map((r) => [
-    el("span", { class: "mono" }, r.at || "–"),
-    badge(r.result),
+  // The same rejection again and again (a watched file left broken) is one
+  // row with its count, newest first.
+  const runs = [];
+  for (const r of d.reloads) {
+    const prev = runs[runs.length - 1];
+    const same = prev && r.result === "rejected" && prev.r.result === "rejected" &&
+      JSON.stringify(prev.r.errors) === JSON.stringify(r.errors);
+    if (same) {
+      prev.n += 1;
+      prev.first = r.at;
+    } else {
+      runs.push({ r, n: 1, first: r.at });
+    }
+  }
+  const rows = runs.map(({ r, n, first }) => [
+    el("span", { class: "mono when" }, r.at || "–", n > 1 ? el("div", { class: "muted" }, `first ${first || "–"}`) : null),
+    el("span", {}, badge(r.result), n > 1 ? el("span", { class: "count" }, `×${n}`) : null),
     r.result === "success"
       ? el("span", {}, `version ${r.version}, sha256 ${String(r.sha256).slice(0, 12)}…`,
           r.needs_restart.length ? ` (restart needed for ${r.needs_restart.join(", ")})` : "")
-      : el("ul", { class: "errors" }, r.errors.map((e) => el("li", {},
+      : el("ul", { class: "errors" }, r.errors.slice(0, ERRORS_SHOWN).map((e) => el("li", {},
           e.path !== undefined ? el("span", { class: "mono" }, `${e.path || "(file)"} line ${e.line}:${e.column} `) : null,
-          e.message, e.hint ? el("span", { class: "muted" }, ` (${e.hint})`) : null))),
+          e.message, e.hint ? el("span", { class: "muted" }, ` (${e.hint})`) : null)),
+          r.errors.length > ERRORS_SHOWN ? el("li", { class: "muted" }, `and ${r.errors.length - ERRORS_SHOWN} more (POST /reload lists them all)`) : null),
   ]);
   table($("reloads"), ["when", "result", "what"], rows);
 }
@@ -179,7 +203,10 @@ function renderTraces(d) {
 
 function render(d) {
   last = d;
-  $("instance").textContent = `${d.instance}${d.local_region ? " · region " + d.local_region : " · front door"}`;
+  const role = d.local_region ? `region ${d.local_region}` : "front door";
+  $("instance").textContent = d.instance;
+  $("role").textContent = role;
+  document.title = `${d.instance} · ${role}`;
   const status = $("status");
   status.className = d.draining ? "bad" : "";
   status.textContent = `table version ${d.table.version} loaded ${d.table.loaded_at || "?"}${d.draining ? " · draining" : ""}`;
@@ -211,6 +238,27 @@ function countryOf(fields) {
   return hit ? `${hit[0]} (region ${hit[1].region})` : "not in the table";
 }
 
+/** The service entity of an iUID's fields, by the table's names. */
+function entityOf(fields) {
+  if (!last || fields.service_entity === undefined) return null;
+  const hit = Object.entries(last.view.entities || {}).find(([, code]) => code === fields.service_entity);
+  return hit ? `${hit[0]} (${fields.service_entity})` : `${fields.service_entity} (not in the table)`;
+}
+
+/** What a decoded id says at a glance: when it was made, and for an iUID its country and entity. */
+function summary(v) {
+  const f = v.fields || {};
+  const parts = [];
+  if (f.timestamp_iso) parts.push(el("span", {}, "made ", el("b", { class: "time mono" }, f.timestamp_iso)));
+  const country = v.format === "iuid" ? countryOf(f) : null;
+  if (country) parts.push(el("span", {}, "country ", el("b", { class: "country" }, country)));
+  const entity = v.format === "iuid" ? entityOf(f) : null;
+  if (entity) parts.push(el("span", {}, "entity ", el("b", { class: "entity" }, entity)));
+  const joined = [];
+  parts.forEach((p, i) => joined.push(i ? " · " : "", p));
+  return el("p", { class: "summary" }, joined);
+}
+
 function proxyLink(path) {
   if (!last || typeof path !== "string" || !path.startsWith("/")) return null;
   const scheme = last.proxy.tls ? "https" : "http";
@@ -220,16 +268,18 @@ function proxyLink(path) {
 
 function renderLookup(x) {
   const out = [el("p", {}, "input: ", el("code", { class: "lookup-input" }, x.input))];
-  if (x.valid_as.length === 0) out.push(el("p", { class: "error" }, "not a valid id in any format"));
+  if (x.valid_as.length === 0) {
+    out.push(el("p", { class: "error" }, "not a valid id in any format:"));
+    out.push(el("ul", { class: "errors rejected" }, (x.rejected || []).map((r) =>
+      el("li", {}, el("b", {}, r.format), `: ${r.detail} `, el("span", { class: "muted mono" }, `(${r.reason})`)))));
+  }
   for (const v of x.valid_as) {
     const rows = Object.entries(v.fields || {}).map(([k, val]) => [k, el("span", { class: "mono" }, typeof val === "object" ? JSON.stringify(val) : String(val))]);
-    const country = v.format === "iuid" ? countryOf(v.fields) : null;
-    if (country) rows.push(["country in table", el("span", { class: "country" }, country)]);
     const box = el("div", { class: "format", "data-format": v.format });
-    box.append(el("strong", {}, v.format), " ", el("code", {}, v.canonical));
+    box.append(el("strong", {}, v.format), " ", el("code", {}, v.canonical), summary(v));
     const t = el("div");
     table(t, ["field", "value"], rows);
-    box.append(t);
+    box.append(el("details", {}, el("summary", {}, "every field"), t));
     out.push(box);
   }
   const routes = el("div", { id: "lookup-routes" });

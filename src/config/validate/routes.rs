@@ -79,8 +79,8 @@ pub(super) fn routes(
             _ if r.fanout.is_some() => {}
             (None, None) => ctx.at(
                 &p,
-                format!("route {} has neither `id` nor `mint`", show(&r.name)),
-                Some("add `id: { path_param: id, formats: [iuid] }` or a `mint:` rule"),
+                format!("route {} has no `id`, `mint` or `fanout`: it names nothing to route by", show(&r.name)),
+                Some("add `id: { path_param: id, formats: [iuid] }`, a `mint:` rule or a `fanout:` rule"),
             ),
             (Some(_), Some(_)) => ctx.at(
                 &p.k("mint"),
