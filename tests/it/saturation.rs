@@ -256,3 +256,37 @@ async fn idle_tunnels_have_their_own_cap_and_close() -> TestResult {
     assert!(all_up(&p, "kz")?);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_slow_upload_and_idle_tunnel_floods_the_region_is_still_served() -> TestResult {
+    let kz = backend("kz").await?;
+    let extra = "upstream: { max_connections: 16, max_tunnels: 32, queue_timeout: 500ms, attempt_timeout: 2s, \
+                 eject_after: 1, health: { interval: 0s } }";
+    let (p, _eu, _us) = over(&kz, extra).await?;
+    let path = format!("/v1/orders/{}", iuid(7));
+    // Forty uploads of 1 MB at two bytes a second, and forty idle tunnels:
+    // more of each than the endpoint has room for.
+    let mut uploads = Vec::new();
+    for _ in 0..40 {
+        uploads.push(trickle(&p, &path, 1_000_000, Duration::from_millis(500)).await?);
+    }
+    let mut tunnels = Vec::new();
+    for _ in 0..40 {
+        tunnels.push(tunnel(&p, &format!("/t/ws/{}", iuid(7))).await?);
+    }
+    let opened = tunnels.iter().filter(|t| t.is_ok()).count();
+    assert_eq!(opened, 32, "the tunnels' own cap");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let mut took = Vec::new();
+    for _ in 0..50 {
+        let (got, t) = timed_get(&p, &path).await?;
+        assert_eq!((got.status.as_u16(), got.header("x-backend-region")), (200, Some("kz")), "{:?}", got.body);
+        took.push(t);
+    }
+    took.sort();
+    let (median, slowest) = (took[took.len() / 2], took[took.len() - 1]);
+    eprintln!("reads under both floods: median {median:?}, slowest {slowest:?}");
+    assert!(slowest < Duration::from_secs(1), "the slowest read took {slowest:?}");
+    assert!(all_up(&p, "kz")?, "kz ejected: {:?}", crate::support::health_of(&p, "kz")?);
+    Ok(())
+}
