@@ -27,11 +27,12 @@ use tokio::sync::watch;
 
 use crate::admin::{self, AdminState};
 use crate::config::{self, Config, ConfigErrors};
-use crate::proxy::server::{self, ServerOptions};
-use crate::proxy::{Drain, Proxy, Shared};
+use crate::proxy::{Proxy, Shared};
 use crate::routing::reload::{self, Reloader};
 use crate::routing::shared::SharedTable;
 use crate::routing::Table;
+use crate::server::Drain;
+use crate::server::{self, ServerOptions};
 use crate::tls::{ServerTls, TlsError};
 use crate::upstream::ClientSettings;
 
@@ -171,26 +172,17 @@ pub fn build_proxy(cfg: &Config, text: &str) -> Arc<Proxy> {
     Arc::new(Proxy::new(shared, &cfg.settings.restart.instance))
 }
 
-/// A running proxy built from a validated table: publish it and serve on
-/// `listener` until `shutdown`. Used by `demo` and the tests.
-pub async fn run_proxy(
-    cfg: &Config,
-    text: &str,
-    listener: TcpListener,
-    shutdown: impl Future<Output = ()>,
-) -> std::io::Result<Arc<Proxy>> {
-    run_proxy_with_admin(cfg, text, listener, None, shutdown).await
-}
-
-/// [`run_proxy`], with the admin endpoints (the dashboard among them) on
-/// `admin` while the proxy serves. Used by `demo`.
-pub async fn run_proxy_with_admin(
+/// A proxy built from a validated table (its TLS files read), serving on
+/// `listener`, and the admin endpoints (the dashboard among them) on
+/// `admin`, in a task of its own until `shutdown`: the proxy at once, and
+/// the task. What `demo` and the tests run.
+pub fn spawn_proxy(
     cfg: &Config,
     text: &str,
     listener: TcpListener,
     admin: Option<TcpListener>,
-    shutdown: impl Future<Output = ()>,
-) -> std::io::Result<Arc<Proxy>> {
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<(Arc<Proxy>, tokio::task::JoinHandle<io::Result<bool>>)> {
     let tls = match &cfg.settings.restart.server_tls {
         Some(t) => Some(Arc::new(ServerTls::load(t).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?)),
         None => None,
@@ -199,16 +191,20 @@ pub async fn run_proxy_with_admin(
     let opts = server_options(cfg);
     let grace = opts.shutdown_timeout;
     let admin = admin.map(|l| AdminTask::spawn(l, Arc::new(AdminState::new(proxy.shared().clone(), None)), opts));
-    let served = server::serve(listener, Arc::clone(&proxy), opts, tls, async move {
-        shutdown.await;
-        grace
-    })
-    .await;
-    if let Some(admin) = admin {
-        admin.stop().await;
-    }
-    served?;
-    Ok(proxy)
+    let metrics = Arc::clone(&proxy.shared().metrics);
+    let serving = Arc::clone(&proxy);
+    let task = tokio::spawn(async move {
+        let served = server::serve(listener, serving, metrics, opts, tls, async move {
+            shutdown.await;
+            grace
+        })
+        .await;
+        if let Some(admin) = admin {
+            admin.stop().await;
+        }
+        served
+    });
+    Ok((proxy, task))
 }
 
 /// The admin listener, served by a task of its own until [`AdminTask::stop`].
@@ -297,7 +293,8 @@ impl Instance {
         let admin = admin.map(|l| AdminTask::spawn(l, Arc::clone(&self.admin), opts));
         let sequence = drain_sequence(self.drain().clone(), Arc::clone(&self.shared));
         let tls = self.tls.clone();
-        let result = server::serve(listener, Arc::clone(&self.proxy), opts, tls, sequence).await;
+        let metrics = Arc::clone(&self.proxy.shared().metrics);
+        let result = server::serve(listener, Arc::clone(&self.proxy), metrics, opts, tls, sequence).await;
         if let Some(admin) = admin {
             admin.stop().await;
         }

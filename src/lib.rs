@@ -8,16 +8,17 @@
 //!
 //! ```text
 //!  accept ─► admit ─► match ─► extract ─► decode ─► place ─► (mint) ─► dispatch ─► forward ─► respond
-//!  proxy::   proxy::  routing::proxy::    ids::     routing:: proxy::   proxy::     proxy::    proxy::
-//!  server    headers  Table    extract    parse_any place     mint     dispatch    forward    respond
+//!  server:: proxy::  routing::proxy::    ids::     routing:: proxy::   proxy::     proxy::    proxy::
+//!  listen   headers  Table    extract    parse_any place     mint     dispatch    forward    respond
 //!                     └──────── proxy::locate (pure, no I/O) ────────┘             └ upstream::
 //!                                                                           attempt, pool, exchange
 //! ```
 //!
-//! * [`proxy::server`] accepts; a connection that opens with the HTTP/2
+//! * [`server::listen`] accepts; a connection that opens with the HTTP/2
 //!   preface is hyper's, any other is served by the proxy's own HTTP/1.1
-//!   server (`proxy::h1`, heads parsed by [`http1`]), which hands each
-//!   request to `Proxy::handle` with its body reading from the socket.
+//!   server (`server::h1`, heads parsed by [`http1`]), which hands each
+//!   request to its [`server::Handler`], the proxy, with its body reading
+//!   from the socket, and writes the [`server::Answer`] back.
 //!   The request head stays where the server built it: every stage borrows
 //!   it (a move would copy it into each stage's future), and only the body
 //!   moves on to the upstream leg.
@@ -55,6 +56,7 @@
 //! * [`http1`]: HTTP/1.1 on the wire, for both legs: request and response
 //!   heads parsed with `httparse` into one buffer, body framing and its
 //!   incremental decoder, heads written into one buffer. No I/O.
+//! * [`wire`]: reading an HTTP/1.1 connection, for both legs.
 //! * [`merge`]: the JSON arrays of a fan-out's regions as one array in one
 //!   order, a page at a time, with the cursor of the next page. No I/O.
 //! * [`problem`]: how a failure becomes its problem+json answer, on every listener.
@@ -70,12 +72,19 @@
 //!   OTLP/HTTP from a bounded queue (off unless configured).
 //! * [`mesh`]: hop, loop and failover headers between regional shardgates.
 //! * [`upstream`]: the client side: connector, pool, exchange, attempts, retries, health.
-//! * [`proxy`]: the request path above, the listener, the drain.
+//! * [`server`]: the server side: listeners, connection limits, the
+//!   HTTP/1.1 server, idle deadlines, the drain; it hands requests to a
+//!   [`server::Handler`].
+//! * [`proxy`]: the request path above: the handler of the proxy listener.
 //! * [`admin`]: the admin listener: probes, metrics, the table, reload,
 //!   drain, `explain`.
 //! * [`app`]: assembly of the daemon: table, proxy, admin, reload triggers, signals.
 //! * [`cli`]: the command line: `serve` (via [`app`]), `check`, `decode`,
 //!   `mint`, `demo`, `backend`, `probe`; exit codes.
+
+/// The id codecs: the `entity-ids` crate (crates/entity-ids), under the name
+/// the rest of the proxy has always used.
+pub use entity_ids as ids;
 
 pub mod admin;
 pub mod app;
@@ -88,10 +97,8 @@ pub mod metrics;
 pub mod problem;
 pub mod proxy;
 pub mod routing;
+pub mod server;
 pub mod telemetry;
 pub mod tls;
-
-/// The id codecs: the `entity-ids` crate (crates/entity-ids), under the name
-/// the rest of the proxy has always used.
-pub use entity_ids as ids;
 pub mod upstream;
+pub mod wire;

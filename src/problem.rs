@@ -4,9 +4,9 @@
 //! its own); [`response`] is the one builder of the RFC 9457
 //! `application/problem+json` answer with its RFC 9209 `Proxy-Status`.
 //!
-//! The proxy's failures are [`crate::proxy::error::ProxyError`], the admin
-//! listener's `admin::AdminError`; rows that more than one of them answer
-//! are here.
+//! The proxy's failures are [`crate::proxy::error::ProxyError`], the
+//! listeners' own refusals [`crate::server::Refused`], the admin listener's
+//! `admin::AdminError`; rows that more than one of them answer are here.
 
 use std::fmt;
 
@@ -59,6 +59,15 @@ pub const METHOD_NOT_ALLOWED: Spec = row(
     "Method Not Allowed",
     "method-not-allowed",
     "no_route",
+);
+/// A request with more header fields than allowed (the listener's, or the proxy's check).
+pub const HEADERS_TOO_LARGE: Spec = row(
+    StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+    "headers_too_large",
+    REQ,
+    "Request headers too large",
+    "request-too-large",
+    "too_large",
 );
 /// A listener at its connection limit.
 pub const TOO_MANY_CONNECTIONS: Spec = row(

@@ -55,10 +55,11 @@ use tokio::net::TcpListener;
 use crate::ids::clock::iso8601;
 use crate::metrics::{self, ScrapeInputs};
 use crate::problem::{http1_answer, Problem};
-use crate::proxy::error::ProxyError;
-use crate::proxy::server::{until_idle, Acceptor, ServerOptions, Watched};
 use crate::proxy::Shared;
 use crate::routing::{ReloadError, Reloader, SharedTable};
+use crate::server::accept::Acceptor;
+use crate::server::idle::{until_idle, Watched};
+use crate::server::{Refused, ServerOptions};
 pub use error::AdminError;
 
 /// The environment variable holding the admin bearer token.
@@ -147,7 +148,7 @@ pub async fn serve_admin(
     builder.http1().timer(TokioTimer::new()).header_read_timeout(opts.header_read_timeout);
     let graceful = GracefulShutdown::new();
     let metrics = Arc::clone(&state.shared.metrics);
-    let refused = ProxyError::TooManyConnections { limit: opts.admin_max_connections, listener: "admin" };
+    let refused = Refused::TooManyConnections { limit: opts.admin_max_connections, listener: "admin" };
     let refusal: Arc<[u8]> = http1_answer(&refused, "shardgate-admin").into();
     let mut acceptor =
         Acceptor::new(listener, "admin", opts.admin_max_connections, refusal, Arc::clone(&metrics)).making_room();

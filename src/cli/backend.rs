@@ -27,8 +27,8 @@ use tokio::net::TcpListener;
 
 use crate::metrics::Metrics;
 use crate::problem::http1_answer;
-use crate::proxy::error::ProxyError;
-use crate::proxy::server::Acceptor;
+use crate::server::accept::Acceptor;
+use crate::server::Refused;
 
 /// `shardgate backend --region R --listen ADDR`: serves until a signal.
 pub async fn run(region: String, listen: std::net::SocketAddr) -> io::Result<i32> {
@@ -49,7 +49,7 @@ const MAX_CONNECTIONS: usize = 4096;
 pub async fn serve(listener: TcpListener, region: String, shutdown: impl Future<Output = ()>) -> io::Result<()> {
     let region: Arc<str> = region.into();
     let builder = auto::Builder::new(TokioExecutor::new());
-    let refused = ProxyError::TooManyConnections { limit: MAX_CONNECTIONS, listener: "backend" };
+    let refused = Refused::TooManyConnections { limit: MAX_CONNECTIONS, listener: "backend" };
     let refusal: Arc<[u8]> = http1_answer(&refused, "shardgate-backend").into();
     let mut acceptor = Acceptor::new(listener, "backend", MAX_CONNECTIONS, refusal, Arc::new(Metrics::new()));
     tokio::pin!(shutdown);

@@ -71,7 +71,8 @@ pub async fn run(listen: SocketAddr) -> io::Result<i32> {
         let _ = out.write_all(intro.as_bytes()).and_then(|()| out.flush());
     }
     let exit = crate::app::until_signal(|stop| async move {
-        let result = crate::app::run_proxy_with_admin(&cfg, &text, listener, admin, stop).await.map(drop);
+        let (_, serving) = crate::app::spawn_proxy(&cfg, &text, listener, admin, stop)?;
+        let result = serving.await.map_err(io::Error::other).and_then(|served| served.map(drop));
         let _ = stop_tx.send(true);
         result
     })

@@ -19,7 +19,7 @@
 //! counts each region once).
 //!
 //! These headers, and the minted id a peer relays on a create route, are
-//! honoured only from an authenticated peer ([`crate::proxy::ConnInfo::is_mesh_peer`]);
+//! honoured only from an authenticated peer ([`crate::server::ConnInfo::is_mesh_peer`]);
 //! from anyone else they are removed before routing.
 
 use http::{HeaderMap, HeaderName, HeaderValue};

@@ -14,13 +14,13 @@ use http::request::Parts;
 use http::Response;
 use hyper::body::Body;
 
-use super::conn::ConnInfo;
 use super::error::ProxyError;
 use super::tunnel::Tunnel;
-use super::upgrade::ClientUpgrade;
 use crate::http1::write::Added;
 use crate::http1::Fields;
 use crate::routing::{Route, Settings};
+use crate::server::upgrade::ClientUpgrade;
+use crate::server::ConnInfo;
 use crate::upstream::{RequestBody, ResponseBody};
 
 /// Checks a request head as it arrived: within the limits, framed as RFC
@@ -130,15 +130,6 @@ pub fn from_upstream(
     Ok(resp.map(http_body_util::Either::Left))
 }
 
-/// The upstream's fields (kept as bytes on the way to an HTTP/1.1 client)
-/// moved into the header map, for a client the map itself is sent to: an
-/// HTTP/2 client, through hyper.
-pub fn fields_into_map(resp: &mut Response<super::ProxyBody>) {
-    if let http_body_util::Either::Left(body) = resp.body_mut() {
-        std::mem::take(body.fields_mut()).move_into(resp.headers_mut());
-    }
-}
-
 /// How many names [`HOP_BY_HOP`] lists.
 const HOP_COUNT: usize = 8;
 /// Headers that describe one connection, never forwarded (RFC 9110 §7.6.1),
@@ -155,10 +146,7 @@ const HOP_BY_HOP: [HeaderName; HOP_COUNT] = [
     header::PROXY_AUTHORIZATION,
 ];
 
-/// The request-id header's name, as written upstream.
-const REQUEST_ID_NAME: &str = "x-request-id";
-/// The request-id header name.
-pub const X_REQUEST_ID: HeaderName = HeaderName::from_static(REQUEST_ID_NAME);
+pub use crate::server::X_REQUEST_ID;
 /// `X-Forwarded-For`'s name, as written upstream.
 const XFF_NAME: &str = "x-forwarded-for";
 /// `X-Forwarded-Proto`'s name, as written upstream.
@@ -171,12 +159,6 @@ pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static(XFF_NAME);
 pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static(XFP_NAME);
 /// `X-Forwarded-Host`.
 pub const X_FORWARDED_HOST: HeaderName = HeaderName::from_static(XFH_NAME);
-
-/// Whether the request asks for a protocol upgrade (`Connection: upgrade`
-/// and an `Upgrade` header).
-pub fn is_upgrade_request(headers: &HeaderMap) -> bool {
-    headers.contains_key(header::UPGRADE) && connection_has(headers, "upgrade")
-}
 
 /// `HTTP2-Settings`, which only an `Upgrade: h2c` request carries.
 const HTTP2_SETTINGS: HeaderName = HeaderName::from_static("http2-settings");
@@ -199,7 +181,7 @@ pub fn keep_allowed_upgrades(headers: &mut HeaderMap, allowed: &[String]) -> boo
         }
         return false;
     }
-    let asked = is_upgrade_request(headers);
+    let asked = crate::server::upgrade::asked(headers);
     let kept: Vec<&str> = headers
         .get_all(header::UPGRADE)
         .iter()
@@ -277,15 +259,6 @@ impl Via {
             _ => &self.http11,
         }
     }
-}
-
-fn connection_has(headers: &HeaderMap, token: &str) -> bool {
-    headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|t| t.trim().eq_ignore_ascii_case(token))
 }
 
 /// Drops the hop-by-hop and mesh fields of an upstream response still kept
@@ -443,7 +416,7 @@ pub fn forwarded(
         }
     }
     if let Some(id) = fresh_request_id {
-        added.push(REQUEST_ID_NAME, id.clone());
+        added.push(crate::server::REQUEST_ID_NAME, id.clone());
     }
     added.push("via", via.clone());
     added
@@ -489,11 +462,6 @@ impl Ipv4Text {
     }
 }
 
-/// Appends `1.1 <name>` to `Via` (RFC 9110 §7.6.3).
-pub fn append_via(headers: &mut HeaderMap, via: &HeaderValue) {
-    headers.append(header::VIA, via.clone());
-}
-
 /// An incoming request id is kept when it is 1–128 visible ASCII characters.
 pub fn acceptable_request_id(v: &HeaderValue) -> bool {
     let b = v.as_bytes();
@@ -525,7 +493,7 @@ mod tests {
     #[test]
     fn keeps_upgrade_when_tunnelling() {
         let mut h = map(&[("connection", "Upgrade"), ("upgrade", "websocket"), ("keep-alive", "5")]);
-        assert!(is_upgrade_request(&h));
+        assert!(crate::server::upgrade::asked(&h));
         remove_hop_by_hop(&mut h, true);
         assert_eq!(h.get("upgrade").map(|v| v.as_bytes()), Some(&b"websocket"[..]));
         assert_eq!(h.get("connection").map(|v| v.as_bytes()), Some(&b"upgrade"[..]));

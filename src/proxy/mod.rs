@@ -8,12 +8,8 @@
 //!                              place     chain
 //! ```
 //!
-//! * [`conn`]: a connection's peer and TLS facts, and its listener's limits.
-//! * [`server`]: one accept path for plain and TLS, graceful shutdown, idle
-//!   limits; HTTP/2 by hyper, HTTP/1.1 by `h1`, the proxy's own server.
-//! * `h1`: the client leg's HTTP/1.1 server: heads, bodies, keep-alive,
-//!   pipelining, `100-continue`, upgrades, problem+json for unreadable heads.
-//! * [`upgrade`]: the client's side of an upgrade, from either server.
+//! The listeners that hand it requests are [`crate::server`]'s.
+//!
 //! * [`headers`]: the heads on both legs: admission checks, hygiene, `X-Forwarded-*`, `Via`.
 //! * [`path`]: dot segments removed before matching.
 //! * [`locate`]: match → extract → decode (or mint) → place, pure; and the [`Decision`] it records.
@@ -26,54 +22,44 @@
 //! * `legs`: one request to one region alone, for those two.
 //! * `respond`: every answer's end: problem+json, metrics, access log (the
 //!   request id and `Via` are the server's to write, beside the map).
-//! * [`error`]: the one table of failures shardgate answers itself.
-//! * [`drain`]: the "going away" flag.
+//! * [`error`]: the one table of failures the proxy answers itself.
+//! * [`tunnel`]: the tunnel an upgrade opens.
 
-pub mod conn;
-mod deadline;
 pub mod dispatch;
-pub mod drain;
 pub mod error;
 pub mod extract;
 mod fanout;
 pub mod forward;
-mod h1;
 pub mod headers;
-pub(crate) mod idle;
 mod legs;
 pub mod locate;
 pub mod mint;
 pub mod path;
 mod respond;
 mod search;
-pub mod server;
 pub mod tunnel;
-pub mod upgrade;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderValue, Response};
-use http_body_util::{Either, Full};
+use http_body_util::Either;
 
 use crate::ids::{SystemClock, Uuid7Minter};
 use crate::mesh;
 use crate::metrics::Metrics;
 use crate::routing::{Found, RegionId, SharedTable, Table};
+use crate::server::{Answer, ConnInfo, Drain, Handler};
 use crate::telemetry::traces::{TraceSettings, Traces};
-use crate::upstream::{ClientSettings, Health, RequestBody, ResponseBody, Upstreams};
+use crate::upstream::{ClientSettings, Health, RequestBody, Upstreams};
 
-pub use conn::ConnInfo;
-pub use drain::Drain;
 use error::ProxyError;
 pub use locate::{Decision, Plan};
 
-/// Response body: an upstream's streamed body (`Left`: its answer gets
-/// this proxy's `Via` from the server that writes it) or a proxy-made one.
-pub type ProxyBody = Either<ResponseBody, Full<Bytes>>;
+/// An answer's body: an upstream's, or one the proxy made.
+pub type ProxyBody = crate::server::AnswerBody;
 
 /// What the proxy shares with the admin listener, the health checker and
 /// the signal handlers.
@@ -181,33 +167,17 @@ impl Proxy {
         self.handled.load(Ordering::Relaxed)
     }
 
-    /// Handles one request end to end. Never fails: errors become responses.
-    /// `conn` describes its connection (a bare `SocketAddr` is a plain-HTTP
-    /// one). The head is borrowed, not moved: it stays where the caller
-    /// built it while every stage reads it (a head moved from stage to stage
-    /// is copied into each one's future), and what the upstream leg needs
-    /// changed in it is changed in place.
-    ///
-    /// Two fields of the answer are not in its map but for its server to
-    /// write: `request_id` is set to the request's id (the listener's own
-    /// answers carry none), and an upstream's answer (the body's
-    /// `Either::Left`) gets this proxy's `Via`. On the
-    /// HTTP/1.1 path the upstream's fields stay bytes and the map stays
-    /// empty, so no map is built for them; hyper's servers get them moved
-    /// in by [`Proxy::stamp`].
-    pub async fn handle(
-        &self,
-        head: &mut Parts,
-        body: RequestBody,
-        conn: impl Into<ConnInfo>,
-        request_id: &mut Option<HeaderValue>,
-    ) -> Response<ProxyBody> {
+    /// Handles one request end to end. Never fails: errors become answers.
+    /// `conn` describes its connection. The head is borrowed, not moved: it
+    /// stays where the caller built it while every stage reads it (a head
+    /// moved from stage to stage is copied into each one's future), and
+    /// what the upstream leg needs changed in it is changed in place.
+    pub async fn handle(&self, head: &mut Parts, body: RequestBody, conn: ConnInfo) -> Answer {
         let loaded = self.shared.table.snapshot();
-        if let Some(resp) = respond::own_answer(self, head, &loaded) {
-            return resp;
+        if let Some(response) = respond::own_answer(self, head, &loaded) {
+            return Answer { response, request_id: None, from_upstream: false };
         }
         self.handled.fetch_add(1, Ordering::Relaxed);
-        let conn = conn.into();
         let (id, fresh_request_id) = self.request_id(head);
         let arrival = respond::Arrival {
             started: Instant::now(),
@@ -219,29 +189,9 @@ impl Proxy {
         };
         let mut decision = Decision { trace: self.server_span(head), ..Decision::default() };
         let result = self.route(&loaded.table, head, body, conn, &arrival, &mut decision).await;
-        let resp = respond::finish(self, &loaded, &arrival, &decision, result);
-        *request_id = Some(arrival.request_id);
-        resp
-    }
-
-    /// The `Via` this proxy adds to an upstream's answer (after the
-    /// upstream's own; the upstream spoke HTTP/1.1).
-    fn via(&self) -> &HeaderValue {
-        &self.me.via.http11
-    }
-
-    /// An answer's fields that [`Proxy::handle`] leaves to its server,
-    /// moved into the map for a server that sends maps (hyper: HTTP/2):
-    /// the upstream's fields, this proxy's `Via` after them, the request id
-    /// replacing any the upstream sent.
-    pub fn stamp(&self, resp: &mut Response<ProxyBody>, request_id: Option<HeaderValue>) {
-        headers::fields_into_map(resp);
-        if matches!(resp.body(), Either::Left(_)) {
-            headers::append_via(resp.headers_mut(), self.via());
-        }
-        if let Some(id) = request_id {
-            resp.headers_mut().insert(headers::X_REQUEST_ID, id);
-        }
+        let response = respond::finish(self, &loaded, &arrival, &decision, result);
+        let from_upstream = matches!(response.body(), Either::Left(_));
+        Answer { response, request_id: Some(arrival.request_id), from_upstream }
     }
 
     /// The request's server span, when traces are on.
@@ -403,6 +353,25 @@ impl Proxy {
         };
         let (added, tunnel) = self.to_upstream(parts, body, located.route, conn, table, arrival);
         One { leg, minted, added, tunnel }
+    }
+}
+
+impl Handler for Proxy {
+    fn handle<'a>(
+        &'a self,
+        head: &'a mut Parts,
+        body: RequestBody,
+        conn: ConnInfo,
+    ) -> impl std::future::Future<Output = Answer> + Send + 'a {
+        Proxy::handle(self, head, body, conn)
+    }
+
+    fn via(&self) -> &HeaderValue {
+        &self.me.via.http11
+    }
+
+    fn name(&self) -> &str {
+        &self.me.name
     }
 }
 

@@ -12,9 +12,9 @@ use std::time::Duration;
 use http::{header, HeaderMap, HeaderValue};
 use hyper_util::rt::TokioIo;
 
-use super::conn::ServerOptions;
-use super::idle::{until_idle, Watched};
-use super::upgrade::ClientUpgrade;
+use crate::server::idle::{until_idle, Watched};
+use crate::server::upgrade::ClientUpgrade;
+use crate::server::ServerOptions;
 use crate::upstream::exchange;
 use crate::upstream::Conn;
 

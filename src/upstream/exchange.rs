@@ -20,7 +20,6 @@
 //! leaves in one system call.
 
 use std::fmt;
-use std::io;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
@@ -32,7 +31,9 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::pool::{Conn, ConnState};
 use crate::http1::response::MAX_HEAD_BYTES;
-use crate::http1::{self, framing, Decoded, Decoder, Fields, HeadScan, ResponseHead};
+use crate::http1::{self, framing, Decoder, Fields, HeadScan, ResponseHead};
+pub use crate::wire::BodyError;
+use crate::wire::{fill, poll_body};
 
 /// Most bytes read from an upstream socket at once.
 const READ_CHUNK: usize = 16 * 1024;
@@ -302,47 +303,6 @@ impl Send {
     }
 }
 
-/// Reads from `io` into `buf`, first making room for `chunk` bytes when
-/// less than 1 KiB is left: the number of bytes read (0: closed). Every
-/// read of an HTTP/1.1 connection, on both legs, goes through here.
-pub(crate) fn fill<S: AsyncRead + Unpin>(
-    cx: &mut Context<'_>,
-    io: &mut S,
-    buf: &mut BytesMut,
-    chunk: usize,
-) -> Poll<io::Result<usize>> {
-    if buf.capacity() - buf.len() < 1024 {
-        buf.reserve(chunk);
-    }
-    tokio_util::io::poll_read_buf(Pin::new(io), cx, buf)
-}
-
-/// The next piece of a body framed as `decoder` says: from `buf`, else
-/// read from `io` into it (see [`fill`] for `chunk`). `None`: the body's
-/// end (what follows it stays in `buf`). A request body on the client leg
-/// and a response body on the upstream leg are read alike.
-pub(crate) fn poll_body<S: AsyncRead + Unpin>(
-    cx: &mut Context<'_>,
-    decoder: &mut Decoder,
-    io: &mut S,
-    buf: &mut BytesMut,
-    chunk: usize,
-) -> Poll<Result<Option<Bytes>, BodyError>> {
-    loop {
-        match decoder.decode(buf) {
-            Ok(Decoded::Data(data)) => return Poll::Ready(Ok(Some(data))),
-            Ok(Decoded::Done) => return Poll::Ready(Ok(None)),
-            Ok(Decoded::NeedMore) => {}
-            Err(e) => return Poll::Ready(Err(BodyError::Framing(e))),
-        }
-        match ready!(fill(cx, io, buf, chunk)) {
-            Ok(0) => return Poll::Ready(decoder.eof().map(|()| None).map_err(BodyError::Framing)),
-            Ok(_) => {}
-            Err(e) => return Poll::Ready(Err(BodyError::Io(e))),
-        }
-    }
-}
-
 /// The first final response head in `buf` (a 1xx other than 101 is taken
 /// out and skipped), parsed once `scan` sees one may be complete; `None`:
 /// read more.
@@ -436,26 +396,6 @@ pub struct ResponseBody {
     /// The upstream's header fields, as sent; see [`ResponseBody::fields`].
     fields: Fields,
 }
-
-/// Why a body could not be read to its end.
-#[derive(Debug)]
-pub enum BodyError {
-    /// The connection failed.
-    Io(io::Error),
-    /// The body's framing is broken, or the peer closed before its end.
-    Framing(http1::Error),
-}
-
-impl fmt::Display for BodyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            BodyError::Io(e) => write!(f, "upstream body: {e}"),
-            BodyError::Framing(e) => write!(f, "upstream body: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for BodyError {}
 
 impl ResponseBody {
     /// The upstream's header fields, as they arrived (less the ones that

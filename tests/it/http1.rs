@@ -287,7 +287,8 @@ async fn shutdown_finishes_the_request_in_flight_without_waiting_for_idle_socket
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let (begin, shutdown) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(shardgate::proxy::server::serve(listener, proxy, opts, None, async move {
+    let metrics = std::sync::Arc::clone(&proxy.shared().metrics);
+    let server = tokio::spawn(shardgate::server::serve(listener, proxy, metrics, opts, None, async move {
         let _ = shutdown.await;
         Duration::from_secs(20)
     }));

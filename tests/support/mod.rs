@@ -273,28 +273,13 @@ pub async fn proxy(yaml: &str) -> Result<Running, BoxError> {
 }
 
 /// A proxy serving `yaml` on an already bound listener (to know peers'
-/// addresses before their tables are written).
+/// addresses before their tables are written), started as `demo` starts
+/// one ([`shardgate::app::spawn_proxy`]).
 pub async fn proxy_on(listener: TcpListener, yaml: &str) -> Result<Running, BoxError> {
     let cfg = shardgate::config::load_str(yaml, "test.yaml").map_err(|e| format!("test table invalid:\n{e}"))?;
     let addr = listener.local_addr()?;
     let (stop, rx) = watch::channel(false);
-    // `server.tls` in the table: serve over TLS, as `shardgate serve` would.
-    let tls = match &cfg.settings.restart.server_tls {
-        Some(t) => Some(Arc::new(shardgate::tls::ServerTls::load(t)?)),
-        None => None,
-    };
-    let proxy = shardgate::app::build_proxy(&cfg, yaml);
-    let opts = shardgate::app::server_options(&cfg);
-    let shutdown = stop_signal(&rx);
-    let p = Arc::clone(&proxy);
-    let grace = opts.shutdown_timeout;
-    tokio::spawn(async move {
-        let _ = shardgate::proxy::server::serve(listener, p, opts, tls, async move {
-            shutdown.await;
-            grace
-        })
-        .await;
-    });
+    let (proxy, _serving) = shardgate::app::spawn_proxy(&cfg, yaml, listener, None, stop_signal(&rx))?;
     Ok(Running { addr, stop, hits: Arc::new(AtomicUsize::new(0)), proxy: Some(proxy) })
 }
 

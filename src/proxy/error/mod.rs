@@ -131,19 +131,6 @@ pub enum ProxyError {
         /// The configured limit.
         limit: usize,
     },
-    /// An HTTP/1.1 request head larger than `server.max_header_bytes`.
-    HeadTooLarge {
-        /// The limit in bytes.
-        limit: usize,
-    },
-    /// An HTTP/1.1 request head that cannot be read: a malformed request
-    /// line or field, ambiguous framing (RFC 9112 §6.3), obs-fold, bare CR.
-    MalformedHead {
-        /// Which rule the head broke.
-        detail: String,
-    },
-    /// Plain HTTP sent to a listener that speaks TLS.
-    PlainHttpToTls,
     /// An HTTP/1.1 request without a `Host` header or with several (RFC 9112 §3.2).
     BadHost {
         /// How many `Host` fields the request has.
@@ -158,14 +145,6 @@ pub enum ProxyError {
     Loop {
         /// Explanation.
         detail: String,
-    },
-    /// The listener is at its connection limit; the connection is refused
-    /// before any request is read.
-    TooManyConnections {
-        /// `server.max_connections` or `server.admin_max_connections`.
-        limit: usize,
-        /// `proxy` or `admin`.
-        listener: &'static str,
     },
     /// A route's path asked for with a method none of its routes takes.
     MethodNotAllowed {
@@ -270,7 +249,7 @@ impl ProxyError {
     fn retry_after(&self) -> Option<&'static str> {
         match self {
             ProxyError::RegionUnavailable { .. } => Some("5"),
-            ProxyError::TooManyConnections { .. } | ProxyError::UpstreamSaturated { .. } => Some("1"),
+            ProxyError::UpstreamSaturated { .. } => Some("1"),
             _ => None,
         }
     }
@@ -316,23 +295,12 @@ impl fmt::Display for ProxyError {
             E::ClientBody { detail } => f.write_str(detail),
             E::UriTooLong { limit } => write!(f, "the request target exceeds {limit} bytes"),
             E::HeadersTooLarge { limit } => write!(f, "the request has more than {limit} headers"),
-            E::HeadTooLarge { limit } => write!(f, "the request head exceeds {limit} bytes"),
-            E::MalformedHead { detail } => f.write_str(detail),
-            E::PlainHttpToTls => {
-                f.write_str("this port speaks TLS (HTTPS), and the request was sent as plain HTTP: use https://")
-            }
             E::BadHost { count: 0 } => f.write_str("the request has no Host header; one is required"),
             E::BadHost { count } => write!(f, "the request has {count} Host headers; exactly one is allowed"),
             E::UnsupportedTransferCoding { coding } => {
                 write!(f, "transfer coding {} is not supported; only chunked is", quote(coding))
             }
             E::Loop { detail } => write!(f, "mesh loop: {detail}"),
-            E::TooManyConnections { limit, listener: "admin" } => {
-                write!(f, "the admin listener already has {limit} open connections (server.admin_max_connections)")
-            }
-            E::TooManyConnections { limit, .. } => {
-                write!(f, "this proxy already has {limit} open connections (server.max_connections)")
-            }
             E::MethodNotAllowed { method, allow } => write!(f, "this path takes {allow}, not {}", quote(method)),
             E::BadPage { detail } => write!(f, "invalid page request: {detail}"),
             E::LegsFailed { what, asked, failed } => {

@@ -6,7 +6,7 @@
 use http::StatusCode as S;
 
 use super::{LegFailure, ProxyError};
-use crate::problem::{row, Spec, DEST, METHOD_NOT_ALLOWED, REQ, TOO_MANY_CONNECTIONS};
+use crate::problem::{row, Spec, DEST, HEADERS_TOO_LARGE, METHOD_NOT_ALLOWED, REQ};
 
 const UNAVAILABLE: &str = "destination_unavailable";
 const LATE: &str = "http_response_timeout";
@@ -69,19 +69,6 @@ const CLIENT_BODY: Spec =
 const BODY_TIMEOUT: Spec =
     row(S::REQUEST_TIMEOUT, "body_timeout", REQ, "Request body too slow", "body-timeout", "bad_request");
 const URI_TOO_LONG: Spec = row(S::URI_TOO_LONG, "uri_too_long", REQ, "URI too long", TOO_LARGE, "too_large");
-const HEADERS_TOO_LARGE: Spec = row(
-    S::REQUEST_HEADER_FIELDS_TOO_LARGE,
-    "headers_too_large",
-    REQ,
-    "Request headers too large",
-    TOO_LARGE,
-    "too_large",
-);
-const HEAD_TOO_LARGE: Spec =
-    row(S::REQUEST_HEADER_FIELDS_TOO_LARGE, "head_too_large", REQ, "Request head too large", TOO_LARGE, "too_large");
-const MALFORMED: Spec = row(S::BAD_REQUEST, "bad_request_head", REQ, "Malformed request", "bad-request", "bad_request");
-const PLAIN_TO_TLS: Spec =
-    row(S::BAD_REQUEST, "plain_http_to_tls", REQ, "Plain HTTP to a TLS port", "bad-request", "bad_request");
 const BAD_HOST: Spec = row(S::BAD_REQUEST, "bad_host", REQ, "Bad Host header", "bad-request", "bad_request");
 const CODING: Spec = row(
     S::NOT_IMPLEMENTED,
@@ -132,13 +119,9 @@ impl ProxyError {
             E::BodyTimeout => BODY_TIMEOUT,
             E::UriTooLong { .. } => URI_TOO_LONG,
             E::HeadersTooLarge { .. } => HEADERS_TOO_LARGE,
-            E::HeadTooLarge { .. } => HEAD_TOO_LARGE,
-            E::MalformedHead { .. } => MALFORMED,
-            E::PlainHttpToTls => PLAIN_TO_TLS,
             E::BadHost { .. } => BAD_HOST,
             E::UnsupportedTransferCoding { .. } => CODING,
             E::Loop { .. } => LOOP,
-            E::TooManyConnections { .. } => TOO_MANY_CONNECTIONS,
             E::BadPage { .. } => BAD_PAGE,
             E::LegsFailed { failed, .. } if !failed.is_empty() && failed.iter().all(LegFailure::is_timeout) => {
                 LEGS_TIMEOUT

@@ -164,7 +164,7 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::{until_idle, ServerOptions, Watched};
-    use crate::proxy::deadline::spend_budget;
+    use crate::server::deadline::spend_budget;
 
     #[tokio::test]
     async fn the_idle_timer_fires_when_its_first_poll_had_no_budget() {

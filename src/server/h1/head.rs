@@ -11,8 +11,7 @@ use http_body_util::Either;
 use hyper::body::Body;
 
 use crate::http1::{self, Fields};
-use crate::proxy::headers::X_REQUEST_ID;
-use crate::proxy::ProxyBody;
+use crate::server::{AnswerBody, X_REQUEST_ID};
 
 /// What the response writer needs to know of its request.
 #[derive(Clone, Copy, Debug)]
@@ -35,14 +34,14 @@ pub(super) enum Framed {
     UntilClose,
 }
 
-/// The fields the proxy adds to an answer beside its map
-/// ([`Proxy::handle`](crate::proxy::Proxy::handle)).
+/// The fields this instance adds to an answer beside its map
+/// ([`Answer`](crate::server::Answer)).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Ours<'a> {
     /// The request id, replacing any the upstream sent.
     pub(super) request_id: Option<&'a HeaderValue>,
-    /// This proxy's `Via`, after the upstream's, on an upstream's answer.
-    pub(super) via: &'a HeaderValue,
+    /// This instance's `Via`, after the upstream's, on an upstream's answer.
+    pub(super) via: Option<&'a HeaderValue>,
 }
 
 /// Writes a response head into `out`: the status line, the fields (an
@@ -54,7 +53,7 @@ pub(super) fn write_head(
     out: &mut Vec<u8>,
     status: StatusCode,
     headers: &HeaderMap,
-    body: &ProxyBody,
+    body: &AnswerBody,
     ours: Ours<'_>,
     asked: Asked,
 ) -> (Framed, bool) {
@@ -132,8 +131,8 @@ fn fields(out: &mut Vec<u8>, upstream: Option<&Fields>, headers: &HeaderMap, our
             http1::write::field(out, name.as_str(), value.as_bytes());
         }
     }
-    if upstream.is_some() {
-        http1::write::field(out, header::VIA.as_str(), ours.via.as_bytes());
+    if let Some(via) = ours.via {
+        http1::write::field(out, header::VIA.as_str(), via.as_bytes());
     }
     if let Some(id) = ours.request_id {
         http1::write::field(out, X_REQUEST_ID.as_str(), id.as_bytes());

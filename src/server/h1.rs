@@ -1,10 +1,10 @@
 //! The client leg's HTTP/1.1 server: one connection, its requests in turn
-//! (RFC 9112), each handed to [`Proxy::handle`]:
+//! (RFC 9112), each handed to the [`Handler`]:
 //!
 //! ```text
 //! read    head (httparse, once complete; header_read_timeout from the wait's start)
 //!           │ malformed ─▶ 400/431 problem+json, Connection: close
-//! handle  request ─▶ Proxy::handle ─▶ response
+//! handle  request ─▶ Handler::handle ─▶ answer
 //!           │ the body, if any, reads from the socket meanwhile (100-continue
 //!           │ sent on its first read); the socket comes back when handle returns
 //! write   head + body (Content-Length, else chunked, else until close) in as
@@ -26,21 +26,19 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use http::header::HeaderValue;
 use http::request::Parts;
-use http::{Method, Request, Response, StatusCode, Version};
+use http::{Method, Request, StatusCode, Version};
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
 use super::conn::{ConnInfo, ServerOptions};
-use super::error::ProxyError;
 use super::upgrade::{ClientIo, PendingUpgrade, Rewound};
-use super::{Proxy, ProxyBody};
+use super::{Answer, Handler, Refused};
 use crate::http1::{self, framing, Decoded, Decoder, Framing, HeadScan, Reason, RequestHead, RequestLimits};
-use crate::upstream::exchange::{self, BodyError};
 use crate::upstream::{RequestBody, RequestBodyError};
+use crate::wire::{self, BodyError};
 
 mod head;
 mod waits;
@@ -76,8 +74,8 @@ impl Wire {
 /// Serves HTTP/1.1 requests on `wire` until the client closes, a response
 /// closes the connection, the head read times out, or `shutdown` turns true
 /// while no request is in flight.
-pub(super) async fn serve(
-    proxy: Arc<Proxy>,
+pub(super) async fn serve<H: Handler>(
+    handler: Arc<H>,
     mut wire: Wire,
     info: ConnInfo,
     opts: ServerOptions,
@@ -90,7 +88,7 @@ pub(super) async fn serve(
         max_headers: opts.max_headers,
     };
     let mut conn = Server {
-        proxy,
+        handler,
         info,
         limits,
         header_read_timeout: opts.header_read_timeout,
@@ -112,8 +110,8 @@ pub(super) async fn serve(
 }
 
 /// One connection's server state, kept across its requests.
-struct Server {
-    proxy: Arc<Proxy>,
+struct Server<H> {
+    handler: Arc<H>,
     info: ConnInfo,
     limits: RequestLimits,
     header_read_timeout: Duration,
@@ -124,7 +122,7 @@ struct Server {
     out: Vec<u8>,
 }
 
-impl Server {
+impl<H: Handler> Server<H> {
     /// The next request head; `None` when the connection should just end
     /// (the client closed between requests, the head did not arrive within
     /// `header_read_timeout`, or shutdown began while idle).
@@ -147,7 +145,7 @@ impl Server {
             }
             let (waits, shutdown) = (&mut self.waits, &self.shutdown);
             let read = std::future::poll_fn(|cx| {
-                if let Poll::Ready(read) = exchange::fill(cx, &mut wire.io, &mut wire.buf, READ_CHUNK) {
+                if let Poll::Ready(read) = wire::fill(cx, &mut wire.io, &mut wire.buf, READ_CHUNK) {
                     return Poll::Ready(Ok(read));
                 }
                 waits.poll(cx, idle, shutdown).map(Err)
@@ -178,12 +176,12 @@ impl Server {
     async fn refuse(&mut self, mut wire: Wire, e: http1::Error) {
         let err = match e.reason {
             Reason::HeadIncomplete => return,
-            Reason::HeadTooLarge => ProxyError::HeadTooLarge { limit: self.limits.max_head_bytes },
-            Reason::TooManyHeaders => ProxyError::HeadersTooLarge { limit: self.limits.max_headers },
-            _ => ProxyError::MalformedHead { detail: e.to_string() },
+            Reason::HeadTooLarge => Refused::HeadTooLarge { limit: self.limits.max_head_bytes },
+            Reason::TooManyHeaders => Refused::TooManyHeaders { limit: self.limits.max_headers },
+            _ => Refused::Malformed { detail: e.to_string() },
         };
         tracing::debug!(peer = %self.info.peer, error = %e, "unreadable request head refused");
-        let answer = crate::problem::http1_answer(&err, self.proxy.name());
+        let answer = crate::problem::http1_answer(&err, self.handler.name());
         if wire.io.write_all(&answer).await.is_ok() {
             linger(wire).await;
         }
@@ -195,7 +193,7 @@ impl Server {
     async fn exchange(&mut self, wire: Wire, head: RequestHead) -> Option<Wire> {
         let RequestHead { method, uri, version, headers, framing, keep_alive, expect_continue } = head;
         let http11 = version == Version::HTTP_11;
-        let upgrade = (http11 && super::headers::is_upgrade_request(&headers)).then(PendingUpgrade::new);
+        let upgrade = (http11 && super::upgrade::asked(&headers)).then(PendingUpgrade::new);
         let asked = Asked { head: method == Method::HEAD, http11, keep_alive };
         // The head stays here, in this future, while the proxy borrows it.
         let (mut head, ()) = Request::new(()).into_parts();
@@ -229,10 +227,9 @@ impl Server {
         // The response lives in this block: it ends (with an upstream
         // connection its body may still hold) before any linger below.
         let (wire, keep, switching) = {
-            let mut request_id = None;
-            let mut resp = match wire.as_mut() {
-                Some(w) => self.handle_watching(&mut head, w, &mut request_id).await?,
-                None => self.proxy.handle(&mut head, body, self.info, &mut request_id).await,
+            let mut answer = match wire.as_mut() {
+                Some(w) => self.handle_watching(&mut head, w).await?,
+                None => self.handler.handle(&mut head, body, self.info).await,
             };
             let (mut wire, body_done, interim) = match slot {
                 Some(slot) => Reader::give_back(&slot)?,
@@ -242,8 +239,8 @@ impl Server {
                 return None;
             }
             let asked = Asked { keep_alive: asked.keep_alive && body_done && !*self.shutdown.borrow(), ..asked };
-            let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
-            let keep = match self.respond(&mut wire, &mut resp, request_id.as_ref(), asked).await {
+            let switching = answer.response.status() == StatusCode::SWITCHING_PROTOCOLS;
+            let keep = match self.respond(&mut wire, &mut answer, asked).await {
                 Ok(keep) => keep,
                 Err(e) => {
                     tracing::debug!(peer = %self.info.peer, error = %e, "writing the response failed");
@@ -270,20 +267,15 @@ impl Server {
     /// (the upstream attempt is dropped, as hyper's server did), and bytes
     /// it pipelines meanwhile wait in the buffer, up to one head's worth.
     /// `None`: the client left.
-    async fn handle_watching(
-        &mut self,
-        head: &mut Parts,
-        w: &mut Wire,
-        request_id: &mut Option<HeaderValue>,
-    ) -> Option<Response<ProxyBody>> {
-        let handled = self.proxy.handle(head, RequestBody::Empty, self.info, request_id);
+    async fn handle_watching(&mut self, head: &mut Parts, w: &mut Wire) -> Option<Answer> {
+        let handled = self.handler.handle(head, RequestBody::Empty, self.info);
         tokio::pin!(handled);
         loop {
             let room = w.buf.len() < self.limits.max_head_bytes;
             tokio::select! {
                 biased;
                 resp = &mut handled => return Some(resp),
-                read = std::future::poll_fn(|cx| exchange::fill(cx, &mut w.io, &mut w.buf, READ_CHUNK)), if room => match read {
+                read = std::future::poll_fn(|cx| wire::fill(cx, &mut w.io, &mut w.buf, READ_CHUNK)), if room => match read {
                     Ok(0) | Err(_) => {
                         tracing::debug!(peer = %self.info.peer, "client closed before its answer; request abandoned");
                         return None;
@@ -294,22 +286,18 @@ impl Server {
         }
     }
 
-    /// Writes `resp` (and `request_id`, and to an upstream's answer this
-    /// proxy's `Via`): its head in one buffer with the body's first bytes,
-    /// the rest as it arrives. Returns whether the connection stays open.
-    async fn respond(
-        &mut self,
-        wire: &mut Wire,
-        resp: &mut Response<ProxyBody>,
-        request_id: Option<&HeaderValue>,
-        asked: Asked,
-    ) -> io::Result<bool> {
-        // Borrowed, not moved: a response moved into this future would be
+    /// Writes `answer` (its request id, and to an upstream's answer this
+    /// instance's `Via`): its head in one buffer with the body's first
+    /// bytes, the rest as it arrives. Returns whether the connection stays open.
+    async fn respond(&mut self, wire: &mut Wire, answer: &mut Answer, asked: Asked) -> io::Result<bool> {
+        // Borrowed, not moved: an answer moved into this future would be
         // copied into it.
+        let resp = &mut answer.response;
         let status = resp.status();
         let out = &mut self.out;
         out.clear();
-        let ours = Ours { request_id, via: self.proxy.via() };
+        let via = answer.from_upstream.then(|| self.handler.via());
+        let ours = Ours { request_id: answer.request_id.as_ref(), via };
         let (framed, keep) = write_head(out, status, resp.headers(), resp.body(), ours, asked);
         let body = resp.body_mut();
         if framed == Framed::None {
@@ -580,7 +568,7 @@ impl Reader {
     /// The body's next bytes from the buffer, or from the socket.
     fn poll_body(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, RequestBodyError>> {
         let wire = &mut self.wire;
-        exchange::poll_body(cx, &mut self.decoder, &mut wire.io, &mut wire.buf, READ_CHUNK).map_err(|e| match e {
+        wire::poll_body(cx, &mut self.decoder, &mut wire.io, &mut wire.buf, READ_CHUNK).map_err(|e| match e {
             BodyError::Io(e) => RequestBodyError::Io(e),
             BodyError::Framing(e) => RequestBodyError::Framing(e),
         })

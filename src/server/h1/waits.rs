@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::proxy::deadline::{poll_unbudgeted, Deadline};
+use crate::server::deadline::{poll_unbudgeted, Deadline};
 
 /// What ends a wait for a request head other than its bytes: the
 /// head-read deadline, and shutdown while the connection is idle. Both
@@ -83,7 +83,7 @@ mod tests {
     use tokio::time::{timeout, Instant};
 
     use super::{Ended, HeadWaits};
-    use crate::proxy::deadline::spend_budget;
+    use crate::server::deadline::spend_budget;
 
     /// An idle head wait with a `deadline` away, whose first poll finds
     /// the task's budget spent; ended within 2 s or not at all (`None`).

@@ -10,9 +10,21 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::{Buf, BytesMut};
-use http::Extensions;
+use http::{header, Extensions, HeaderMap};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::oneshot;
+
+/// Whether a request asks for a protocol upgrade (`Connection: upgrade`
+/// and an `Upgrade` field).
+pub fn asked(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::UPGRADE)
+        && headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+}
 
 /// A client connection's byte stream (TCP, or TLS over TCP), boxed once
 /// per connection so the HTTP/1.1 server and the request body are not

@@ -1,208 +1,25 @@
-//! Server: the accept loop, one path for plain and TLS connections.
-//! HTTP/1.1 and h2c (prior knowledge) on one port, or TLS with ALPN h2 and
-//! http/1.1 (`server.tls`), upgrades allowed, every connection watched for
-//! graceful shutdown and idleness. A connection whose first bytes are the
-//! HTTP/2 preface is served by hyper; any other by the proxy's own
-//! HTTP/1.1 server (`h1`). Each request reaches [`Proxy::handle`]
-//! with its connection's [`ConnInfo`]. The listener and the shutdown signal
-//! are passed in, so tests bind port 0. The `Acceptor` (limit, refusal,
-//! back-off) is shared with the admin listener.
+//! The accept loop's half that every listener shares: a connection limit,
+//! the answer for connections beyond it (or, for the admin listener, the
+//! oldest silent connection closed to make room), and a back-off for
+//! failing accepts.
 
 use std::collections::VecDeque;
-use std::convert::Infallible;
-use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use bytes::BytesMut;
-use hyper::server::conn::http2;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Notify};
+use tokio::sync::Notify;
 
-pub use super::conn::{ConnInfo, ServerOptions};
-use super::error::ProxyError;
-pub(crate) use super::idle::{until_idle, Activity, Watched};
-use super::upgrade::{ClientIo, Rewound};
-use super::Proxy;
-use crate::tls::ServerTls;
-use crate::upstream::RequestBody;
-
-/// The first byte of a TLS handshake record (RFC 8446 §5.1); a plain
-/// HTTP request on a TLS port starts with a method's letter instead.
-const TLS_HANDSHAKE: u8 = 0x16;
-
-/// The first byte the client sent, left in the socket (`None`: it closed, or failed).
-async fn first_byte(stream: &TcpStream) -> Option<u8> {
-    let mut b = [0u8; 1];
-    match stream.peek(&mut b).await {
-        Ok(1) => Some(b[0]),
-        _ => None,
-    }
-}
-
-/// What an HTTP/2 client sends first (RFC 9113 §3.4).
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+use super::idle::Activity;
 
 /// Refusals being written at once; past it a refused connection is just closed.
 const MAX_REFUSALS_IN_FLIGHT: usize = 256;
 /// How long writing a refusal (and draining the client's first bytes) may take.
-const REFUSAL_TIMEOUT: Duration = Duration::from_millis(500);
-
-/// Serves `proxy` on `listener` until `shutdown` resolves: HTTP/1.1 and h2c
-/// (prior knowledge), or, with `tls`, TLS with ALPN h2 and http/1.1 (the
-/// handshake bounded by `header_read_timeout`, the certificate files checked
-/// for changes every [`crate::tls::RELOAD_CHECK_INTERVAL`]). Then it stops
-/// accepting and lets in-flight requests finish for the grace period the
-/// shutdown future yields (read when the drain ends, so
-/// `server.shutdown_timeout` reloads live). Returns `true` when every
-/// connection finished within it.
-pub async fn serve(
-    listener: TcpListener,
-    proxy: Arc<Proxy>,
-    opts: ServerOptions,
-    tls: Option<Arc<ServerTls>>,
-    shutdown: impl Future<Output = Duration>,
-) -> io::Result<bool> {
-    let _cert_watch = tls.as_ref().map(|t| t.watch(crate::tls::RELOAD_CHECK_INTERVAL));
-    let builder = builder(&opts);
-    let graceful = GracefulShutdown::new();
-    // The HTTP/1.1 connections' shutdown signal; they finish the request in
-    // flight, close when idle, and drop their receiver when they end.
-    let (stop_tx, stop) = watch::channel(false);
-    let metrics = Arc::clone(&proxy.shared().metrics);
-    let refused = ProxyError::TooManyConnections { limit: opts.max_connections, listener: "proxy" };
-    let refusal: Arc<[u8]> = crate::problem::http1_answer(&refused, proxy.name()).into();
-    let mut acceptor = Acceptor::new(listener, "proxy", opts.max_connections, refusal, Arc::clone(&metrics));
-    tokio::pin!(shutdown);
-    let grace = loop {
-        let (stream, peer, slot) = tokio::select! {
-            accepted = acceptor.accept() => accepted,
-            grace = &mut shutdown => break grace,
-        };
-        let conn = Connection {
-            proxy: Arc::clone(&proxy),
-            builder: builder.clone(),
-            watcher: graceful.watcher(),
-            stop: stop.clone(),
-            opts,
-            peer,
-            _open: metrics.connection_opened("proxy"),
-            _slot: slot,
-        };
-        tokio::spawn(conn.run(stream, tls.as_ref().map(|t| (t.acceptor(), t.client_auth()))));
-    };
-    // From here on new connections are refused by the kernel.
-    drop(acceptor);
-    drop(stop);
-    stop_tx.send_replace(true);
-    let finished =
-        tokio::time::timeout(grace, async { tokio::join!(graceful.shutdown(), stop_tx.closed()) }).await.is_ok();
-    if !finished {
-        tracing::warn!(timeout = ?grace, "in-flight requests did not finish before the shutdown timeout");
-    }
-    Ok(finished)
-}
-
-/// The HTTP/2 server settings for `opts`.
-fn builder(opts: &ServerOptions) -> http2::Builder<TokioExecutor> {
-    let mut builder = http2::Builder::new(TokioExecutor::new());
-    builder.timer(TokioTimer::new()).max_header_list_size(u32::try_from(opts.max_header_bytes).unwrap_or(u32::MAX));
-    builder
-}
-
-/// One accepted client connection, with its places under the limits
-/// (given up when it ends).
-struct Connection {
-    proxy: Arc<Proxy>,
-    builder: http2::Builder<TokioExecutor>,
-    watcher: hyper_util::server::graceful::Watcher,
-    stop: watch::Receiver<bool>,
-    opts: ServerOptions,
-    peer: SocketAddr,
-    _open: crate::metrics::ConnectionGuard,
-    _slot: Slot,
-}
-
-impl Connection {
-    /// Serves the connection to its end: plain, or after the TLS handshake.
-    async fn run(self, mut stream: TcpStream, tls: Option<(tokio_rustls::TlsAcceptor, bool)>) {
-        let peer = self.peer;
-        if tls.is_some() {
-            let first = tokio::time::timeout(self.opts.header_read_timeout, first_byte(&stream)).await;
-            if let Ok(Some(b)) = first {
-                if b != TLS_HANDSHAKE && b.is_ascii_alphabetic() {
-                    tracing::debug!(%peer, "plain HTTP on the TLS listener; answered 400");
-                    let answer = crate::problem::http1_answer(&ProxyError::PlainHttpToTls, self.proxy.name());
-                    let _ = tokio::time::timeout(REFUSAL_TIMEOUT, stream.write_all(&answer)).await;
-                    return;
-                }
-            }
-        }
-        let stream = Watched::new(stream);
-        let activity = Arc::clone(&stream.activity);
-        let Some((acceptor, client_auth)) = tls else {
-            let info = ConnInfo::plain(self.peer);
-            return self.serve(stream, info, &activity).await;
-        };
-        let stream = match tokio::time::timeout(self.opts.header_read_timeout, acceptor.accept(stream)).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => return tracing::debug!(error = %e, %peer, "tls handshake failed"),
-            Err(_) => return tracing::debug!(%peer, "tls handshake timed out (server.header_read_timeout)"),
-        };
-        let verified = client_auth && stream.get_ref().1.peer_certificates().is_some_and(|c| !c.is_empty());
-        let info = ConnInfo { peer, tls: true, client_auth, client_verified: verified };
-        self.serve(stream, info, &activity).await;
-    }
-
-    /// Serves HTTP on `io` until it ends or idles out: HTTP/2 (hyper) when
-    /// the client's first bytes are its preface, else HTTP/1.1 (the proxy's
-    /// own server); each request reaches [`Proxy::handle`] with `info`.
-    async fn serve<S: ClientIo + 'static>(self, mut io: S, info: ConnInfo, activity: &Activity) {
-        let Connection { proxy, builder, watcher, mut stop, opts, peer, _open, _slot } = self;
-        let conn = async move {
-            let mut buf = BytesMut::with_capacity(8 * 1024);
-            loop {
-                // A connection that has sent nothing yet ends when shutdown begins.
-                let read = tokio::select! {
-                    read = io.read_buf(&mut buf) => read.map_err(|e| e.to_string())?,
-                    _ = stop.wait_for(|stopping| *stopping), if buf.is_empty() => return Ok(()),
-                };
-                if read == 0 {
-                    return Ok(());
-                }
-                let sniffed = buf.len().min(PREFACE.len());
-                if buf[..sniffed] != PREFACE[..sniffed] {
-                    let wire = super::h1::Wire::new(Box::new(io), buf);
-                    super::h1::serve(proxy, wire, info, opts, stop).await;
-                    return Ok(());
-                }
-                if sniffed == PREFACE.len() {
-                    break;
-                }
-            }
-            let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                let proxy = Arc::clone(&proxy);
-                async move {
-                    let (mut head, body) = req.into_parts();
-                    let mut request_id = None;
-                    let mut resp = proxy.handle(&mut head, RequestBody::from(body), info, &mut request_id).await;
-                    proxy.stamp(&mut resp, request_id);
-                    Ok::<_, Infallible>(resp)
-                }
-            });
-            let conn = builder.serve_connection(TokioIo::new(Rewound::new(buf, io)), service);
-            watcher.watch(conn).await.map_err(|e| e.to_string())
-        };
-        until_idle(conn, activity, opts, peer).await;
-    }
-}
+pub(crate) const REFUSAL_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// A listener with its connection limit, the answer for connections beyond
 /// it, and a back-off for failing accepts: what the proxy and admin

@@ -1,0 +1,109 @@
+//! The server side of a connection, below the proxy and the admin listener:
+//! accepting under a connection limit, TLS, telling HTTP/2 from HTTP/1.1,
+//! the proxy's own HTTP/1.1 server, idle and head-read deadlines, the
+//! graceful drain, and the socket handed over after an upgrade. Each
+//! request is handed to a [`Handler`] (the proxy) and its [`Answer`]
+//! written back.
+//!
+//! ```text
+//!  listen::serve ─► accept (limit, refusal) ─► TLS? ─► first bytes: h2 preface?
+//!                                                     ├─ yes ─► hyper's HTTP/2 ─┐
+//!                                                     └─ no ──► h1 (own server) ┴─► Handler::handle ─► Answer
+//! ```
+//!
+//! * [`listen`]: the proxy listener's accept loop and connections;
+//! * [`accept`]: the connection limit every listener shares;
+//! * `h1`: the HTTP/1.1 server: heads, bodies, keep-alive, pipelining,
+//!   `100-continue`, upgrades, problem+json for unreadable heads;
+//! * [`idle`]: whether bytes move on a connection, and closing it when they do not;
+//! * [`upgrade`]: the client's side of an upgrade, from either server;
+//! * [`conn`]: what a connection is to a request, and its listener's limits;
+//! * [`drain`]: the "going away" flag;
+//! * [`refused`]: what a listener answers on its own.
+
+pub mod accept;
+pub mod conn;
+mod deadline;
+pub mod drain;
+mod h1;
+pub mod idle;
+pub mod listen;
+pub mod refused;
+pub mod upgrade;
+
+use std::future::Future;
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{header, HeaderName, HeaderValue, Response};
+use http_body_util::{Either, Full};
+
+pub use conn::{ConnInfo, ServerOptions};
+pub use drain::Drain;
+pub use listen::serve;
+pub use refused::Refused;
+
+use crate::upstream::{RequestBody, ResponseBody};
+
+/// An answer's body: an upstream's, streamed (its header fields still the
+/// bytes they came in), or one made here.
+pub type AnswerBody = Either<ResponseBody, Full<Bytes>>;
+
+/// The request id's field name, as written.
+pub const REQUEST_ID_NAME: &str = "x-request-id";
+/// The request id's field: the answer carries the request's, and the
+/// upstream leg sends it.
+pub const X_REQUEST_ID: HeaderName = HeaderName::from_static(REQUEST_ID_NAME);
+
+/// What a request is answered with.
+#[derive(Debug)]
+pub struct Answer {
+    /// The response.
+    pub response: Response<AnswerBody>,
+    /// The request's id, which the answer carries as `X-Request-Id`
+    /// (replacing an upstream's); `None` for what a listener answers itself.
+    pub request_id: Option<HeaderValue>,
+    /// Whether it is an upstream's answer, which gets this instance's `Via`
+    /// after the upstream's own.
+    pub from_upstream: bool,
+}
+
+impl Answer {
+    /// The response with every field in its map, for a server that sends
+    /// maps (hyper: HTTP/2): the upstream's fields, `via` after them, the
+    /// request id replacing any the upstream sent.
+    pub fn into_response(self, via: &HeaderValue) -> Response<AnswerBody> {
+        let Answer { mut response, request_id, from_upstream } = self;
+        if let Either::Left(body) = response.body_mut() {
+            std::mem::take(body.fields_mut()).move_into(response.headers_mut());
+        }
+        if from_upstream {
+            response.headers_mut().append(header::VIA, via.clone());
+        }
+        if let Some(id) = request_id {
+            response.headers_mut().insert(X_REQUEST_ID, id);
+        }
+        response
+    }
+}
+
+/// What a listener hands each request to: the proxy. The head is borrowed
+/// (it stays where the server built it, and every stage reads it in
+/// place); the body reads from the connection as it is asked for.
+pub trait Handler: Send + Sync + 'static {
+    /// Answers one request from the connection `conn` describes. Never
+    /// fails: failures are answers.
+    fn handle<'a>(
+        &'a self,
+        head: &'a mut Parts,
+        body: RequestBody,
+        conn: ConnInfo,
+    ) -> impl Future<Output = Answer> + Send + 'a;
+
+    /// The `Via` an upstream's answer gets (after the upstream's; the
+    /// upstream leg speaks HTTP/1.1).
+    fn via(&self) -> &HeaderValue;
+
+    /// This instance's name, in the listener's own answers.
+    fn name(&self) -> &str;
+}
