@@ -14,7 +14,6 @@ use shardgate::config;
 use shardgate::ids::{Decoded, Iuid, LocalityUuid, UniqidShard, Uuid7};
 use shardgate::proxy::locate::{locate, Plan};
 use shardgate::proxy::mint::Minters;
-use shardgate::proxy::Decision;
 use shardgate::routing::{SharedTable, Strategy, Table};
 
 /// 16 regions, all 256 countries, 256 entities, 1,000 overrides,
@@ -137,8 +136,7 @@ fn request(c: &mut Criterion) {
     let by_header = parts("/v1/orders", Some(&iuid));
     let by_query_second_format = parts(&format!("/v1/invoices?page=2&id={uniqid}"), None);
     for p in [&by_path, &by_header, &by_query_second_format] {
-        let mut d = Decision::default();
-        let plan = locate(&table, p, &minters, false, &mut d).expect("the bench requests route");
+        let plan = locate(&table, p, &minters, false).map_err(|r| r.error).expect("the bench requests route");
         let region = match plan {
             Plan::One(located) => Some(table.region(located.placement.region).name.as_str()),
             _ => None,
@@ -150,8 +148,7 @@ fn request(c: &mut Criterion) {
     for (name, p) in [("path_iuid", &by_path), ("header_iuid", &by_header), ("query_uniqid", &by_query_second_format)] {
         g.bench_function(name, |b| {
             b.iter(|| {
-                let mut d = Decision::default();
-                locate(black_box(&table), black_box(p), &minters, false, &mut d).map(|plan| match plan {
+                locate(black_box(&table), black_box(p), &minters, false).map(|plan| match plan {
                     Plan::One(l) => Some(l.placement.region),
                     _ => None,
                 })

@@ -24,7 +24,11 @@
 //!   moves on to the upstream leg.
 //! * A request loads the routing table once (an `Arc` snapshot taken from an
 //!   `ArcSwap`, [`routing::shared`]) and uses that snapshot to the end, so a
-//!   reload never mixes old and new tables within one request.
+//!   reload never mixes old and new tables within one request. It carries
+//!   one context through the stages (`proxy::ctx`): that snapshot, its
+//!   connection, how it arrived, and a journal the stages write as they go
+//!   (route, region, rule, attempts, legs) and `proxy::respond` reads once
+//!   for the metrics, the trace, the debug headers and the access log.
 //! * Matching, extraction, decoding and placement are pure, synchronous
 //!   functions without I/O, run together by [`proxy::locate`]; that is where
 //!   the routing logic lives and where it is tested (and benched, and
@@ -42,7 +46,8 @@
 //! * Errors the proxy answers itself are one table, [`proxy::error`] (the
 //!   admin listener's are its own), made into RFC 9457 problem+json with an
 //!   RFC 9209 `Proxy-Status` by [`problem`], and written by
-//!   `proxy::respond` with the metrics and the access log.
+//!   `proxy::respond`; every way a request can end is one
+//!   [`outcome::Outcome`], the label of its metrics and log line.
 //!
 //! ## Modules, lowest layer first
 //!
@@ -59,6 +64,7 @@
 //! * [`wire`]: reading an HTTP/1.1 connection, for both legs.
 //! * [`merge`]: the JSON arrays of a fan-out's regions as one array in one
 //!   order, a page at a time, with the cursor of the next page. No I/O.
+//! * [`outcome`]: how a request ended, as the metrics label it.
 //! * [`problem`]: how a failure becomes its problem+json answer, on every listener.
 //! * [`config`]: the routing table file: YAML walk, schema, validation per
 //!   section, the typed [`config::Config`], restart-only keys.
@@ -94,6 +100,7 @@ pub mod http1;
 pub mod merge;
 pub mod mesh;
 pub mod metrics;
+pub mod outcome;
 pub mod problem;
 pub mod proxy;
 pub mod routing;

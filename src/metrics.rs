@@ -31,6 +31,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 use rustc_hash::FxHashMap;
 
+use crate::outcome::Outcome;
 use crate::routing::shared::Loaded;
 
 /// The metric name prefix.
@@ -270,8 +271,8 @@ pub struct RequestRecord<'a> {
     pub region: Option<&'a str>,
     /// Response status.
     pub status: u16,
-    /// Outcome token (the error table's, or `proxied`, `forwarded_to_peer`, `minted`).
-    pub outcome: &'static str,
+    /// How it ended.
+    pub outcome: Outcome,
     /// The id the request was routed by: its format, and whether it was minted.
     pub id: Option<(&'static str, bool)>,
     /// Whole request, until the response head was ready.
@@ -469,7 +470,7 @@ impl Metrics {
                     route,
                     region,
                     status: r.status,
-                    outcome: Token(r.outcome),
+                    outcome: Token(r.outcome.as_str()),
                     upstream: r.upstream.is_some(),
                     id: r.id.map(|(format, minted)| (Token(format), minted)),
                 }),
@@ -519,7 +520,7 @@ impl Metrics {
             http_route: labels.route(r.route),
             http_response_status_code: r.status,
             region,
-            outcome: r.outcome,
+            outcome: r.outcome.as_str(),
         };
         Series { request: self.requests.get_or_create(&key).clone(), upstream, id }
     }
@@ -658,7 +659,7 @@ mod tests {
             route,
             region,
             status: 200,
-            outcome: "proxied",
+            outcome: Outcome::Proxied,
             id,
             duration: Duration::from_millis(3),
             upstream: Some(Duration::from_millis(2)),

@@ -17,9 +17,8 @@ use http::{HeaderMap, HeaderValue, Method};
 use libfuzzer_sys::fuzz_target;
 use shardgate::config;
 use shardgate::proxy::extract::{extract, percent_decode, query_param};
-use shardgate::proxy::locate::locate;
+use shardgate::proxy::locate::{locate, Plan};
 use shardgate::proxy::mint::Minters;
-use shardgate::proxy::Decision;
 use shardgate::routing::Table;
 
 const TABLE: &str = r#"version: 1
@@ -139,10 +138,10 @@ fuzz_target!(|data: &[u8]| {
             parts.method = method;
             parts.uri = uri.clone();
             parts.headers = headers.clone();
-            let mut decision = Decision::default();
-            match locate(table, &parts, minters(), false, &mut decision) {
-                Ok(l) => assert!(usize::from(l.placement.region.0) < table.regions().len()),
-                Err(e) => assert!(matches!(e.status().as_u16(), 400 | 404 | 502), "{e}"),
+            match locate(table, &parts, minters(), false) {
+                Ok(Plan::One(l)) => assert!(usize::from(l.placement.region.0) < table.regions().len()),
+                Ok(_) => {}
+                Err(r) => assert!(matches!(r.error.status().as_u16(), 400 | 404 | 405 | 502), "{}", r.error),
             }
         }
     }

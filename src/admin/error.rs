@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use crate::config::ConfigErrors;
 use crate::ids::escape_for_display;
-use crate::problem::{quote, row, Problem, Spec, DEST, METHOD_NOT_ALLOWED, REQ};
+use crate::problem::{quote, row, Outcome, Problem, Spec, DEST, METHOD_NOT_ALLOWED, REQ};
 
 /// A failure of an admin request.
 #[derive(Debug)]
@@ -65,23 +65,30 @@ pub enum AdminError {
     },
 }
 
-const NO_ENDPOINT: Spec = row(S::NOT_FOUND, "not_found", DEST, "Not Found", "admin-not-found", "no_route");
+const NO_ENDPOINT: Spec = row(S::NOT_FOUND, "not_found", DEST, "Not Found", "admin-not-found", Outcome::NoRoute);
 const UNAUTHORIZED: Spec =
-    row(S::UNAUTHORIZED, "unauthorized", REQ, "Unauthorized", "admin-unauthorized", "bad_request");
-const FORBIDDEN: Spec = row(S::FORBIDDEN, "forbidden", REQ, "Forbidden", "admin-forbidden", "bad_request");
-const NO_ID: Spec = row(S::BAD_REQUEST, "missing_id", REQ, "Bad Request", "admin-missing-id", "bad_id");
-const UNKNOWN_ROUTE: Spec = row(S::NOT_FOUND, "unknown_route", DEST, "Not Found", "admin-unknown-route", "no_route");
-const NO_FILE: Spec = row(S::CONFLICT, "no_file", REQ, "Conflict", "admin-no-file", "bad_request");
-const INVALID: Spec =
-    row(S::UNPROCESSABLE_ENTITY, "invalid_config", REQ, "Unprocessable Entity", "admin-invalid-config", "bad_request");
-const RESTART: Spec = row(S::CONFLICT, "needs_restart", REQ, "Conflict", "admin-needs-restart", "bad_request");
+    row(S::UNAUTHORIZED, "unauthorized", REQ, "Unauthorized", "admin-unauthorized", Outcome::BadRequest);
+const FORBIDDEN: Spec = row(S::FORBIDDEN, "forbidden", REQ, "Forbidden", "admin-forbidden", Outcome::BadRequest);
+const NO_ID: Spec = row(S::BAD_REQUEST, "missing_id", REQ, "Bad Request", "admin-missing-id", Outcome::BadId);
+const UNKNOWN_ROUTE: Spec =
+    row(S::NOT_FOUND, "unknown_route", DEST, "Not Found", "admin-unknown-route", Outcome::NoRoute);
+const NO_FILE: Spec = row(S::CONFLICT, "no_file", REQ, "Conflict", "admin-no-file", Outcome::BadRequest);
+const INVALID: Spec = row(
+    S::UNPROCESSABLE_ENTITY,
+    "invalid_config",
+    REQ,
+    "Unprocessable Entity",
+    "admin-invalid-config",
+    Outcome::BadRequest,
+);
+const RESTART: Spec = row(S::CONFLICT, "needs_restart", REQ, "Conflict", "admin-needs-restart", Outcome::BadRequest);
 const RELOAD_FAILED: Spec = row(
     S::INTERNAL_SERVER_ERROR,
     "reload_failed",
     "proxy_internal_error",
     "Internal Server Error",
     "admin-reload-failed",
-    "proxy_error",
+    Outcome::ProxyError,
 );
 
 impl Problem for AdminError {

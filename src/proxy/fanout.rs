@@ -24,13 +24,16 @@ use http::request::Parts;
 use http::{header, HeaderValue, Method, Response};
 use http_body_util::{Either, Full};
 
+use super::ctx::{Ctx, Legs};
 use super::error::{LegFailure, ProxyError};
 use super::extract::{percent_decode, query_param};
-use super::locate::Decision;
-use super::{legs, Proxy, ProxyBody};
+use super::forward::{Leg, Reach};
+use super::legs::{self, Asking};
 use crate::config::model::{FanoutRule, ListSource};
 use crate::merge::{self, Cursor};
-use crate::routing::{RegionId, Route, Table};
+use crate::outcome::Outcome;
+use crate::routing::{RegionId, Table};
+use crate::server::AnswerBody;
 
 /// The header naming the regions a partial answer lacks.
 const PARTIAL: &str = "x-shardgate-partial";
@@ -45,57 +48,58 @@ struct PageRequest {
 
 /// Answers a fan-out route.
 pub(super) async fn fanout<'t>(
-    proxy: &Proxy,
-    table: &'t Table,
-    route: &'t Route,
+    reach: Reach<'_>,
+    ctx: &mut Ctx<'t>,
     rule: &'t FanoutRule,
     parts: &Parts,
-    hops: u32,
-    decision: &mut Decision<'t>,
-) -> Result<Response<ProxyBody>, ProxyError> {
+) -> Result<Response<AnswerBody>, ProxyError> {
+    let table = ctx.table;
     let page = read_page(table, rule, parts)?;
     let leg = leg_request(parts)?;
-    decision.upstream_started = Some(Instant::now());
-    let answers = gather(proxy, table, rule, &page.regions, &leg, hops, decision.trace.as_deref()).await;
+    ctx.journal.upstream_started = Some(Instant::now());
+    let asking = Asking { kind: "fanout", timeout: rule.leg_timeout, parent: ctx.journal.trace.as_deref() };
+    let answers = gather(reach, table, rule, &page.regions, &leg, (ctx.hops, asking)).await;
     let mut all = Vec::new();
     let mut failed = Vec::new();
     let mut answered = Vec::new();
     let mut not_found = Vec::new();
+    let mut legs = Legs { kind: "fanout", answers: Vec::with_capacity(answers.len()) };
     for (region, answer) in &answers {
         let name = table.region(*region).name.as_str();
-        match answer {
+        let said = match answer {
             Ok(Answer::List(body)) => match merge::items(&rule.merge, table.id_params(), name, body) {
                 Ok(items) => {
                     answered.push((name, items.len()));
                     all.extend(items);
+                    "ok"
                 }
                 Err(e) => {
-                    failed.push(LegFailure { region: name.to_string(), reason: e.reason(), detail: e.to_string() })
+                    failed.push(LegFailure { region: name.to_string(), reason: e.reason(), detail: e.to_string() });
+                    e.reason()
                 }
             },
             // The region has no list for this request: an empty one.
             Ok(Answer::NotFound) => {
                 answered.push((name, 0));
                 not_found.push(name.to_string());
+                "not_found"
             }
-            Err(f) => failed.push(f.clone()),
-        }
+            Err(f) => {
+                failed.push(f.clone());
+                f.reason
+            }
+        };
+        legs.answers.push((*region, said));
     }
+    legs.answers.sort_by_key(|(r, _)| page.regions.iter().position(|p| p == r));
+    ctx.journal.legs = Some(legs);
     if !answers.is_empty() && not_found.len() == answers.len() {
         return Err(ProxyError::NotFoundAnywhere { asked: not_found });
-    }
-    let outcomes = answered
-        .iter()
-        .map(|(r, _)| (*r, if not_found.iter().any(|n| n == r) { "not_found" } else { "ok" }))
-        .chain(failed.iter().map(|f| (f.region.as_str(), f.reason)));
-    decision.legs = Some(legs::summary(outcomes.clone()));
-    for (region, outcome) in outcomes {
-        proxy.shared.metrics.leg("fanout", &route.name, region, outcome);
     }
     if !failed.is_empty() && (rule.require_all || answered.is_empty()) {
         return Err(ProxyError::LegsFailed { what: "fan-out", asked: page.regions.len(), failed });
     }
-    decision.outcome = Some(if failed.is_empty() { "fanout" } else { "fanout_partial" });
+    ctx.journal.outcome = Some(if failed.is_empty() { Outcome::Fanout } else { Outcome::FanoutPartial });
     let page_items = merge::page(&rule.merge, all, page.after.as_ref(), page.limit);
     let body = write_answer(rule, &page_items, &answered, &failed);
     Ok(answer(body, &failed))
@@ -193,36 +197,34 @@ enum Answer {
 /// `concurrency` at a time, each within `leg_timeout`; those still running
 /// (or not started) at the `deadline` are failures.
 async fn gather(
-    proxy: &Proxy,
+    reach: Reach<'_>,
     table: &Table,
     rule: &FanoutRule,
     regions: &[RegionId],
     leg: &Parts,
-    hops: u32,
-    trace: Option<&crate::telemetry::traces::TraceSpan>,
+    (hops, asking): (u32, Asking<'_>),
 ) -> Vec<(RegionId, Result<Answer, LegFailure>)> {
     let deadline = tokio::time::Instant::now() + rule.deadline;
     let fetch = |region: RegionId| async move {
         let name = table.region(region).name.as_str();
         // One leg_timeout from the request to the body's last byte.
         let ends = tokio::time::Instant::now() + rule.leg_timeout;
-        let result =
-            match legs::ask(proxy, table, region, leg, hops, rule.leg_timeout, trace.map(|t| (t, "fanout"))).await {
-                Ok(resp) if resp.status().is_success() => {
-                    let read = legs::read_body(name, resp, rule.max_leg_bytes);
-                    match tokio::time::timeout_at(ends, read).await {
-                        Ok(r) => r.map(Answer::List),
-                        Err(_) => Err(LegFailure {
-                            region: name.to_string(),
-                            reason: "leg_timeout",
-                            detail: "the answer's body did not arrive in time".into(),
-                        }),
-                    }
+        let result = match legs::ask(reach, Leg::alone(table, region, hops), leg, asking).await {
+            Ok(resp) if resp.status().is_success() => {
+                let read = legs::read_body(name, resp, rule.max_leg_bytes);
+                match tokio::time::timeout_at(ends, read).await {
+                    Ok(r) => r.map(Answer::List),
+                    Err(_) => Err(LegFailure {
+                        region: name.to_string(),
+                        reason: "leg_timeout",
+                        detail: "the answer's body did not arrive in time".into(),
+                    }),
                 }
-                Ok(resp) if resp.status() == http::StatusCode::NOT_FOUND => Ok(Answer::NotFound),
-                Ok(resp) => Err(legs::status_failure(name, resp.status())),
-                Err(f) => Err(f),
-            };
+            }
+            Ok(resp) if resp.status() == http::StatusCode::NOT_FOUND => Ok(Answer::NotFound),
+            Ok(resp) => Err(legs::status_failure(name, resp.status())),
+            Err(f) => Err(f),
+        };
         (region, result)
     };
     let mut waiting = regions.iter().copied();
@@ -279,7 +281,7 @@ fn write_answer(
 }
 
 /// The response: JSON, and the failed regions named in a header.
-fn answer(body: Vec<u8>, failed: &[LegFailure]) -> Response<ProxyBody> {
+fn answer(body: Vec<u8>, failed: &[LegFailure]) -> Response<AnswerBody> {
     let mut resp = Response::new(Either::Right(Full::new(Bytes::from(body))));
     let h = resp.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));

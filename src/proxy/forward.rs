@@ -13,18 +13,31 @@ use std::time::Instant;
 use http::request::Parts;
 use http::{header, HeaderMap, Response, Uri};
 
+use super::ctx::Journal;
 use super::dispatch::{dispatch, Chain, Target};
 use super::error::ProxyError;
-use super::locate::Decision;
-use super::Proxy;
 use crate::http1::write::Added;
 use crate::mesh;
-use crate::routing::{RegionId, Table};
-use crate::telemetry::traces;
+use crate::routing::{RegionId, Table, Upstream};
+use crate::telemetry::traces::{self, TraceSpan, Traces};
 use crate::upstream::body::{self, BodyFault, Pace};
 use crate::upstream::exchange::Outgoing;
 use crate::upstream::retry::is_idempotent;
-use crate::upstream::{Attempt, AttemptSettings, RequestBody, ResponseBody, UpstreamBody, Use};
+use crate::upstream::{Attempt, AttemptSettings, Health, RequestBody, ResponseBody, UpstreamBody, Upstreams, Use};
+
+/// What the upstream leg needs of the proxy: the connections, the
+/// endpoints' health, the traces, and the name it gives peers.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Reach<'p> {
+    /// The upstream connections and the retry budget.
+    pub(super) upstreams: &'p Upstreams,
+    /// Every endpoint's health.
+    pub(super) health: &'p Health,
+    /// This instance's traces, when they are on.
+    pub(super) traces: Option<&'p Traces>,
+    /// This instance's node name (`Forwarded: by=` to peers).
+    pub(super) node: &'p str,
+}
 
 /// What the attempts of one request share.
 #[derive(Debug)]
@@ -40,13 +53,17 @@ pub(super) struct Leg<'t> {
     pub(super) serve_only: bool,
     /// The table in force.
     pub(super) table: &'t Table,
+    /// When the request (or the fan-out's or search's leg) started: the
+    /// client's body is paced from here.
+    pub(super) started: Instant,
 }
 
 impl<'t> Leg<'t> {
     /// A leg of a fan-out or search, or one a peer asked for: `region`
     /// alone, never failed over, marked for a peer to serve as it is.
     pub(super) fn alone(table: &'t Table, region: RegionId, hops: u32) -> Leg<'t> {
-        Leg { chain: Chain::from_slice(&[region]), can_fail_over: false, hops, table, serve_only: true }
+        let chain = Chain::from_slice(&[region]);
+        Leg { chain, can_fail_over: false, hops, table, serve_only: true, started: Instant::now() }
     }
 }
 
@@ -61,16 +78,15 @@ fn settings(table: &Table, started: Instant) -> AttemptSettings<'_> {
 /// proxy's `added` fields, and `body`) until an attempt answers or no safe
 /// attempt is left.
 pub(super) async fn forward<'t>(
-    proxy: &Proxy,
+    reach: Reach<'_>,
     mut leg: Leg<'t>,
     parts: &Parts,
     added: &Added,
     body: RequestBody,
-    started: Instant,
-    decision: &mut Decision<'t>,
+    journal: &mut Journal<'t>,
 ) -> Result<Response<ResponseBody>, ProxyError> {
-    let (shared, table) = (&proxy.shared, leg.table);
-    let s = settings(table, started);
+    let table = leg.table;
+    let s = settings(table, leg.started);
     let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
     let idempotent = is_idempotent(&parts.method);
     let (body, use_) = prepare(parts, body, table, s.pace).await?;
@@ -78,32 +94,32 @@ pub(super) async fn forward<'t>(
     // nothing of it has been sent (a refused connection gives it back).
     let replayable = matches!(body, UpstreamBody::Empty);
     let mut body = Some(body);
-    shared.upstreams.deposit(&s);
-    decision.upstream_started = Some(Instant::now());
+    reach.upstreams.deposit(&s);
+    journal.upstream_started = Some(Instant::now());
     let mut tried: Vec<&'t Uri> = Vec::new();
     let (mut retries_used, mut last) = (0, None);
     loop {
         let fail_over = leg.can_fail_over && !matches!(last, Some(ProxyError::UpstreamSaturated { .. }));
-        let target = match dispatch(table, &shared.health, &mut leg.chain, fail_over, &tried) {
+        let target = match dispatch(table, reach.health, &mut leg.chain, fail_over, &tried) {
             Ok(t) => t,
             Err(e) => return Err(last.unwrap_or(e)),
         };
-        note_target(&leg, &target, decision);
-        let Some((endpoint, admit)) = shared.upstreams.pick(target.endpoints, &tried, &shared.health) else {
+        note_target(&leg, &target, journal);
+        let Some((endpoint, admit)) = reach.upstreams.pick(target.endpoints, &tried, reach.health) else {
             // Health changed since dispatch looked (another request took a
             // half-open endpoint's trial): count the region as tried.
             tried.extend(target.endpoints.iter().map(|e| &e.uri));
             continue;
         };
-        let to_peer = peer_headers(proxy, &leg, &target, &parts.headers)?;
+        let to_peer = peer_headers(reach.node, &leg, &target, &parts.headers)?;
         let headers = to_peer.as_ref().unwrap_or(&parts.headers);
         let Some(b) = body.take() else { return Err(last.unwrap_or(ProxyError::RequestTimeout)) };
-        decision.attempts += 1;
-        let traced = trace_attempt(proxy, decision, parts, headers, endpoint, &target, last.as_ref());
+        journal.attempts += 1;
+        let traced = trace_attempt(reach, journal, parts, headers, endpoint, &target, last.as_ref());
         let headers = traced.as_deref().map_or(headers, |(_, h)| h);
         let out = Outgoing { method: &parts.method, target: path.as_str(), host: &endpoint.host, headers, added };
         let attempt = Attempt { endpoint, admit, out, use_, count_5xx: !target.via_peer };
-        let outcome = shared.upstreams.attempt(attempt, b, &s, &shared.health).await;
+        let outcome = reach.upstreams.attempt(attempt, b, &s, reach.health).await;
         let failure = match outcome {
             Ok(resp) => {
                 if let Some((span, _)) = traced.as_deref() {
@@ -124,7 +140,7 @@ pub(super) async fn forward<'t>(
             // Sent, and failed: again only if it is safe and the budget allows.
             None => {
                 let safe = replayable && idempotent && failure.error.may_retry();
-                if !safe || retries_used >= s.policy.retries || !shared.upstreams.withdraw(&s) {
+                if !safe || retries_used >= s.policy.retries || !reach.upstreams.withdraw(&s) {
                     return Err(error);
                 }
                 retries_used += 1;
@@ -159,46 +175,46 @@ async fn prepare(
 
 /// The client span of the attempt at `endpoint`, and the headers that
 /// name it the upstream's parent (`None` with traces off: nothing is made).
+/// Boxed: held across the attempt's await, unboxed it would widen every
+/// request's future (and its moves) by a span and a header map.
 fn trace_attempt(
-    proxy: &Proxy,
-    decision: &Decision<'_>,
+    reach: Reach<'_>,
+    journal: &Journal<'_>,
     parts: &Parts,
     headers: &HeaderMap,
-    endpoint: &crate::routing::Upstream,
+    endpoint: &Upstream,
     target: &Target<'_>,
     last: Option<&ProxyError>,
-) -> Option<Box<(crate::telemetry::traces::TraceSpan, HeaderMap)>> {
-    let (parent, traces) = decision.trace.as_ref().zip(proxy.shared.traces.as_deref())?;
+) -> Option<Box<(TraceSpan, HeaderMap)>> {
+    let (parent, traces) = journal.trace.as_deref().zip(reach.traces)?;
     let uri = endpoint.uri.to_string();
     let attempt = traces::Attempt {
         method: &parts.method,
         endpoint: &uri,
         region: &target.region.name,
-        number: decision.attempts,
+        number: journal.attempts,
         peer: target.via_peer,
         retry_reason: last.map(ProxyError::reason),
     };
     let span = traces.attempt(parent, &attempt);
     let mut headers = headers.clone();
     traces::inject(&span, &mut headers);
-    // Boxed: held across the attempt's await, unboxed it would widen every
-    // request's future (and its moves) by a span and a header map.
     Some(Box::new((span, headers)))
 }
 
 /// Records where the request is going, for the log and the debug headers.
-fn note_target<'t>(leg: &Leg<'t>, target: &Target<'t>, decision: &mut Decision<'t>) {
-    decision.region = Some(target.region.name.as_str());
-    decision.peer = target.via_peer;
+fn note_target<'t>(leg: &Leg<'t>, target: &Target<'t>, journal: &mut Journal<'t>) {
+    journal.region = Some(target.region.name.as_str());
+    journal.peer = target.via_peer;
     let owner = leg.chain.first().map(|&r| leg.table.region(r).name.as_str());
-    decision.failover_from = owner.filter(|o| *o != target.region.name);
+    journal.failover_from = owner.filter(|o| *o != target.region.name);
 }
 
 /// The request headers for an attempt at `target` when it is a peer:
 /// `base` with this instance's `Forwarded: by=`, the hop count and the
 /// failover chain (`None`: not a peer, `base` goes as it is, uncopied).
 fn peer_headers(
-    proxy: &Proxy,
+    node: &str,
     leg: &Leg<'_>,
     target: &Target<'_>,
     base: &HeaderMap,
@@ -214,7 +230,7 @@ fn peer_headers(
             detail: format!("forwarding to region {} would exceed the hop limit of {max_hops}", target.region.name),
         });
     }
-    mesh::mark_forwarded(&mut headers, &proxy.me.node, next);
+    mesh::mark_forwarded(&mut headers, node, next);
     if leg.serve_only {
         mesh::mark_leg(&mut headers, &target.region.name);
     }

@@ -1,6 +1,6 @@
 //! The request and response heads on both legs: what is checked and
 //! normalised on arrival ([`admit`]), and the header hygiene of RFC 9110
-//! §7.6 on the way upstream ([`to_upstream`]) and back ([`from_upstream`]):
+//! §7.6 on the way upstream (`to_upstream`) and back ([`from_upstream`]):
 //! hop-by-hop removal, allowed upgrades only, `X-Forwarded-*`, a fresh
 //! request id and `Via` upstream, which request ids are kept, and the
 //! minted id announced on a successful create. The answer's own `Via` and
@@ -14,13 +14,13 @@ use http::request::Parts;
 use http::Response;
 use hyper::body::Body;
 
+use super::ctx::Ctx;
 use super::error::ProxyError;
 use super::tunnel::Tunnel;
 use crate::http1::write::Added;
 use crate::http1::Fields;
 use crate::routing::{Route, Settings};
 use crate::server::upgrade::ClientUpgrade;
-use crate::server::ConnInfo;
 use crate::upstream::{RequestBody, ResponseBody};
 
 /// Checks a request head as it arrived: within the limits, framed as RFC
@@ -52,15 +52,14 @@ pub fn admit(parts: &mut Parts, settings: &Settings) -> Result<(), ProxyError> {
 /// and the tunnel an upgrade would open, when one is asked for. The client's
 /// `Host` stays in the map and is never written upstream (each attempt
 /// sends its endpoint's).
-pub fn to_upstream(
+pub(super) fn to_upstream(
+    ctx: &Ctx<'_>,
     parts: &mut Parts,
     body: &RequestBody,
     route: &Route,
-    conn: &ConnInfo,
-    settings: &Settings,
     via: &Via,
-    fresh_request_id: Option<&HeaderValue>,
 ) -> (Added, Option<Tunnel>) {
+    let (conn, settings) = (&ctx.conn, ctx.table.settings());
     let upgrade = parts.version == http::Version::HTTP_11 && keep_allowed_upgrades(&mut parts.headers, &route.upgrades);
     let tunnel = if upgrade { ClientUpgrade::take(&mut parts.extensions) } else { None }.and_then(|client| {
         let asked = parts.headers.get(header::UPGRADE)?.clone();
@@ -76,7 +75,7 @@ pub fn to_upstream(
     remove_hop_by_hop(&mut parts.headers, upgrade);
     let trusted = settings.server.trusted_hops.iter().any(|c| c.contains(conn.peer.ip()));
     let origin = Origin { peer: conn.peer.ip(), trusted, tls: conn.tls, host };
-    let added = forwarded(&mut parts.headers, origin, fresh_request_id, via.for_version(parts.version));
+    let added = forwarded(&mut parts.headers, origin, ctx.arrival.id_to_add(), via.for_version(parts.version));
     // A body of unknown length (chunked from the client, or HTTP/2 without
     // content-length) goes upstream chunked, whatever the method: without
     // the header the client leg would send a GET's body as no body.
@@ -95,14 +94,14 @@ pub type Minted = (HeaderName, String, Option<String>);
 /// upstream's failure), hop-by-hop and mesh headers removed, a minted id
 /// announced when the owner accepted the create (2xx: after a failure no
 /// entity stands behind the id). The answer comes back as the upstream's
-/// kind of [`super::ProxyBody`] (`Left`): that is what tells the client
+/// kind of [`crate::server::AnswerBody`] (`Left`): that is what tells the client
 /// leg's writers to add this proxy's `Via` after the upstream's fields
 /// ([`super::Proxy::handle`]).
 pub fn from_upstream(
     mut resp: Response<ResponseBody>,
     tunnel: Option<Tunnel>,
     minted: Option<Minted>,
-) -> Result<Response<super::ProxyBody>, ProxyError> {
+) -> Result<Response<crate::server::AnswerBody>, ProxyError> {
     let switching = resp.status() == http::StatusCode::SWITCHING_PROTOCOLS;
     if switching {
         // A tunnel's `Upgrade` and `Connection` are kept and rewritten in

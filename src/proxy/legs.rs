@@ -3,42 +3,50 @@
 //! its own backends): no failover, since another region's answer would
 //! count twice in a merge, or answer for an entity it does not hold.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::request::Parts;
 use http::{header, HeaderName, Method, Response};
 use http_body_util::{BodyExt, Limited};
 
+use super::ctx::Journal;
 use super::error::{LegFailure, ProxyError};
-use super::forward::{forward, Leg};
-use super::locate::Decision;
-use super::Proxy;
+use super::forward::{forward, Leg, Reach};
 use crate::http1::write::Added;
-use crate::routing::{RegionId, Table};
-use crate::telemetry::traces;
+use crate::telemetry::traces::{self, TraceSpan};
 use crate::upstream::{RequestBody, ResponseBody};
 
-/// Sends `parts` (no body) to `region` within `timeout`.
+/// How a fan-out or search asks each region: within `timeout`, its span
+/// (named `kind`) a child of `parent` when traces are on.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Asking<'a> {
+    /// `fanout` or `search`.
+    pub(super) kind: &'static str,
+    /// Each leg's time limit.
+    pub(super) timeout: Duration,
+    /// The request's span.
+    pub(super) parent: Option<&'a TraceSpan>,
+}
+
+/// Sends `parts` (no body) on `leg`, one region alone.
 pub(super) async fn ask(
-    proxy: &Proxy,
-    table: &Table,
-    region: RegionId,
+    reach: Reach<'_>,
+    leg: Leg<'_>,
     parts: &Parts,
-    hops: u32,
-    timeout: Duration,
-    trace: Option<(&crate::telemetry::traces::TraceSpan, &'static str)>,
+    asking: Asking<'_>,
 ) -> Result<Response<ResponseBody>, LegFailure> {
-    let name = &table.region(region).name;
-    let leg = Leg::alone(table, region, hops);
-    let mut decision = Decision::default();
-    if let (Some((parent, kind)), Some(traces)) = (trace, &proxy.shared.traces) {
-        decision.trace = Some(Box::new(traces.leg(parent, kind, name)));
+    let table = leg.table;
+    let name = leg.chain.first().map_or("", |&r| table.region(r).name.as_str());
+    let timeout = asking.timeout;
+    let mut journal = Journal::default();
+    if let (Some(parent), Some(traces)) = (asking.parent, reach.traces) {
+        journal.trace = Some(Box::new(traces.leg(parent, asking.kind, name)));
     }
     // The head's map holds the added fields already (fan-out and search
     // move them there, since every leg copies the map).
     let none = Added::default();
-    let sent = forward(proxy, leg, parts, &none, RequestBody::Empty, Instant::now(), &mut decision);
+    let sent = forward(reach, leg, parts, &none, RequestBody::Empty, &mut journal);
     let answer = match tokio::time::timeout(timeout, sent).await {
         Ok(Ok(mut resp)) => {
             // A leg's answer is read (or sent on whole), its fields looked up.
@@ -47,12 +55,12 @@ pub(super) async fn ask(
         }
         Ok(Err(e)) => Err(failure(name, &e)),
         Err(_) => Err(LegFailure {
-            region: name.clone(),
+            region: name.to_string(),
             reason: "leg_timeout",
             detail: format!("no answer within {}", crate::config::duration::Dur(timeout)),
         }),
     };
-    if let Some(span) = decision.trace.as_deref() {
+    if let Some(span) = journal.trace.as_deref() {
         match &answer {
             Ok(resp) => traces::set(span, "http.response.status_code", i64::from(resp.status().as_u16())),
             Err(f) => traces::failed(span, f.reason),
@@ -133,19 +141,4 @@ pub(super) async fn read_body(region: &str, resp: Response<ResponseBody>, max: u
             detail: format!("the answer broke off: {e}"),
         }),
     }
-}
-
-/// `eu=ok us=leg_timeout`: what each region answered, for the access log
-/// and the debug header.
-pub(super) fn summary<'a, 'b>(legs: impl IntoIterator<Item = (&'a str, &'b str)>) -> String {
-    let mut out = String::new();
-    for (region, outcome) in legs {
-        if !out.is_empty() {
-            out.push(' ');
-        }
-        out.push_str(region);
-        out.push('=');
-        out.push_str(outcome);
-    }
-    out
 }

@@ -1,66 +1,17 @@
 //! Locate: the pure part of routing one request. Match the route, read its
 //! id (or mint one on a create route), decode it and place it in its owner's
 //! region. No I/O and no allocation on the lookup path; the `request` group
-//! of `benches/routing.rs` measures exactly this function.
-
-use std::time::Instant;
+//! of `benches/routing.rs` measures exactly this function. What it decides,
+//! the caller writes into the request's journal (`Journal::located`).
 
 use http::request::Parts;
 
 use crate::config::model::{FanoutRule, SearchRule};
-use crate::ids::{self, Decoded, Format};
-use crate::routing::{Placement, Route, Rule, Strategy, Table};
+use crate::ids::{self, Decoded};
+use crate::routing::{Placement, Route, Strategy, Table};
 
 use super::error::ProxyError;
 use super::{extract, mint};
-
-/// What routing decided for one request, recorded as it goes: for the
-/// access log, the metrics and the debug headers, even when it failed.
-#[derive(Debug, Default)]
-pub struct Decision<'t> {
-    /// Route name, when one matched (borrowed from the request's table snapshot).
-    pub route: Option<&'t str>,
-    /// Name of the region that served the request.
-    pub region: Option<&'t str>,
-    /// Why the owner was chosen (the table's rule).
-    pub rule: Option<Rule>,
-    /// When the owner's region was down: the owner, whose failover region served.
-    pub failover_from: Option<&'t str>,
-    /// Upstream attempts made.
-    pub attempts: u32,
-    /// Whether the request went to another region's shardgate.
-    pub peer: bool,
-    /// Format of the id the request was routed by (decoded or minted).
-    pub format: Option<Format>,
-    /// Whether that id was minted by a create route.
-    pub minted: bool,
-    /// The id in canonical form, kept only when `log.ids` is on.
-    pub id: Option<String>,
-    /// When the first upstream attempt started.
-    pub upstream_started: Option<Instant>,
-    /// A fan-out's or search's regions and what each answered (`eu=200 us=leg_timeout`).
-    pub legs: Option<String>,
-    /// The outcome of a fan-out or search that answered (`fanout`, `fanout_partial`,
-    /// `searched`, `search_cached`); `None`: the usual ones.
-    pub outcome: Option<&'static str>,
-    /// The span the request's upstream attempts are children of (the
-    /// server span; in a fan-out's or search's leg, the leg's), when traces are on.
-    /// Boxed: with traces off it costs every request's future a pointer's
-    /// width, not a span's.
-    pub trace: Option<Box<crate::telemetry::traces::TraceSpan>>,
-}
-
-impl Decision<'_> {
-    /// The placement rule as text with the table's names (`country 7 (KZ)`,
-    /// `override KZ/WalletAccount; failover from kz`), built only when a log
-    /// line or debug header needs it.
-    pub fn rule_text(&self, table: &Table) -> Option<String> {
-        self.rule.map(|rule| match self.failover_from {
-            Some(from) => format!("{}; failover from {from}", table.explain(rule)),
-            None => table.explain(rule).to_string(),
-        })
-    }
-}
 
 /// What routing a request takes, as far as the table can tell without I/O.
 #[derive(Debug)]
@@ -104,58 +55,65 @@ pub struct Located<'t> {
     pub route: &'t Route,
     /// The id the request is routed by (decoded, or minted on a create route).
     pub id: Decoded,
+    /// Whether the id was minted here (a create route).
+    pub minted: bool,
     /// The owner's region and the rule that chose it.
     pub placement: Placement,
 }
 
-/// Matches, extracts, decodes (or mints) and places. What it learns along
-/// the way goes into `decision`, so the access log names the route even when
-/// the id is rejected. `relayed`: the request comes from an authenticated
-/// peer shardgate, whose minted id a create route keeps ([`mint::mint`]).
+/// A request `locate` refused: why, and the route it matched, if one did
+/// (the access log names it even then).
+#[derive(Debug)]
+pub struct Rejected<'t> {
+    /// The matched route.
+    pub route: Option<&'t Route>,
+    /// Why.
+    pub error: ProxyError,
+}
+
+/// Matches, extracts, decodes (or mints) and places: a pure function of
+/// the table and the head (a mint reads the clock). `relayed`: the request
+/// comes from an authenticated peer shardgate, whose minted id a create
+/// route keeps ([`mint::mint`]).
 pub fn locate<'t>(
     table: &'t Table,
     parts: &Parts,
     minters: &mint::Minters,
     relayed: bool,
-    decision: &mut Decision<'t>,
-) -> Result<Plan<'t>, ProxyError> {
+) -> Result<Plan<'t>, Rejected<'t>> {
     let Some(m) = table.match_route(&parts.method, parts.uri.path()) else {
-        return Err(match table.methods_at(parts.uri.path()) {
+        let error = match table.methods_at(parts.uri.path()) {
             Some(allow) => ProxyError::MethodNotAllowed { method: parts.method.to_string(), allow },
             None => ProxyError::NoRoute,
-        });
+        };
+        return Err(Rejected { route: None, error });
     };
     // The match borrows the path too; the route itself lives as long as the table.
-    let route = table.routes().get(m.route.index).ok_or(ProxyError::NoRoute)?;
-    decision.route = Some(route.name.as_str());
+    let route = table.routes().get(m.route.index).ok_or(Rejected { route: None, error: ProxyError::NoRoute })?;
+    let rejected = |error| Rejected { route: Some(route), error };
     if let Some(rule) = &route.fanout {
         return Ok(Plan::Fanout(route, rule));
     }
-    let id = match (&route.id, &route.mint) {
+    let (id, minted) = match (&route.id, &route.mint) {
         (Some(rule), _) => {
-            let raw = extract::extract(&rule.source, &m.params, &parts.headers, parts.uri.query())?;
-            ids::parse_any(&rule.formats, &raw, table.id_params()).map_err(|_| ProxyError::BadId {
-                param: extract::describe(&rule.source),
-                // Each format's own reason (a bad id is the cold path: parsed again, one by one).
-                errors: rule
-                    .formats
-                    .iter()
-                    .filter_map(|&f| ids::parse_any(&[f], &raw, table.id_params()).err())
-                    .collect(),
-                input: raw.to_string(),
-            })?
+            let raw = extract::extract(&rule.source, &m.params, &parts.headers, parts.uri.query()).map_err(rejected)?;
+            let id = ids::parse_any(&rule.formats, &raw, table.id_params()).map_err(|_| {
+                rejected(ProxyError::BadId {
+                    param: extract::describe(&rule.source),
+                    // Each format's own reason (a bad id is the cold path: parsed again, one by one).
+                    errors: rule
+                        .formats
+                        .iter()
+                        .filter_map(|&f| ids::parse_any(&[f], &raw, table.id_params()).err())
+                        .collect(),
+                    input: raw.to_string(),
+                })
+            })?;
+            (id, false)
         }
-        (None, Some(rule)) => {
-            let id = mint::mint(rule, parts, table, minters, relayed)?;
-            decision.minted = true;
-            id
-        }
-        (None, None) => return Err(ProxyError::NoRoute),
+        (None, Some(rule)) => (mint::mint(rule, parts, table, minters, relayed).map_err(rejected)?, true),
+        (None, None) => return Err(rejected(ProxyError::NoRoute)),
     };
-    decision.format = Some(id.format());
-    if table.settings().log.ids {
-        decision.id = Some(id.to_string());
-    }
     if let (Strategy::Search, Some(rule)) = (route.strategy, &route.search) {
         let exists = match &rule.exists {
             Some(t) => t.fill(|name| m.params.get(name)),
@@ -163,15 +121,16 @@ pub fn locate<'t>(
         };
         return Ok(Plan::Search(Search { route, rule, id, exists }));
     }
-    let placement = table.place(&id, route.strategy).map_err(|e| ProxyError::NoOwner { detail: e.to_string() })?;
-    decision.rule = Some(placement.rule);
-    Ok(Plan::One(Located { route, id, placement }))
+    let placement =
+        table.place(&id, route.strategy).map_err(|e| rejected(ProxyError::NoOwner { detail: e.to_string() }))?;
+    Ok(Plan::One(Located { route, id, minted, placement }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::ids::Iuid;
+    use crate::routing::Rule;
 
     type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -216,12 +175,12 @@ routes:
             parts("GET", "/v1/wallet", &[("x-entity-id", &kz)])?,
             parts("GET", &format!("/v1/search?q=1&id={}", kz.replacen('-', "%2D", 1)), &[])?,
         ] {
-            let mut d = Decision::default();
-            let Plan::One(located) = locate(&t, &p, &minters, false, &mut d)? else { return Err("not one id".into()) };
+            let Plan::One(located) = locate(&t, &p, &minters, false).map_err(|r| r.error)? else {
+                return Err("not one id".into());
+            };
             assert_eq!(region(&t, &located), "kz", "{}", p.uri);
-            assert_eq!(located.id.to_string(), kz);
-            assert_eq!((d.format, d.minted, d.id.as_deref()), (Some(Format::Iuid), false, Some(kz.as_str())));
-            assert_eq!(d.rule, Some(Rule::Country { country: 7 }));
+            assert_eq!((located.id.to_string(), located.minted), (kz.clone(), false));
+            assert_eq!(located.placement.rule, Rule::Country { country: 7 });
         }
         Ok(())
     }
@@ -230,10 +189,9 @@ routes:
     fn a_create_route_mints_in_the_asked_country() -> TestResult {
         let t = table()?;
         let minters = mint::Minters::new(None, crate::ids::LocalityMode::Variable);
-        let mut d = Decision::default();
-        let plan = locate(&t, &parts("POST", "/v1/orders", &[("x-country", "de")])?, &minters, false, &mut d)?;
-        let Plan::One(located) = plan else { return Err("not one id".into()) };
-        assert_eq!((region(&t, &located), d.minted, d.route), ("eu", true, Some("create")));
+        let plan = locate(&t, &parts("POST", "/v1/orders", &[("x-country", "de")])?, &minters, false);
+        let Plan::One(located) = plan.map_err(|r| r.error)? else { return Err("not one id".into()) };
+        assert_eq!((region(&t, &located), located.minted, located.route.name.as_str()), ("eu", true, "create"));
         let Decoded::Iuid(id) = located.id else { return Err("not an iuid".into()) };
         assert_eq!((id.country(), id.service_entity()), (49, 3));
         Ok(())
@@ -251,14 +209,13 @@ routes:
             (parts("POST", "/v1/orders", &[("x-country", "XX")])?, "unknown_country", Some("create")),
         ];
         for (p, reason, route) in cases {
-            let mut d = Decision::default();
-            let err = locate(&t, &p, &minters, false, &mut d).err().ok_or("accepted")?;
-            assert_eq!((err.reason(), d.route), (reason, route), "{}", p.uri);
+            let rejected = locate(&t, &p, &minters, false).err().ok_or("accepted")?;
+            let matched = rejected.route.map(|r| r.name.as_str());
+            assert_eq!((rejected.error.reason(), matched), (reason, route), "{}", p.uri);
         }
         // An id whose country has no owner: a configuration gap, 502.
-        let mut d = Decision::default();
         let unowned = format!("/v1/orders/{}", Iuid::from_fields(0, 99, 3, 1));
-        let err = locate(&t, &parts("GET", &unowned, &[])?, &minters, false, &mut d).err().ok_or("accepted")?;
+        let err = locate(&t, &parts("GET", &unowned, &[])?, &minters, false).err().ok_or("accepted")?.error;
         assert_eq!((err.reason(), err.status().as_u16()), ("no_owner", 502));
         Ok(())
     }

@@ -10,9 +10,13 @@
 //!
 //! The listeners that hand it requests are [`crate::server`]'s.
 //!
+//! * `ctx`: the one value a request carries through the stages: the table
+//!   snapshot, its connection, how it arrived, and the journal the stages
+//!   write and `respond` reads.
+//! * `endpoints`: what the listener answers itself (readiness, batch mint).
 //! * [`headers`]: the heads on both legs: admission checks, hygiene, `X-Forwarded-*`, `Via`.
 //! * [`path`]: dot segments removed before matching.
-//! * [`locate`]: match → extract → decode (or mint) → place, pure; and the [`Decision`] it records.
+//! * [`locate`]: match → extract → decode (or mint) → place, a pure function.
 //! * [`extract`]: where the route's id is (path parameter, header, query).
 //! * [`mint`]: ids minted for create routes, and the batch mint endpoint.
 //! * [`dispatch`]: which endpoints: local, peer, or along the failover chain.
@@ -25,7 +29,9 @@
 //! * [`error`]: the one table of failures the proxy answers itself.
 //! * [`tunnel`]: the tunnel an upgrade opens.
 
+mod ctx;
 pub mod dispatch;
+mod endpoints;
 pub mod error;
 pub mod extract;
 mod fanout;
@@ -51,15 +57,14 @@ use crate::ids::{SystemClock, Uuid7Minter};
 use crate::mesh;
 use crate::metrics::Metrics;
 use crate::routing::{Found, RegionId, SharedTable, Table};
-use crate::server::{Answer, ConnInfo, Drain, Handler};
+use crate::server::{Answer, AnswerBody, ConnInfo, Drain, Handler};
 use crate::telemetry::traces::{TraceSettings, Traces};
 use crate::upstream::{ClientSettings, Health, RequestBody, Upstreams};
 
+use ctx::{Arrival, Ctx, Journal};
 use error::ProxyError;
-pub use locate::{Decision, Plan};
-
-/// An answer's body: an upstream's, or one the proxy made.
-pub type ProxyBody = crate::server::AnswerBody;
+use forward::{Leg, Reach};
+pub use locate::Plan;
 
 /// What the proxy shares with the admin listener, the health checker and
 /// the signal handlers.
@@ -174,24 +179,38 @@ impl Proxy {
     /// what the upstream leg needs changed in it is changed in place.
     pub async fn handle(&self, head: &mut Parts, body: RequestBody, conn: ConnInfo) -> Answer {
         let loaded = self.shared.table.snapshot();
-        if let Some(response) = respond::own_answer(self, head, &loaded) {
+        let (shared, table) = (&self.shared, &loaded.table);
+        if let Some(response) = endpoints::own_answer(head, table, &shared.drain, &self.minters, &self.me.name) {
             return Answer { response, request_id: None, from_upstream: false };
         }
         self.handled.fetch_add(1, Ordering::Relaxed);
-        let (id, fresh_request_id) = self.request_id(head);
-        let arrival = respond::Arrival {
+        let (request_id, fresh_request_id) = self.request_id(head);
+        let arrival = Arrival {
             started: Instant::now(),
-            request_id: id,
+            request_id,
             fresh_request_id,
             method: head.method.clone(),
             uri: head.uri.clone(),
             version: head.version,
         };
-        let mut decision = Decision { trace: self.server_span(head), ..Decision::default() };
-        let result = self.route(&loaded.table, head, body, conn, &arrival, &mut decision).await;
-        let response = respond::finish(self, &loaded, &arrival, &decision, result);
+        let journal = Journal { trace: self.server_span(head), ..Journal::default() };
+        let mut ctx = Ctx { table, conn, arrival, journal, hops: 0 };
+        let result = self.route(&mut ctx, head, body).await;
+        let report = respond::Report { metrics: &shared.metrics, drain: &shared.drain, name: &self.me.name };
+        let response = respond::finish(report, &loaded, &ctx, result);
         let from_upstream = matches!(response.body(), Either::Left(_));
-        Answer { response, request_id: Some(arrival.request_id), from_upstream }
+        Answer { response, request_id: Some(ctx.arrival.request_id), from_upstream }
+    }
+
+    /// What the upstream leg needs of this proxy.
+    fn reach(&self) -> Reach<'_> {
+        let shared = &self.shared;
+        Reach {
+            upstreams: &shared.upstreams,
+            health: &shared.health,
+            traces: shared.traces.as_deref(),
+            node: &self.me.node,
+        }
     }
 
     /// The request's server span, when traces are on.
@@ -202,7 +221,7 @@ impl Proxy {
 
     /// Whether `conn` is an authenticated peer shardgate; from anyone else
     /// the mesh headers are removed (and `Forwarded`, unless from a trusted hop).
-    fn trust(&self, head: &mut Parts, conn: &ConnInfo, table: &Table) -> bool {
+    fn trust(head: &mut Parts, conn: &ConnInfo, table: &Table) -> bool {
         let settings = table.settings();
         let from_peer = conn.is_mesh_peer(&settings.mesh.trusted_peers);
         if !from_peer {
@@ -218,9 +237,9 @@ impl Proxy {
     /// one acceptable id (which stays in the request's map), else a fresh
     /// UUIDv7 (and what the client sent, an unacceptable id or more than
     /// one, is removed), which the upstream leg adds to the request
-    /// ([`respond::Arrival::id_to_add`]) so that the upstream sees the one
-    /// the answer carries. Not inserted into the map here: that hashed into
-    /// it on every request a client sends without an id.
+    /// ([`Arrival::id_to_add`]) so that the upstream sees the one the
+    /// answer carries. Not inserted into the map here: that hashed into it
+    /// on every request a client sends without an id.
     fn request_id(&self, head: &mut Parts) -> (HeaderValue, bool) {
         let mut sent = head.headers.get_all(headers::X_REQUEST_ID).iter();
         let (first, second) = (sent.next(), sent.next());
@@ -237,33 +256,16 @@ impl Proxy {
         }
     }
 
-    /// The head prepared for the upstream leg ([`headers::to_upstream`]),
-    /// with this proxy's `Via` and, when it minted the request id, that id
-    /// among the fields it adds.
-    fn to_upstream(
-        &self,
-        parts: &mut Parts,
-        body: &RequestBody,
-        route: &crate::routing::Route,
-        conn: &ConnInfo,
-        table: &Table,
-        arrival: &respond::Arrival,
-    ) -> (crate::http1::write::Added, Option<tunnel::Tunnel>) {
-        headers::to_upstream(parts, body, route, conn, table.settings(), &self.me.via, arrival.id_to_add())
-    }
-
     /// trust → admit → locate → (one region, a fan-out, a search) → the
     /// response head for the client.
     async fn route<'t>(
         &self,
-        table: &'t Table,
+        ctx: &mut Ctx<'t>,
         parts: &mut Parts,
         body: RequestBody,
-        conn: ConnInfo,
-        arrival: &respond::Arrival,
-        decision: &mut Decision<'t>,
-    ) -> Result<Response<ProxyBody>, ProxyError> {
-        let from_peer = self.trust(parts, &conn, table);
+    ) -> Result<Response<AnswerBody>, ProxyError> {
+        let table = ctx.table;
+        let from_peer = Self::trust(parts, &ctx.conn, table);
         headers::admit(parts, table.settings())?;
         let relay = mesh::Relay::take(&mut parts.headers, &self.me.node);
         let served_here = relay.served_here(table);
@@ -272,87 +274,88 @@ impl Proxy {
                 detail: format!("this instance ({}) already forwarded the request", self.me.name),
             });
         }
-        let relayed = from_peer && relay.hops.count > 0;
-        let plan = locate::locate(table, parts, &self.minters, relayed, decision)?;
-        let hops = relay.hops.count;
+        ctx.hops = relay.hops.count;
+        let plan = locate::locate(table, parts, &self.minters, from_peer && ctx.hops > 0).map_err(|rejected| {
+            ctx.journal.route = rejected.route.map(|r| r.name.as_str());
+            rejected.error
+        })?;
+        ctx.journal.located(table, &plan);
+        let minted = match &plan {
+            Plan::One(located) => minted_id(located, parts),
+            _ => None,
+        };
+        let (added, tunnel) = headers::to_upstream(ctx, parts, &body, plan.route(), &self.me.via);
+        let reach = self.reach();
         // A peer's fan-out or search leg: this region's answer, as it is.
         if let Some(name) = &relay.leg {
             let region = serve_leg_here(table, name, &self.me.name)?;
-            let (added, tunnel) = self.to_upstream(parts, &body, plan.route(), &conn, table, arrival);
-            let leg = forward::Leg::alone(table, region, hops);
-            let resp = Box::pin(forward::forward(self, leg, parts, &added, body, arrival.started, decision)).await?;
+            let leg = Leg { started: ctx.arrival.started, ..Leg::alone(table, region, ctx.hops) };
+            let resp = Box::pin(forward::forward(reach, leg, parts, &added, body, &mut ctx.journal)).await?;
             return headers::from_upstream(resp, tunnel, None);
         }
         match plan {
             Plan::One(located) => {
-                // Prepared by a plain function, sent here: a nested async fn
-                // would copy the request into a future of its own.
-                let one =
-                    self.prepare_one(table, &located, parts, &body, &conn, &relay, served_here, arrival, decision);
-                let resp = forward::forward(self, one.leg, parts, &one.added, body, arrival.started, decision).await?;
+                let leg = one_leg(ctx, &located, &relay, served_here, &parts.method);
+                let resp = forward::forward(reach, leg, parts, &added, body, &mut ctx.journal).await?;
                 // Through a peer, the owner's shardgate announces the id its
                 // backend stored (it mints again when it does not trust this
                 // instance): that one, not this instance's, is the client's.
-                let minted = one.minted.filter(|_| !decision.peer);
-                headers::from_upstream(resp, one.tunnel, minted)
+                let minted = minted.filter(|_| !ctx.journal.peer);
+                headers::from_upstream(resp, tunnel, minted)
             }
-            Plan::Fanout(route, rule) => {
+            Plan::Fanout(_, rule) => {
                 // The legs copy the head's map: the added fields go into it.
-                let (added, _) = self.to_upstream(parts, &body, route, &conn, table, arrival);
                 added.move_into(&mut parts.headers);
                 // Boxed, as the search below: their futures are large, and held
                 // inline they would make every request's future as large.
-                Box::pin(fanout::fanout(self, table, route, rule, parts, hops, decision)).await
+                Box::pin(fanout::fanout(reach, ctx, rule, parts)).await
             }
             Plan::Search(asked) => {
-                let (added, _) = self.to_upstream(parts, &body, asked.route, &conn, table, arrival);
                 added.move_into(&mut parts.headers);
-                let resp = Box::pin(search::search(self, table, &asked, parts, body, hops, decision)).await?;
+                let found = &self.shared.found;
+                let resp = Box::pin(search::search(reach, found, ctx, &asked, parts, body)).await?;
                 headers::from_upstream(resp, None, None)
             }
         }
     }
+}
 
-    /// One id's request, ready to send: the minted id set, the failover
-    /// chain (the owner's, or the one a peer asks this instance to serve
-    /// from), the head prepared for the upstream leg.
-    #[allow(clippy::too_many_arguments)]
-    fn prepare_one<'t>(
-        &self,
-        table: &'t Table,
-        located: &locate::Located<'t>,
-        parts: &mut http::request::Parts,
-        body: &RequestBody,
-        conn: &ConnInfo,
-        relay: &mesh::Relay,
-        served_here: Option<RegionId>,
-        arrival: &respond::Arrival,
-        decision: &Decision<'t>,
-    ) -> One<'t> {
-        let minted: Option<headers::Minted> = located.route.mint.as_ref().filter(|_| decision.minted).map(|rule| {
-            let id = located.id.to_string();
-            if let Ok(v) = HeaderValue::from_str(&id) {
-                parts.headers.insert(rule.header.clone(), v);
-            }
-            (rule.header.clone(), id, rule.location.clone())
-        });
-        let leg = forward::Leg {
-            // A peer that failed a region over to this one asks it to serve
-            // from here (or follow this region's failover on): placing it
-            // again would send it back to the owner, whose region is down.
-            chain: match served_here {
-                Some(_) => relay.chain.iter().filter_map(|name| table.region_by_name(name)).collect(),
-                None => dispatch::Chain::from_slice(&[located.placement.region]),
-            },
-            // Reads fail over; a write only where the route says so (it
-            // would land in a region that does not own the entity).
-            can_fail_over: crate::upstream::retry::is_safe(&parts.method) || located.route.allow_failover_writes,
-            hops: relay.hops.count,
-            table,
-            serve_only: false,
-        };
-        let (added, tunnel) = self.to_upstream(parts, body, located.route, conn, table, arrival);
-        One { leg, minted, added, tunnel }
+/// The id a create route minted, set in the request's head for the
+/// owner's backend and kept to announce on its answer.
+fn minted_id(located: &locate::Located<'_>, parts: &mut Parts) -> Option<headers::Minted> {
+    let rule = located.route.mint.as_ref().filter(|_| located.minted)?;
+    let id = located.id.to_string();
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        parts.headers.insert(rule.header.clone(), v);
+    }
+    Some((rule.header.clone(), id, rule.location.clone()))
+}
+
+/// The upstream leg of one id's request: along the owner's failover chain,
+/// or the one a peer asks this instance to serve from.
+fn one_leg<'t>(
+    ctx: &Ctx<'t>,
+    located: &locate::Located<'t>,
+    relay: &mesh::Relay,
+    served_here: Option<RegionId>,
+    method: &http::Method,
+) -> Leg<'t> {
+    let table = ctx.table;
+    Leg {
+        // A peer that failed a region over to this one asks it to serve
+        // from here (or follow this region's failover on): placing it
+        // again would send it back to the owner, whose region is down.
+        chain: match served_here {
+            Some(_) => relay.chain.iter().filter_map(|name| table.region_by_name(name)).collect(),
+            None => dispatch::Chain::from_slice(&[located.placement.region]),
+        },
+        // Reads fail over; a write only where the route says so (it
+        // would land in a region that does not own the entity).
+        can_fail_over: crate::upstream::retry::is_safe(method) || located.route.allow_failover_writes,
+        hops: ctx.hops,
+        table,
+        serve_only: false,
+        started: ctx.arrival.started,
     }
 }
 
@@ -373,15 +376,6 @@ impl Handler for Proxy {
     fn name(&self) -> &str {
         &self.me.name
     }
-}
-
-/// A one-id request ready for its upstream leg.
-#[derive(Debug)]
-struct One<'t> {
-    leg: forward::Leg<'t>,
-    minted: Option<headers::Minted>,
-    added: crate::http1::write::Added,
-    tunnel: Option<tunnel::Tunnel>,
 }
 
 /// The region a peer's leg names, when it is the one this instance serves.

@@ -25,13 +25,15 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use http::request::Parts;
 use http::{Method, Response, StatusCode};
 
+use super::ctx::{Ctx, Legs};
 use super::error::{LegFailure, ProxyError};
-use super::forward::{forward, Leg};
-use super::locate::{Decision, Search};
-use super::{legs, Proxy};
+use super::forward::{forward, Leg, Reach};
+use super::legs::{self, Asking};
+use super::locate::Search;
 use crate::config::model::SearchRule;
 use crate::http1::write::Added;
-use crate::routing::{Lookup, RegionId, Route, Table};
+use crate::outcome::Outcome;
+use crate::routing::{Found, Lookup, RegionId, Table};
 use crate::upstream::{RequestBody, ResponseBody};
 
 /// What asking the regions gave.
@@ -50,16 +52,14 @@ struct Asked {
 
 /// Serves a request on a `placement: search` route.
 pub(super) async fn search<'t>(
-    proxy: &Proxy,
-    table: &'t Table,
+    reach: Reach<'_>,
+    found: &Found,
+    ctx: &mut Ctx<'t>,
     asked: &Search<'t>,
     parts: &Parts,
     body: RequestBody,
-    hops: u32,
-    decision: &mut Decision<'t>,
 ) -> Result<Response<ResponseBody>, ProxyError> {
-    let (route, rule) = (asked.route, asked.rule);
-    let found = &proxy.shared.found;
+    let (route, rule, table) = (asked.route, asked.rule, ctx.table);
     let id = asked.id.to_string();
     let read = parts.method == Method::GET || parts.method == Method::HEAD;
     let mut body = Some(body);
@@ -73,9 +73,9 @@ pub(super) async fn search<'t>(
         Lookup::Miss | Lookup::Stale => None,
     };
     if let Some(region) = cached {
-        decision.outcome = Some("search_cached");
+        ctx.journal.outcome = Some(Outcome::SearchCached);
         let body = body.take().unwrap_or(RequestBody::Empty);
-        let resp = send(proxy, table, region, parts, body, hops, decision).await?;
+        let resp = send(reach, ctx, region, parts, body).await?;
         if resp.status() != StatusCode::NOT_FOUND {
             return Ok(resp);
         }
@@ -85,8 +85,8 @@ pub(super) async fn search<'t>(
             return Ok(resp);
         }
     }
-    decision.outcome = Some("searched");
-    decision.upstream_started = Some(Instant::now());
+    ctx.journal.outcome = Some(Outcome::Searched);
+    ctx.journal.upstream_started = Some(Instant::now());
     // A read of the entity itself is asked as it is (a 304 from the owner
     // is its answer); anything else first asks plainly where the entity is.
     let itself = read && parts.uri.path() == asked.exists;
@@ -96,8 +96,9 @@ pub(super) async fn search<'t>(
         let uri = http::Uri::try_from(asked.exists.as_str()).map_err(|_| ProxyError::NoRoute)?;
         legs::leg_head(parts, Method::HEAD, uri, true)
     };
-    let answers = ask(proxy, table, rule, &probe, hops, decision.trace.as_deref()).await;
-    record(proxy, table, route, rule, &answers, decision);
+    let asking = Asking { kind: "search", timeout: rule.leg_timeout, parent: ctx.journal.trace.as_deref() };
+    let answers = ask(reach, (table, ctx.hops), rule, &probe, asking).await;
+    ctx.journal.legs = Some(record(table, rule, &answers));
     if let (None, Some(resp)) = (&answers.found, answers.refused) {
         // Every region refused alike (401, 403, …): that is the answer.
         return Ok(resp);
@@ -111,42 +112,39 @@ pub(super) async fn search<'t>(
         });
     };
     found.remember(&route.name, &id, table, region, Instant::now());
-    decision.region = Some(table.region(region).name.as_str());
+    ctx.journal.region = Some(table.region(region).name.as_str());
     if itself {
         return Ok(resp);
     }
     drop(resp);
-    send(proxy, table, region, parts, body.take().unwrap_or(RequestBody::Empty), hops, decision).await
+    send(reach, ctx, region, parts, body.take().unwrap_or(RequestBody::Empty)).await
 }
 
 /// The request, with its body, to `region` alone.
 async fn send<'t>(
-    proxy: &Proxy,
-    table: &'t Table,
+    reach: Reach<'_>,
+    ctx: &mut Ctx<'t>,
     region: RegionId,
     parts: &Parts,
     body: RequestBody,
-    hops: u32,
-    decision: &mut Decision<'t>,
 ) -> Result<Response<ResponseBody>, ProxyError> {
-    let leg = Leg::alone(table, region, hops);
+    let leg = Leg::alone(ctx.table, region, ctx.hops);
     // The added fields are in the head's map already (see `Proxy::route`).
-    forward(proxy, leg, parts, &Added::default(), body, Instant::now(), decision).await
+    forward(reach, leg, parts, &Added::default(), body, &mut ctx.journal).await
 }
 
 /// Asks the rule's regions for `parts` until one answers 2xx: all at once
 /// (the others are cancelled when one does), or one after another in order.
 async fn ask(
-    proxy: &Proxy,
-    table: &Table,
+    reach: Reach<'_>,
+    (table, hops): (&Table, u32),
     rule: &SearchRule,
     parts: &Parts,
-    hops: u32,
-    trace: Option<&crate::telemetry::traces::TraceSpan>,
+    asking: Asking<'_>,
 ) -> Asked {
     let regions = RegionId::list(&rule.regions);
     let one = |region: RegionId| async move {
-        (region, legs::ask(proxy, table, region, parts, hops, rule.leg_timeout, trace.map(|t| (t, "search"))).await)
+        (region, legs::ask(reach, Leg::alone(table, region, hops), parts, asking).await)
     };
     let mut asked = Asked::default();
     if rule.sequential {
@@ -210,20 +208,20 @@ fn take(
 /// The access log's and the metrics' account of a search: each region
 /// asked, and what it answered (`found`, `not_found`, a failure's reason,
 /// or `cancelled` when another region answered first).
-fn record(proxy: &Proxy, table: &Table, route: &Route, rule: &SearchRule, asked: &Asked, decision: &mut Decision<'_>) {
-    let winner = asked.found.as_ref().map(|(r, _)| table.region(*r).name.as_str());
-    let outcome = |name: &str| -> &'static str {
-        if Some(name) == winner {
-            "found"
-        } else if asked.not_found.iter().any(|n| n == name) {
-            "not_found"
-        } else {
-            asked.failed.iter().find(|f| f.region == name).map_or("cancelled", |f| f.reason)
-        }
-    };
-    let names: Vec<&str> = RegionId::list(&rule.regions).map(|r| table.region(r).name.as_str()).collect();
-    decision.legs = Some(legs::summary(names.iter().map(|n| (*n, outcome(n)))));
-    for name in names {
-        proxy.shared.metrics.leg("search", &route.name, name, outcome(name));
-    }
+fn record(table: &Table, rule: &SearchRule, asked: &Asked) -> Legs {
+    let winner = asked.found.as_ref().map(|(r, _)| *r);
+    let answers = RegionId::list(&rule.regions)
+        .map(|region| {
+            let name = table.region(region).name.as_str();
+            let said = if Some(region) == winner {
+                "found"
+            } else if asked.not_found.iter().any(|n| n == name) {
+                "not_found"
+            } else {
+                asked.failed.iter().find(|f| f.region == name).map_or("cancelled", |f| f.reason)
+            };
+            (region, said)
+        })
+        .collect();
+    Legs { kind: "search", answers }
 }

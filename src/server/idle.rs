@@ -1,6 +1,6 @@
 //! The idle watch of a connection: whether bytes have moved on it
-//! ([`Watched`], [`Activity`]), and a connection driven until it ends or
-//! sits idle too long ([`until_idle`]). The accept loop, the admin
+//! (`Watched`, `Activity`), and a connection driven until it ends or
+//! sits idle too long (`until_idle`). The accept loop, the admin
 //! listener and the tunnels share it.
 
 use std::future::Future;

@@ -6,7 +6,7 @@ use std::fmt;
 
 use http::{header, HeaderMap, HeaderValue, StatusCode as S};
 
-use crate::problem::{row, Problem, Spec, HEADERS_TOO_LARGE, REQ, TOO_MANY_CONNECTIONS};
+use crate::problem::{row, Outcome, Problem, Spec, HEADERS_TOO_LARGE, REQ, TOO_MANY_CONNECTIONS};
 
 /// A refusal of the listener's.
 #[derive(Debug)]
@@ -44,11 +44,12 @@ const HEAD_TOO_LARGE: Spec = row(
     REQ,
     "Request head too large",
     "request-too-large",
-    "too_large",
+    Outcome::TooLarge,
 );
-const MALFORMED: Spec = row(S::BAD_REQUEST, "bad_request_head", REQ, "Malformed request", "bad-request", "bad_request");
+const MALFORMED: Spec =
+    row(S::BAD_REQUEST, "bad_request_head", REQ, "Malformed request", "bad-request", Outcome::BadRequest);
 const PLAIN_TO_TLS: Spec =
-    row(S::BAD_REQUEST, "plain_http_to_tls", REQ, "Plain HTTP to a TLS port", "bad-request", "bad_request");
+    row(S::BAD_REQUEST, "plain_http_to_tls", REQ, "Plain HTTP to a TLS port", "bad-request", Outcome::BadRequest);
 
 impl Problem for Refused {
     fn spec(&self) -> Spec {

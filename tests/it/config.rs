@@ -245,15 +245,3 @@ fn config_mutated_tables_never_panic() {
         }
     }
 }
-
-#[test]
-fn config_restart_only_keys_are_documented_as_the_code_lists_them() -> Result<(), String> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/config.md");
-    let doc = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
-    let section = doc.split("## Restart-only keys").nth(1).ok_or("docs/config.md has no restart-only section")?;
-    let section = section.split("\n## ").next().unwrap_or("");
-    let listed: Vec<&str> =
-        section.lines().filter_map(|l| l.strip_prefix("- `").and_then(|l| l.strip_suffix('`'))).collect();
-    assert_eq!(listed, config::restart::RESTART_ONLY, "docs/config.md and config::restart::RESTART_ONLY differ");
-    Ok(())
-}

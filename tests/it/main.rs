@@ -5,6 +5,7 @@ mod cli;
 mod config;
 mod dashboard;
 mod differential;
+mod docs;
 mod vectors;
 
 #[path = "../support/mod.rs"]

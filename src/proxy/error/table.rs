@@ -6,7 +6,7 @@
 use http::StatusCode as S;
 
 use super::{LegFailure, ProxyError};
-use crate::problem::{row, Spec, DEST, HEADERS_TOO_LARGE, METHOD_NOT_ALLOWED, REQ};
+use crate::problem::{row, Outcome, Spec, DEST, HEADERS_TOO_LARGE, METHOD_NOT_ALLOWED, REQ};
 
 const UNAVAILABLE: &str = "destination_unavailable";
 const LATE: &str = "http_response_timeout";
@@ -15,25 +15,27 @@ const BAD_COUNTRY: &str = "invalid-country";
 const TOO_LARGE: &str = "request-too-large";
 const UPSTREAM: &str = "upstream-failed";
 
-const NO_ROUTE: Spec = row(S::NOT_FOUND, "no_route", DEST, "No route", "no-route", "no_route");
-const MISSING_ID: Spec = row(S::BAD_REQUEST, "missing_id", REQ, "Missing entity id", BAD_ID, "bad_id");
-const AMBIGUOUS_ID: Spec = row(S::BAD_REQUEST, "ambiguous_id", REQ, "Ambiguous entity id", BAD_ID, "bad_id");
-const NO_OWNER: Spec = row(S::BAD_GATEWAY, "no_owner", DEST, "No route for entity", "no-route-for-entity", "no_owner");
-const CANNOT_MINT: Spec = row(S::BAD_GATEWAY, "cannot_mint", DEST, "Cannot mint", "cannot-mint", "no_owner");
+const NO_ROUTE: Spec = row(S::NOT_FOUND, "no_route", DEST, "No route", "no-route", Outcome::NoRoute);
+const MISSING_ID: Spec = row(S::BAD_REQUEST, "missing_id", REQ, "Missing entity id", BAD_ID, Outcome::BadId);
+const AMBIGUOUS_ID: Spec = row(S::BAD_REQUEST, "ambiguous_id", REQ, "Ambiguous entity id", BAD_ID, Outcome::BadId);
+const NO_OWNER: Spec =
+    row(S::BAD_GATEWAY, "no_owner", DEST, "No route for entity", "no-route-for-entity", Outcome::NoOwner);
+const CANNOT_MINT: Spec = row(S::BAD_GATEWAY, "cannot_mint", DEST, "Cannot mint", "cannot-mint", Outcome::NoOwner);
 const MISSING_COUNTRY: Spec =
-    row(S::BAD_REQUEST, "missing_country", REQ, "Invalid country", BAD_COUNTRY, "bad_request");
+    row(S::BAD_REQUEST, "missing_country", REQ, "Invalid country", BAD_COUNTRY, Outcome::BadRequest);
 const UNKNOWN_COUNTRY: Spec =
-    row(S::BAD_REQUEST, "unknown_country", REQ, "Invalid country", BAD_COUNTRY, "bad_request");
-const CLIENT_ID: Spec = row(S::BAD_REQUEST, "client_id_mismatch", REQ, "Client id rejected", BAD_ID, "bad_request");
+    row(S::BAD_REQUEST, "unknown_country", REQ, "Invalid country", BAD_COUNTRY, Outcome::BadRequest);
+const CLIENT_ID: Spec =
+    row(S::BAD_REQUEST, "client_id_mismatch", REQ, "Client id rejected", BAD_ID, Outcome::BadRequest);
 const BAD_MINT: Spec =
-    row(S::BAD_REQUEST, "bad_mint_request", REQ, "Invalid mint request", "invalid-mint-request", "bad_request");
+    row(S::BAD_REQUEST, "bad_mint_request", REQ, "Invalid mint request", "invalid-mint-request", Outcome::BadRequest);
 const REGION_DOWN: Spec = row(
     S::SERVICE_UNAVAILABLE,
     "region_unavailable",
     UNAVAILABLE,
     "Region unavailable",
     "region-unavailable",
-    "unavailable",
+    Outcome::Unavailable,
 );
 const SATURATED: Spec = row(
     S::SERVICE_UNAVAILABLE,
@@ -41,52 +43,60 @@ const SATURATED: Spec = row(
     "connection_limit_reached",
     "Upstream saturated",
     "upstream-saturated",
-    "unavailable",
+    Outcome::Unavailable,
 );
 const UPSTREAM_TIMEOUT: Spec =
-    row(S::GATEWAY_TIMEOUT, "upstream_timeout", LATE, "Upstream timeout", "timeout", "timeout");
+    row(S::GATEWAY_TIMEOUT, "upstream_timeout", LATE, "Upstream timeout", "timeout", Outcome::Timeout);
 const CONNECT: Spec = row(
     S::BAD_GATEWAY,
     "upstream_connect_failed",
     "connection_refused",
     "Upstream connection failed",
     UPSTREAM,
-    "upstream_error",
+    Outcome::UpstreamError,
 );
-const FAILED: Spec =
-    row(S::BAD_GATEWAY, "upstream_failed", "proxy_internal_response", "Upstream failed", UPSTREAM, "upstream_error");
+const FAILED: Spec = row(
+    S::BAD_GATEWAY,
+    "upstream_failed",
+    "proxy_internal_response",
+    "Upstream failed",
+    UPSTREAM,
+    Outcome::UpstreamError,
+);
 const BAD_UPGRADE: Spec = row(
     S::BAD_GATEWAY,
     "upstream_bad_upgrade",
     "http_protocol_error",
     "Upgrade not asked for",
     UPSTREAM,
-    "upstream_error",
+    Outcome::UpstreamError,
 );
-const REQUEST_TIMEOUT: Spec = row(S::GATEWAY_TIMEOUT, "request_timeout", LATE, "Request timeout", "timeout", "timeout");
+const REQUEST_TIMEOUT: Spec =
+    row(S::GATEWAY_TIMEOUT, "request_timeout", LATE, "Request timeout", "timeout", Outcome::Timeout);
 const CLIENT_BODY: Spec =
-    row(S::BAD_REQUEST, "bad_request_body", REQ, "Bad request body", "bad-request-body", "bad_request");
+    row(S::BAD_REQUEST, "bad_request_body", REQ, "Bad request body", "bad-request-body", Outcome::BadRequest);
 const BODY_TIMEOUT: Spec =
-    row(S::REQUEST_TIMEOUT, "body_timeout", REQ, "Request body too slow", "body-timeout", "bad_request");
-const URI_TOO_LONG: Spec = row(S::URI_TOO_LONG, "uri_too_long", REQ, "URI too long", TOO_LARGE, "too_large");
-const BAD_HOST: Spec = row(S::BAD_REQUEST, "bad_host", REQ, "Bad Host header", "bad-request", "bad_request");
+    row(S::REQUEST_TIMEOUT, "body_timeout", REQ, "Request body too slow", "body-timeout", Outcome::BadRequest);
+const URI_TOO_LONG: Spec = row(S::URI_TOO_LONG, "uri_too_long", REQ, "URI too long", TOO_LARGE, Outcome::TooLarge);
+const BAD_HOST: Spec = row(S::BAD_REQUEST, "bad_host", REQ, "Bad Host header", "bad-request", Outcome::BadRequest);
 const CODING: Spec = row(
     S::NOT_IMPLEMENTED,
     "unsupported_transfer_coding",
     REQ,
     "Unsupported transfer coding",
     "bad-request",
-    "bad_request",
+    Outcome::BadRequest,
 );
 const LOOP: Spec =
-    row(S::LOOP_DETECTED, "loop_detected", "proxy_loop_detected", "Loop detected", "loop-detected", "loop");
-const BAD_PAGE: Spec = row(S::BAD_REQUEST, "bad_page", REQ, "Invalid page request", "invalid-page", "bad_request");
+    row(S::LOOP_DETECTED, "loop_detected", "proxy_loop_detected", "Loop detected", "loop-detected", Outcome::Loop);
+const BAD_PAGE: Spec =
+    row(S::BAD_REQUEST, "bad_page", REQ, "Invalid page request", "invalid-page", Outcome::BadRequest);
 const LEGS_TIMEOUT: Spec =
-    row(S::GATEWAY_TIMEOUT, "regions_timeout", LATE, "Regions timed out", "regions-failed", "timeout");
+    row(S::GATEWAY_TIMEOUT, "regions_timeout", LATE, "Regions timed out", "regions-failed", Outcome::Timeout);
 const LEGS_FAILED: Spec =
-    row(S::BAD_GATEWAY, "regions_failed", UNAVAILABLE, "Regions failed", "regions-failed", "upstream_error");
+    row(S::BAD_GATEWAY, "regions_failed", UNAVAILABLE, "Regions failed", "regions-failed", Outcome::UpstreamError);
 const NOT_FOUND: Spec =
-    row(S::NOT_FOUND, "not_found_in_any_region", DEST, "Not found in any region", "not-found", "not_found");
+    row(S::NOT_FOUND, "not_found_in_any_region", DEST, "Not found in any region", "not-found", Outcome::NotFound);
 
 impl ProxyError {
     /// The error's row of the table. (A rejected id's reason is its
@@ -100,7 +110,7 @@ impl ProxyError {
             E::AmbiguousId { .. } => AMBIGUOUS_ID,
             E::BadId { errors, .. } => {
                 let reason = errors.first().map_or("bad_id", |e| e.reason.code());
-                row(S::BAD_REQUEST, reason, REQ, "Invalid entity id", BAD_ID, "bad_id")
+                row(S::BAD_REQUEST, reason, REQ, "Invalid entity id", BAD_ID, Outcome::BadId)
             }
             E::NoOwner { .. } => NO_OWNER,
             E::CannotMint { .. } => CANNOT_MINT,
