@@ -87,6 +87,13 @@
 //! * [`app`]: assembly of the daemon: table, proxy, admin, reload triggers, signals.
 //! * [`cli`]: the command line: `serve` (via [`app`]), `check`, `decode`,
 //!   `mint`, `demo`, `backend`, `probe`; exit codes.
+//!
+//! ## Tests
+//!
+//! A module's unit tests are a `tests` module at the end of its file, or a
+//! `tests.rs` beside it when they would take the file past 700 lines. The
+//! integration tests (`tests/it/`, one file per behaviour, fixtures in
+//! `tests/it/support/`) run the proxy on real sockets against real servers.
 
 /// The id codecs: the `entity-ids` crate (crates/entity-ids), under the name
 /// the rest of the proxy has always used.

@@ -4,7 +4,7 @@
 //!
 //! JSON is written by hand: each line is a flat object whose field names and
 //! value types are fixed by the codecs, and writing it directly keeps a
-//! million-line pipe well above a million ids per second (see README).
+//! million-line pipe well above a million ids per second.
 
 use std::io::{self, BufRead, Write};
 
@@ -207,9 +207,9 @@ pub fn write_report(input: &str, opts: &DecodeOptions, w: &mut impl Write) -> io
 }
 
 // The JSON writer avoids `write!`: the formatting machinery (padding,
-// `{:x}` on u128, one adapter call per piece) cost about 11,000 instructions
-// per iUID line and held a million-line pipe to ~800,000 ids/s. Writing the
-// bytes directly brings it well past a million (benches/decode_throughput.sh).
+// `{:x}` on u128, one adapter call per piece) held a million-line pipe
+// below a million ids per second; writing the bytes directly keeps it well
+// above (`benches/decode_throughput.sh`).
 
 fn write_json(input: &str, o: &Outcome, w: &mut impl Write) -> io::Result<()> {
     w.write_all(b"{\"input\":")?;

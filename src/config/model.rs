@@ -11,7 +11,7 @@ use std::fmt;
 use http::{HeaderName, Method};
 
 use super::settings::Settings;
-use super::values::UpstreamUrl;
+use super::values::Upstream;
 use crate::ids::{Format, Params};
 
 /// A loaded and validated routing table.
@@ -72,9 +72,9 @@ pub struct Region {
     /// Its name.
     pub name: String,
     /// Its backends.
-    pub upstreams: Vec<UpstreamUrl>,
+    pub upstreams: Vec<Upstream>,
     /// Its shardgate (mesh peer).
-    pub peer: Option<UpstreamUrl>,
+    pub peer: Option<Upstream>,
     /// The region it fails over to.
     pub failover: Option<usize>,
 }

@@ -135,20 +135,23 @@ impl Serialize for TimeSpec {
     }
 }
 
-/// An upstream or peer URL: `http(s)://host:port`, no path, query or
-/// userinfo, with the `Host` header value a request to it carries.
+/// An upstream or peer endpoint: its URL, `http(s)://host:port` (no
+/// path, query or userinfo), with what every request to it needs made
+/// once here: the `Host` it carries and the key of its kept connections.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UpstreamUrl {
+pub struct Upstream {
     /// The URL.
     pub uri: http::Uri,
     /// `Host` for requests to it: the host, and the port unless it is the
     /// scheme's default (what an HTTP client would send).
     pub host: http::HeaderValue,
+    /// `scheme://authority`: the key its kept connections are listed under.
+    pub pool_key: Box<str>,
 }
 
-impl UpstreamUrl {
+impl Upstream {
     /// Parses an upstream URL.
-    pub fn parse(text: &str) -> Result<UpstreamUrl, String> {
+    pub fn parse(text: &str) -> Result<Upstream, String> {
         let uri = parse_upstream_url(text)?;
         let host = match (uri.scheme_str(), uri.authority()) {
             (Some(scheme), Some(auth)) => {
@@ -162,15 +165,16 @@ impl UpstreamUrl {
         };
         let host = http::HeaderValue::from_str(&host)
             .map_err(|_| format!("invalid upstream url {}: its host cannot be sent as Host", show(text)))?;
-        Ok(UpstreamUrl { uri, host })
+        let pool_key = base(&uri).into_boxed_str();
+        Ok(Upstream { uri, host, pool_key })
     }
+}
 
-    /// `scheme://authority`.
-    pub fn base(&self) -> String {
-        let scheme = self.uri.scheme_str().unwrap_or("http");
-        let auth = self.uri.authority().map(|a| a.as_str()).unwrap_or("");
-        format!("{scheme}://{auth}")
-    }
+/// `scheme://authority` of an upstream URL.
+fn base(uri: &http::Uri) -> String {
+    let scheme = uri.scheme_str().unwrap_or("http");
+    let auth = uri.authority().map(|a| a.as_str()).unwrap_or("");
+    format!("{scheme}://{auth}")
 }
 
 /// Parses an upstream URL's syntax.
@@ -198,16 +202,16 @@ fn parse_upstream_url(text: &str) -> Result<http::Uri, String> {
     Ok(uri)
 }
 
-impl<'de> Deserialize<'de> for UpstreamUrl {
+impl<'de> Deserialize<'de> for Upstream {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = String::deserialize(d)?;
-        UpstreamUrl::parse(&text).map_err(serde::de::Error::custom)
+        Upstream::parse(&text).map_err(serde::de::Error::custom)
     }
 }
 
-impl Serialize for UpstreamUrl {
+impl Serialize for Upstream {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(&self.base())
+        s.collect_str(&self.pool_key)
     }
 }
 
@@ -287,9 +291,9 @@ mod tests {
             ("http://127.0.0.1:8080", "127.0.0.1:8080"),
             ("https://[::1]:8443", "[::1]:8443"),
         ] {
-            let url = UpstreamUrl::parse(uri)?;
+            let url = Upstream::parse(uri)?;
             assert_eq!(url.host, http::HeaderValue::from_static(host), "{uri}");
-            assert_eq!(url.base(), uri, "{uri}");
+            assert_eq!(&*url.pool_key, uri, "{uri}");
         }
         Ok(())
     }

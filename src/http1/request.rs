@@ -45,8 +45,7 @@ const STACK_HEADERS: usize = 128;
 /// `Via`) are written after its own by the upstream head writer, but a
 /// fan-out's or a search's go into its map, which the legs copy. Room is
 /// made for them up front, since growing a header map re-hashes it (four
-/// times per proxied request, about 2,000 instructions, when every request
-/// took them into its map). No more than that: a map's entries are about
+/// times per proxied request, when every request took them into its map). No more than that: a map's entries are about
 /// 100 bytes each, and past 1 KiB an allocation leaves the allocator's
 /// fast path.
 pub const ROOM_FOR_PROXY_FIELDS: usize = 5;

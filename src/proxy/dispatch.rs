@@ -27,6 +27,21 @@ pub struct Target<'t> {
     pub via_peer: bool,
 }
 
+impl<'t> Target<'t> {
+    /// What the trace says of attempt `number` at `endpoint` of this
+    /// target; `retry_reason`: why the attempt before failed.
+    pub fn attempt<'a>(
+        &'a self,
+        method: &'a http::Method,
+        endpoint: &'a Uri,
+        number: u32,
+        retry_reason: Option<&'a str>,
+    ) -> crate::telemetry::traces::Attempt<'a> {
+        let region = self.region.name.as_str();
+        crate::telemetry::traces::Attempt { method, endpoint, region, number, peer: self.via_peer, retry_reason }
+    }
+}
+
 /// Where a request whose failover `chain` (the owner first) ends in the
 /// region to try goes. Endpoints in `tried` (failed earlier for this
 /// request) do not count. When the last region of the chain has no usable
@@ -52,7 +67,7 @@ pub fn dispatch<'t>(
         if region.upstreams.iter().any(usable) {
             return Ok(Target { region, endpoints: &region.upstreams, via_peer: false });
         }
-        match region.failover {
+        match table.failover(id) {
             Some(next) if can_fail_over && !chain.contains(&next) => chain.push(next),
             _ => break,
         }

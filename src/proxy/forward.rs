@@ -18,12 +18,14 @@ use super::dispatch::{dispatch, Chain, Target};
 use super::error::ProxyError;
 use crate::http1::write::Added;
 use crate::mesh;
-use crate::routing::{RegionId, Table, Upstream};
+use crate::routing::{RegionId, Table};
 use crate::telemetry::traces::{self, TraceSpan, Traces};
 use crate::upstream::body::{self, BodyFault, Pace};
 use crate::upstream::exchange::Outgoing;
 use crate::upstream::retry::is_idempotent;
-use crate::upstream::{Attempt, AttemptSettings, Health, RequestBody, ResponseBody, UpstreamBody, Upstreams, Use};
+use crate::upstream::{
+    Attempt, AttemptError, AttemptSettings, Health, RequestBody, ResponseBody, UpstreamBody, Upstreams, Use,
+};
 
 /// What the upstream leg needs of the proxy: the connections, the
 /// endpoints' health, the traces, and the name it gives peers.
@@ -88,16 +90,13 @@ pub(super) async fn forward<'t>(
     let table = leg.table;
     let s = settings(table, leg.started);
     let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
-    let idempotent = is_idempotent(&parts.method);
     let (body, use_) = prepare(parts, body, table, s.pace).await?;
-    // No body can be sent again after a failure; a client's body only while
-    // nothing of it has been sent (a refused connection gives it back).
-    let replayable = matches!(body, UpstreamBody::Empty);
+    let mut again = Again::new(parts, &body);
     let mut body = Some(body);
     reach.upstreams.deposit(&s);
     journal.upstream_started = Some(Instant::now());
     let mut tried: Vec<&'t Uri> = Vec::new();
-    let (mut retries_used, mut last) = (0, None);
+    let mut last = None;
     loop {
         let fail_over = leg.can_fail_over && !matches!(last, Some(ProxyError::UpstreamSaturated { .. }));
         let target = match dispatch(table, reach.health, &mut leg.chain, fail_over, &tried) {
@@ -115,12 +114,14 @@ pub(super) async fn forward<'t>(
         let headers = to_peer.as_ref().unwrap_or(&parts.headers);
         let Some(b) = body.take() else { return Err(last.unwrap_or(ProxyError::RequestTimeout)) };
         journal.attempts += 1;
-        let traced = trace_attempt(reach, journal, parts, headers, endpoint, &target, last.as_ref());
+        let traced = reach.traces.zip(journal.trace.as_deref()).map(|(traces, parent)| {
+            let why = last.as_ref().map(ProxyError::reason);
+            trace_attempt(traces, parent, &target.attempt(&parts.method, &endpoint.uri, journal.attempts, why), headers)
+        });
         let headers = traced.as_deref().map_or(headers, |(_, h)| h);
         let out = Outgoing { method: &parts.method, target: path.as_str(), host: &endpoint.host, headers, added };
         let attempt = Attempt { endpoint, admit, out, use_, count_5xx: !target.via_peer };
-        let outcome = reach.upstreams.attempt(attempt, b, &s, reach.health).await;
-        let failure = match outcome {
+        let failure = match reach.upstreams.attempt(attempt, b, &s, reach.health).await {
             Ok(resp) => {
                 if let Some((span, _)) = traced.as_deref() {
                     traces::answered(span, resp.status().as_u16());
@@ -134,20 +135,41 @@ pub(super) async fn forward<'t>(
         if let Some((span, _)) = traced.as_deref() {
             traces::failed(span, error.reason());
         }
-        match failure.unsent {
+        body = Some(match failure.unsent {
             // Nothing was sent: the next endpoint takes it as it is.
-            Some(b) => body = Some(b),
+            Some(b) => b,
             // Sent, and failed: again only if it is safe and the budget allows.
-            None => {
-                let safe = replayable && idempotent && failure.error.may_retry();
-                if !safe || retries_used >= s.policy.retries || !reach.upstreams.withdraw(&s) {
-                    return Err(error);
-                }
-                retries_used += 1;
-                body = Some(UpstreamBody::Empty);
-            }
-        }
+            None if again.allowed(failure.error, &s, reach.upstreams) => UpstreamBody::Empty,
+            None => return Err(error),
+        });
         last = Some(error);
+    }
+}
+
+/// Whether a request that failed after it was sent may be sent again.
+#[derive(Debug)]
+struct Again {
+    /// No body can be sent again after a failure; a client's body only
+    /// while nothing of it has been sent (a refused connection gives it back).
+    replayable: bool,
+    idempotent: bool,
+    used: u32,
+}
+
+impl Again {
+    fn new(parts: &Parts, body: &UpstreamBody) -> Again {
+        Again { replayable: matches!(body, UpstreamBody::Empty), idempotent: is_idempotent(&parts.method), used: 0 }
+    }
+
+    /// When it is safe (idempotent, no body, a failure worth retrying) and
+    /// the request's retries and the budget allow: one retry taken.
+    fn allowed(&mut self, error: AttemptError, s: &AttemptSettings<'_>, upstreams: &Upstreams) -> bool {
+        let safe = self.replayable && self.idempotent && error.may_retry();
+        if !safe || self.used >= s.policy.retries || !upstreams.withdraw(s) {
+            return false;
+        }
+        self.used += 1;
+        true
     }
 }
 
@@ -173,33 +195,19 @@ async fn prepare(
     Ok((body, use_))
 }
 
-/// The client span of the attempt at `endpoint`, and the headers that
-/// name it the upstream's parent (`None` with traces off: nothing is made).
-/// Boxed: held across the attempt's await, unboxed it would widen every
-/// request's future (and its moves) by a span and a header map.
+/// The client span of `attempt`, and `headers` naming it the upstream's
+/// parent. Boxed: held across the attempt's await, unboxed it would widen
+/// every request's future (and its moves) by a span and a header map.
 fn trace_attempt(
-    reach: Reach<'_>,
-    journal: &Journal<'_>,
-    parts: &Parts,
+    traces: &Traces,
+    parent: &TraceSpan,
+    attempt: &traces::Attempt<'_>,
     headers: &HeaderMap,
-    endpoint: &Upstream,
-    target: &Target<'_>,
-    last: Option<&ProxyError>,
-) -> Option<Box<(TraceSpan, HeaderMap)>> {
-    let (parent, traces) = journal.trace.as_deref().zip(reach.traces)?;
-    let uri = endpoint.uri.to_string();
-    let attempt = traces::Attempt {
-        method: &parts.method,
-        endpoint: &uri,
-        region: &target.region.name,
-        number: journal.attempts,
-        peer: target.via_peer,
-        retry_reason: last.map(ProxyError::reason),
-    };
-    let span = traces.attempt(parent, &attempt);
+) -> Box<(TraceSpan, HeaderMap)> {
+    let span = traces.attempt(parent, attempt);
     let mut headers = headers.clone();
     traces::inject(&span, &mut headers);
-    Some(Box::new((span, headers)))
+    Box::new((span, headers))
 }
 
 /// Records where the request is going, for the log and the debug headers.

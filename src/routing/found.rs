@@ -115,8 +115,7 @@ impl Found {
         };
         let ttl: Duration = table.settings().search_ttl;
         let fresh = now.saturating_duration_since(entry.found_at) < ttl;
-        let region =
-            table.region_by_name(&entry.region).filter(|&r| table.region(r).endpoints_hash == entry.endpoints_hash);
+        let region = table.region_by_name(&entry.region).filter(|&r| table.endpoints_hash(r) == entry.endpoints_hash);
         match region {
             Some(r) if fresh => {
                 self.hits.fetch_add(1, Relaxed);
@@ -132,8 +131,8 @@ impl Found {
 
     /// Remembers that `id` was found on `route` in `region` of `table`.
     pub fn remember(&self, route: &str, id: &str, table: &Table, region: RegionId, now: Instant) {
-        let r = table.region(region);
-        let entry = Entry { region: Arc::from(r.name.as_str()), endpoints_hash: r.endpoints_hash, found_at: now };
+        let name = Arc::from(table.region(region).name.as_str());
+        let entry = Entry { region: name, endpoints_hash: table.endpoints_hash(region), found_at: now };
         self.cache.insert(key(route, id), entry);
     }
 

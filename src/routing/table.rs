@@ -5,10 +5,10 @@ use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::config::model::Config;
-pub use crate::config::model::{CountrySource, IdRule, IdSource, MintRule, Route};
+pub use crate::config::model::{CountrySource, IdRule, IdSource, MintRule, Region, Route};
 pub use crate::config::settings::Settings;
 use crate::config::template::insert_template;
-use crate::config::values::UpstreamUrl;
+pub use crate::config::values::Upstream;
 use crate::ids;
 
 use super::rule::{RegionId, Rule};
@@ -17,42 +17,6 @@ use super::rule::{RegionId, Rule};
 pub(crate) const NONE: u16 = u16::MAX;
 /// Set on country×entity cells that come from an override.
 pub(crate) const OVERRIDE_FLAG: u16 = 0x8000;
-
-/// A region, compiled.
-#[derive(Clone, Debug)]
-pub struct Region {
-    /// Name from the file.
-    pub name: String,
-    /// Backends.
-    pub upstreams: Vec<Upstream>,
-    /// Mesh peer (another shardgate).
-    pub peer: Option<Upstream>,
-    /// Failover region.
-    pub failover: Option<RegionId>,
-    /// A hash of the endpoints (backends and peer): when a reload changes
-    /// it, what was learnt about the region ([`super::found`]) is dropped.
-    pub endpoints_hash: u64,
-}
-
-/// One upstream endpoint.
-#[derive(Clone, Debug)]
-pub struct Upstream {
-    /// The full URI as written (`http://host:port`).
-    pub uri: http::Uri,
-    /// The `Host` header sent to it: the host, and the port unless it is
-    /// the scheme's default (what an HTTP client would send). Built once
-    /// here rather than formatted per request.
-    pub host: http::HeaderValue,
-    /// `scheme://authority`: the key its kept connections are listed under.
-    pub pool_key: Box<str>,
-}
-
-impl Upstream {
-    /// The endpoint of a validated URL.
-    pub fn from_url(url: &UpstreamUrl) -> Upstream {
-        Upstream { uri: url.uri.clone(), host: url.host.clone(), pool_key: url.base().into_boxed_str() }
-    }
-}
 
 /// A route matched by method and path.
 #[derive(Debug)]
@@ -95,6 +59,8 @@ pub(crate) struct HashCandidate {
 #[derive(Debug)]
 pub struct Table {
     pub(crate) regions: Vec<Region>,
+    /// Each region's [`Table::endpoints_hash`].
+    endpoints_hashes: Vec<u64>,
     region_index: HashMap<String, RegionId>,
     pub(crate) local_region: Option<RegionId>,
     pub(crate) default_region: Option<RegionId>,
@@ -147,20 +113,12 @@ impl Table {
     /// and small maps for lookups.
     pub fn compile(cfg: &Config) -> Table {
         let rid = |i: usize| RegionId(u16::try_from(i).unwrap_or(OVERRIDE_FLAG - 1).min(OVERRIDE_FLAG - 1));
-        let regions: Vec<Region> = cfg
-            .regions
+        let regions = cfg.regions.clone();
+        let endpoints_hashes = regions
             .iter()
             .map(|r| {
-                let upstreams: Vec<Upstream> = r.upstreams.iter().map(Upstream::from_url).collect();
-                let peer = r.peer.as_ref().map(Upstream::from_url);
-                let keys = upstreams.iter().chain(&peer).map(|u| &*u.pool_key).collect::<Vec<_>>().join(" ");
-                Region {
-                    name: r.name.clone(),
-                    upstreams,
-                    endpoints_hash: name_seed(&format!("{} {}", r.name, keys)),
-                    peer,
-                    failover: r.failover.map(rid),
-                }
+                let keys = r.upstreams.iter().chain(&r.peer).map(|u| &*u.pool_key).collect::<Vec<_>>().join(" ");
+                name_seed(&format!("{} {}", r.name, keys))
             })
             .collect();
         let region_index = regions.iter().enumerate().map(|(i, r)| (r.name.clone(), rid(i))).collect();
@@ -210,6 +168,7 @@ impl Table {
         let (routes, router) = compile_routes(&cfg.routes);
         Table {
             regions,
+            endpoints_hashes,
             region_index,
             local_region: cfg.local_region.map(rid),
             default_region: cfg.default_region.map(rid),
@@ -286,9 +245,20 @@ impl Table {
     /// Ids come from this table; an id from another table that is out of
     /// range yields an empty placeholder region rather than a panic.
     pub fn region(&self, id: RegionId) -> &Region {
-        static UNKNOWN: Region =
-            Region { name: String::new(), upstreams: Vec::new(), peer: None, failover: None, endpoints_hash: 0 };
+        static UNKNOWN: Region = Region { name: String::new(), upstreams: Vec::new(), peer: None, failover: None };
         self.regions.get(usize::from(id.0)).unwrap_or(&UNKNOWN)
+    }
+
+    /// The region `id` fails over to.
+    pub fn failover(&self, id: RegionId) -> Option<RegionId> {
+        let to = self.region(id).failover?;
+        u16::try_from(to).ok().filter(|&i| usize::from(i) < self.regions.len()).map(RegionId)
+    }
+
+    /// A hash of region `id`'s endpoints (backends and peer): when a reload
+    /// changes it, what was learnt about the region ([`super::found`]) is dropped.
+    pub fn endpoints_hash(&self, id: RegionId) -> u64 {
+        self.endpoints_hashes.get(usize::from(id.0)).copied().unwrap_or(0)
     }
 
     /// All regions; `RegionId(i)` is `regions()[i]`.

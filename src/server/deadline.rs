@@ -2,8 +2,8 @@
 //! timeout (`server::until_idle`) and the head-read deadline (`h1`).
 //!
 //! Such a timer lives across many wake-ups of its task (two a request),
-//! and polling it on each, as a `select!` does, cost ~120 instructions a
-//! time (callgrind). Once polled it holds the task's waker and wakes the
+//! and polling it on each, as a `select!` does, is a timer-wheel lookup a
+//! time. Once polled it holds the task's waker and wakes the
 //! task when due, so between polls whether it fired is an atomic load.
 
 use std::future::Future;

@@ -15,8 +15,8 @@
 //! ```
 //!
 //! Why by hand, not hyper's server: its dispatcher, header map encoding and
-//! wake-ups were most of the proxy's remaining per-request CPU (callgrind,
-//! `benches/load/instructions.py`). HTTP/2 stays hyper's (`server.rs`
+//! wake-ups were most of the proxy's remaining per-request CPU (as
+//! `benches/load/instructions.py` shows). HTTP/2 stays hyper's (`server.rs`
 //! tells the two apart by the client's preface), as does the admin listener.
 
 use std::io;

@@ -258,7 +258,7 @@ impl Traces {
         let span = dispatcher::with_default(&self.dispatch, || {
             tracing::info_span!(target: TARGET, parent: &parent.span, "attempt", otel.name = a.method.as_str(),
                 otel.kind = "client", http.request.method = a.method.as_str(),
-                server.address = a.endpoint, shardgate.region = a.region, shardgate.attempt = a.number,
+                server.address = %a.endpoint, shardgate.region = a.region, shardgate.attempt = a.number,
                 shardgate.peer = a.peer, shardgate.retry_reason = a.retry_reason)
         });
         self.own(span)
@@ -286,7 +286,7 @@ pub struct Attempt<'a> {
     /// The request's method.
     pub method: &'a Method,
     /// The endpoint's URI.
-    pub endpoint: &'a str,
+    pub endpoint: &'a http::Uri,
     /// Its region.
     pub region: &'a str,
     /// 1 for the first attempt.

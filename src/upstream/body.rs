@@ -76,11 +76,12 @@ impl RequestBodyError {
 
 impl fmt::Display for RequestBodyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("client body: ")?;
         match self {
-            RequestBodyError::Hyper(e) => write!(f, "client body: {e}"),
-            RequestBodyError::Framing(e) => write!(f, "client body: {e}"),
-            RequestBodyError::Io(e) => write!(f, "client body: {e}"),
-            RequestBodyError::Detached => f.write_str("client body: the request was answered already"),
+            RequestBodyError::Hyper(e) => e.fmt(f),
+            RequestBodyError::Framing(e) => e.fmt(f),
+            RequestBodyError::Io(e) => e.fmt(f),
+            RequestBodyError::Detached => f.write_str("the request was answered already"),
         }
     }
 }

@@ -95,7 +95,7 @@ const READ_BUFFER: usize = 8 * 1024;
 ///
 /// One pointer wide: a connection moves on every request (out of its list,
 /// into the exchange, into the response body, back), and moved inline its
-/// state was a share of the bytes each request copies (callgrind,
+/// state is a share of the bytes each request copies (measured with
 /// `benches/load/instructions.py --cache-sim`). Boxed once when opened.
 #[derive(Debug)]
 pub struct Conn(Box<ConnState>);

@@ -1,20 +1,26 @@
 //! The admin listener without a token stays the operator's: a page on
 //! another site cannot drain or reload it (cross-site `Origin`,
 //! `Sec-Fetch-Site`, form bodies), nor read it through a name rebound to
-//! its address (`Host`); silent sockets at its connection cap make room
-//! for the probes instead of starving them. And the proxy fits its
-//! connection limit to the open-file limit it runs under.
+//! its address (`Host`); with a token, the probes need none and everything
+//! else does (the scheme name in any case, the token exact); wrong methods
+//! are 405 with `Allow` and unknown paths 404, as problems. Silent sockets
+//! at its connection cap make room for the probes instead of starving them.
+//! And the proxy fits its connection limit to the open-file limit it runs
+//! under.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::Request;
+use http_body_util::Full;
 use shardgate::app::{server_options, Instance};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::support::binary::spawn_binary_limited;
-use crate::support::{backend, raw, table, BoxError, Raw, Running, TestResult};
+use crate::support::ops::ops_with;
+use crate::support::{backend, get, raw, send, table, BoxError, Raw, Running, TestResult};
 
 /// An instance with its admin listener, `token` its bearer token.
 struct Admin {
@@ -96,6 +102,48 @@ async fn without_a_token_another_site_cannot_drain_reload_or_read_it() -> TestRe
     let t = admin("", Some("s3cret")).await?;
     let r = ask(&t, "GET", "/config", "admin.internal:9901", &["Authorization: Bearer s3cret"]).await?;
     assert_eq!(r.status(), Some(200), "{}", r.text());
+    Ok(())
+}
+
+#[tokio::test]
+async fn ops_admin_token_methods_and_unknown_paths() -> TestResult {
+    let o = ops_with("", Some("s3cret")).await?;
+    // Probes need no token.
+    for p in ["/live", "/livez", "/ready", "/readyz", "/healthz"] {
+        assert_eq!(get(&o.admin_url(p)).await?.status, 200, "{p}");
+    }
+    // Everything else does.
+    for p in ["/metrics", "/config", "/explain?id=x"] {
+        let got = get(&o.admin_url(p)).await?;
+        assert_eq!(got.status, 401, "{p}");
+        assert_eq!(got.header("content-type"), Some("application/problem+json"));
+        assert!(got.header("www-authenticate").is_some_and(|v| v.starts_with("Bearer")));
+    }
+    let wrong = Request::get(o.admin_url("/config")).header("authorization", "Bearer nope").body(Full::default())?;
+    assert_eq!(send(wrong).await?.status, 401);
+    let right = Request::get(o.admin_url("/config")).header("authorization", "Bearer s3cret").body(Full::default())?;
+    assert_eq!(send(right).await?.status, 200);
+    // The scheme name is case-insensitive (RFC 9110 §11.1); the token is not.
+    for (auth, status) in [("bearer s3cret", 200), ("BEARER s3cret", 200), ("bearer S3CRET", 401), ("Bearer", 401)] {
+        let req = Request::get(o.admin_url("/config")).header("authorization", auth).body(Full::default())?;
+        assert_eq!(send(req).await?.status, status, "{auth}");
+    }
+    let drain = Request::post(o.admin_url("/drain")).body(Full::default())?;
+    assert_eq!(send(drain).await?.status, 401, "no drain without the token");
+    assert!(!o.inst.drain().is_draining());
+    // Wrong method: 405 with Allow; unknown path: 404; both problem+json.
+    let m = Request::post(o.admin_url("/metrics")).header("authorization", "Bearer s3cret").body(Full::default())?;
+    let got = send(m).await?;
+    assert_eq!(got.status, 405);
+    assert_eq!(got.header("allow"), Some("GET, HEAD"));
+    assert_eq!(got.header("content-type"), Some("application/problem+json"));
+    let r = Request::get(o.admin_url("/reload")).header("authorization", "Bearer s3cret").body(Full::default())?;
+    let got = send(r).await?;
+    assert_eq!(got.status, 405);
+    assert_eq!(got.header("allow"), Some("POST"));
+    let got = get(&o.admin_url("/nope")).await?;
+    assert_eq!(got.status, 404);
+    assert_eq!(got.json()?["status"], 404);
     Ok(())
 }
 

@@ -1,28 +1,15 @@
 //! Faults around the proxy on real sockets: broken backends (garbage status
-//! line, oversized response head, silence, a reset mid-body), a partitioned
-//! peer region, and reloads that fail (truncated file, unreadable file,
-//! full disk). Each test asserts the exact answer, that no request hangs,
-//! and that the proxy keeps serving afterwards with the last good table.
+//! line, oversized response head, silence, a reset mid-body) and a
+//! partitioned peer region. Each test asserts the exact answer, that no
+//! request hangs, and that the proxy keeps serving afterwards. Reloads that
+//! fail are in `reload.rs`.
 
-use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use shardgate::ids::Iuid;
-use shardgate::routing::{ReloadError, Reloader};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use crate::support::{self, backend, get, proxy, raw_backend, table, BoxError, Got, Running, TestResult};
-
-fn iuid(country: u8) -> String {
-    Iuid::from_fields(1_700_000_000_000, country, 3, 12345).to_string()
-}
-
-/// GET that must finish within 5 s.
-async fn bounded(url: &str) -> Result<Got, BoxError> {
-    tokio::time::timeout(Duration::from_secs(5), get(url)).await.map_err(|_| format!("{url}: request hung"))?
-}
+use crate::support::{self, backend, bounded, get, iuid, proxy, raw_backend, table, BoxError, Running, TestResult};
 
 async fn expect_problem(url: &str, status: u16, reason: &str) -> TestResult {
     let got = bounded(url).await?;
@@ -176,171 +163,5 @@ async fn a_partitioned_peer_region_fails_fast_and_is_marked_down() -> TestResult
     let got = bounded(&p.url(&format!("/v1/orders/{}", iuid(1)))).await?;
     assert_eq!((got.status.as_u16(), got.header("x-backend-region")), (200, Some("us")));
     assert!(us_gw.hits() >= 1);
-    Ok(())
-}
-
-/// A proxy whose table is the file `file`, and the reloader that the
-/// file watcher, SIGHUP and `POST /reload` use, on the same shared table.
-async fn reloading(
-    file: &Path,
-    eu: &Running,
-    kz: &Running,
-    us: &Running,
-) -> Result<(Running, Arc<Reloader>), BoxError> {
-    // Padding makes the file larger than a 4 KiB page (for the disk-full case).
-    // It comes first, so that a cut at 4096 bytes falls inside the table.
-    let text = format!("# {}\n{}", "pad ".repeat(750), table(eu.addr, kz.addr, us.addr, ""));
-    std::fs::write(file, &text)?;
-    let p = proxy(&text).await?;
-    let shared = p.proxy.as_ref().ok_or("proxy")?.shared().table.clone();
-    Ok((p, Arc::new(Reloader::new(file, shared))))
-}
-
-/// The proxy still routes with its first table (version 1) and serves.
-async fn still_on_first_table(p: &Running, r: &Reloader) -> TestResult {
-    assert_eq!(r.shared().snapshot().version, 1, "the failed reload replaced the table");
-    let got = bounded(&p.url(&format!("/v1/orders/{}", iuid(7)))).await?;
-    assert_eq!((got.status.as_u16(), got.header("x-backend-region")), (200, Some("kz")));
-    Ok(())
-}
-
-fn reload_error(r: &Reloader) -> Result<String, BoxError> {
-    match r.reload_now() {
-        Ok(o) => Err(format!("reload accepted: {o:?}").into()),
-        Err(e @ ReloadError::Invalid(_)) => Ok(e.to_string()),
-        Err(e) => Err(format!("unexpected: {e}").into()),
-    }
-}
-
-#[tokio::test]
-async fn failed_reloads_keep_the_last_good_table() -> TestResult {
-    let (eu, kz, us) = (backend("eu").await?, backend("kz").await?, backend("us").await?);
-    let dir = tempfile::tempdir()?;
-    let file = dir.path().join("table.yaml");
-    let (p, r) = reloading(&file, &eu, &kz, &us).await?;
-    let good = std::fs::read_to_string(&file)?;
-
-    // Truncated mid-write (a writer that died half way, a torn copy).
-    let cut = good.find("routes:").ok_or("routes")? + 40;
-    std::fs::write(&file, &good[..cut])?;
-    let e = reload_error(&r)?;
-    assert!(e.contains("config rejected"), "{e}");
-    assert_eq!(r.failures(), 1);
-    still_on_first_table(&p, &r).await?;
-    // Truncated to nothing.
-    std::fs::write(&file, "")?;
-    let _ = reload_error(&r)?;
-    assert_eq!(r.failures(), 2);
-    still_on_first_table(&p, &r).await?;
-    // Cut inside a multi-byte character: not UTF-8.
-    std::fs::write(&file, [good.as_bytes(), "# é".as_bytes().get(..3).unwrap_or_default()].concat())?;
-    let e = reload_error(&r)?;
-    assert!(e.contains("not valid utf-8"), "{e}");
-    assert_eq!(r.failures(), 3);
-    still_on_first_table(&p, &r).await?;
-
-    // Permission denied. chmod 000 does not stop root (CAP_DAC_OVERRIDE),
-    // which these tests often are: then the file is replaced by something
-    // that cannot be read as a file (a directory, a dangling symlink).
-    std::fs::write(&file, &good)?;
-    let mut failures = r.failures();
-    if unreadable_by_chmod(&file)? {
-        let e = reload_error(&r)?;
-        assert!(e.contains("cannot open config file") && e.contains("ermission denied"), "{e}");
-        failures += 1;
-        assert_eq!(r.failures(), failures);
-        still_on_first_table(&p, &r).await?;
-    }
-    std::fs::remove_file(&file)?;
-    std::fs::create_dir(&file)?;
-    let e = reload_error(&r)?;
-    assert!(e.contains("cannot read config file") && e.contains("directory"), "{e}");
-    failures += 1;
-    assert_eq!(r.failures(), failures);
-    still_on_first_table(&p, &r).await?;
-    std::fs::remove_dir(&file)?;
-    std::os::unix::fs::symlink(dir.path().join("gone.yaml"), &file)?;
-    let e = reload_error(&r)?;
-    assert!(e.contains("cannot open config file") && e.contains("No such file"), "{e}");
-    failures += 1;
-    assert_eq!(r.failures(), failures);
-    still_on_first_table(&p, &r).await?;
-
-    // The good file back: the reload succeeds (and only then the version moves).
-    std::fs::remove_file(&file)?;
-    std::fs::write(&file, &good)?;
-    assert_eq!(r.reload_now()?.version, 2);
-    assert_eq!(r.failures(), failures);
-    Ok(())
-}
-
-/// Makes `file` mode 000; true when that really stops this process reading it.
-fn unreadable_by_chmod(file: &Path) -> Result<bool, BoxError> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o000))?;
-    let blocked = std::fs::File::open(file).is_err();
-    if !blocked {
-        eprintln!("running as root: chmod 000 does not block reads; using a directory and a dangling symlink instead");
-        std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o644))?;
-    }
-    Ok(blocked)
-}
-
-/// A 4 KiB tmpfs mounted for the test (needs root and mount rights);
-/// unmounted when dropped.
-struct TinyFs(std::path::PathBuf);
-
-impl TinyFs {
-    fn mount(at: &Path) -> Option<TinyFs> {
-        std::fs::create_dir_all(at).ok()?;
-        let ok = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=4k", "shardgate-test"])
-            .arg(at)
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        ok.then(|| TinyFs(at.to_path_buf()))
-    }
-}
-
-impl Drop for TinyFs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg(&self.0).status();
-    }
-}
-
-#[tokio::test]
-async fn a_full_disk_during_a_table_write_keeps_the_last_good_table() -> TestResult {
-    let (eu, kz, us) = (backend("eu").await?, backend("kz").await?, backend("us").await?);
-    let dir = tempfile::tempdir()?;
-    let mnt = dir.path().join("tiny");
-    let fs = TinyFs::mount(&mnt);
-    // With a tmpfs of 4 KiB the disk really fills: the proxy starts from a
-    // table elsewhere, the new table written there stops at 4096 bytes with
-    // ENOSPC. Without mount rights the same outcome is simulated: the file
-    // is cut at 4096 bytes, which is what a full disk leaves.
-    let base = if fs.is_some() { mnt.clone() } else { dir.path().to_path_buf() };
-    let file = base.join("table.yaml");
-    let scratch = dir.path().join("first.yaml");
-    let (p, _) = reloading(&scratch, &eu, &kz, &us).await?;
-    let good = std::fs::read_to_string(&scratch)?;
-    let changed = good.replace("KZ: { id: 7, region: kz }", "KZ: { id: 7, region: eu }");
-    match &fs {
-        Some(_) => {
-            let e = std::fs::write(&file, &changed).err().ok_or("the tiny tmpfs did not fill")?;
-            assert_eq!(e.raw_os_error(), Some(28), "{e}"); // ENOSPC
-        }
-        None => {
-            eprintln!("cannot mount a tmpfs here: simulating a full disk by a file cut at 4096 bytes");
-            std::fs::write(&file, &changed.as_bytes()[..4096])?;
-        }
-    }
-    assert_eq!(std::fs::metadata(&file)?.len(), 4096);
-    let r = Reloader::new(&file, p.proxy.as_ref().ok_or("proxy")?.shared().table.clone());
-    let e = reload_error(&r)?;
-    assert!(e.contains("config rejected"), "{e}");
-    assert_eq!(r.failures(), 1);
-    still_on_first_table(&p, &r).await?;
-    drop(fs);
     Ok(())
 }

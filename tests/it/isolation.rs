@@ -16,39 +16,16 @@ use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use shardgate::app::{server_options, Instance};
-use shardgate::ids::Iuid;
 use shardgate::routing::Table;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::support::{
-    self, backend, backend_with, full, get, is_health_check, proxy, raw, read_until_closed, table, BoxError, Got,
-    Running, TestResult,
+    self, all_up, backend, backend_with, full, get, health_of, is_health_check, iuid, proxy, raw, read_until_closed,
+    table, world, BoxError, Got, Running, TestResult,
 };
 
-fn iuid(country: u8) -> String {
-    Iuid::from_fields(1_700_000_000_000, country, 3, 12345).to_string()
-}
-
 const WAIT: Duration = Duration::from_secs(5);
-
-/// eu, kz and us backends and a proxy over them; `kz_failover` adds
-/// `failover: eu` to kz.
-async fn world(extra: &str, kz_failover: bool) -> Result<(Running, [Running; 3]), BoxError> {
-    let backends = [backend("eu").await?, backend("kz").await?, backend("us").await?];
-    let mut yaml = table(backends[0].addr, backends[1].addr, backends[2].addr, extra);
-    if kz_failover {
-        let kz = format!("kz: {{ upstreams: [\"http://{}\"] }}", backends[1].addr);
-        yaml = yaml.replace(&kz, &format!("kz: {{ upstreams: [\"http://{}\"], failover: eu }}", backends[1].addr));
-    }
-    Ok((proxy(&yaml).await?, backends))
-}
-
-/// The health report's entries for `region`: (endpoint, up, ejected).
-fn report(p: &Running, region: &str) -> Result<Vec<(String, bool, bool)>, BoxError> {
-    let health = &p.proxy.as_ref().ok_or("proxy")?.shared().health;
-    Ok(health.report().into_iter().filter(|(r, ..)| r == region).map(|(_, e, up, ej)| (e, up, ej)).collect())
-}
 
 #[tokio::test]
 async fn client_faults_never_eject_a_healthy_backend() -> TestResult {
@@ -81,7 +58,7 @@ async fn client_faults_never_eject_a_healthy_backend() -> TestResult {
         drop(s);
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(report(&p, "kz")?.iter().all(|(_, up, ejected)| *up && !ejected), "{:?}", report(&p, "kz")?);
+    assert!(all_up(&p, "kz")?, "{:?}", health_of(&p, "kz")?);
     // kz's clients are still served by kz.
     for _ in 0..3 {
         let got = get(&p.url(&path)).await?;
@@ -193,7 +170,7 @@ async fn concurrent_requests_open_at_most_the_cap_of_connections() -> TestResult
     }
     assert!(got.iter().all(|g| g.status == 200 || g.status == 503));
     assert!(conns.most.load(Ordering::SeqCst) <= 4);
-    assert!(report(&p, "kz")?.iter().all(|(_, up, ej)| *up && !ej), "saturation ejected kz: {:?}", report(&p, "kz")?);
+    assert!(all_up(&p, "kz")?, "saturation ejected kz: {:?}", health_of(&p, "kz")?);
     let one = get(&url).await?;
     assert_eq!((one.status.as_u16(), &one.body[..]), (200, &b"ok"[..]));
     Ok(())
@@ -266,7 +243,7 @@ async fn an_ejected_endpoint_comes_back_only_after_a_successful_check() -> TestR
     let (n, failed) = steady_load(&url, Duration::from_millis(1500)).await?;
     assert_eq!(failed.len(), 1, "{failed:?} of {n}");
     assert_eq!(a.hits(), 1, "the broken endpoint got traffic again on a timer");
-    assert!(report(&p, "kz")?.iter().any(|(_, _, ejected)| *ejected));
+    assert!(health_of(&p, "kz")?.iter().any(|(_, _, ejected)| *ejected));
     // Mended: the next successful check re-admits it, and it takes its share.
     broken.store(false, Ordering::SeqCst);
     let (n, failed) = steady_load(&url, Duration::from_millis(800)).await?;

@@ -1,4 +1,7 @@
-//! Integration tests, compiled into one binary.
+//! Integration tests, compiled into one binary: one module per behaviour,
+//! the fixtures they share in `support`.
+
+mod support;
 
 mod admin;
 mod cli;
@@ -6,19 +9,17 @@ mod config;
 mod dashboard;
 mod differential;
 mod docs;
-mod vectors;
-
-#[path = "../support/mod.rs"]
-mod support;
-
+mod drain;
+mod explain;
 mod faults;
 mod global;
 mod health;
 mod hostile;
 mod http1;
 mod isolation;
+mod logs;
 mod mesh;
-mod ops;
+mod metrics;
 mod proxy;
 mod reload;
 mod routing;
@@ -27,3 +28,4 @@ mod search;
 mod structure;
 mod tls;
 mod traces;
+mod vectors;

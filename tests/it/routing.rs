@@ -1,7 +1,9 @@
 //! Compiled table: placement for every strategy and its precedence, typed
-//! "no owner", route matching, and live reload on a real directory.
+//! "no owner", route matching; the file watcher picking up edits on a real
+//! directory (rewritten in place, renamed over, a Kubernetes symlink swap,
+//! polling without events); and snapshots never torn by a swap. Reloading
+//! itself is in `reload.rs`.
 
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,8 +16,10 @@ use shardgate::ids::{
 };
 use shardgate::routing::reload::watch_with;
 use shardgate::routing::{
-    IdSource, Missing, NoOwner, Placement, ReloadError, Reloader, Rule, SharedTable, Strategy, Table, WatchOptions,
+    IdSource, Missing, NoOwner, Placement, Reloader, Rule, SharedTable, Strategy, Table, WatchOptions,
 };
+
+use crate::support::reload::{mini, owner_of_kz, start};
 
 const TABLE: &str = r#"
 version: 1
@@ -256,69 +260,14 @@ fn routing_match_route_by_method_and_path() -> Result<(), Box<dyn std::error::Er
     assert_eq!((mint.format, mint.entity, mint.header.as_str()), (Format::Iuid, Some(3), "x-entity-id"));
     assert!(t.match_route(&Method::GET, "/v2/orders/abc").is_none());
     assert_eq!(t.country_by_name("KZ"), Some(7));
-    assert_eq!(t.region_by_name("kz").map(|r| t.region(r).failover), Some(t.region_by_name("eu")));
+    assert_eq!(t.region_by_name("kz").and_then(|r| t.failover(r)), t.region_by_name("eu"));
     assert_eq!(t.id_params(), &Params::default());
     assert_eq!(t.settings().restart.instance, "shardgate");
     Ok(())
 }
 
 // ---------------------------------------------------------------------------
-// Reload on a real directory.
-
-const MINI: &str = "version: 1\nlisten: 127.0.0.1:8080\nregions:\n  eu: { upstreams: [\"http://127.0.0.1:9001\"] }\n  kz: { upstreams: [\"http://127.0.0.1:9002\"] }\ncountries:\n  KZ: { id: 7, region: REGION }\nroutes:\n  - name: orders\n    match: { path: \"/v1/orders/{id}\" }\n    id: { path_param: id, formats: [iuid] }\n";
-
-fn mini(region: &str) -> String {
-    MINI.replace("REGION", region)
-}
-
-fn owner_of_kz(shared: &SharedTable) -> String {
-    let snap = shared.snapshot();
-    snap.table.place(&iuid(7, 1), Strategy::Auto).map(|p| snap.table.region(p.region).name.clone()).unwrap_or_default()
-}
-
-fn start(dir: &Path, file: &Path, text: &str) -> Result<Arc<Reloader>, Box<dyn std::error::Error>> {
-    let _ = dir;
-    std::fs::write(file, text)?;
-    let (cfg, text) = config::load_file(file)?;
-    let shared = Arc::new(SharedTable::new(Table::compile(&cfg), text));
-    Ok(Arc::new(Reloader::new(file, shared)))
-}
-
-#[test]
-fn routing_reload_now_keeps_last_good_table() -> Result<(), Box<dyn std::error::Error>> {
-    let dir = tempfile::tempdir()?;
-    let file = dir.path().join("table.yaml");
-    let r = start(dir.path(), &file, &mini("kz"))?;
-    assert_eq!(owner_of_kz(r.shared()), "kz");
-
-    std::fs::write(&file, mini("eu"))?;
-    let o = r.reload_now()?;
-    assert_eq!((o.version, o.needs_restart.len()), (2, 0));
-    assert_eq!(owner_of_kz(r.shared()), "eu");
-
-    std::fs::write(&file, mini("mars"))?;
-    let e = r.reload_now().err().ok_or("accepted an invalid table")?;
-    let ReloadError::Invalid(errs) = &e else { return Err(format!("{e}").into()) };
-    assert!(errs.has_path("countries.KZ.region"), "{errs}");
-    assert_eq!(owner_of_kz(r.shared()), "eu");
-    assert_eq!((r.successes(), r.failures()), (1, 1));
-    // Unchanged invalid file: the watcher path does not retry it.
-    assert!(r.reload_if_changed().is_none());
-
-    // Restart-only keys are reported and keep their running values.
-    std::fs::write(&file, mini("kz").replace("127.0.0.1:8080", "127.0.0.1:8181"))?;
-    let o = r.reload_now()?;
-    assert_eq!(o.needs_restart, vec!["listen"]);
-    let snap = r.shared().snapshot();
-    assert_eq!(snap.table.settings().restart.listen.port(), 8080);
-    assert_eq!(owner_of_kz(r.shared()), "kz");
-
-    std::fs::remove_file(&file)?;
-    assert!(r.reload_now().is_err());
-    assert_eq!(owner_of_kz(r.shared()), "kz");
-    assert_eq!(r.failures(), 2);
-    Ok(())
-}
+// The file watcher on a real directory.
 
 /// Polls `cond` every 20 ms until it holds or `limit` passes.
 fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
@@ -439,6 +388,9 @@ fn routing_poll_fallback_picks_up_changes() -> Result<(), Box<dyn std::error::Er
     assert!(eventually(DEADLINE, || owner_of_kz(r.shared()) == "eu"), "poll did not pick up the change");
     Ok(())
 }
+
+// ---------------------------------------------------------------------------
+// Snapshots while tables are swapped.
 
 #[test]
 fn routing_snapshots_never_torn_during_1000_swaps() -> Result<(), Box<dyn std::error::Error>> {

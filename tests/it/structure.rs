@@ -1,7 +1,10 @@
-//! The shape of the source tree, checked: no file over 700 lines, no
-//! function over 80 lines in the request path (`src/proxy`,
-//! `src/upstream`), and no import cycle between the crate's top-level
-//! modules (the crate doc in `src/lib.rs` is the map of their layers).
+//! The shape of the source tree, checked: no file over 700 lines; in the
+//! request path (`src/server`, `src/proxy`, `src/upstream`, `src/http1`,
+//! `src/merge`, `src/wire.rs`) no function over 80 lines and none with more
+//! than six parameters (a stage takes the request's context and what else
+//! it needs, not a list of loose values); and no import cycle between the
+//! crate's top-level modules (the crate doc in `src/lib.rs` is the map of
+//! their layers).
 //!
 //! `cargo test --test integration structure` runs these checks.
 
@@ -76,20 +79,95 @@ fn functions(text: &str) -> Vec<(String, usize, usize)> {
     out
 }
 
+/// The request path's source files.
+fn request_path() -> std::io::Result<Vec<PathBuf>> {
+    let mut files = vec![src().join("wire.rs")];
+    for dir in ["server", "proxy", "upstream", "http1", "merge"] {
+        files.extend(rust_files(&src().join(dir))?);
+    }
+    Ok(files)
+}
+
 #[test]
 fn structure_no_function_of_the_request_path_is_over_80_lines() -> TestResult {
     let mut long = Vec::new();
-    for dir in ["proxy", "upstream", "http1", "merge"] {
-        for file in rust_files(&src().join(dir))? {
-            for (name, line, len) in functions(&std::fs::read_to_string(&file)?) {
-                if len > 80 {
-                    long.push(format!("{}:{line}: fn {name}: {len} lines", relative(&file)));
-                }
+    for file in request_path()? {
+        for (name, line, len) in functions(&std::fs::read_to_string(&file)?) {
+            if len > 80 {
+                long.push(format!("{}:{line}: fn {name}: {len} lines", relative(&file)));
             }
         }
     }
     assert!(long.is_empty(), "functions over 80 lines:\n{}", long.join("\n"));
     Ok(())
+}
+
+/// The number of parameters of each function of `text` (`self` counts),
+/// with its name and line: the commas at the top level of the parentheses
+/// after `fn name` and its generics (`->` is not a closing bracket).
+fn parameter_counts(text: &str) -> Vec<(String, usize, usize)> {
+    let mut out = Vec::new();
+    for (at, _) in text.match_indices("fn ") {
+        let before = text[..at].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        let rest = &text[at + 3..];
+        let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        let Some(open) = rest.find('(') else { continue };
+        if name.is_empty() || rest[name.len()..open].trim_start().chars().next().is_some_and(|c| c != '<' && c != '(') {
+            continue;
+        }
+        let (mut depth, mut params, mut any) = (0i32, 0, false);
+        let bytes = rest.as_bytes();
+        for i in open..bytes.len() {
+            match bytes[i] {
+                b'(' | b'[' | b'{' | b'<' => depth += 1,
+                b'>' if i > 0 && bytes[i - 1] == b'-' => {}
+                b')' | b']' | b'}' | b'>' => depth -= 1,
+                b',' if depth == 1 => params += 1,
+                b if !b.is_ascii_whitespace() && depth == 1 => any = true,
+                _ => {}
+            }
+            if depth == 0 {
+                let trailing = rest[open..=i].trim_end_matches(')').trim_end().ends_with(',');
+                let count = if !any {
+                    0
+                } else if trailing {
+                    params
+                } else {
+                    params + 1
+                };
+                out.push((name, text[..at].lines().count() + 1, count));
+                break;
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn structure_no_function_of_the_request_path_has_more_than_six_parameters() -> TestResult {
+    let mut wide = Vec::new();
+    for file in request_path()? {
+        let text = std::fs::read_to_string(&file)?;
+        assert!(!text.contains("too_many_arguments"), "{}: a too_many_arguments allowance", relative(&file));
+        for (name, line, count) in parameter_counts(&text) {
+            if count > 6 {
+                wide.push(format!("{}:{line}: fn {name}: {count} parameters", relative(&file)));
+            }
+        }
+    }
+    assert!(wide.is_empty(), "functions with more than six parameters:\n{}", wide.join("\n"));
+    Ok(())
+}
+
+#[test]
+fn structure_parameters_are_counted_as_written() {
+    let text = "fn a() {}\nfn b<'t, T>(x: &'t T, f: impl Fn(u8) -> u8,\n    y: [u8; 2],\n) -> u8 {}\n\
+                fn c(&self, m: HashMap<K, V>, z: (u8, u8)) {}";
+    let counts: Vec<(String, usize)> = parameter_counts(text).into_iter().map(|(n, _, c)| (n, c)).collect();
+    assert_eq!(counts, [("a".to_string(), 0), ("b".to_string(), 3), ("c".to_string(), 3)]);
 }
 
 /// The top-level module a file belongs to (`proxy` for `src/proxy/forward.rs`).

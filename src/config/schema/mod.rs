@@ -21,7 +21,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::duration::Dur;
-use super::values::{Cidr, KeyStart, RangeList, TimeSpec, UpstreamUrl};
+use super::values::{Cidr, KeyStart, RangeList, TimeSpec, Upstream};
 
 mod routes;
 
@@ -98,10 +98,10 @@ pub const DEFAULT_ADMIN: &str = "127.0.0.1:9901";
 pub struct Region {
     /// The region's backends.
     #[serde(default)]
-    pub upstreams: Vec<UpstreamUrl>,
+    pub upstreams: Vec<Upstream>,
     /// The region's shardgate (mesh peer).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub peer: Option<UpstreamUrl>,
+    pub peer: Option<Upstream>,
     /// Region to use when this one is unavailable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failover: Option<String>,

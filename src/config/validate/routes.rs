@@ -89,8 +89,9 @@ pub(super) fn routes(
             ),
             _ => {}
         }
-        let id = r.id.as_ref().and_then(|id| id_rule(&refs, r, id, strategy, &p.k("id"), ctx));
-        let mint = r.mint.as_ref().and_then(|m| mint_rule(&refs, r, m, strategy, &p.k("mint"), ctx));
+        let at = Routed { refs: &refs, route: r, strategy };
+        let id = r.id.as_ref().and_then(|id| id_rule(at, id, &p.k("id"), ctx));
+        let mint = r.mint.as_ref().and_then(|m| mint_rule(at, m, &p.k("mint"), ctx));
         if let Some(strategy) = strategy {
             out.push(Route {
                 index: r.index,
@@ -318,15 +319,17 @@ impl<'f> Templates<'f> {
     }
 }
 
-/// `id`: exactly one source, known formats (each once), a placement that reads them.
-fn id_rule(
-    refs: &Refs<'_>,
-    r: &schema::Route,
-    id: &IdSpec,
+/// The route whose `id` or `mint` rule is checked, with its placement.
+#[derive(Clone, Copy)]
+struct Routed<'a> {
+    refs: &'a Refs<'a>,
+    route: &'a schema::Route,
     strategy: Option<Strategy>,
-    ip: &YamlPath,
-    ctx: &mut Ctx<'_>,
-) -> Option<IdRule> {
+}
+
+/// `id`: exactly one source, known formats (each once), a placement that reads them.
+fn id_rule(at: Routed<'_>, id: &IdSpec, ip: &YamlPath, ctx: &mut Ctx<'_>) -> Option<IdRule> {
+    let Routed { refs, route: r, strategy } = at;
     let tpl = r.matcher.path.as_str();
     let sources = [id.path_param.is_some(), id.header.is_some(), id.query.is_some()].iter().filter(|b| **b).count();
     if sources != 1 {
@@ -367,14 +370,8 @@ fn id_rule(
 }
 
 /// `mint`: a mintable format, what that format needs, a valid header and `Location`.
-fn mint_rule(
-    refs: &Refs<'_>,
-    r: &schema::Route,
-    m: &MintSpec,
-    strategy: Option<Strategy>,
-    mp: &YamlPath,
-    ctx: &mut Ctx<'_>,
-) -> Option<MintRule> {
+fn mint_rule(at: Routed<'_>, m: &MintSpec, mp: &YamlPath, ctx: &mut Ctx<'_>) -> Option<MintRule> {
+    let Routed { refs, route: r, strategy } = at;
     let mintable = Some("mintable formats: iuid, locality, uniqid, uuidv7");
     let format = match Format::from_name(&m.format) {
         None => {

@@ -14,8 +14,7 @@ use crate::server::deadline::{poll_unbudgeted, Deadline};
 /// head-read deadline, and shutdown while the connection is idle. Both
 /// are made once per connection and, once polled, hold the task's waker,
 /// so that between requests they cost a flag read, not a timer poll and a
-/// shutdown waiter listed and removed for every head (~500 instructions a
-/// request: callgrind).
+/// shutdown waiter listed and removed for every head.
 pub(super) struct HeadWaits {
     /// One timer per connection, moved forward for each head (moving a
     /// timer later does not touch the timer wheel).

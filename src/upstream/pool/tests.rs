@@ -90,7 +90,7 @@ type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 /// The pool entry for a backend at `addr` (shared with the exchange tests).
 pub(crate) fn endpoint(addr: std::net::SocketAddr) -> Result<Upstream, Box<dyn std::error::Error>> {
-    Ok(Upstream::from_url(&crate::config::values::UpstreamUrl::parse(&format!("http://{addr}"))?))
+    Ok(Upstream::parse(&format!("http://{addr}"))?)
 }
 
 /// One request through `pool`, its whole body read.

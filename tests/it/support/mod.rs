@@ -4,6 +4,8 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod binary;
+pub mod ops;
+pub mod reload;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -336,6 +338,11 @@ async fn send_with(client: &Client<HttpConnector, Full<Bytes>>, req: Request<Ful
 
 pub async fn get(url: &str) -> Result<Got, BoxError> {
     send(Request::get(url).body(Full::new(Bytes::new()))?).await
+}
+
+/// GET that must finish within 5 s.
+pub async fn bounded(url: &str) -> Result<Got, BoxError> {
+    tokio::time::timeout(Duration::from_secs(5), get(url)).await.map_err(|_| format!("{url}: request hung"))?
 }
 
 /// A fixed table of three regions whose upstreams are the given backends.

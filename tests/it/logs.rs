@@ -1,0 +1,66 @@
+//! Logging: the access-log and drain settings parsed with their defaults
+//! (an unknown key refused), and the binary naming each request's rule in
+//! its access log, written to a file without colour codes.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::support::binary::spawn_binary_logging;
+use crate::support::ops::iuid;
+use crate::support::{backend, get, table, TestResult};
+
+#[tokio::test]
+async fn ops_access_log_settings_parse_and_default() -> TestResult {
+    let cfg = shardgate::config::load_str(&table_text(""), "t.yaml").map_err(|e| e.to_string())?;
+    let s = &cfg.settings;
+    assert!(s.log.access && !s.log.ids);
+    assert_eq!(s.server.drain_delay, Duration::from_secs(5));
+    assert_eq!(s.server.shutdown_timeout, Duration::from_secs(30));
+    let cfg = shardgate::config::load_str(
+        &table_text("log: { access: false, ids: true }\nserver: { drain_delay: 0s, shutdown_timeout: 250ms }"),
+        "t.yaml",
+    )
+    .map_err(|e| e.to_string())?;
+    let s = &cfg.settings;
+    assert!(!s.log.access && s.log.ids);
+    assert_eq!(s.server.drain_delay, Duration::ZERO);
+    assert_eq!(s.server.shutdown_timeout, Duration::from_millis(250));
+    let Err(errs) = shardgate::config::load_str(&table_text("log: { acces: true }"), "t.yaml") else {
+        return Err("accepted an unknown log key".into());
+    };
+    assert!(errs.has_path("log.acces"), "{errs}");
+    Ok(())
+}
+
+/// The support table with every upstream at 127.0.0.1:9, to be parsed only.
+fn table_text(extra: &str) -> String {
+    let a: SocketAddr = SocketAddr::from(([127, 0, 0, 1], 9));
+    table(a, a, a, extra)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ops_binary_names_rules_and_logs_without_colour_to_a_file() -> TestResult {
+    let kz = backend("kz").await?;
+    let dir = tempfile::tempdir()?;
+    let log = dir.path().join("stderr.log");
+    let (mut child, port, _) = spawn_binary_logging(
+        dir.path(),
+        kz.addr,
+        "server: { debug_headers: true, drain_delay: 0s, shutdown_timeout: 1s }",
+        Some(&log),
+    )
+    .await?;
+    for (entity, rule) in [(3, "country 7 (KZ)"), (4, "override KZ/WalletAccount")] {
+        let got = get(&format!("http://127.0.0.1:{port}/v1/orders/{}", iuid(7, entity))).await?;
+        assert_eq!(got.status, 200);
+        assert_eq!(got.header("x-shardgate-rule"), Some(rule));
+    }
+    child.signal("-TERM")?;
+    assert_eq!(child.wait_exit(Duration::from_secs(10)).await?, 0);
+    let text = std::fs::read_to_string(&log)?;
+    for rule in ["country 7 (KZ)", "override KZ/WalletAccount"] {
+        assert!(text.lines().any(|l| l.contains("shardgate::access") && l.contains(rule)), "{rule}:\n{text}");
+    }
+    assert!(!text.contains('\u{1b}'), "colour codes in a log file:\n{text:?}");
+    Ok(())
+}
