@@ -84,6 +84,28 @@ pub enum Format {
 }
 
 impl Format {
+    /// The reasons a parse of this format may reject an input with.
+    pub const fn reasons(self) -> &'static [Reason] {
+        use Reason as R;
+        match self {
+            Format::Iuid => &[R::BadLength, R::BadFormat, R::VersionNot8, R::VariantNot10, R::UnsupportedVer1],
+            Format::Uuidv7 => &[R::BadLength, R::BadFormat, R::VersionNot7, R::VariantNot10],
+            Format::Locality => &[R::BadLength, R::BadFormat, R::VersionNotB],
+            Format::Uniqid => &[
+                R::TooShort,
+                R::NonHexInUniqPart,
+                R::UppercaseHexInUniqPart,
+                R::BadShardPrefix,
+                R::MicrosecondsOutOfRange,
+                R::ShardOutOfRange,
+                R::ShardPrefixMismatch,
+            ],
+            Format::Snowflake => &[R::NotCanonicalDecimal, R::SignBitSet],
+            Format::Sonyflake => &[R::NotCanonicalDecimal, R::MsbSet],
+            Format::Instagram => &[R::NotCanonicalDecimal],
+        }
+    }
+
     /// Every format, in the order `decode` reports them.
     pub const ALL: [Format; 7] = [
         Format::Iuid,
@@ -183,6 +205,27 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Every reason, in declaration order.
+    pub const ALL: [Reason; 17] = [
+        Reason::BadLength,
+        Reason::BadFormat,
+        Reason::VersionNot8,
+        Reason::VersionNot7,
+        Reason::VersionNotB,
+        Reason::VariantNot10,
+        Reason::UnsupportedVer1,
+        Reason::TooShort,
+        Reason::NonHexInUniqPart,
+        Reason::UppercaseHexInUniqPart,
+        Reason::BadShardPrefix,
+        Reason::MicrosecondsOutOfRange,
+        Reason::ShardOutOfRange,
+        Reason::ShardPrefixMismatch,
+        Reason::NotCanonicalDecimal,
+        Reason::SignBitSet,
+        Reason::MsbSet,
+    ];
+
     /// The stable snake_case code.
     pub const fn code(self) -> &'static str {
         match self {
@@ -517,4 +560,17 @@ pub fn parse_canonical_u64(s: &str) -> Option<u64> {
 /// Parses a canonical decimal `u8` (`0` or `[1-9][0-9]{0,2}`, at most 255).
 pub fn text_decimal_u8(s: &str) -> Option<u8> {
     text::parse_decimal_u64(s).and_then(|v| u8::try_from(v).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Format, Reason};
+
+    #[test]
+    fn every_reason_belongs_to_a_format_and_has_its_own_code() {
+        for reason in Reason::ALL {
+            assert!(Format::ALL.iter().any(|f| f.reasons().contains(&reason)), "{reason:?} is no format's");
+            assert_eq!(Reason::ALL.iter().filter(|r| r.code() == reason.code()).count(), 1, "{reason:?}");
+        }
+    }
 }
