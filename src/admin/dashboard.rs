@@ -77,13 +77,7 @@ fn table_view(snap: &Loaded) -> Value {
         .routes()
         .iter()
         .map(|r| {
-            let kind = if r.fanout.is_some() {
-                "fanout"
-            } else if r.mint.is_some() {
-                "create"
-            } else {
-                r.strategy.name()
-            };
+            let kind = r.kind();
             let methods = r.methods.as_ref().map(|m| m.iter().map(|m| m.as_str().to_string()).collect::<Vec<_>>());
             let formats = r.id.as_ref().map(|id| id.formats.iter().map(|f| f.name()).collect::<Vec<_>>());
             json!({ "name": r.name, "template": r.template, "methods": methods, "placement": kind, "formats": formats })

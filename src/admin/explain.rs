@@ -67,11 +67,15 @@ fn explain_route(table: &Table, found: &Found, route: &Route, id: &str, named: b
     let mut entry = Map::new();
     entry.insert("route".into(), route.name.clone().into());
     entry.insert("template".into(), route.template.clone().into());
-    entry.insert("placement".into(), route.strategy.name().into());
+    entry.insert("placement".into(), route.kind().into());
+    if let Some(to) = route.to {
+        entry.insert("region".into(), table.region_of(to).map(|r| table.region(r).name.clone()).into());
+        entry.insert("error".into(), "this route routes by its path alone; it reads no id".into());
+        return named.then_some(Value::Object(entry));
+    }
     let names =
         |list: &[usize]| -> Vec<String> { RegionId::list(list).map(|r| table.region(r).name.clone()).collect() };
     if let Some(f) = &route.fanout {
-        entry.insert("placement".into(), "fanout".into());
         let sort = match &f.merge.sort {
             crate::merge::SortKey::IdTime { field, .. } => json!({ "id_field": field }),
             crate::merge::SortKey::Field(field) => json!({ "field": field }),

@@ -193,7 +193,7 @@ mod tests {
     #[test]
     fn shipped_tables_are_valid() -> Result<(), ConfigErrors> {
         let example = load_str(include_str!("../../config/example.yaml"), "example.yaml")?;
-        assert_eq!(example.routes.len(), 6);
+        assert_eq!(example.routes.len(), 8);
         let demo = load_str(include_str!("../../config/demo.yaml"), "demo.yaml")?;
         assert_eq!(demo.regions.len(), 3);
         Ok(())

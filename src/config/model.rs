@@ -143,8 +143,11 @@ pub struct Route {
     pub index: usize,
     /// Route name (metrics label, logs).
     pub name: String,
-    /// matchit path template.
+    /// Its path template as shown (a prefix route's is its catch-all template).
     pub template: String,
+    /// The matchit templates it is matched by: its path template, or a
+    /// prefix's (`/static`, `/static/`, `/static/{*rest}`).
+    pub matches: Vec<String>,
     /// Allowed methods; `None` = all. A route that allows GET also matches HEAD.
     pub methods: Option<Vec<Method>>,
     /// Where the id is (lookup routes).
@@ -163,9 +166,33 @@ pub struct Route {
     pub upgrades: Vec<String>,
     /// How long a tunnel through this route may sit idle.
     pub tunnel_idle_timeout: std::time::Duration,
+    /// Where a route without an id sends every request.
+    pub to: Option<To>,
+}
+
+/// Where a route without an id sends its requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum To {
+    /// This region (position in [`Config::regions`]).
+    Region(usize),
+    /// The instance's own region (`region:`), else `default_region`.
+    Local,
 }
 
 impl Route {
+    /// What the route routes by, as the dashboard and `/explain` name it:
+    /// `local` or `region` (by its path alone), `fanout`, `create`, or the
+    /// placement strategy of the id it reads.
+    pub fn kind(&self) -> &'static str {
+        match (&self.to, &self.fanout, &self.mint) {
+            (Some(To::Local), _, _) => "local",
+            (Some(To::Region(_)), _, _) => "region",
+            (None, Some(_), _) => "fanout",
+            (None, None, Some(_)) => "create",
+            (None, None, None) => self.strategy.name(),
+        }
+    }
+
     /// Whether the route accepts `method` (GET routes also accept HEAD).
     pub fn allows(&self, method: &Method) -> bool {
         match &self.methods {

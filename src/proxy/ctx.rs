@@ -158,12 +158,14 @@ impl<'t> Journal<'t> {
         let (id, minted) = match plan {
             Plan::One(l) => {
                 self.rule = Some(l.placement.rule);
-                (&l.id, l.minted)
+                (l.id.as_ref(), l.minted)
             }
-            Plan::Search(s) => (&s.id, false),
+            Plan::Search(s) => (Some(&s.id), false),
             Plan::Fanout(..) => return,
         };
-        self.id_routed_by(table, id, minted);
+        if let Some(id) = id {
+            self.id_routed_by(table, id, minted);
+        }
     }
 
     fn id_routed_by(&mut self, table: &Table, id: &Decoded, minted: bool) {

@@ -8,7 +8,8 @@ use http::request::Parts;
 
 use crate::config::model::{FanoutRule, SearchRule};
 use crate::ids::{self, Decoded};
-use crate::routing::{Placement, Route, Strategy, Table};
+
+use crate::routing::{Placement, Route, Rule, Strategy, Table, To};
 
 use super::error::ProxyError;
 use super::{extract, mint};
@@ -53,8 +54,9 @@ impl<'t> Plan<'t> {
 pub struct Located<'t> {
     /// The matched route.
     pub route: &'t Route,
-    /// The id the request is routed by (decoded, or minted on a create route).
-    pub id: Decoded,
+    /// The id the request is routed by (decoded, or minted on a create
+    /// route); none on a route that routes by its path alone (`to`).
+    pub id: Option<Decoded>,
     /// Whether the id was minted here (a create route).
     pub minted: bool,
     /// The owner's region and the rule that chose it.
@@ -94,6 +96,13 @@ pub fn locate<'t>(
     if let Some(rule) = &route.fanout {
         return Ok(Plan::Fanout(route, rule));
     }
+    if let Some(to) = route.to {
+        let rule = if to == To::Local { Rule::Local } else { Rule::Route };
+        let placement = table.region_of(to).map(|region| Placement { region, rule }).ok_or_else(|| {
+            rejected(ProxyError::NoOwner { detail: format!("route {} names no region this table has", route.name) })
+        })?;
+        return Ok(Plan::One(Located { route, id: None, minted: false, placement }));
+    }
     let (id, minted) = match (&route.id, &route.mint) {
         (Some(rule), _) => {
             let raw = extract::extract(&rule.source, &m.params, &parts.headers, parts.uri.query()).map_err(rejected)?;
@@ -123,14 +132,13 @@ pub fn locate<'t>(
     }
     let placement =
         table.place(&id, route.strategy).map_err(|e| rejected(ProxyError::NoOwner { detail: e.to_string() }))?;
-    Ok(Plan::One(Located { route, id, minted, placement }))
+    Ok(Plan::One(Located { route, id: Some(id), minted, placement }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::ids::Iuid;
-    use crate::routing::Rule;
 
     type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -179,7 +187,7 @@ routes:
                 return Err("not one id".into());
             };
             assert_eq!(region(&t, &located), "kz", "{}", p.uri);
-            assert_eq!((located.id.to_string(), located.minted), (kz.clone(), false));
+            assert_eq!((located.id.map(|id| id.to_string()), located.minted), (Some(kz.clone()), false));
             assert_eq!(located.placement.rule, Rule::Country { country: 7 });
         }
         Ok(())
@@ -192,7 +200,7 @@ routes:
         let plan = locate(&t, &parts("POST", "/v1/orders", &[("x-country", "de")])?, &minters, false);
         let Plan::One(located) = plan.map_err(|r| r.error)? else { return Err("not one id".into()) };
         assert_eq!((region(&t, &located), located.minted, located.route.name.as_str()), ("eu", true, "create"));
-        let Decoded::Iuid(id) = located.id else { return Err("not an iuid".into()) };
+        let Some(Decoded::Iuid(id)) = located.id else { return Err("not an iuid".into()) };
         assert_eq!((id.country(), id.service_entity()), (49, 3));
         Ok(())
     }

@@ -324,7 +324,7 @@ impl Proxy {
 /// owner's backend and kept to announce on its answer.
 fn minted_id(located: &locate::Located<'_>, parts: &mut Parts) -> Option<headers::Minted> {
     let rule = located.route.mint.as_ref().filter(|_| located.minted)?;
-    let id = located.id.to_string();
+    let id = located.id.as_ref()?.to_string();
     if let Ok(v) = HeaderValue::from_str(&id) {
         parts.headers.insert(rule.header.clone(), v);
     }

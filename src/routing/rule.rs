@@ -93,6 +93,10 @@ pub enum Rule {
     },
     /// `default_region`, because the strategy found no owner.
     Default,
+    /// The route's own region (`to: { region }`): it routes by its path alone.
+    Route,
+    /// The instance's own region (`to: local`; `default_region` on an instance that serves none).
+    Local,
 }
 
 impl Rule {
@@ -112,6 +116,8 @@ impl Rule {
             Rule::Hash => "hash",
             Rule::TimeRange { .. } => "time_range",
             Rule::Default => "default",
+            Rule::Route => "route",
+            Rule::Local => "local",
         }
     }
 }
@@ -133,6 +139,8 @@ impl fmt::Display for Rule {
             Rule::Hash => f.write_str("rendezvous hash"),
             Rule::TimeRange { index } => write!(f, "time range {index}"),
             Rule::Default => f.write_str("default region"),
+            Rule::Route => f.write_str("the route's region"),
+            Rule::Local => f.write_str("local region"),
         }
     }
 }

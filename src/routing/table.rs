@@ -5,7 +5,7 @@ use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::config::model::Config;
-pub use crate::config::model::{CountrySource, IdRule, IdSource, MintRule, Region, Route};
+pub use crate::config::model::{CountrySource, IdRule, IdSource, MintRule, Region, Route, To};
 pub use crate::config::settings::Settings;
 use crate::config::template::insert_template;
 pub use crate::config::values::Upstream;
@@ -281,6 +281,15 @@ impl Table {
         self.local_region
     }
 
+    /// The region a route without an id sends to (`to:`): its own, or the
+    /// instance's (else `default_region`) for `to: local`.
+    pub fn region_of(&self, to: To) -> Option<RegionId> {
+        match to {
+            To::Region(i) => u16::try_from(i).ok().filter(|&i| usize::from(i) < self.regions.len()).map(RegionId),
+            To::Local => self.local_region.or(self.default_region),
+        }
+    }
+
     /// The fallback region (`default_region:`), if any.
     pub fn default_region(&self) -> Option<RegionId> {
         self.default_region
@@ -423,9 +432,11 @@ impl fmt::Display for Explain<'_> {
 fn compile_routes(routes: &[Route]) -> (Vec<Route>, matchit::Router<Box<[usize]>>) {
     let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
     for (pos, r) in routes.iter().enumerate() {
-        match groups.iter_mut().find(|(t, _)| *t == r.template) {
-            Some((_, list)) => list.push(pos),
-            None => groups.push((r.template.as_str(), vec![pos])),
+        for template in &r.matches {
+            match groups.iter_mut().find(|(t, _)| t == template) {
+                Some((_, list)) => list.push(pos),
+                None => groups.push((template.as_str(), vec![pos])),
+            }
         }
     }
     let mut router = matchit::Router::new();

@@ -12,6 +12,7 @@ mod docs;
 mod drain;
 mod explain;
 mod faults;
+mod frontdoor;
 mod global;
 mod health;
 mod hostile;

@@ -8,7 +8,7 @@ use crate::config::duration::Dur;
 
 /// `routes[i]`.
 #[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, expecting = "a route mapping with name, match and id or mint")]
+#[serde(deny_unknown_fields, expecting = "a route mapping with name, match and id, mint, fanout or to")]
 pub struct Route {
     /// Route name (metrics label, logs).
     pub name: String,
@@ -40,9 +40,31 @@ pub struct Route {
     /// Which regions `placement: search` asks, and how.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub search: Option<SearchSpec>,
+    /// Where a route without an id sends its requests: `local`, or `{ region: NAME }`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<ToSpec>,
     /// Position in the file's list.
     #[serde(skip)]
     pub index: usize,
+}
+
+/// `routes[i].to`: `local` (this instance's region, else `default_region`),
+/// or a mapping naming a region.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(untagged, expecting = "`local`, or a mapping `{ region: NAME }`")]
+pub enum ToSpec {
+    /// A word: `local` is the one there is.
+    Word(String),
+    /// `{ region: NAME }`.
+    Region(ToRegion),
+}
+
+/// `routes[i].to` as a mapping.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToRegion {
+    /// The region every request of the route goes to.
+    pub region: String,
 }
 
 fn auto() -> String {
@@ -53,12 +75,17 @@ fn default_upgrades() -> Vec<String> {
     vec!["websocket".to_owned()]
 }
 
-/// `routes[i].match`.
+/// `routes[i].match`: a path template or a prefix (exactly one).
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Match {
     /// matchit path template.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub path: String,
+    /// A path prefix, in whole segments: `/static/` matches `/static`,
+    /// `/static/` and everything below.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
     /// Allowed methods; `None` = all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub methods: Option<Vec<String>>,

@@ -9,9 +9,9 @@ use http::{HeaderName, Method};
 use super::names::{Names, METHODS};
 use super::reads;
 use super::{format_list, header_name};
-use crate::config::model::{Country, CountrySource, Entity, IdRule, IdSource, MintRule, Route, Strategy};
+use crate::config::model::{Country, CountrySource, Entity, IdRule, IdSource, MintRule, Route, Strategy, To};
 use crate::config::report::Ctx;
-use crate::config::schema::{self, File, IdSpec, MintSpec};
+use crate::config::schema::{self, File, IdSpec, MintSpec, ToSpec};
 use crate::config::show;
 use crate::config::template::{insert_template, TemplateError, MAX_TEMPLATE_PARAMS};
 use crate::config::yaml::YamlPath;
@@ -67,7 +67,10 @@ pub(super) fn routes(
         if r.fanout.is_some() {
             (method_set, methods) = fanout_methods(r, method_set, methods, &p, ctx);
         }
-        templates.add(r, &method_set, &p, ctx);
+        let (template, matches) = matched(r, &p, ctx);
+        for tpl in &matches {
+            templates.add(r, tpl, &method_set, &p, ctx);
+        }
         let strategy = Strategy::from_name(&r.placement);
         if strategy.is_none() {
             let hint = format!("use one of {}", Strategy::ALL.iter().map(|s| s.name()).collect::<Vec<_>>().join(", "));
@@ -75,12 +78,13 @@ pub(super) fn routes(
         }
         let fanout = r.fanout.as_ref().and_then(|f| fanout_parts(refs.names, r, f, &p, ctx));
         let search = search_parts(refs.names, r, strategy, &p, ctx);
+        let to = r.to.as_ref().and_then(|to| target(&refs, r, to, &p, ctx));
         match (&r.id, &r.mint) {
-            _ if r.fanout.is_some() => {}
+            _ if r.fanout.is_some() || r.to.is_some() => {}
             (None, None) => ctx.at(
                 &p,
-                format!("route {} has no `id`, `mint` or `fanout`: it names nothing to route by", show(&r.name)),
-                Some("add `id: { path_param: id, formats: [iuid] }`, a `mint:` rule or a `fanout:` rule"),
+                format!("route {} has no `id`, `mint`, `fanout` or `to`: it names nothing to route by", show(&r.name)),
+                Some("add `id: { path_param: id, formats: [iuid] }`, a `mint:` or `fanout:` rule, or `to: local`"),
             ),
             (Some(_), Some(_)) => ctx.at(
                 &p.k("mint"),
@@ -96,7 +100,8 @@ pub(super) fn routes(
             out.push(Route {
                 index: r.index,
                 name: r.name.clone(),
-                template: r.matcher.path.clone(),
+                template,
+                matches,
                 methods,
                 id,
                 mint,
@@ -107,10 +112,79 @@ pub(super) fn routes(
                 // A fan-out or search leg is one of several requests: none may open a tunnel.
                 upgrades: if r.fanout.is_some() || strategy == Strategy::Search { Vec::new() } else { upgrades },
                 tunnel_idle_timeout: r.tunnel_idle_timeout.unwrap_or(file.server.tunnel_idle_timeout).0,
+                to,
             });
         }
     }
     out
+}
+
+/// The route's shown template and the matchit templates it is matched by:
+/// its `path`, or a `prefix` in whole segments (`/static/` matches
+/// `/static`, `/static/` and `/static/{*rest}`, each below more specific
+/// templates).
+fn matched(r: &schema::Route, p: &YamlPath, ctx: &mut Ctx<'_>) -> (String, Vec<String>) {
+    let mp = p.k("match");
+    let path = (!r.matcher.path.is_empty()).then_some(r.matcher.path.as_str());
+    let prefix = match (path, r.matcher.prefix.as_deref()) {
+        (Some(path), None) => return (path.to_string(), vec![path.to_string()]),
+        (None, Some(prefix)) => prefix,
+        (Some(_), Some(_)) => {
+            ctx.at(&mp.k("prefix"), "a route matches a `path` or a `prefix`, not both".into(), Some("remove one"));
+            return (String::new(), Vec::new());
+        }
+        (None, None) => {
+            let hint = Some("add `path: \"/v1/orders/{id}\"` or `prefix: \"/static/\"`");
+            ctx.at(&mp, format!("route {} matches no `path` or `prefix`", show(&r.name)), hint);
+            return (String::new(), Vec::new());
+        }
+    };
+    if !prefix.starts_with('/') || prefix.contains(['{', '}', '?', '#']) {
+        ctx.at(
+            &mp.k("prefix"),
+            format!("prefix {} is not a plain path", show(prefix)),
+            Some("write a prefix such as \"/static/\": it starts with `/`, without parameters or a query"),
+        );
+        return (String::new(), Vec::new());
+    }
+    let base = prefix.trim_end_matches('/');
+    let all = format!("{base}/{{*rest}}");
+    let mut matches = vec![format!("{base}/"), all.clone()];
+    if !base.is_empty() {
+        matches.insert(0, base.to_string());
+    }
+    (all, matches)
+}
+
+/// `to`: `local` (the instance's region, else `default_region`) or a
+/// region of the table; alone, without `id`, `mint`, `fanout` or a placement.
+fn target(refs: &Refs<'_>, r: &schema::Route, to: &ToSpec, p: &YamlPath, ctx: &mut Ctx<'_>) -> Option<To> {
+    let tp = p.k("to");
+    let others = [("id", r.id.is_some()), ("mint", r.mint.is_some()), ("fanout", r.fanout.is_some())];
+    if let Some((key, _)) = others.iter().find(|(_, set)| *set) {
+        let m = format!("route {} has both `to` and `{key}`", show(&r.name));
+        ctx.at(&tp, m, Some("a route with `to` routes by its path alone: remove one of them"));
+        return None;
+    }
+    if r.placement != "auto" {
+        let m = format!("route {} has `to` and `placement`: it places no id", show(&r.name));
+        ctx.at(&p.k("placement"), m, Some("remove `placement`"));
+    }
+    match to {
+        ToSpec::Word(w) if w == "local" => {
+            if refs.file.region.is_none() && refs.file.default_region.is_none() {
+                let m = format!("route {} sends to the local region, and this table names none", show(&r.name));
+                ctx.at(&tp, m, Some("set `region:` (the region this instance serves) or `default_region:`"));
+                return None;
+            }
+            Some(To::Local)
+        }
+        ToSpec::Word(w) => {
+            ctx.at(&tp, format!("unknown target {}", show(w)), Some("use `local`, or `{ region: NAME }`"));
+            None
+        }
+        ToSpec::Region(to) => refs.names.region(ctx, &tp.k("region"), &to.region).map(To::Region),
+    }
 }
 
 /// A fan-out route's methods: reads only (GET, and HEAD with it); GET when none are listed.
@@ -241,14 +315,14 @@ fn methods(r: &schema::Route, p: &YamlPath, ctx: &mut Ctx<'_>) -> (MethodSet, Op
 /// unreachable by an earlier route on the same template.
 #[derive(Default)]
 struct Templates<'f> {
-    by_template: HashMap<&'f str, Vec<(&'f schema::Route, MethodSet)>>,
+    by_template: HashMap<String, Vec<(&'f schema::Route, MethodSet)>>,
     router: matchit::Router<usize>,
     owner: HashMap<String, &'f schema::Route>,
 }
 
 impl<'f> Templates<'f> {
-    fn add(&mut self, r: &'f schema::Route, methods: &MethodSet, p: &YamlPath, ctx: &mut Ctx<'_>) {
-        let tpl = r.matcher.path.as_str();
+    fn add(&mut self, r: &'f schema::Route, tpl: &str, methods: &MethodSet, p: &YamlPath, ctx: &mut Ctx<'_>) {
+        let key = if r.matcher.prefix.is_some() { "prefix" } else { "path" };
         if !tpl.starts_with('/') {
             ctx.at(
                 &p.k("match").k("path"),
@@ -263,7 +337,7 @@ impl<'f> Templates<'f> {
                 (Some(a), Some(b)) => a.intersection(b).next().is_some(),
             });
             if let Some((earlier, _)) = earlier {
-                let at = if r.matcher.methods.is_some() { p.k("match").k("methods") } else { p.k("match").k("path") };
+                let at = if r.matcher.methods.is_some() { p.k("match").k("methods") } else { p.k("match").k(key) };
                 ctx.at(
                     &at,
                     format!(
@@ -279,7 +353,7 @@ impl<'f> Templates<'f> {
             list.push((r, methods.clone()));
             return;
         }
-        self.by_template.insert(tpl, vec![(r, methods.clone())]);
+        self.by_template.insert(tpl.to_string(), vec![(r, methods.clone())]);
         let message = match insert_template(&mut self.router, tpl, r.index) {
             Ok(()) => {
                 self.owner.insert(tpl.to_owned(), r);
@@ -291,7 +365,7 @@ impl<'f> Templates<'f> {
                     show(tpl)
                 );
                 ctx.at(
-                    &p.k("match").k("path"),
+                    &p.k("match").k(key),
                     m,
                     Some("match fewer segments as parameters, or end with a catch-all {*rest}"),
                 );
@@ -312,7 +386,7 @@ impl<'f> Templates<'f> {
             }
         };
         ctx.at(
-            &p.k("match").k("path"),
+            &p.k("match").k(key),
             message,
             Some("parameters are whole segments like {id} or a trailing {*rest}; two templates may not differ only in parameter names"),
         );

@@ -1,0 +1,130 @@
+//! The rest of an API through the same front door: routes that go by
+//! their path alone (`to:` a region, or the local one) and prefix routes,
+//! on real sockets against real backends.
+
+use crate::support::{self, get, iuid, three_backends, BoxError, Running, TestResult};
+
+/// The support table with `routes` appended to its route list and `top`
+/// among its top-level keys.
+async fn front_door(top: &str, routes: &str, kz_failover: bool) -> Result<(Running, [Running; 3]), BoxError> {
+    let b = three_backends().await?;
+    let mut yaml = support::table(b[0].addr, b[1].addr, b[2].addr, top) + routes;
+    if kz_failover {
+        let kz = format!("kz: {{ upstreams: [\"http://{}\"] }}", b[1].addr);
+        yaml = yaml.replace(&kz, &format!("kz: {{ upstreams: [\"http://{}\"], failover: eu }}", b[1].addr));
+    }
+    Ok((support::proxy(&yaml).await?, b))
+}
+
+/// The region whose backend answered, and the path it was asked for.
+async fn landed(p: &Running, path: &str) -> Result<(u16, String, String), BoxError> {
+    let got = get(&p.url(path)).await?;
+    let region = got.header("x-backend-region").unwrap_or("-").to_string();
+    let asked = got.json().ok().and_then(|j| j["path"].as_str().map(str::to_string)).unwrap_or_default();
+    Ok((got.status.as_u16(), region, asked))
+}
+
+const NO_ID_ROUTES: &str = r#"  - name: login
+    match: { path: "/login" }
+    to: { region: kz }
+  - name: static
+    match: { prefix: "/static/" }
+    to: local
+  - name: static-v2
+    match: { prefix: "/static/v2" }
+    to: { region: us }
+  - name: everything-else
+    match: { prefix: "/" }
+    to: { region: eu }
+"#;
+
+#[tokio::test]
+async fn routes_without_an_id_go_to_their_region_and_the_most_specific_prefix_wins() -> TestResult {
+    let (p, _b) = front_door("default_region: us\nserver: { debug_headers: true }", NO_ID_ROUTES, false).await?;
+    for (path, want) in [
+        ("/login", "kz"),
+        // `to: local` on an instance that serves no region: default_region.
+        ("/static", "us"),
+        ("/static/", "us"),
+        ("/static/app.js", "us"),
+        ("/static/v2/app.js", "us"),
+        ("/static/v2", "us"),
+        ("/favicon.ico", "eu"),
+        ("/", "eu"),
+        ("/login/other", "eu"),
+        ("/staticx", "eu"),
+    ] {
+        let (status, region, asked) = landed(&p, path).await?;
+        assert_eq!((status, region.as_str(), asked.as_str()), (200, want, path), "{path}");
+    }
+    // An id route stays more specific than the catch-all, and a path under
+    // it that matches no template falls through to the catch-all.
+    let (_, region, _) = landed(&p, &format!("/v1/orders/{}", iuid(7))).await?;
+    assert_eq!(region, "kz");
+    let (_, region, _) = landed(&p, "/v1/orders/a/b").await?;
+    assert_eq!(region, "eu");
+    let got = get(&p.url("/login")).await?;
+    assert_eq!(got.header("x-shardgate-route"), Some("login"));
+    assert_eq!(got.header("x-shardgate-rule"), Some("the route's region"));
+    let got = get(&p.url("/static/a")).await?;
+    assert_eq!(got.header("x-shardgate-rule"), Some("local region"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_route_to_the_local_region_uses_the_served_region_and_its_failover() -> TestResult {
+    let routes = "  - name: home\n    match: { prefix: \"/home/\" }\n    to: local\n";
+    let (p, b) = front_door("region: kz\nmesh: { trusted_peers: [\"127.0.0.1/32\"] }", routes, true).await?;
+    let (status, region, _) = landed(&p, "/home/index.html").await?;
+    assert_eq!((status, region.as_str()), (200, "kz"));
+    // kz's backend gone: a read fails over to eu; a write does not.
+    b[1].stop();
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let (status, region, _) = landed(&p, "/home/index.html").await?;
+    assert_eq!((status, region.as_str()), (200, "eu"));
+    let eu_before = b[0].hits();
+    let post = http::Request::post(p.url("/home/form")).body(http_body_util::Full::new(bytes::Bytes::new()))?;
+    let got = support::send(post).await?;
+    assert!(got.status.is_server_error(), "{:?}", got.body);
+    assert_eq!(b[0].hits(), eu_before, "a write reached the failover region");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_path_that_matches_nothing_is_still_no_route() -> TestResult {
+    let routes = "  - name: static\n    match: { prefix: \"/static/\" }\n    to: { region: eu }\n";
+    let (p, _b) = front_door("", routes, false).await?;
+    let got = get(&p.url("/elsewhere")).await?;
+    assert_eq!(got.status, 404);
+    assert_eq!(got.json()?["reason"], "no_route");
+    Ok(())
+}
+
+#[test]
+fn no_id_routes_are_checked_with_their_line() {
+    // An accepted table leaves `err` empty, which contains no expected text.
+    let cases = [
+        ("  - { name: a, match: { path: \"/a\" }, to: { region: nowhere } }\n", "unknown region"),
+        ("  - { name: a, match: { path: \"/a\" }, to: somewhere }\n", "unknown target"),
+        ("  - { name: a, match: { path: \"/a\" }, to: local }\n", "names none"),
+        ("  - { name: a, match: { prefix: \"/a/{x}\" }, to: { region: eu } }\n", "not a plain path"),
+        ("  - { name: a, match: { path: \"/a\", prefix: \"/a\" }, to: { region: eu } }\n", "not both"),
+        ("  - { name: a, match: { methods: [GET] }, to: { region: eu } }\n", "no `path` or `prefix`"),
+        ("  - { name: a, match: { path: \"/a/{id}\" }, id: { path_param: id, formats: [iuid] }, to: { region: eu } }\n", "both `to` and `id`"),
+        ("  - { name: a, match: { path: \"/a\" }, to: { region: eu }, placement: hash }\n", "it places no id"),
+        ("  - { name: a, match: { path: \"/a\" }, to: { regio: eu } }\n", "`local`, or a mapping"),
+        ("  - { name: a, match: { prefix: \"/static/\" }, to: { region: eu } }\n  - { name: b, match: { path: \"/static/{*rest}\" }, to: { region: eu } }\n", "unreachable"),
+        ("  - { name: a, match: { prefix: \"/static/\" }, to: { region: eu } }\n  - { name: b, match: { path: \"/static/{*f}\" }, to: { region: eu } }\n", "conflicts with"),
+    ];
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 1));
+    for (routes, want) in cases {
+        let yaml = support::table(addr, addr, addr, "") + routes;
+        let err = shardgate::config::load_str(&yaml, "t.yaml").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains(want), "{routes}: {err}");
+        let line = yaml.lines().count() - routes.lines().count() + 1;
+        assert!(
+            err.contains(&format!("t.yaml:{line}:")) || err.contains(&format!("t.yaml:{}:", line + 1)),
+            "{routes}: {err}"
+        );
+    }
+}
