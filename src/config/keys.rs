@@ -67,6 +67,7 @@ pub fn shape() -> &'static Shape {
                         ]),
                     ),
                     ("search", SearchSpec::shape(vec![])),
+                    ("rewrite", RewriteSpec::shape(vec![])),
                 ]))),
             ),
         ])

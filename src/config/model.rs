@@ -168,6 +168,28 @@ pub struct Route {
     pub tunnel_idle_timeout: std::time::Duration,
     /// Where a route without an id sends every request.
     pub to: Option<To>,
+    /// The path and query the upstream is asked for, when not the client's.
+    pub rewrite: Option<Rewrite>,
+}
+
+/// A route's rewrite of the request target.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rewrite {
+    /// The path.
+    pub path: RewritePath,
+    /// Whether the client's query goes on.
+    pub keep_query: bool,
+}
+
+/// How a rewrite makes the path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RewritePath {
+    /// The client's path, as it is.
+    Same,
+    /// The client's path without this leading path (whole segments, no trailing `/`).
+    StripPrefix(String),
+    /// This template, filled with the route's parameters.
+    Template(crate::config::template::PathTemplate),
 }
 
 /// Where a route without an id sends its requests.

@@ -32,7 +32,7 @@ use super::legs::{self, Asking};
 use crate::config::model::{FanoutRule, ListSource};
 use crate::merge::{self, Cursor};
 use crate::outcome::Outcome;
-use crate::routing::{RegionId, Table};
+use crate::routing::{RegionId, Route, Table};
 use crate::server::AnswerBody;
 
 /// The header naming the regions a partial answer lacks.
@@ -50,6 +50,7 @@ struct PageRequest {
 pub(super) async fn fanout<'t>(
     reach: Reach<'_>,
     ctx: &mut Ctx<'t>,
+    route: &'t Route,
     rule: &'t FanoutRule,
     parts: &Parts,
 ) -> Result<Response<AnswerBody>, ProxyError> {
@@ -57,7 +58,12 @@ pub(super) async fn fanout<'t>(
     let page = read_page(table, rule, parts)?;
     let leg = leg_request(parts)?;
     ctx.journal.upstream_started = Some(Instant::now());
-    let asking = Asking { kind: "fanout", timeout: rule.leg_timeout, parent: ctx.journal.trace.as_deref() };
+    let asking = Asking {
+        kind: "fanout",
+        timeout: rule.leg_timeout,
+        parent: ctx.journal.trace.as_deref(),
+        rewrite: route.rewrite.as_ref(),
+    };
     let answers = gather(reach, table, rule, &page.regions, &leg, (ctx.hops, asking)).await;
     let mut all = Vec::new();
     let mut failed = Vec::new();

@@ -11,14 +11,16 @@
 use std::time::Instant;
 
 use http::request::Parts;
+use http::uri::PathAndQuery;
 use http::{header, HeaderMap, Response, Uri};
 
 use super::ctx::Journal;
 use super::dispatch::{dispatch, Chain, Target};
 use super::error::ProxyError;
+use super::rewrite;
 use crate::http1::write::Added;
 use crate::mesh;
-use crate::routing::{RegionId, Table};
+use crate::routing::{RegionId, Rewrite, Table};
 use crate::telemetry::traces::{self, TraceSpan, Traces};
 use crate::upstream::body::{self, BodyFault, Pace};
 use crate::upstream::exchange::Outgoing;
@@ -58,6 +60,9 @@ pub(super) struct Leg<'t> {
     /// When the request (or the fan-out's or search's leg) started: the
     /// client's body is paced from here.
     pub(super) started: Instant,
+    /// The route's rewrite of the target the backends are asked for (a
+    /// peer is sent the client's).
+    pub(super) rewrite: Option<&'t Rewrite>,
 }
 
 impl<'t> Leg<'t> {
@@ -65,7 +70,7 @@ impl<'t> Leg<'t> {
     /// alone, never failed over, marked for a peer to serve as it is.
     pub(super) fn alone(table: &'t Table, region: RegionId, hops: u32) -> Leg<'t> {
         let chain = Chain::from_slice(&[region]);
-        Leg { chain, can_fail_over: false, hops, table, serve_only: true, started: Instant::now() }
+        Leg { chain, can_fail_over: false, hops, table, serve_only: true, started: Instant::now(), rewrite: None }
     }
 }
 
@@ -89,7 +94,8 @@ pub(super) async fn forward<'t>(
 ) -> Result<Response<ResponseBody>, ProxyError> {
     let table = leg.table;
     let s = settings(table, leg.started);
-    let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
+    let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
+    let rewritten = leg.rewrite.map(|rule| rewrite::target(table, rule, &parts.method, &parts.uri)).transpose()?;
     let (body, use_) = prepare(parts, body, table, s.pace).await?;
     let mut again = Again::new(parts, &body);
     let mut body = Some(body);
@@ -119,7 +125,8 @@ pub(super) async fn forward<'t>(
             trace_attempt(traces, parent, &target.attempt(&parts.method, &endpoint.uri, journal.attempts, why), headers)
         });
         let headers = traced.as_deref().map_or(headers, |(_, h)| h);
-        let out = Outgoing { method: &parts.method, target: path.as_str(), host: &endpoint.host, headers, added };
+        let asked = if target.via_peer { &path } else { rewritten.as_ref().unwrap_or(&path) };
+        let out = Outgoing { method: &parts.method, target: asked.as_str(), host: &endpoint.host, headers, added };
         let attempt = Attempt { endpoint, admit, out, use_, count_5xx: !target.via_peer };
         let failure = match reach.upstreams.attempt(attempt, b, &s, reach.health).await {
             Ok(resp) => {

@@ -14,6 +14,7 @@ use super::ctx::Journal;
 use super::error::{LegFailure, ProxyError};
 use super::forward::{forward, Leg, Reach};
 use crate::http1::write::Added;
+use crate::routing::Rewrite;
 use crate::telemetry::traces::{self, TraceSpan};
 use crate::upstream::{RequestBody, ResponseBody};
 
@@ -27,15 +28,18 @@ pub(super) struct Asking<'a> {
     pub(super) timeout: Duration,
     /// The request's span.
     pub(super) parent: Option<&'a TraceSpan>,
+    /// The route's rewrite of what the backends are asked for.
+    pub(super) rewrite: Option<&'a Rewrite>,
 }
 
 /// Sends `parts` (no body) on `leg`, one region alone.
-pub(super) async fn ask(
+pub(super) async fn ask<'t>(
     reach: Reach<'_>,
-    leg: Leg<'_>,
+    leg: Leg<'t>,
     parts: &Parts,
-    asking: Asking<'_>,
+    asking: Asking<'t>,
 ) -> Result<Response<ResponseBody>, LegFailure> {
+    let leg = Leg { rewrite: asking.rewrite, ..leg };
     let table = leg.table;
     let name = leg.chain.first().map_or("", |&r| table.region(r).name.as_str());
     let timeout = asking.timeout;

@@ -18,6 +18,7 @@
 //! * [`path`]: dot segments removed before matching.
 //! * [`locate`]: match → extract → decode (or mint) → place, a pure function.
 //! * [`extract`]: where the route's id is (path parameter, header, query).
+//! * [`rewrite`]: the target the upstream is asked for, when the route rewrites it.
 //! * [`mint`]: ids minted for create routes, and the batch mint endpoint.
 //! * [`dispatch`]: which endpoints: local, peer, or along the failover chain.
 //! * [`forward`]: the attempts of the upstream leg ([`crate::upstream`] sends them), the tunnel.
@@ -42,6 +43,7 @@ pub mod locate;
 pub mod mint;
 pub mod path;
 mod respond;
+pub mod rewrite;
 mod search;
 pub mod tunnel;
 
@@ -289,7 +291,8 @@ impl Proxy {
         // A peer's fan-out or search leg: this region's answer, as it is.
         if let Some(name) = &relay.leg {
             let region = serve_leg_here(table, name, &self.me.name)?;
-            let leg = Leg { started: ctx.arrival.started, ..Leg::alone(table, region, ctx.hops) };
+            let rewrite = plan.route().rewrite.as_ref();
+            let leg = Leg { started: ctx.arrival.started, rewrite, ..Leg::alone(table, region, ctx.hops) };
             let resp = Box::pin(forward::forward(reach, leg, parts, &added, body, &mut ctx.journal)).await?;
             return headers::from_upstream(resp, tunnel, None);
         }
@@ -303,12 +306,12 @@ impl Proxy {
                 let minted = minted.filter(|_| !ctx.journal.peer);
                 headers::from_upstream(resp, tunnel, minted)
             }
-            Plan::Fanout(_, rule) => {
+            Plan::Fanout(route, rule) => {
                 // The legs copy the head's map: the added fields go into it.
                 added.move_into(&mut parts.headers);
                 // Boxed, as the search below: their futures are large, and held
                 // inline they would make every request's future as large.
-                Box::pin(fanout::fanout(reach, ctx, rule, parts)).await
+                Box::pin(fanout::fanout(reach, ctx, route, rule, parts)).await
             }
             Plan::Search(asked) => {
                 added.move_into(&mut parts.headers);
@@ -356,6 +359,7 @@ fn one_leg<'t>(
         table,
         serve_only: false,
         started: ctx.arrival.started,
+        rewrite: located.route.rewrite.as_ref(),
     }
 }
 

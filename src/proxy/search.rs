@@ -96,7 +96,8 @@ pub(super) async fn search<'t>(
         let uri = http::Uri::try_from(asked.exists.as_str()).map_err(|_| ProxyError::NoRoute)?;
         legs::leg_head(parts, Method::HEAD, uri, true)
     };
-    let asking = Asking { kind: "search", timeout: rule.leg_timeout, parent: ctx.journal.trace.as_deref() };
+    let parent = ctx.journal.trace.as_deref();
+    let asking = Asking { kind: "search", timeout: rule.leg_timeout, parent, rewrite: None };
     let answers = ask(reach, (table, ctx.hops), rule, &probe, asking).await;
     ctx.journal.legs = Some(record(table, rule, &answers));
     if let (None, Some(resp)) = (&answers.found, answers.refused) {

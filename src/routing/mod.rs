@@ -22,4 +22,7 @@ pub use found::{Found, FoundStats, Lookup};
 pub use reload::{ReloadError, ReloadOutcome, Reloader, WatchOptions};
 pub use rule::{Missing, NoOwner, Placement, RegionId, Rule, Strategy};
 pub use shared::{Loaded, SharedTable};
-pub use table::{CountrySource, IdRule, IdSource, MintRule, Region, Route, RouteMatch, Settings, Table, To, Upstream};
+pub use table::{
+    CountrySource, IdRule, IdSource, MintRule, Region, Rewrite, RewritePath, Route, RouteMatch, Settings, Table, To,
+    Upstream,
+};

@@ -115,6 +115,11 @@ fn no_id_routes_are_checked_with_their_line() {
         ("  - { name: a, match: { path: \"/a\" }, to: { regio: eu } }\n", "`local`, or a mapping"),
         ("  - { name: a, match: { prefix: \"/static/\" }, to: { region: eu } }\n  - { name: b, match: { path: \"/static/{*rest}\" }, to: { region: eu } }\n", "unreachable"),
         ("  - { name: a, match: { prefix: \"/static/\" }, to: { region: eu } }\n  - { name: b, match: { path: \"/static/{*f}\" }, to: { region: eu } }\n", "conflicts with"),
+        ("  - { name: a, match: { path: \"/a/{id}\" }, to: local, rewrite: { path: \"/b/{x}\" } }\n", "names {x}"),
+        ("  - { name: a, match: { path: \"/a\" }, to: { region: eu }, rewrite: { strip_prefix: api } }\n", "not a plain path"),
+        ("  - { name: a, match: { path: \"/a\" }, to: { region: eu }, rewrite: { strip_prefix: /a, path: /b } }\n", "not both"),
+        ("  - { name: a, match: { path: \"/a\" }, to: { region: eu }, rewrite: { query: lose } }\n", "unknown query rule"),
+        ("  - { name: a, match: { path: \"/a\" }, to: { region: eu }, rewrite: { prefix: /a } }\n", "prefix"),
     ];
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 1));
     for (routes, want) in cases {
@@ -127,4 +132,69 @@ fn no_id_routes_are_checked_with_their_line() {
             "{routes}: {err}"
         );
     }
+}
+
+/// What the backend behind `path` was asked for: its region, path and query.
+async fn asked_for(p: &Running, path: &str) -> Result<(String, String, Option<String>), BoxError> {
+    let got = get(&p.url(path)).await?;
+    assert_eq!(got.status, 200, "{path}: {:?}", got.body);
+    let echo = got.json()?;
+    let query = echo["query"].as_str().map(str::to_string);
+    Ok((echo["region"].as_str().unwrap_or("-").to_string(), echo["path"].as_str().unwrap_or("-").to_string(), query))
+}
+
+const REWRITES: &str = r#"  - name: api
+    match: { prefix: "/api/" }
+    to: { region: kz }
+    rewrite: { strip_prefix: /api }
+  - name: legacy-orders
+    match: { path: "/old/orders/{id}" }
+    id: { path_param: id, formats: [iuid] }
+    rewrite: { path: "/v1/orders/{id}", query: drop }
+"#;
+
+#[tokio::test]
+async fn a_rewrite_changes_what_the_backend_is_asked_for_not_what_is_routed() -> TestResult {
+    let (p, _b) = front_door("server: { debug_headers: true }", REWRITES, false).await?;
+    let cases = [
+        ("/api/v1/things?y=1", ("kz", "/v1/things", Some("y=1"))),
+        ("/api", ("kz", "/", None)),
+        // Dot segments are gone before matching; percent-encoding stays.
+        ("/api/a/../b%20c", ("kz", "/b%20c", None)),
+    ];
+    for (path, (region, upstream_path, query)) in cases {
+        let asked = asked_for(&p, path).await?;
+        assert_eq!(asked, (region.to_string(), upstream_path.to_string(), query.map(str::to_string)), "{path}");
+    }
+    // Routed by the client's path and its id; the backend asked for the template's path.
+    let id = iuid(49);
+    let asked = asked_for(&p, &format!("/old/orders/{id}?z=1")).await?;
+    assert_eq!(asked, ("eu".to_string(), format!("/v1/orders/{id}"), None));
+    let got = get(&p.url("/api/x")).await?;
+    assert_eq!(got.header("x-shardgate-route"), Some("api"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_peer_is_sent_the_clients_path_and_rewrites_it_itself() -> TestResult {
+    let b = three_backends().await?;
+    let (listeners, gw) = support::three_listeners().await?;
+    let mut gateways = Vec::new();
+    for (l, region) in listeners.into_iter().zip(["eu", "kz", "us"]) {
+        let top = format!(
+            "region: {region}\nmesh: {{ trusted_peers: [\"127.0.0.1/32\"] }}\nserver: {{ debug_headers: true }}"
+        );
+        let mut yaml = support::table(b[0].addr, b[1].addr, b[2].addr, &top) + REWRITES;
+        for (i, name) in ["eu", "kz", "us"].iter().enumerate() {
+            let plain = format!("{name}: {{ upstreams: [\"http://{}\"] }}", b[i].addr);
+            let peered = format!("{name}: {{ upstreams: [\"http://{}\"], peer: \"http://{}\" }}", b[i].addr, gw[i]);
+            yaml = yaml.replace(&plain, &peered);
+        }
+        gateways.push(support::proxy_on(l, &yaml).await?);
+    }
+    // Entered at eu: forwarded to kz's gateway with /api/..., which strips it.
+    let asked = asked_for(&gateways[0], "/api/v1/things").await?;
+    assert_eq!(asked, ("kz".to_string(), "/v1/things".to_string(), None));
+    assert_eq!((gateways[0].handled(), gateways[1].handled()), (1, 1));
+    Ok(())
 }

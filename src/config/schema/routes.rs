@@ -43,6 +43,9 @@ pub struct Route {
     /// Where a route without an id sends its requests: `local`, or `{ region: NAME }`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to: Option<ToSpec>,
+    /// The path (and query) the upstream is asked for, when not the client's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewrite: Option<RewriteSpec>,
     /// Position in the file's list.
     #[serde(skip)]
     pub index: usize,
@@ -73,6 +76,25 @@ fn auto() -> String {
 
 fn default_upgrades() -> Vec<String> {
     vec!["websocket".to_owned()]
+}
+
+/// `routes[i].rewrite`: at most one of `strip_prefix` and `path`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RewriteSpec {
+    /// A leading path to remove, in whole segments (`/api` makes `/api/v1/x` `/v1/x`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strip_prefix: Option<String>,
+    /// The path to ask for instead, with the route's `{param}`s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// `keep` (the client's query goes on) or `drop`.
+    #[serde(default = "keep")]
+    pub query: String,
+}
+
+fn keep() -> String {
+    "keep".to_owned()
 }
 
 /// `routes[i].match`: a path template or a prefix (exactly one).

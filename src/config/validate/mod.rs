@@ -7,6 +7,7 @@
 //! defined, so one mistake is reported once, not again at every reference.
 
 mod names;
+mod paths;
 mod placement;
 mod reads;
 mod routes;

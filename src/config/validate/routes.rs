@@ -7,23 +7,23 @@ use std::collections::{BTreeSet, HashMap};
 use http::{HeaderName, Method};
 
 use super::names::{Names, METHODS};
+use super::paths::{matched, rewrite, target, Templates};
 use super::reads;
 use super::{format_list, header_name};
-use crate::config::model::{Country, CountrySource, Entity, IdRule, IdSource, MintRule, Route, Strategy, To};
+use crate::config::model::{Country, CountrySource, Entity, IdRule, IdSource, MintRule, Route, Strategy};
 use crate::config::report::Ctx;
-use crate::config::schema::{self, File, IdSpec, MintSpec, ToSpec};
+use crate::config::schema::{self, File, IdSpec, MintSpec};
 use crate::config::show;
-use crate::config::template::{insert_template, TemplateError, MAX_TEMPLATE_PARAMS};
 use crate::config::yaml::YamlPath;
 use crate::ids::Format;
 
 /// A route's methods by name; `None` means all.
-type MethodSet = Option<BTreeSet<String>>;
+pub(super) type MethodSet = Option<BTreeSet<String>>;
 
 /// What checking routes needs besides the file.
-struct Refs<'a> {
-    file: &'a File,
-    names: &'a Names<'a>,
+pub(super) struct Refs<'a> {
+    pub(super) file: &'a File,
+    pub(super) names: &'a Names<'a>,
     countries: &'a [Country],
     entities: &'a [Entity],
 }
@@ -79,6 +79,7 @@ pub(super) fn routes(
         let fanout = r.fanout.as_ref().and_then(|f| fanout_parts(refs.names, r, f, &p, ctx));
         let search = search_parts(refs.names, r, strategy, &p, ctx);
         let to = r.to.as_ref().and_then(|to| target(&refs, r, to, &p, ctx));
+        let rewrite = r.rewrite.as_ref().and_then(|rw| rewrite(r, rw, strategy, &p.k("rewrite"), ctx));
         match (&r.id, &r.mint) {
             _ if r.fanout.is_some() || r.to.is_some() => {}
             (None, None) => ctx.at(
@@ -113,78 +114,11 @@ pub(super) fn routes(
                 upgrades: if r.fanout.is_some() || strategy == Strategy::Search { Vec::new() } else { upgrades },
                 tunnel_idle_timeout: r.tunnel_idle_timeout.unwrap_or(file.server.tunnel_idle_timeout).0,
                 to,
+                rewrite,
             });
         }
     }
     out
-}
-
-/// The route's shown template and the matchit templates it is matched by:
-/// its `path`, or a `prefix` in whole segments (`/static/` matches
-/// `/static`, `/static/` and `/static/{*rest}`, each below more specific
-/// templates).
-fn matched(r: &schema::Route, p: &YamlPath, ctx: &mut Ctx<'_>) -> (String, Vec<String>) {
-    let mp = p.k("match");
-    let path = (!r.matcher.path.is_empty()).then_some(r.matcher.path.as_str());
-    let prefix = match (path, r.matcher.prefix.as_deref()) {
-        (Some(path), None) => return (path.to_string(), vec![path.to_string()]),
-        (None, Some(prefix)) => prefix,
-        (Some(_), Some(_)) => {
-            ctx.at(&mp.k("prefix"), "a route matches a `path` or a `prefix`, not both".into(), Some("remove one"));
-            return (String::new(), Vec::new());
-        }
-        (None, None) => {
-            let hint = Some("add `path: \"/v1/orders/{id}\"` or `prefix: \"/static/\"`");
-            ctx.at(&mp, format!("route {} matches no `path` or `prefix`", show(&r.name)), hint);
-            return (String::new(), Vec::new());
-        }
-    };
-    if !prefix.starts_with('/') || prefix.contains(['{', '}', '?', '#']) {
-        ctx.at(
-            &mp.k("prefix"),
-            format!("prefix {} is not a plain path", show(prefix)),
-            Some("write a prefix such as \"/static/\": it starts with `/`, without parameters or a query"),
-        );
-        return (String::new(), Vec::new());
-    }
-    let base = prefix.trim_end_matches('/');
-    let all = format!("{base}/{{*rest}}");
-    let mut matches = vec![format!("{base}/"), all.clone()];
-    if !base.is_empty() {
-        matches.insert(0, base.to_string());
-    }
-    (all, matches)
-}
-
-/// `to`: `local` (the instance's region, else `default_region`) or a
-/// region of the table; alone, without `id`, `mint`, `fanout` or a placement.
-fn target(refs: &Refs<'_>, r: &schema::Route, to: &ToSpec, p: &YamlPath, ctx: &mut Ctx<'_>) -> Option<To> {
-    let tp = p.k("to");
-    let others = [("id", r.id.is_some()), ("mint", r.mint.is_some()), ("fanout", r.fanout.is_some())];
-    if let Some((key, _)) = others.iter().find(|(_, set)| *set) {
-        let m = format!("route {} has both `to` and `{key}`", show(&r.name));
-        ctx.at(&tp, m, Some("a route with `to` routes by its path alone: remove one of them"));
-        return None;
-    }
-    if r.placement != "auto" {
-        let m = format!("route {} has `to` and `placement`: it places no id", show(&r.name));
-        ctx.at(&p.k("placement"), m, Some("remove `placement`"));
-    }
-    match to {
-        ToSpec::Word(w) if w == "local" => {
-            if refs.file.region.is_none() && refs.file.default_region.is_none() {
-                let m = format!("route {} sends to the local region, and this table names none", show(&r.name));
-                ctx.at(&tp, m, Some("set `region:` (the region this instance serves) or `default_region:`"));
-                return None;
-            }
-            Some(To::Local)
-        }
-        ToSpec::Word(w) => {
-            ctx.at(&tp, format!("unknown target {}", show(w)), Some("use `local`, or `{ region: NAME }`"));
-            None
-        }
-        ToSpec::Region(to) => refs.names.region(ctx, &tp.k("region"), &to.region).map(To::Region),
-    }
 }
 
 /// A fan-out route's methods: reads only (GET, and HEAD with it); GET when none are listed.
@@ -309,88 +243,6 @@ fn methods(r: &schema::Route, p: &YamlPath, ctx: &mut Ctx<'_>) -> (MethodSet, Op
         }
     }
     (Some(set), Some(typed))
-}
-
-/// The templates seen so far: for conflicts (matchit's) and routes made
-/// unreachable by an earlier route on the same template.
-#[derive(Default)]
-struct Templates<'f> {
-    by_template: HashMap<String, Vec<(&'f schema::Route, MethodSet)>>,
-    router: matchit::Router<usize>,
-    owner: HashMap<String, &'f schema::Route>,
-}
-
-impl<'f> Templates<'f> {
-    fn add(&mut self, r: &'f schema::Route, tpl: &str, methods: &MethodSet, p: &YamlPath, ctx: &mut Ctx<'_>) {
-        let key = if r.matcher.prefix.is_some() { "prefix" } else { "path" };
-        if !tpl.starts_with('/') {
-            ctx.at(
-                &p.k("match").k("path"),
-                format!("path template {} does not start with `/`", show(tpl)),
-                Some("write templates such as \"/v1/orders/{id}\""),
-            );
-            return;
-        }
-        if let Some(list) = self.by_template.get_mut(tpl) {
-            let earlier = list.iter().find(|(_, their)| match (methods, their) {
-                (None, _) | (_, None) => true,
-                (Some(a), Some(b)) => a.intersection(b).next().is_some(),
-            });
-            if let Some((earlier, _)) = earlier {
-                let at = if r.matcher.methods.is_some() { p.k("match").k("methods") } else { p.k("match").k(key) };
-                ctx.at(
-                    &at,
-                    format!(
-                        "route {} is unreachable: route {} (routes[{}]) already matches these methods on {}",
-                        show(&r.name),
-                        show(&earlier.name),
-                        earlier.index,
-                        show(tpl)
-                    ),
-                    Some("give the routes disjoint `methods`, or remove one"),
-                );
-            }
-            list.push((r, methods.clone()));
-            return;
-        }
-        self.by_template.insert(tpl.to_string(), vec![(r, methods.clone())]);
-        let message = match insert_template(&mut self.router, tpl, r.index) {
-            Ok(()) => {
-                self.owner.insert(tpl.to_owned(), r);
-                return;
-            }
-            Err(TemplateError::TooManyParams(n)) => {
-                let m = format!(
-                    "path template {} has {n} parameters; at most {MAX_TEMPLATE_PARAMS} are allowed",
-                    show(tpl)
-                );
-                ctx.at(
-                    &p.k("match").k(key),
-                    m,
-                    Some("match fewer segments as parameters, or end with a catch-all {*rest}"),
-                );
-                return;
-            }
-            Err(TemplateError::Router(matchit::InsertError::Conflict { with })) => match self.owner.get(&with) {
-                Some(o) => format!(
-                    "path template {} conflicts with {} of route {} (routes[{}])",
-                    show(tpl),
-                    show(&with),
-                    show(&o.name),
-                    o.index
-                ),
-                None => format!("path template {} conflicts with {}", show(tpl), show(&with)),
-            },
-            Err(TemplateError::Router(other)) => {
-                format!("invalid path template {}: {}", show(tpl), other.to_string().to_lowercase())
-            }
-        };
-        ctx.at(
-            &p.k("match").k(key),
-            message,
-            Some("parameters are whole segments like {id} or a trailing {*rest}; two templates may not differ only in parameter names"),
-        );
-    }
 }
 
 /// The route whose `id` or `mint` rule is checked, with its placement.

@@ -173,6 +173,11 @@ pub enum ProxyError {
         /// The regions asked.
         asked: Vec<String>,
     },
+    /// The route's `rewrite` made no valid request target of this request.
+    Rewrite {
+        /// What it made, and why that is not a target.
+        detail: String,
+    },
 }
 
 /// One region of a fan-out or search that gave no usable answer.
@@ -312,6 +317,7 @@ impl fmt::Display for ProxyError {
                 Ok(())
             }
             E::NotFoundAnywhere { asked } => write!(f, "no region has this entity (asked {})", asked.join(", ")),
+            E::Rewrite { detail } => write!(f, "the route's rewrite made no valid request target: {detail}"),
         }
     }
 }

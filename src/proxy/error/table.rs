@@ -95,6 +95,14 @@ const LEGS_TIMEOUT: Spec =
     row(S::GATEWAY_TIMEOUT, "regions_timeout", LATE, "Regions timed out", "regions-failed", Outcome::Timeout);
 const LEGS_FAILED: Spec =
     row(S::BAD_GATEWAY, "regions_failed", UNAVAILABLE, "Regions failed", "regions-failed", Outcome::UpstreamError);
+const REWRITE: Spec = row(
+    S::INTERNAL_SERVER_ERROR,
+    "rewrite_failed",
+    "proxy_configuration_error",
+    "Rewrite failed",
+    "rewrite-failed",
+    Outcome::ProxyError,
+);
 const NOT_FOUND: Spec =
     row(S::NOT_FOUND, "not_found_in_any_region", DEST, "Not found in any region", "not-found", Outcome::NotFound);
 
@@ -138,6 +146,7 @@ impl ProxyError {
             }
             E::LegsFailed { .. } => LEGS_FAILED,
             E::NotFoundAnywhere { .. } => NOT_FOUND,
+            E::Rewrite { .. } => REWRITE,
         }
     }
 }

@@ -49,6 +49,7 @@ fn every_error() -> Vec<ProxyError> {
             failed: vec![LegFailure { region: "us".into(), reason: "leg_timeout", detail: "no answer in 2s".into() }],
         },
         E::NotFoundAnywhere { asked: vec!["eu".into(), "us".into()] },
+        E::Rewrite { detail: "'/a b' is not a path".into() },
     ]
 }
 
@@ -85,6 +86,7 @@ fn every_error_has_a_complete_row_and_a_problem_response() -> Result<(), Box<dyn
         "regions_failed",
         "regions_timeout",
         "not_found_in_any_region",
+        "rewrite_failed",
     ];
     let errors = every_error();
     assert_eq!(errors.len(), reasons.len());
