@@ -178,6 +178,7 @@ pub(crate) fn from_value(root: &Value, ctx: &mut Ctx<'_>) -> File {
     let mint_batch = get("mint_batch").and_then(|v| item(ctx, v, &top.k("mint_batch"))).unwrap_or_default();
     let search_cache = get("search_cache").and_then(|v| item(ctx, v, &top.k("search_cache"))).unwrap_or_default();
     let telemetry = get("telemetry").and_then(|v| item(ctx, v, &top.k("telemetry"))).unwrap_or_default();
+    let headers = get("headers").and_then(|v| item(ctx, v, &top.k("headers")));
     let routes = seq_items::<Route>(ctx, get("routes"), &top.k("routes"))
         .into_iter()
         .map(|(i, mut r)| {
@@ -210,6 +211,7 @@ pub(crate) fn from_value(root: &Value, ctx: &mut Ctx<'_>) -> File {
         mint_batch,
         search_cache,
         telemetry,
+        headers,
         routes,
     }
 }

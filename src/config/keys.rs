@@ -52,6 +52,7 @@ pub fn shape() -> &'static Shape {
             ("mint_batch", MintBatch::shape(vec![])),
             ("search_cache", SearchCache::shape(vec![])),
             ("telemetry", Telemetry::shape(vec![])),
+            ("headers", header_rules()),
             (
                 "routes",
                 Seq(Box::new(Route::shape(vec![
@@ -68,10 +69,20 @@ pub fn shape() -> &'static Shape {
                     ),
                     ("search", SearchSpec::shape(vec![])),
                     ("rewrite", RewriteSpec::shape(vec![])),
+                    ("headers", header_rules()),
                 ]))),
             ),
         ])
     })
+}
+
+/// The shape of `headers` (top level and per route).
+fn header_rules() -> Shape {
+    let edit = || {
+        let names = || Shape::Map(Box::new(Shape::Any));
+        HeaderEditSpec::shape(vec![("set", names()), ("add", names())])
+    };
+    HeaderRulesSpec::shape(vec![("request", edit()), ("response", edit())])
 }
 
 /// A struct of the file whose keys serde knows.

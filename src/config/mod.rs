@@ -20,11 +20,13 @@
 //!
 //! Beside the pipeline: [`keys`] (the walker's key lists, taken from the
 //! schema's types), [`values`] (values with a syntax of their own),
-//! [`duration`], [`template`] (the one entry to the route matcher) and
+//! [`duration`], [`template`] (the one entry to the route matcher), [`fields`]
+//! (header rule values) and
 //! [`restart`] (the keys a reload cannot change).
 
 pub mod assemble;
 pub mod duration;
+pub mod fields;
 pub mod keys;
 pub mod model;
 pub mod report;

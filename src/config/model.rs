@@ -10,6 +10,7 @@ use std::fmt;
 
 use http::{HeaderName, Method};
 
+pub use super::fields::{FieldValue, ValuePiece, Var};
 use super::settings::Settings;
 use super::values::Upstream;
 use crate::ids::{Format, Params};
@@ -170,6 +171,29 @@ pub struct Route {
     pub to: Option<To>,
     /// The path and query the upstream is asked for, when not the client's.
     pub rewrite: Option<Rewrite>,
+    /// Field edits of the request and the answer: the table's, then the route's.
+    pub headers: HeaderRules,
+}
+
+/// The field edits of a route, in the order they apply: the table's
+/// `headers`, then the route's own.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HeaderRules {
+    /// Of the request going to the backends.
+    pub request: Vec<HeaderEdit>,
+    /// Of the answer going to the client.
+    pub response: Vec<HeaderEdit>,
+}
+
+/// One set of field edits: removed, then set, then added.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HeaderEdit {
+    /// Fields removed.
+    pub remove: Vec<HeaderName>,
+    /// Fields set, replacing the message's.
+    pub set: Vec<(HeaderName, FieldValue)>,
+    /// Fields added beside the message's.
+    pub add: Vec<(HeaderName, FieldValue)>,
 }
 
 /// A route's rewrite of the request target.

@@ -10,11 +10,12 @@ use std::time::Instant;
 
 use http::{HeaderValue, Method, Uri, Version};
 
+use super::edits::Values;
 use super::error::ProxyError;
 use super::locate::Plan;
 use crate::ids::{Decoded, Format};
 use crate::outcome::Outcome;
-use crate::routing::{RegionId, Rule, Table};
+use crate::routing::{RegionId, Route, Rule, Table};
 use crate::server::ConnInfo;
 use crate::telemetry::traces::TraceSpan;
 
@@ -32,6 +33,9 @@ pub(super) struct Ctx<'t> {
     pub(super) journal: Journal<'t>,
     /// Peer hops it took before this instance (0 from a client).
     pub(super) hops: u32,
+    /// Whether an authenticated peer relayed it: its header rules were
+    /// applied there, and its answer gets them there.
+    pub(super) relayed: bool,
 }
 
 /// What is kept of a request for its answer and its log line.
@@ -67,8 +71,8 @@ impl Arrival {
 /// the debug headers, even when it failed.
 #[derive(Debug, Default)]
 pub(super) struct Journal<'t> {
-    /// Route name, when one matched (borrowed from the request's table snapshot).
-    pub(super) route: Option<&'t str>,
+    /// The route, when one matched (borrowed from the request's table snapshot).
+    pub(super) route: Option<&'t Route>,
     /// Name of the region that served the request.
     pub(super) region: Option<&'t str>,
     /// Why the owner was chosen (the table's rule).
@@ -85,6 +89,8 @@ pub(super) struct Journal<'t> {
     pub(super) minted: bool,
     /// The id in canonical form, kept only when `log.ids` is on.
     pub(super) id: Option<String>,
+    /// An iUID's country and service entity (for header rules).
+    pub(super) iuid: Option<(u8, u8)>,
     /// When the first upstream attempt started.
     pub(super) upstream_started: Option<Instant>,
     /// A fan-out's or search's regions and what each answered.
@@ -149,12 +155,26 @@ impl Journal<'_> {
     }
 }
 
+impl<'t> Ctx<'t> {
+    /// The values of header rules' variables for this request; `region`
+    /// is the owner's (request) or the serving one's (answer).
+    pub(super) fn values(&self, route: &'t Route, region: Option<&'t str>) -> Values<'_> {
+        Values {
+            table: self.table,
+            request_id: &self.arrival.request_id,
+            route: &route.name,
+            region,
+            iuid: self.journal.iuid,
+        }
+    }
+}
+
 impl<'t> Journal<'t> {
     /// Records what `locate` decided: the route, the id (its format,
     /// whether it was minted, the id itself when `log.ids` is on) and the
     /// placement rule.
     pub(super) fn located(&mut self, table: &Table, plan: &Plan<'t>) {
-        self.route = Some(plan.route().name.as_str());
+        self.route = Some(plan.route());
         let (id, minted) = match plan {
             Plan::One(l) => {
                 self.rule = Some(l.placement.rule);
@@ -171,6 +191,9 @@ impl<'t> Journal<'t> {
     fn id_routed_by(&mut self, table: &Table, id: &Decoded, minted: bool) {
         self.format = Some(id.format());
         self.minted = minted;
+        if let Decoded::Iuid(i) = id {
+            self.iuid = Some((i.country(), i.service_entity()));
+        }
         if table.settings().log.ids {
             self.id = Some(id.to_string());
         }

@@ -19,6 +19,7 @@
 //! * [`locate`]: match → extract → decode (or mint) → place, a pure function.
 //! * [`extract`]: where the route's id is (path parameter, header, query).
 //! * [`rewrite`]: the target the upstream is asked for, when the route rewrites it.
+//! * `edits`: header rules, the table's and the route's, on the request and the answer.
 //! * [`mint`]: ids minted for create routes, and the batch mint endpoint.
 //! * [`dispatch`]: which endpoints: local, peer, or along the failover chain.
 //! * [`forward`]: the attempts of the upstream leg ([`crate::upstream`] sends them), the tunnel.
@@ -32,6 +33,7 @@
 
 mod ctx;
 pub mod dispatch;
+mod edits;
 mod endpoints;
 pub mod error;
 pub mod extract;
@@ -196,7 +198,7 @@ impl Proxy {
             version: head.version,
         };
         let journal = Journal { trace: self.server_span(head), ..Journal::default() };
-        let mut ctx = Ctx { table, conn, arrival, journal, hops: 0 };
+        let mut ctx = Ctx { table, conn, arrival, journal, hops: 0, relayed: false };
         let result = self.route(&mut ctx, head, body).await;
         let report = respond::Report { metrics: &shared.metrics, drain: &shared.drain, name: &self.me.name };
         let response = respond::finish(report, &loaded, &ctx, result);
@@ -277,8 +279,9 @@ impl Proxy {
             });
         }
         ctx.hops = relay.hops.count;
-        let plan = locate::locate(table, parts, &self.minters, from_peer && ctx.hops > 0).map_err(|rejected| {
-            ctx.journal.route = rejected.route.map(|r| r.name.as_str());
+        ctx.relayed = from_peer && ctx.hops > 0;
+        let plan = locate::locate(table, parts, &self.minters, ctx.relayed).map_err(|rejected| {
+            ctx.journal.route = rejected.route;
             rejected.error
         })?;
         ctx.journal.located(table, &plan);
@@ -287,6 +290,14 @@ impl Proxy {
             _ => None,
         };
         let (added, tunnel) = headers::to_upstream(ctx, parts, &body, plan.route(), &self.me.via);
+        let route = plan.route();
+        if !route.headers.request.is_empty() && !ctx.relayed {
+            let owner = match &plan {
+                Plan::One(located) => Some(table.region(located.placement.region).name.as_str()),
+                _ => None,
+            };
+            edits::apply(&route.headers.request, &mut parts.headers, &ctx.values(route, owner));
+        }
         let reach = self.reach();
         // A peer's fan-out or search leg: this region's answer, as it is.
         if let Some(name) = &relay.leg {

@@ -10,6 +10,7 @@ use http::{header, HeaderValue, Response, Version};
 use http_body_util::Either;
 
 use super::ctx::{Arrival, Ctx, Journal};
+use super::edits;
 use super::error::ProxyError;
 use crate::ids::Format;
 use crate::metrics::{Metrics, RequestRecord};
@@ -64,7 +65,7 @@ pub(super) fn finish(
     if table.settings().server.debug_headers {
         let rule = journal.rule_text(table);
         for (name, value) in [
-            ("x-shardgate-route", journal.route),
+            ("x-shardgate-route", journal.route.map(|r| r.name.as_str())),
             ("x-shardgate-region", journal.region),
             ("x-shardgate-rule", rule.as_deref()),
             ("x-shardgate-legs", legs.as_deref()),
@@ -73,6 +74,14 @@ pub(super) fn finish(
                 h.insert(name, v);
             }
         }
+    }
+    if let Some(route) = journal.route.filter(|r| !r.headers.response.is_empty() && !ctx.relayed) {
+        if let Either::Left(body) = resp.body_mut() {
+            let fields = std::mem::take(body.fields_mut());
+            fields.move_into(resp.headers_mut());
+        }
+        let values = ctx.values(route, journal.region);
+        edits::apply(&route.headers.response, resp.headers_mut(), &values);
     }
     let outcome = journal.outcome(error.as_ref());
     let record = Record {
@@ -105,8 +114,7 @@ impl Record<'_> {
     /// The server span's attributes: what the access log says, without the
     /// raw id unless `log.ids` is on (then `journal.id` holds it).
     fn trace(&self, span: &TraceSpan, table: &Table, arrival: &Arrival, journal: &Journal<'_>) {
-        let route = journal.route.and_then(|name| table.route_by_name(name));
-        if let Some(route) = route {
+        if let Some(route) = journal.route {
             traces::rename(span, format!("{} {}", arrival.method, route.template));
             traces::set(span, "http.route", route.template.clone());
             traces::set(span, "shardgate.route", route.name.clone());
@@ -137,7 +145,7 @@ impl Record<'_> {
             &labels,
             &RequestRecord {
                 method: &arrival.method,
-                route: journal.route,
+                route: journal.route.map(|r| r.name.as_str()),
                 region: journal.region,
                 status: self.status,
                 outcome: self.outcome,
@@ -149,7 +157,7 @@ impl Record<'_> {
         );
         if let (Some(legs), Some(route)) = (&journal.legs, journal.route) {
             for (region, answer) in &legs.answers {
-                metrics.leg(legs.kind, route, &loaded.table.region(*region).name, answer);
+                metrics.leg(legs.kind, &route.name, &loaded.table.region(*region).name, answer);
             }
         }
         if !loaded.table.settings().log.access {
@@ -159,7 +167,7 @@ impl Record<'_> {
             target: "shardgate::access",
             request_id = arrival.request_id.to_str().unwrap_or("-"),
             method = arrival.method.as_str(),
-            route = journal.route,
+            route = journal.route.map(|r| r.name.as_str()),
             status = self.status,
             duration_s = duration.as_secs_f64(),
             upstream_duration_s = self.upstream.map(|d| d.as_secs_f64()),

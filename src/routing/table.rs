@@ -5,7 +5,10 @@ use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::config::model::Config;
-pub use crate::config::model::{CountrySource, IdRule, IdSource, MintRule, Region, Rewrite, RewritePath, Route, To};
+pub use crate::config::model::{
+    CountrySource, FieldValue, HeaderEdit, HeaderRules, IdRule, IdSource, MintRule, Region, Rewrite, RewritePath,
+    Route, To, ValuePiece, Var,
+};
 pub use crate::config::settings::Settings;
 use crate::config::template::insert_template;
 pub use crate::config::values::Upstream;

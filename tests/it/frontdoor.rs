@@ -198,3 +198,107 @@ async fn a_peer_is_sent_the_clients_path_and_rewrites_it_itself() -> TestResult 
     assert_eq!((gateways[0].handled(), gateways[1].handled()), (1, 1));
     Ok(())
 }
+
+/// `name`'s values as the backend saw them (the echo gives one as a string, several as a list).
+fn echoed(echo: &serde_json::Value, name: &str) -> Vec<String> {
+    match &echo["headers"][name] {
+        serde_json::Value::String(s) => vec![s.clone()],
+        serde_json::Value::Array(list) => list.iter().filter_map(|v| v.as_str().map(str::to_string)).collect(),
+        _ => Vec::new(),
+    }
+}
+
+const HEADER_RULES: &str = r#"headers:
+  request: { set: { X-Env: prod, X-Tenant: everyone }, remove: [X-Debug] }
+  response: { set: { Strict-Transport-Security: "max-age=60" }, remove: [X-Powered-By] }
+"#;
+
+const HEADER_ROUTES: &str = r#"  - name: orders-with-rules
+    match: { path: "/r/orders/{id}" }
+    id: { path_param: id, formats: [iuid, uniqid] }
+    headers:
+      request:
+        set: { X-Tenant: "{country}/{entity}", X-Route: "{route}" }
+        add: { X-Trace-Note: "id {request_id} to {region}" }
+      response:
+        set: { X-Served-By: "{region}", X-Env: "{{prod}}" }
+        add: { Cache-Control: no-store }
+"#;
+
+#[tokio::test]
+async fn header_rules_edit_the_request_and_the_answer_with_the_requests_values() -> TestResult {
+    let (p, _b) = front_door(HEADER_RULES, HEADER_ROUTES, false).await?;
+    let id = iuid(7);
+    let req = http::Request::get(p.url(&format!("/r/orders/{id}")))
+        .header("x-debug", "1")
+        .header("x-tenant", "forged")
+        .header("x-request-id", "req-1")
+        .body(http_body_util::Full::new(bytes::Bytes::new()))?;
+    let got = support::send(req).await?;
+    assert_eq!(got.status, 200);
+    let echo = got.json()?;
+    assert_eq!(echoed(&echo, "x-env"), ["prod"]);
+    assert_eq!(echoed(&echo, "x-debug"), Vec::<String>::new());
+    // The route's rules come after the table's: its X-Tenant replaces both.
+    assert_eq!(echoed(&echo, "x-tenant"), ["KZ/IntercityOrder"]);
+    assert_eq!(echoed(&echo, "x-route"), ["orders-with-rules"]);
+    assert_eq!(echoed(&echo, "x-trace-note"), ["id req-1 to kz"]);
+    assert_eq!(got.header("strict-transport-security"), Some("max-age=60"));
+    assert_eq!(got.header("x-served-by"), Some("kz"));
+    assert_eq!(got.header("x-env"), Some("{prod}"));
+    assert_eq!(got.headers.get_all("cache-control").iter().count(), 1);
+    // A uniqid has no country: the route's X-Tenant is not written, and the
+    // table's stays; the route's other fields are.
+    let clock = shardgate::ids::SystemClock;
+    let uniqid = shardgate::ids::UniqidMinter::new(&clock, 16).mint_for_shard(8, &mut rand::rng()).ok_or("shard")?;
+    let echo = get(&p.url(&format!("/r/orders/{uniqid}"))).await?.json()?;
+    assert_eq!(echoed(&echo, "x-tenant"), ["everyone"], "{echo}");
+    assert_eq!(echoed(&echo, "x-route"), ["orders-with-rules"]);
+    // The table's rules apply to every route, an answer the proxy made itself too.
+    let got = get(&p.url("/v1/orders/nope")).await?;
+    assert_eq!(got.status, 400);
+    assert_eq!(got.header("strict-transport-security"), Some("max-age=60"));
+    Ok(())
+}
+
+#[test]
+fn header_rules_refuse_the_proxys_own_fields_with_their_line() {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 1));
+    for (top, want) in [
+        ("headers: { request: { set: { Via: x } } }", "the proxy writes itself"),
+        ("headers: { request: { remove: [X-Forwarded-For] } }", "X-Forwarded-For"),
+        ("headers: { response: { set: { Content-Length: \"1\" } } }", "Content-Length"),
+        ("headers: { response: { add: { X-Shardgate-Region: x } } }", "X-Shardgate-Region"),
+        ("headers: { request: { set: { X-A: \"{nope}\" } } }", "{nope} is not one of"),
+        ("headers: { request: { set: { X-A: a }, add: { x-a: b } } }", "edited twice"),
+        ("headers: { reqest: { set: { X-A: a } } }", "reqest"),
+    ] {
+        let yaml = support::table(addr, addr, addr, top);
+        let err = shardgate::config::load_str(&yaml, "t.yaml").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains(want) && err.contains("t.yaml:"), "{top}: {err}");
+    }
+}
+
+#[tokio::test]
+async fn header_rules_are_applied_once_across_a_peer() -> TestResult {
+    let b = three_backends().await?;
+    let (listeners, gw) = support::three_listeners().await?;
+    let mut gateways = Vec::new();
+    for (l, region) in listeners.into_iter().zip(["eu", "kz", "us"]) {
+        let top = format!(
+            "region: {region}\nmesh: {{ trusted_peers: [\"127.0.0.1/32\"] }}\nheaders: {{ request: {{ add: {{ X-Hop: \"{{region}}\" }} }}, response: {{ add: {{ X-Answered: yes }} }} }}"
+        );
+        let mut yaml = support::table(b[0].addr, b[1].addr, b[2].addr, &top);
+        for (i, name) in ["eu", "kz", "us"].iter().enumerate() {
+            let plain = format!("{name}: {{ upstreams: [\"http://{}\"] }}", b[i].addr);
+            let peered = format!("{name}: {{ upstreams: [\"http://{}\"], peer: \"http://{}\" }}", b[i].addr, gw[i]);
+            yaml = yaml.replace(&plain, &peered);
+        }
+        gateways.push(support::proxy_on(l, &yaml).await?);
+    }
+    let got = get(&gateways[0].url(&format!("/v1/orders/{}", iuid(7)))).await?;
+    assert_eq!((got.status.as_u16(), gateways[1].handled()), (200, 1));
+    assert_eq!(echoed(&got.json()?, "x-hop"), ["kz"]);
+    assert_eq!(got.headers.get_all("x-answered").iter().count(), 1);
+    Ok(())
+}

@@ -83,6 +83,9 @@ pub struct File {
     pub search_cache: SearchCache,
     /// OpenTelemetry traces (off unless an OTLP endpoint is set here or in `OTEL_*`).
     pub telemetry: Telemetry,
+    /// Field edits of every route's requests and answers (before the route's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headers: Option<HeaderRulesSpec>,
     /// Routes, in file order.
     pub routes: Vec<Route>,
 }

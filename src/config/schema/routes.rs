@@ -46,6 +46,10 @@ pub struct Route {
     /// The path (and query) the upstream is asked for, when not the client's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rewrite: Option<RewriteSpec>,
+    /// Fields set, added and removed on the request and the answer (after
+    /// the table's `headers`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headers: Option<HeaderRulesSpec>,
     /// Position in the file's list.
     #[serde(skip)]
     pub index: usize,
@@ -76,6 +80,41 @@ fn auto() -> String {
 
 fn default_upgrades() -> Vec<String> {
     vec!["websocket".to_owned()]
+}
+
+/// `headers` (every route's) and `routes[i].headers`: what is done to the
+/// fields of the request going up and of the answer coming down.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeaderRulesSpec {
+    /// The request's fields, as it goes to the backends.
+    #[serde(default, skip_serializing_if = "HeaderEditSpec::is_empty")]
+    pub request: HeaderEditSpec,
+    /// The answer's fields, as it goes to the client.
+    #[serde(default, skip_serializing_if = "HeaderEditSpec::is_empty")]
+    pub response: HeaderEditSpec,
+}
+
+/// One direction's field edits: removed, then set (replacing), then added.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeaderEditSpec {
+    /// Fields removed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remove: Vec<String>,
+    /// Fields set to a value, replacing any the message has.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub set: std::collections::BTreeMap<String, String>,
+    /// Fields added beside any the message has.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub add: std::collections::BTreeMap<String, String>,
+}
+
+impl HeaderEditSpec {
+    /// Whether it edits nothing.
+    pub fn is_empty(&self) -> bool {
+        self.remove.is_empty() && self.set.is_empty() && self.add.is_empty()
+    }
 }
 
 /// `routes[i].rewrite`: at most one of `strip_prefix` and `path`.

@@ -6,6 +6,7 @@
 //! but failed to parse (a region with a bad URL, say) still count as
 //! defined, so one mistake is reported once, not again at every reference.
 
+mod headers;
 mod names;
 mod paths;
 mod placement;

@@ -6,6 +6,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use http::{HeaderName, Method};
 
+use super::headers;
 use super::names::{Names, METHODS};
 use super::paths::{matched, rewrite, target, Templates};
 use super::reads;
@@ -37,6 +38,8 @@ pub(super) fn routes(
     ctx: &mut Ctx<'_>,
 ) -> Vec<Route> {
     let refs = Refs { file, names, countries, entities };
+    let defaults =
+        file.headers.as_ref().map(|h| headers::rules(h, &YamlPath::root().k("headers"), ctx)).unwrap_or_default();
     let mut names_seen: HashMap<&str, usize> = HashMap::new();
     let mut templates = Templates::default();
     let mut out = Vec::with_capacity(file.routes.len());
@@ -80,6 +83,7 @@ pub(super) fn routes(
         let search = search_parts(refs.names, r, strategy, &p, ctx);
         let to = r.to.as_ref().and_then(|to| target(&refs, r, to, &p, ctx));
         let rewrite = r.rewrite.as_ref().and_then(|rw| rewrite(r, rw, strategy, &p.k("rewrite"), ctx));
+        let own_headers = r.headers.as_ref().map(|h| headers::rules(h, &p.k("headers"), ctx)).unwrap_or_default();
         match (&r.id, &r.mint) {
             _ if r.fanout.is_some() || r.to.is_some() => {}
             (None, None) => ctx.at(
@@ -115,6 +119,7 @@ pub(super) fn routes(
                 tunnel_idle_timeout: r.tunnel_idle_timeout.unwrap_or(file.server.tunnel_idle_timeout).0,
                 to,
                 rewrite,
+                headers: headers::then(&defaults, own_headers),
             });
         }
     }

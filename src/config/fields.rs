@@ -1,0 +1,124 @@
+//! Header rule values: text, or text with the request's values in it
+//! (`{request_id}`, `{region}`, …), read once when the table loads
+//! ([`field_value`]) and made per request by the proxy.
+
+/// A field value from the table: text, or text with the request's values.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FieldValue {
+    /// The same for every request.
+    Fixed(http::HeaderValue),
+    /// Made per request.
+    Template(Vec<ValuePiece>),
+}
+
+/// A piece of a field value template.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ValuePiece {
+    /// As written.
+    Text(String),
+    /// One of the request's values.
+    Var(Var),
+}
+
+/// The request's values a field value may hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Var {
+    /// `{request_id}`.
+    RequestId,
+    /// `{region}`: the owner's region on the request; on the answer, the region that served it.
+    Region,
+    /// `{route}`: the route's name.
+    Route,
+    /// `{country}`: the iUID's country (its name in the table, else its number).
+    Country,
+    /// `{entity}`: the iUID's service entity (its name in the table, else its code).
+    Entity,
+}
+
+impl Var {
+    /// Every variable, with its name in a template.
+    pub const ALL: [(&'static str, Var); 5] = [
+        ("request_id", Var::RequestId),
+        ("region", Var::Region),
+        ("route", Var::Route),
+        ("country", Var::Country),
+        ("entity", Var::Entity),
+    ];
+}
+
+/// A header rule's value: text with `{request_id}`, `{region}`, `{route}`,
+/// `{country}` or `{entity}` in it (`{{` and `}}` for braces); the error says
+/// what is wrong with it.
+pub fn field_value(text: &str) -> Result<FieldValue, String> {
+    let mut pieces = Vec::new();
+    let mut literal = String::new();
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '{' if chars.peek() == Some(&'{') => {
+                chars.next();
+                literal.push('{');
+            }
+            '}' if chars.peek() == Some(&'}') => {
+                chars.next();
+                literal.push('}');
+            }
+            '{' => {
+                let mut name = String::new();
+                loop {
+                    match chars.next() {
+                        Some('}') => break,
+                        Some(c) => name.push(c),
+                        None => return Err("a `{` is not closed".into()),
+                    }
+                }
+                let Some(&(_, var)) = Var::ALL.iter().find(|(n, _)| *n == name) else {
+                    let known: Vec<String> = Var::ALL.iter().map(|(n, _)| format!("{{{n}}}")).collect();
+                    return Err(format!("{{{name}}} is not one of {}", known.join(", ")));
+                };
+                if !literal.is_empty() {
+                    pieces.push(ValuePiece::Text(std::mem::take(&mut literal)));
+                }
+                pieces.push(ValuePiece::Var(var));
+            }
+            '}' => return Err("a `}` is not opened (write `}}` for a brace)".into()),
+            c => literal.push(c),
+        }
+    }
+    let all_text: String = pieces
+        .iter()
+        .map(|p| match p {
+            ValuePiece::Text(t) => t.as_str(),
+            ValuePiece::Var(_) => "x",
+        })
+        .chain(std::iter::once(literal.as_str()))
+        .collect();
+    if http::HeaderValue::from_str(&all_text).is_err() {
+        return Err("a field value is visible ASCII, spaces and tabs".into());
+    }
+    if pieces.is_empty() {
+        return http::HeaderValue::from_str(&literal).map(FieldValue::Fixed).map_err(|e| e.to_string());
+    }
+    if !literal.is_empty() {
+        pieces.push(ValuePiece::Text(literal));
+    }
+    Ok(FieldValue::Template(pieces))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn field_values_are_text_or_templates_of_known_variables() -> Result<(), String> {
+        assert_eq!(field_value("max-age=60")?, FieldValue::Fixed(http::HeaderValue::from_static("max-age=60")));
+        assert_eq!(
+            field_value("{region}-{{x}}")?,
+            FieldValue::Template(vec![ValuePiece::Var(Var::Region), ValuePiece::Text("-{x}".into())])
+        );
+        for bad in ["{nope}", "a}b", "line\nbreak", "{region"] {
+            assert!(field_value(bad).is_err(), "{bad}");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,67 @@
+//! `headers` (every route's) and `routes[i].headers`: field names that are
+//! the application's own (never one the proxy reads, writes or removes),
+//! each named once per direction, and values that are field values with
+//! known variables.
+
+use std::collections::HashSet;
+
+use http::HeaderName;
+
+use super::header_name;
+use crate::config::fields::field_value;
+use crate::config::model::{HeaderEdit, HeaderRules};
+use crate::config::report::Ctx;
+use crate::config::schema::{HeaderEditSpec, HeaderRulesSpec};
+use crate::config::show;
+use crate::config::yaml::YamlPath;
+
+/// The edits `spec` at `at` makes: one per direction that has any.
+pub(super) fn rules(spec: &HeaderRulesSpec, at: &YamlPath, ctx: &mut Ctx<'_>) -> HeaderRules {
+    let edits = |spec: &HeaderEditSpec, at: &YamlPath, ctx: &mut Ctx<'_>| -> Vec<HeaderEdit> {
+        if spec.is_empty() {
+            return Vec::new();
+        }
+        vec![edit(spec, at, ctx)]
+    };
+    HeaderRules {
+        request: edits(&spec.request, &at.k("request"), ctx),
+        response: edits(&spec.response, &at.k("response"), ctx),
+    }
+}
+
+/// `defaults`' edits, then `own`'s.
+pub(super) fn then(defaults: &HeaderRules, own: HeaderRules) -> HeaderRules {
+    let join = |first: &[HeaderEdit], then: Vec<HeaderEdit>| first.iter().cloned().chain(then).collect();
+    HeaderRules { request: join(&defaults.request, own.request), response: join(&defaults.response, own.response) }
+}
+
+fn edit(spec: &HeaderEditSpec, at: &YamlPath, ctx: &mut Ctx<'_>) -> HeaderEdit {
+    let mut seen = HashSet::new();
+    let mut name = |ctx: &mut Ctx<'_>, path: &YamlPath, text: &str| -> Option<HeaderName> {
+        let h = header_name(ctx, path, text, "X-Tenant")?;
+        if !seen.insert(h.clone()) {
+            let m = format!("header {} is edited twice in one direction", show(text));
+            ctx.at(path, m, Some("remove, set or add each field once"));
+            return None;
+        }
+        Some(h)
+    };
+    let mut out = HeaderEdit::default();
+    for (i, text) in spec.remove.iter().enumerate() {
+        out.remove.extend(name(ctx, &at.k("remove").i(i), text));
+    }
+    for (key, list, into) in [("set", &spec.set, &mut out.set), ("add", &spec.add, &mut out.add)] {
+        for (text, value) in list {
+            let path = at.k(key).k(text);
+            let Some(h) = name(ctx, &path, text) else { continue };
+            match field_value(value) {
+                Ok(v) => into.push((h, v)),
+                Err(e) => ctx.at(&path, format!("invalid value {}: {e}", show(value)), Some(VALUE_HINT)),
+            }
+        }
+    }
+    out
+}
+
+const VALUE_HINT: &str =
+    "e.g. \"{region}\" or \"max-age=31536000\"; variables: {request_id}, {region}, {route}, {country}, {entity}";
