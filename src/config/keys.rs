@@ -70,6 +70,7 @@ pub fn shape() -> &'static Shape {
                     ("search", SearchSpec::shape(vec![])),
                     ("rewrite", RewriteSpec::shape(vec![])),
                     ("headers", header_rules()),
+                    ("policy", PolicySpec::shape(vec![("retry_budget", RetryBudget::shape(vec![]))])),
                 ]))),
             ),
         ])

@@ -163,6 +163,11 @@ pub struct Route {
     pub strategy: Strategy,
     /// Whether writes (POST, PUT, PATCH, DELETE) may be sent to a failover region.
     pub allow_failover_writes: bool,
+    /// Whether reads (GET, HEAD, OPTIONS) may be sent to a failover region.
+    pub allow_failover_reads: bool,
+    /// The route's timeouts, retries and retry budget, when it has its own
+    /// (`upstream`'s, with the route's `policy` keys in their place).
+    pub policy: Option<Box<super::settings::UpstreamPolicy>>,
     /// Protocols `Upgrade` may switch to through this route, lowercase.
     pub upgrades: Vec<String>,
     /// How long a tunnel through this route may sit idle.

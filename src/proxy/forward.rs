@@ -18,6 +18,7 @@ use super::ctx::Journal;
 use super::dispatch::{dispatch, Chain, Target};
 use super::error::ProxyError;
 use super::rewrite;
+use crate::config::settings::UpstreamPolicy;
 use crate::http1::write::Added;
 use crate::mesh;
 use crate::routing::{RegionId, Rewrite, Table};
@@ -63,22 +64,33 @@ pub(super) struct Leg<'t> {
     /// The route's rewrite of the target the backends are asked for (a
     /// peer is sent the client's).
     pub(super) rewrite: Option<&'t Rewrite>,
+    /// Timeouts, retries and the retry budget: the route's own, else `upstream`'s.
+    pub(super) policy: &'t UpstreamPolicy,
 }
 
 impl<'t> Leg<'t> {
     /// A leg of a fan-out or search, or one a peer asked for: `region`
     /// alone, never failed over, marked for a peer to serve as it is.
     pub(super) fn alone(table: &'t Table, region: RegionId, hops: u32) -> Leg<'t> {
-        let chain = Chain::from_slice(&[region]);
-        Leg { chain, can_fail_over: false, hops, table, serve_only: true, started: Instant::now(), rewrite: None }
+        Leg {
+            chain: Chain::from_slice(&[region]),
+            can_fail_over: false,
+            hops,
+            table,
+            serve_only: true,
+            started: Instant::now(),
+            rewrite: None,
+            policy: &table.settings().upstream,
+        }
     }
 }
 
-/// The attempt settings of the table in force for a request that arrived at `started`.
-fn settings(table: &Table, started: Instant) -> AttemptSettings<'_> {
-    let server = &table.settings().server;
-    let pace = Pace { since: started, grace: server.body_timeout, min_rate: server.body_min_rate };
-    AttemptSettings { policy: &table.settings().upstream, started, pace }
+/// The attempt settings of `leg`: its policy, and the client body's pace
+/// from when it started.
+fn settings<'t>(leg: &Leg<'t>) -> AttemptSettings<'t> {
+    let server = &leg.table.settings().server;
+    let pace = Pace { since: leg.started, grace: server.body_timeout, min_rate: server.body_min_rate };
+    AttemptSettings { policy: leg.policy, started: leg.started, pace }
 }
 
 /// Sends the request (`parts`, headers prepared for the upstream leg, the
@@ -93,7 +105,7 @@ pub(super) async fn forward<'t>(
     journal: &mut Journal<'t>,
 ) -> Result<Response<ResponseBody>, ProxyError> {
     let table = leg.table;
-    let s = settings(table, leg.started);
+    let s = settings(&leg);
     let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
     let rewritten = leg.rewrite.map(|rule| rewrite::target(table, rule, &parts.method, &parts.uri)).transpose()?;
     let (body, use_) = prepare(parts, body, table, s.pace).await?;

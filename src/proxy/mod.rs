@@ -302,8 +302,9 @@ impl Proxy {
         // A peer's fan-out or search leg: this region's answer, as it is.
         if let Some(name) = &relay.leg {
             let region = serve_leg_here(table, name, &self.me.name)?;
-            let rewrite = plan.route().rewrite.as_ref();
-            let leg = Leg { started: ctx.arrival.started, rewrite, ..Leg::alone(table, region, ctx.hops) };
+            let (rewrite, policy) =
+                (route.rewrite.as_ref(), route.policy.as_deref().unwrap_or(&table.settings().upstream));
+            let leg = Leg { started: ctx.arrival.started, rewrite, policy, ..Leg::alone(table, region, ctx.hops) };
             let resp = Box::pin(forward::forward(reach, leg, parts, &added, body, &mut ctx.journal)).await?;
             return headers::from_upstream(resp, tunnel, None);
         }
@@ -363,14 +364,19 @@ fn one_leg<'t>(
             Some(_) => relay.chain.iter().filter_map(|name| table.region_by_name(name)).collect(),
             None => dispatch::Chain::from_slice(&[located.placement.region]),
         },
-        // Reads fail over; a write only where the route says so (it
-        // would land in a region that does not own the entity).
-        can_fail_over: crate::upstream::retry::is_safe(method) || located.route.allow_failover_writes,
+        // Reads fail over unless the route says not; a write only where the
+        // route says so (it would land in a region that does not own the entity).
+        can_fail_over: if crate::upstream::retry::is_safe(method) {
+            located.route.allow_failover_reads
+        } else {
+            located.route.allow_failover_writes
+        },
         hops: ctx.hops,
         table,
         serve_only: false,
         started: ctx.arrival.started,
         rewrite: located.route.rewrite.as_ref(),
+        policy: located.route.policy.as_deref().unwrap_or(&table.settings().upstream),
     }
 }
 

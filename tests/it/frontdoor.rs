@@ -120,6 +120,10 @@ fn no_id_routes_are_checked_with_their_line() {
         ("  - { name: a, match: { path: \"/a\" }, to: { region: eu }, rewrite: { strip_prefix: /a, path: /b } }\n", "not both"),
         ("  - { name: a, match: { path: \"/a\" }, to: { region: eu }, rewrite: { query: lose } }\n", "unknown query rule"),
         ("  - { name: a, match: { path: \"/a\" }, to: { region: eu }, rewrite: { prefix: /a } }\n", "prefix"),
+        ("  - { name: a, match: { path: \"/a\" }, to: { region: eu }, policy: { attempt_timeout: 0s } }\n", "must be positive"),
+        ("  - { name: a, match: { path: \"/a\" }, to: { region: eu }, policy: { attempt_timeout: 1m } }\n", "longer than request_timeout"),
+        ("  - { name: a, match: { path: \"/a\" }, to: { region: eu }, policy: { retry_budget: { ratio: 2.0 } } }\n", "outside 0-1"),
+        ("  - { name: a, match: { path: \"/a\" }, to: { region: eu }, policy: { retry: 1 } }\n", "retry"),
     ];
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 1));
     for (routes, want) in cases {
@@ -300,5 +304,72 @@ async fn header_rules_are_applied_once_across_a_peer() -> TestResult {
     assert_eq!((got.status.as_u16(), gateways[1].handled()), (200, 1));
     assert_eq!(echoed(&got.json()?, "x-hop"), ["kz"]);
     assert_eq!(got.headers.get_all("x-answered").iter().count(), 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_routes_policy_replaces_upstreams_timeouts_and_retries() -> TestResult {
+    // eu's first endpoint closes every connection after reading the request
+    // (a failure once sent); its second answers.
+    let closing = support::raw_backend(|s| async move { drop(s) }).await?;
+    let b = three_backends().await?;
+    let routes = r#"  - name: patient
+    match: { path: "/slow/{mode}/{id}" }
+    to: { region: kz }
+    rewrite: { path: "/t/{mode}/{id}" }
+  - name: hasty
+    match: { path: "/hasty/{mode}/{id}" }
+    to: { region: kz }
+    rewrite: { path: "/t/{mode}/{id}" }
+    policy: { attempt_timeout: 300ms, request_timeout: 400ms }
+  - name: retried
+    match: { path: "/retried" }
+    to: { region: eu }
+  - name: never-retried
+    match: { path: "/never-retried" }
+    to: { region: eu }
+    policy: { retries: 0, retry_budget: { ratio: 1.0, min_per_second: 100 } }
+"#;
+    let top = "upstream: { retries: 1, eject_after: 0, health: { interval: 0s } }";
+    let mut yaml = support::table(b[0].addr, b[1].addr, b[2].addr, top) + routes;
+    let eu = format!("eu: {{ upstreams: [\"http://{}\"] }}", b[0].addr);
+    yaml = yaml.replace(&eu, &format!("eu: {{ upstreams: [\"http://{}\", \"http://{}\"] }}", closing.addr, b[0].addr));
+    let p = support::proxy(&yaml).await?;
+    let started = std::time::Instant::now();
+    let got = get(&p.url("/hasty/slow/1")).await?;
+    assert_eq!((got.status.as_u16(), got.json()?["reason"].as_str()), (504, Some("upstream_timeout")));
+    assert!(started.elapsed() < std::time::Duration::from_millis(1500), "{:?}", started.elapsed());
+    assert_eq!(get(&p.url("/slow/slow/1")).await?.status, 200, "the table's timeouts are longer than 2 s");
+    // Round robin alternates the two endpoints: with no retry one of two
+    // requests meets the closing one and fails; with one, none does.
+    let never: Vec<u16> = [get(&p.url("/never-retried")).await?, get(&p.url("/never-retried")).await?]
+        .iter()
+        .map(|g| g.status.as_u16())
+        .collect();
+    assert!(never.contains(&502) && never.contains(&200), "{never:?}");
+    for _ in 0..4 {
+        assert_eq!(get(&p.url("/retried")).await?.status, 200);
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_route_may_keep_its_reads_from_failing_over() -> TestResult {
+    let routes = r#"  - name: strict
+    match: { prefix: "/strict/" }
+    to: { region: kz }
+    allow_failover_reads: false
+  - name: lenient
+    match: { prefix: "/lenient/" }
+    to: { region: kz }
+"#;
+    let (p, b) = front_door("", routes, true).await?;
+    b[1].stop();
+    let eu_before = b[0].hits();
+    let got = get(&p.url("/strict/a")).await?;
+    assert!(got.status.is_server_error(), "{}", got.status);
+    assert_eq!(b[0].hits(), eu_before, "a read of a route that does not fail over reached eu");
+    let (status, region, _) = landed(&p, "/lenient/a").await?;
+    assert_eq!((status, region.as_str()), (200, "eu"));
     Ok(())
 }

@@ -24,6 +24,13 @@ pub struct Route {
     /// Whether writes (POST, PUT, PATCH, DELETE) may go to a failover region.
     #[serde(default)]
     pub allow_failover_writes: bool,
+    /// Whether reads (GET, HEAD, OPTIONS) may go to a failover region.
+    #[serde(default = "yes")]
+    pub allow_failover_reads: bool,
+    /// The route's own attempt and request timeouts, retries and retry
+    /// budget, instead of `upstream`'s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<PolicySpec>,
     /// Protocols an `Upgrade` request may switch to through this route
     /// (the connection then becomes a tunnel); `h2c` is never allowed.
     #[serde(default = "default_upgrades")]
@@ -72,6 +79,28 @@ pub enum ToSpec {
 pub struct ToRegion {
     /// The region every request of the route goes to.
     pub region: String,
+}
+
+/// `routes[i].policy`: each key, when set, replaces `upstream`'s for the route.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicySpec {
+    /// One attempt, until the response head.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt_timeout: Option<Dur>,
+    /// The whole request, retries included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_timeout: Option<Dur>,
+    /// Retries after the first attempt (safe cases only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<u32>,
+    /// How much the route's requests put in the retry budget, and take out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_budget: Option<super::RetryBudget>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn auto() -> String {

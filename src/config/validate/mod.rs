@@ -49,11 +49,13 @@ pub(crate) fn validate(file: &File, ctx: &mut Ctx<'_>) -> Config {
     let ids = settings::ids(file, ctx);
     settings::limits_and_timeouts(file, ctx);
     settings::tls(file, ctx);
-    let routes = routes::routes(file, &names, &countries, &entities, ctx);
+    let mut routes = routes::routes(file, &names, &countries, &entities, ctx);
     reads::search_cache(&file.search_cache, ctx);
     settings::telemetry(&file.telemetry, ctx);
+    let settings = settings::typed(file, &top, &ids);
+    routes::policies(file, &mut routes, &settings.upstream);
     Config {
-        settings: settings::typed(file, &top, &ids),
+        settings,
         local_region: top.local_region,
         default_region: top.default_region,
         regions,

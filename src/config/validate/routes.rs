@@ -82,6 +82,9 @@ pub(super) fn routes(
         let fanout = r.fanout.as_ref().and_then(|f| fanout_parts(refs.names, r, f, &p, ctx));
         let search = search_parts(refs.names, r, strategy, &p, ctx);
         let to = r.to.as_ref().and_then(|to| target(&refs, r, to, &p, ctx));
+        if let Some(policy) = &r.policy {
+            check_policy(file, policy, &p.k("policy"), ctx);
+        }
         let rewrite = r.rewrite.as_ref().and_then(|rw| rewrite(r, rw, strategy, &p.k("rewrite"), ctx));
         let own_headers = r.headers.as_ref().map(|h| headers::rules(h, &p.k("headers"), ctx)).unwrap_or_default();
         match (&r.id, &r.mint) {
@@ -114,6 +117,9 @@ pub(super) fn routes(
                 search,
                 strategy,
                 allow_failover_writes: r.allow_failover_writes,
+                allow_failover_reads: r.allow_failover_reads,
+                // Filled in once `upstream` is typed ([`policies`]).
+                policy: None,
                 // A fan-out or search leg is one of several requests: none may open a tunnel.
                 upgrades: if r.fanout.is_some() || strategy == Strategy::Search { Vec::new() } else { upgrades },
                 tunnel_idle_timeout: r.tunnel_idle_timeout.unwrap_or(file.server.tunnel_idle_timeout).0,
@@ -248,6 +254,52 @@ fn methods(r: &schema::Route, p: &YamlPath, ctx: &mut Ctx<'_>) -> (MethodSet, Op
         }
     }
     (Some(set), Some(typed))
+}
+
+/// `policy`: positive timeouts, an attempt that fits in the request (the
+/// route's or `upstream`'s), a budget ratio that is a fraction.
+fn check_policy(file: &File, policy: &schema::PolicySpec, pp: &YamlPath, ctx: &mut Ctx<'_>) {
+    let hint = Some("durations look like 250ms, 15s or 2m");
+    for (key, d) in [("attempt_timeout", policy.attempt_timeout), ("request_timeout", policy.request_timeout)] {
+        if d.is_some_and(|d| d.0.is_zero()) {
+            ctx.at(&pp.k(key), format!("{key} must be positive"), hint);
+        }
+    }
+    let attempt = policy.attempt_timeout.unwrap_or(file.upstream.attempt_timeout);
+    let request = policy.request_timeout.unwrap_or(file.upstream.request_timeout);
+    if attempt > request {
+        let at = if policy.attempt_timeout.is_some() { "attempt_timeout" } else { "request_timeout" };
+        let m = format!("attempt_timeout {attempt} is longer than request_timeout {request}");
+        ctx.at(&pp.k(at), m, Some("one attempt must fit in the whole request (unset keys are upstream's)"));
+    }
+    if let Some(b) = &policy.retry_budget {
+        if !(0.0..=1.0).contains(&b.ratio) {
+            let m = format!("retry budget ratio {} is outside 0-1", b.ratio);
+            ctx.at(&pp.k("retry_budget").k("ratio"), m, Some("a fraction such as 0.2"));
+        }
+    }
+}
+
+/// Gives each route with a `policy` its own: `upstream`'s, with the
+/// route's keys in their place.
+pub(super) fn policies(file: &File, routes: &mut [Route], upstream: &crate::config::settings::UpstreamPolicy) {
+    for route in routes {
+        let Some(spec) = file.routes.get(route.index).and_then(|r| r.policy.as_ref()) else { continue };
+        let mut own = upstream.clone();
+        if let Some(d) = spec.attempt_timeout {
+            own.attempt_timeout = d.0;
+        }
+        if let Some(d) = spec.request_timeout {
+            own.request_timeout = d.0;
+        }
+        if let Some(n) = spec.retries {
+            own.retries = n;
+        }
+        if let Some(b) = &spec.retry_budget {
+            (own.budget_ratio, own.budget_min_per_second) = (b.ratio, b.min_per_second);
+        }
+        route.policy = Some(Box::new(own));
+    }
 }
 
 /// The route whose `id` or `mint` rule is checked, with its placement.
