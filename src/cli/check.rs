@@ -31,6 +31,10 @@ pub fn run(path: &Path, print: bool, out: &mut impl Write, err: &mut impl Write)
             // redirected to a file); the verdict goes beside the warnings.
             let verdict: &mut dyn Write = if print { &mut *err } else { &mut *out };
             let _ = writeln!(verdict, "{}: ok: {} (sha256 {})", path.display(), table.summary(), &sha[..12]);
+            if !cfg.variables.is_empty() {
+                let _ =
+                    writeln!(verdict, "{}: environment variables read: {}", path.display(), cfg.variables.join(", "));
+            }
             for warning in cfg.warnings() {
                 let _ = writeln!(err, "{}: warning: {warning}", path.display());
             }

@@ -26,6 +26,7 @@
 
 pub mod assemble;
 pub mod duration;
+pub mod env;
 pub mod fields;
 pub mod keys;
 pub mod model;
@@ -135,13 +136,16 @@ pub fn as_written(text: &str, source_name: &str) -> Result<File, ConfigErrors> {
     Ok(file)
 }
 
-/// The pipeline: walk, assemble, validate; the typed table and the file as written.
+/// The pipeline: expand, walk, assemble, validate; the typed table and the file as written.
 fn load(text: &str, source_name: &str) -> Result<(Config, File), ConfigErrors> {
+    let expanded = env::expand(text, |name| std::env::var(name).ok()).map_err(|e| finish(source_name, e))?;
+    let text = expanded.text.as_ref();
     let walked = yaml::walk(text, keys::shape()).map_err(|errors| finish(source_name, errors))?;
     let mut ctx = report::Ctx::new(&walked.index);
     ctx.errors.extend(walked.errors);
     let file = assemble::from_value(&walked.root, &mut ctx);
-    let config = validate::validate(&file, &mut ctx);
+    let mut config = validate::validate(&file, &mut ctx);
+    config.variables = expanded.read;
     if ctx.errors.is_empty() {
         Ok((config, file))
     } else {

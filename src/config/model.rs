@@ -46,6 +46,8 @@ pub struct Config {
     pub ids: Params,
     /// Routes, in file order.
     pub routes: Vec<Route>,
+    /// The environment variables the text read (`${VAR}`), in order.
+    pub variables: Vec<String>,
 }
 
 impl Config {

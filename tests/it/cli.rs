@@ -320,3 +320,24 @@ fn mint_refuses_read_only_formats_and_missing_flags() -> TestResult {
     assert_no_panic_text(text(&out.stderr)?);
     Ok(())
 }
+
+#[test]
+fn check_expands_environment_variables_and_locates_a_missing_one() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("env.yaml");
+    let table = "version: 1\nregions:\n  eu: { upstreams: [\"${EU_BACKEND}\"] }\n  kz: { upstreams: [\"http://127.0.0.1:2\"], failover: ${KZ_FAILOVER:-eu} }\ndefault_region: eu\nroutes:\n  - { name: all, match: { prefix: / }, to: local }\n";
+    std::fs::write(&path, table)?;
+    let file = path.to_str().ok_or("path")?;
+    let out = shardgate().args(["check", "-c", file]).env("EU_BACKEND", "http://127.0.0.1:1").output()?;
+    let stdout = text(&out.stdout)?;
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr)?);
+    assert!(stdout.contains("environment variables read: EU_BACKEND, KZ_FAILOVER"), "{stdout}");
+    let out = shardgate().args(["check", "-c", file]).env_remove("EU_BACKEND").output()?;
+    let stderr = text(&out.stderr)?;
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{file}:3:22: (document): environment variable EU_BACKEND is not set")),
+        "{stderr}"
+    );
+    Ok(())
+}

@@ -69,6 +69,7 @@ pub(crate) fn validate(file: &File, ctx: &mut Ctx<'_>) -> Config {
         time_ranges,
         ids: ids.params,
         routes,
+        variables: Vec::new(),
     }
 }
 
