@@ -14,6 +14,7 @@
 //!   and exits 0. A second SIGTERM during the drain exits at once (0).
 //! * SIGINT (Ctrl-C): fast exit ([`Exit::Interrupted`]), without waiting
 //!   for in-flight requests.
+//! * SIGUSR1: the access-log file (`log.access_file`) is reopened, for logrotate.
 
 use std::future::Future;
 use std::io;
@@ -345,6 +346,8 @@ pub async fn serve(path: PathBuf) -> Result<Exit, ServeError> {
         tracing::warn!(table = %path.display(), "{warning}");
     }
     let tls_on = tls.is_some();
+    // Opened now, so a path that cannot be written is told at start.
+    crate::telemetry::access::ACCESS_FILE.follow(cfg.settings.log.access_file.as_ref());
     let inst = Instance::new(&cfg, &text, Some(path.clone()), token.clone()).with_tls(tls);
     let (stop_tx, stop_rx) = watch::channel(false);
     if let Some(reloader) = &inst.reloader {
@@ -445,6 +448,9 @@ struct Signals {
     /// (its default action would kill the process).
     #[cfg(unix)]
     hup: Option<tokio::signal::unix::Signal>,
+    /// SIGUSR1: the access-log file is reopened (after logrotate renamed it).
+    #[cfg(unix)]
+    usr1: Option<tokio::signal::unix::Signal>,
 }
 
 impl Signals {
@@ -458,10 +464,11 @@ impl Signals {
             let quit = if with_quit { signal(SignalKind::quit()).ok() } else { None };
             let int = signal(SignalKind::interrupt()).ok();
             let hup = if ignore_hup { signal(SignalKind::hangup()).ok() } else { None };
+            let usr1 = signal(SignalKind::user_defined1()).ok();
             if term.is_none() || int.is_none() {
                 tracing::warn!("cannot install the SIGTERM/SIGINT handlers; Ctrl-C and POST /drain still work");
             }
-            Signals { term, quit, int, hup }
+            Signals { term, quit, int, hup, usr1 }
         }
         #[cfg(not(unix))]
         {
@@ -492,6 +499,9 @@ impl Signals {
                     _ = on(&mut self.int, async { let _ = tokio::signal::ctrl_c().await; }) => return Exit::Interrupted,
                     _ = on(&mut self.hup, std::future::pending()) => {
                         tracing::info!("SIGHUP: there is no table file to reload here; ignored");
+                    }
+                    _ = on(&mut self.usr1, std::future::pending()) => {
+                        crate::telemetry::access::ACCESS_FILE.reopen();
                     }
                 }
             }

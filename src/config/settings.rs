@@ -129,12 +129,14 @@ pub struct MeshPolicy {
 }
 
 /// `log`.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct LogPolicy {
     /// One line per request.
     pub access: bool,
     /// The entity id in it.
     pub ids: bool,
+    /// The file it is appended to (else standard error).
+    pub access_file: Option<std::sync::Arc<std::path::Path>>,
 }
 
 /// `mint_batch`.

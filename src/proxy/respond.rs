@@ -18,6 +18,7 @@ use crate::outcome::Outcome;
 use crate::problem::response as problem_response;
 use crate::routing::{Loaded, Table};
 use crate::server::{AnswerBody, Drain};
+use crate::telemetry::access::ACCESS_FILE;
 use crate::telemetry::traces::{self, TraceSpan};
 
 /// What the end of a request reports to.
@@ -160,9 +161,11 @@ impl Record<'_> {
                 metrics.leg(legs.kind, &route.name, &loaded.table.region(*region).name, answer);
             }
         }
-        if !loaded.table.settings().log.access {
+        let log = &loaded.table.settings().log;
+        if !log.access {
             return;
         }
+        ACCESS_FILE.follow(log.access_file.as_ref());
         tracing::info!(
             target: "shardgate::access",
             request_id = arrival.request_id.to_str().unwrap_or("-"),

@@ -64,3 +64,43 @@ async fn ops_binary_names_rules_and_logs_without_colour_to_a_file() -> TestResul
     assert!(!text.contains('\u{1b}'), "colour codes in a log file:\n{text:?}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_access_log_goes_to_its_file_as_json_and_is_reopened_on_sigusr1() -> TestResult {
+    let kz = backend("kz").await?;
+    let dir = tempfile::tempdir()?;
+    let (stderr, access, rotated) =
+        (dir.path().join("stderr.log"), dir.path().join("access.log"), dir.path().join("access.log.1"));
+    let extra = format!(
+        "log: {{ access_file: \"{}\" }}\nserver: {{ drain_delay: 0s, shutdown_timeout: 1s }}",
+        access.display()
+    );
+    let (mut child, port, _) = spawn_binary_logging(dir.path(), kz.addr, &extra, Some(&stderr)).await?;
+    let first = get(&format!("http://127.0.0.1:{port}/v1/orders/{}", iuid(7, 3))).await?;
+    assert_eq!(first.status, 200);
+    // logrotate: rename, then tell the proxy.
+    std::fs::rename(&access, &rotated)?;
+    child.signal("-USR1")?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !access.exists() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let second = get(&format!("http://127.0.0.1:{port}/v1/orders/{}", iuid(7, 4))).await?;
+    assert_eq!(second.status, 200);
+    child.signal("-TERM")?;
+    assert_eq!(child.wait_exit(Duration::from_secs(10)).await?, 0);
+    let lines = |path: &std::path::Path| -> Result<Vec<serde_json::Value>, Box<dyn std::error::Error + Send + Sync>> {
+        let text = std::fs::read_to_string(path)?;
+        text.lines().map(|l| serde_json::from_str(l).map_err(Into::into)).collect()
+    };
+    let (old, new) = (lines(&rotated)?, lines(&access)?);
+    assert_eq!((old.len(), new.len()), (1, 1), "{old:?} {new:?}");
+    for (line, rule, region) in [(&old[0], "country 7 (KZ)", "kz"), (&new[0], "override KZ/WalletAccount", "eu")] {
+        let got = (line["target"].as_str(), line["rule"].as_str(), line["status"].as_u64(), line["region"].as_str());
+        assert_eq!(got, (Some("shardgate::access"), Some(rule), Some(200), Some(region)), "{line}");
+    }
+    let text = std::fs::read_to_string(&stderr)?;
+    assert!(!text.contains("shardgate::access"), "access lines on standard error too:\n{text}");
+    assert!(text.contains("access log reopened"), "{text}");
+    Ok(())
+}

@@ -420,11 +420,15 @@ pub struct Log {
     pub access: bool,
     /// Include the entity id (canonical form) in access-log lines; ids can be personal data.
     pub ids: bool,
+    /// A file the access log is appended to, one JSON object per line
+    /// (reopened on SIGUSR1); unset: standard error, with the rest of the log.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub access_file: Option<String>,
 }
 
 impl Default for Log {
     fn default() -> Self {
-        Log { access: true, ids: false }
+        Log { access: true, ids: false, access_file: None }
     }
 }
 

@@ -205,7 +205,11 @@ pub(super) fn typed(file: &File, top: &TopLevel, ids: &IdSettings) -> Settings {
             },
         },
         mesh: MeshPolicy { max_hops: file.mesh.max_hops, trusted_peers: file.mesh.trusted_peers.clone() },
-        log: LogPolicy { access: file.log.access, ids: file.log.ids },
+        log: LogPolicy {
+            access: file.log.access,
+            ids: file.log.ids,
+            access_file: file.log.access_file.as_deref().map(|p| std::sync::Arc::from(std::path::Path::new(p))),
+        },
         mint_batch: MintBatchPolicy { path: file.mint_batch.path.clone(), max_count: file.mint_batch.max_count },
         search_ttl: file.search_cache.ttl.0,
         uniqid_mint_shards: ids.uniqid_mint_shards,
@@ -287,6 +291,10 @@ pub(super) fn limits_and_timeouts(file: &File, ctx: &mut Ctx<'_>) {
             format!("retry budget ratio {} is outside 0-1", up.retry_budget.ratio),
             Some("a fraction such as 0.2"),
         );
+    }
+    if file.log.access_file.as_deref().is_some_and(str::is_empty) {
+        let hint = Some("a path such as /var/log/shardgate/access.log, or remove the key for standard error");
+        ctx.at(&root.k("log").k("access_file"), "access_file is empty".into(), hint);
     }
 }
 
