@@ -19,7 +19,13 @@ pub fn shape() -> &'static Shape {
         use Shape::{Any, Map, Seq};
         let any = || Any;
         File::shape(vec![
-            ("regions", Map(Box::new(Region::shape(vec![])))),
+            (
+                "regions",
+                Map(Box::new(Region::shape(vec![(
+                    "upstream",
+                    RegionUpstream::shape(vec![("health", HealthOverrides::shape(vec![]))]),
+                )]))),
+            ),
             ("countries", Map(Box::new(Country::shape(vec![])))),
             ("entities", Map(Box::new(any()))),
             ("overrides", Seq(Box::new(Override::shape(vec![])))),
@@ -165,7 +171,7 @@ mod tests {
 
     #[test]
     fn keys_come_from_the_types() -> Result<(), &'static str> {
-        assert_eq!(Region::keys(), ["upstreams", "peer", "failover"]);
+        assert_eq!(Region::keys(), ["upstreams", "peer", "failover", "balance", "upstream"]);
         assert!(Route::keys().contains(&"match") && !Route::keys().contains(&"index"));
         let Shape::Struct(top) = shape() else { return Err("the file is not a mapping") };
         assert_eq!(top.len(), File::keys().len());

@@ -76,10 +76,38 @@ pub struct Region {
     pub name: String,
     /// Its backends.
     pub upstreams: Vec<Upstream>,
+    /// Each backend's weight (`balance: weighted`), in `upstreams`' order.
+    pub weights: Vec<u32>,
+    /// How a request picks among the backends.
+    pub balance: Balance,
     /// Its shardgate (mesh peer).
     pub peer: Option<Upstream>,
     /// The region it fails over to.
     pub failover: Option<usize>,
+    /// Its own `upstream` settings (the table's, with the region's keys in
+    /// their place), when it has any.
+    pub upstream: Option<Box<super::settings::UpstreamPolicy>>,
+}
+
+/// How a request picks among a region's backends.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Balance {
+    /// Each in turn.
+    #[default]
+    RoundRobin,
+    /// The one with fewer requests waiting for an answer, of two picked at random.
+    LeastRequest,
+    /// Each in turn, as many times in a row as its weight.
+    Weighted,
+}
+
+impl Balance {
+    /// Every policy, with its name in the table.
+    pub const ALL: [(&'static str, Balance); 3] = [
+        ("round_robin", Balance::RoundRobin),
+        ("least_request", Balance::LeastRequest),
+        ("weighted", Balance::Weighted),
+    ];
 }
 
 /// A country: its name, its 8-bit id and its owning region.
@@ -167,9 +195,10 @@ pub struct Route {
     pub allow_failover_writes: bool,
     /// Whether reads (GET, HEAD, OPTIONS) may be sent to a failover region.
     pub allow_failover_reads: bool,
-    /// The route's timeouts, retries and retry budget, when it has its own
-    /// (`upstream`'s, with the route's `policy` keys in their place).
-    pub policy: Option<Box<super::settings::UpstreamPolicy>>,
+    /// The route's timeouts, retries and retry budget in each region (by
+    /// position), when it has its own: the region's settings (else
+    /// `upstream`'s), with the route's `policy` keys in their place.
+    pub policy: Option<Box<[super::settings::UpstreamPolicy]>>,
     /// Protocols `Upgrade` may switch to through this route, lowercase.
     pub upgrades: Vec<String>,
     /// How long a tunnel through this route may sit idle.

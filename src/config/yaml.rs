@@ -582,13 +582,13 @@ mod tests {
     #[test]
     fn reports_every_duplicate_and_unknown_key() {
         let w =
-            walk("version: 1\nversion: 2\nregoins: {}\nregions:\n  eu: { upstream: [], peer: x, peer: y }\n").unwrap();
+            walk("version: 1\nversion: 2\nregoins: {}\nregions:\n  eu: { upstreamz: [], peer: x, peer: y }\n").unwrap();
         let msgs: Vec<String> = w.errors.iter().map(|e| format!("{}:{} {}", e.line, e.path, e.message)).collect();
         assert_eq!(msgs.len(), 4, "{msgs:?}");
         assert!(msgs[0].starts_with("2:version duplicate key"));
         assert!(msgs[1].starts_with("3:regoins unknown key"));
         assert_eq!(w.errors[1].hint.as_deref(), Some("did you mean `regions`?"));
-        assert!(msgs[2].starts_with("5:regions.eu.upstream unknown key"));
+        assert!(msgs[2].starts_with("5:regions.eu.upstreamz unknown key"));
         assert!(msgs[3].starts_with("5:regions.eu.peer duplicate key"));
     }
 

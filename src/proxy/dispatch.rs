@@ -6,11 +6,14 @@
 //!
 //! Pure but for the endpoints' health, which it reads.
 
+use std::sync::atomic::AtomicUsize;
+
 use http::Uri;
 
 use super::error::ProxyError;
-use crate::routing::{Region, RegionId, Table, Upstream};
-use crate::upstream::Health;
+use crate::routing::{Balance, Region, RegionId, Table, Upstream};
+use crate::upstream::balance::Candidates;
+use crate::upstream::{Health, Limits};
 
 /// A request's failover chain, the owner first: a region or two, kept
 /// inline (a `Vec` was an allocation on every request).
@@ -25,9 +28,23 @@ pub struct Target<'t> {
     pub endpoints: &'t [Upstream],
     /// Whether `endpoints` is the region's peer shardgate.
     pub via_peer: bool,
+    /// Requests waiting at each backend (empty for a peer).
+    pub loads: &'t [AtomicUsize],
+    /// The region's limits per endpoint.
+    pub limits: Limits,
 }
 
 impl<'t> Target<'t> {
+    /// The endpoints as a request picks among them: a region's backends by
+    /// its balance, a peer alone.
+    pub fn candidates(&self) -> Candidates<'t> {
+        if self.via_peer {
+            return Candidates { endpoints: self.endpoints, weights: &[], loads: &[], balance: Balance::RoundRobin };
+        }
+        let region = self.region;
+        Candidates { endpoints: self.endpoints, weights: &region.weights, loads: self.loads, balance: region.balance }
+    }
+
     /// What the trace says of attempt `number` at `endpoint` of this
     /// target; `retry_reason`: why the attempt before failed.
     pub fn attempt<'a>(
@@ -58,14 +75,17 @@ pub fn dispatch<'t>(
     let usable = |u: &Upstream| !tried.contains(&&u.uri) && health.usable(&u.uri);
     while let Some(&id) = chain.last() {
         let region = table.region(id);
+        let limits = table.upstream_of(id).limits;
         let remote = table.local_region().is_some_and(|local| local != id);
         if remote || region.upstreams.is_empty() {
             if let Some(peer) = region.peer.as_ref().filter(|p| usable(p)) {
-                return Ok(Target { region, endpoints: std::slice::from_ref(peer), via_peer: true });
+                let endpoints = std::slice::from_ref(peer);
+                return Ok(Target { region, endpoints, via_peer: true, loads: &[], limits });
             }
         }
         if region.upstreams.iter().any(usable) {
-            return Ok(Target { region, endpoints: &region.upstreams, via_peer: false });
+            let loads = table.loads(id);
+            return Ok(Target { region, endpoints: &region.upstreams, via_peer: false, loads, limits });
         }
         match table.failover(id) {
             Some(next) if can_fail_over && !chain.contains(&next) => chain.push(next),

@@ -23,6 +23,7 @@ use crate::http1::write::Added;
 use crate::mesh;
 use crate::routing::{RegionId, Rewrite, Table};
 use crate::telemetry::traces::{self, TraceSpan, Traces};
+use crate::upstream::balance::Waiting;
 use crate::upstream::body::{self, BodyFault, Pace};
 use crate::upstream::exchange::Outgoing;
 use crate::upstream::retry::is_idempotent;
@@ -80,7 +81,7 @@ impl<'t> Leg<'t> {
             serve_only: true,
             started: Instant::now(),
             rewrite: None,
-            policy: &table.settings().upstream,
+            policy: table.upstream_of(region),
         }
     }
 }
@@ -122,7 +123,7 @@ pub(super) async fn forward<'t>(
             Err(e) => return Err(last.unwrap_or(e)),
         };
         note_target(&leg, &target, journal);
-        let Some((endpoint, admit)) = reach.upstreams.pick(target.endpoints, &tried, reach.health) else {
+        let Some((at, endpoint, admit)) = reach.upstreams.pick(target.candidates(), &tried, reach.health) else {
             // Health changed since dispatch looked (another request took a
             // half-open endpoint's trial): count the region as tried.
             tried.extend(target.endpoints.iter().map(|e| &e.uri));
@@ -139,8 +140,11 @@ pub(super) async fn forward<'t>(
         let headers = traced.as_deref().map_or(headers, |(_, h)| h);
         let asked = if target.via_peer { &path } else { rewritten.as_ref().unwrap_or(&path) };
         let out = Outgoing { method: &parts.method, target: asked.as_str(), host: &endpoint.host, headers, added };
-        let attempt = Attempt { endpoint, admit, out, use_, count_5xx: !target.via_peer };
-        let failure = match reach.upstreams.attempt(attempt, b, &s, reach.health).await {
+        let attempt = Attempt { endpoint, admit, out, use_, limits: target.limits, count_5xx: !target.via_peer };
+        let waiting = Waiting::on(target.loads.get(at));
+        let answered = reach.upstreams.attempt(attempt, b, &s, reach.health).await;
+        drop(waiting);
+        let failure = match answered {
             Ok(resp) => {
                 if let Some((span, _)) = traced.as_deref() {
                     traces::answered(span, resp.status().as_u16());

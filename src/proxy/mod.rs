@@ -302,8 +302,7 @@ impl Proxy {
         // A peer's fan-out or search leg: this region's answer, as it is.
         if let Some(name) = &relay.leg {
             let region = serve_leg_here(table, name, &self.me.name)?;
-            let (rewrite, policy) =
-                (route.rewrite.as_ref(), route.policy.as_deref().unwrap_or(&table.settings().upstream));
+            let (rewrite, policy) = (route.rewrite.as_ref(), table.policy(route, region));
             let leg = Leg { started: ctx.arrival.started, rewrite, policy, ..Leg::alone(table, region, ctx.hops) };
             let resp = Box::pin(forward::forward(reach, leg, parts, &added, body, &mut ctx.journal)).await?;
             return headers::from_upstream(resp, tunnel, None);
@@ -376,7 +375,7 @@ fn one_leg<'t>(
         serve_only: false,
         started: ctx.arrival.started,
         rewrite: located.route.rewrite.as_ref(),
-        policy: located.route.policy.as_deref().unwrap_or(&table.settings().upstream),
+        policy: table.policy(located.route, located.placement.region),
     }
 }
 

@@ -23,6 +23,6 @@ pub use reload::{ReloadError, ReloadOutcome, Reloader, WatchOptions};
 pub use rule::{Missing, NoOwner, Placement, RegionId, Rule, Strategy};
 pub use shared::{Loaded, SharedTable};
 pub use table::{
-    CountrySource, FieldValue, HeaderEdit, HeaderRules, IdRule, IdSource, MintRule, Region, Rewrite, RewritePath,
-    Route, RouteMatch, Settings, Table, To, Upstream, ValuePiece, Var,
+    Balance, CountrySource, FieldValue, HeaderEdit, HeaderRules, IdRule, IdSource, MintRule, Region, Rewrite,
+    RewritePath, Route, RouteMatch, Settings, Table, To, Upstream, ValuePiece, Var,
 };

@@ -3,13 +3,14 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::AtomicUsize;
 
 use crate::config::model::Config;
 pub use crate::config::model::{
-    CountrySource, FieldValue, HeaderEdit, HeaderRules, IdRule, IdSource, MintRule, Region, Rewrite, RewritePath,
-    Route, To, ValuePiece, Var,
+    Balance, CountrySource, FieldValue, HeaderEdit, HeaderRules, IdRule, IdSource, MintRule, Region, Rewrite,
+    RewritePath, Route, To, ValuePiece, Var,
 };
-pub use crate::config::settings::Settings;
+pub use crate::config::settings::{Settings, UpstreamPolicy};
 use crate::config::template::insert_template;
 pub use crate::config::values::Upstream;
 use crate::ids;
@@ -64,6 +65,9 @@ pub struct Table {
     pub(crate) regions: Vec<Region>,
     /// Each region's [`Table::endpoints_hash`].
     endpoints_hashes: Vec<u64>,
+    /// Requests waiting for an answer at each backend of each region
+    /// (`balance: least_request`), in `upstreams`' order.
+    loads: Vec<Box<[AtomicUsize]>>,
     region_index: HashMap<String, RegionId>,
     pub(crate) local_region: Option<RegionId>,
     pub(crate) default_region: Option<RegionId>,
@@ -170,6 +174,7 @@ impl Table {
             .collect();
         let (routes, router) = compile_routes(&cfg.routes);
         Table {
+            loads: regions.iter().map(|r| r.upstreams.iter().map(|_| AtomicUsize::new(0)).collect()).collect(),
             regions,
             endpoints_hashes,
             region_index,
@@ -248,8 +253,35 @@ impl Table {
     /// Ids come from this table; an id from another table that is out of
     /// range yields an empty placeholder region rather than a panic.
     pub fn region(&self, id: RegionId) -> &Region {
-        static UNKNOWN: Region = Region { name: String::new(), upstreams: Vec::new(), peer: None, failover: None };
+        static UNKNOWN: Region = Region {
+            name: String::new(),
+            upstreams: Vec::new(),
+            weights: Vec::new(),
+            balance: Balance::RoundRobin,
+            peer: None,
+            failover: None,
+            upstream: None,
+        };
         self.regions.get(usize::from(id.0)).unwrap_or(&UNKNOWN)
+    }
+
+    /// Requests waiting for an answer at each of region `id`'s backends.
+    pub fn loads(&self, id: RegionId) -> &[AtomicUsize] {
+        self.loads.get(usize::from(id.0)).map_or(&[], |l| &l[..])
+    }
+
+    /// The `upstream` settings of region `id`'s endpoints: its own, else the table's.
+    pub fn upstream_of(&self, id: RegionId) -> &UpstreamPolicy {
+        self.region(id).upstream.as_deref().unwrap_or(&self.settings.upstream)
+    }
+
+    /// The timeouts, retries and budget of `route`'s requests owned by
+    /// region `id`: the route's own there, else the region's, else the table's.
+    pub fn policy<'a>(&'a self, route: &'a Route, id: RegionId) -> &'a UpstreamPolicy {
+        match route.policy.as_deref().and_then(|p| p.get(usize::from(id.0))) {
+            Some(own) => own,
+            None => self.upstream_of(id),
+        }
     }
 
     /// The region `id` fails over to.

@@ -13,11 +13,12 @@ use std::time::Instant;
 
 use http::{Response, Uri};
 
+use super::balance::{self, Candidates};
 use super::body::{BodyPhase, BodyWatch, Pace, UpstreamBody};
 use super::connect::{connector, ClientSettings, Connector};
 use super::exchange::{exchange, ExchangeError, Outgoing, ResponseBody};
 use super::health::{Admit, Health};
-use super::pool::{Full, Pool, PoolError, Use};
+use super::pool::{Full, Limits, Pool, PoolError, Use};
 use super::retry::RetryBudget;
 use crate::config::settings::UpstreamPolicy;
 use crate::routing::Upstream;
@@ -97,6 +98,8 @@ pub struct Attempt<'a> {
     pub out: Outgoing<'a>,
     /// What the connection is for: a request in hand, an upload, an upgrade.
     pub use_: Use,
+    /// The endpoint's limits (its region's).
+    pub limits: Limits,
     /// Whether a 5xx answer counts against the endpoint (not a peer's).
     pub count_5xx: bool,
 }
@@ -147,25 +150,16 @@ impl Upstreams {
         ok
     }
 
-    /// The next endpoint in rotation among `endpoints` that is not in
-    /// `tried` and that health admits, with its admission.
+    /// The endpoint of `candidates` a request goes to by the region's
+    /// balance, passing over those in `tried` and those health does not
+    /// admit; its position and its admission.
     pub fn pick<'e>(
         &self,
-        endpoints: &'e [Upstream],
+        candidates: Candidates<'e>,
         tried: &[&Uri],
         health: &Health,
-    ) -> Option<(&'e Upstream, Admit)> {
-        let start = self.cursor.fetch_add(1, Ordering::Relaxed);
-        (0..endpoints.len()).find_map(|i| {
-            let e = &endpoints[start.wrapping_add(i) % endpoints.len()];
-            if tried.contains(&&e.uri) {
-                return None;
-            }
-            match health.admit(&e.uri) {
-                Admit::No => None,
-                admit => Some((e, admit)),
-            }
-        })
+    ) -> Option<(usize, &'e Upstream, Admit)> {
+        balance::pick(candidates, &self.cursor, tried, health)
     }
 
     /// One attempt of the request (`a`) with `body`. Records the outcome in
@@ -190,7 +184,7 @@ impl Upstreams {
             // Waiting for a connection is bounded on its own: the attempt's
             // timer, and the endpoint's blame, start once it has one.
             let until = (Instant::now() + s.policy.queue_timeout).min(deadline);
-            let conn = match self.pool.connection(endpoint, s.policy.limits, a.use_, until).await {
+            let conn = match self.pool.connection(endpoint, a.limits, a.use_, until).await {
                 Ok(conn) => conn,
                 Err(PoolError::Connect(e)) => {
                     tracing::debug!(endpoint = %endpoint.uri, error = %e, "upstream connect failed");

@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use http::Uri;
@@ -23,6 +23,7 @@ use http::Uri;
 use super::connect::Connector;
 use crate::ids::{Clock, SystemClock};
 use crate::routing::shared::SharedTable;
+use crate::routing::RegionId;
 
 /// One endpoint's health.
 #[derive(Debug)]
@@ -356,33 +357,45 @@ impl Health {
 
 /// Runs active checks until `health` is dropped, connecting through
 /// `connector` (the proxy's own, so `https://` endpoints are checked with
-/// the same roots and client certificate). Backends are asked for
-/// `upstream.health.path`, peers for [`crate::mesh::READY_PATH`]; a 2xx or
-/// 3xx answer is a success. Interval, timeout, path and thresholds are read
-/// from the current table on every round, so they reload live; an interval
-/// of 0 turns checking off.
+/// the same roots and client certificate). Backends are asked for their
+/// region's `health.path`, peers for [`crate::mesh::READY_PATH`]; a 2xx or
+/// 3xx answer is a success. Each region is checked at its own interval,
+/// with its own timeout and thresholds (`upstream.health`, or the region's
+/// `upstream.health`), read from the current table every round, so they
+/// reload live; an interval of 0 turns checking off.
 pub fn spawn_checker(health: Weak<Health>, shared: Weak<SharedTable>, connector: Connector) {
     tokio::spawn(async move {
+        // When each region (by name) was last checked.
+        let mut last: HashMap<String, Instant> = HashMap::new();
         loop {
             let (Some(h), Some(shared)) = (health.upgrade(), shared.upgrade()) else { return };
             h.track(&shared);
             let snapshot = shared.snapshot();
-            let cfg = &snapshot.table.settings().upstream.health;
-            let (interval, timeout, rise, fall) = (cfg.interval, cfg.timeout, cfg.rise, cfg.fall);
-            let path = cfg.path.clone();
             drop(shared);
-            if interval.is_zero() {
+            let table = &snapshot.table;
+            if table.settings().upstream.health.interval.is_zero() {
                 h.checks_off();
                 drop(h);
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 continue;
             }
             h.active.store(true, Ordering::Relaxed);
+            let now = Instant::now();
+            let mut next = now + Duration::from_secs(1);
             let mut checks = tokio::task::JoinSet::new();
             let mut seen = std::collections::HashSet::new();
-            for region in snapshot.table.regions() {
+            for (i, region) in table.regions().iter().enumerate() {
+                let cfg = &table.upstream_of(RegionId(u16::try_from(i).unwrap_or(u16::MAX))).health;
+                let due = last.get(&region.name).map_or(now, |t| *t + cfg.interval);
+                if due > now {
+                    next = next.min(due);
+                    continue;
+                }
+                last.insert(region.name.clone(), now);
+                next = next.min(now + cfg.interval);
+                let (timeout, rise, fall) = (cfg.timeout, cfg.rise, cfg.fall);
                 let peers = region.peer.iter().map(|p| (p, crate::mesh::READY_PATH));
-                for (up, path) in region.upstreams.iter().map(|u| (u, path.as_str())).chain(peers) {
+                for (up, path) in region.upstreams.iter().map(|u| (u, cfg.path.as_str())).chain(peers) {
                     if !seen.insert(up.uri.clone()) {
                         continue;
                     }
@@ -396,16 +409,16 @@ pub fn spawn_checker(health: Weak<Health>, shared: Weak<SharedTable>, connector:
                                 .is_ok_and(|s| s.is_success() || s.is_redirection()),
                             None => false,
                         };
-                        (uri, ok)
+                        (uri, ok, rise, fall)
                     });
                 }
             }
             drop(snapshot);
-            while let Some(Ok((uri, ok))) = checks.join_next().await {
+            while let Some(Ok((uri, ok, rise, fall))) = checks.join_next().await {
                 h.apply_check(&uri, ok, rise, fall);
             }
             drop(h);
-            tokio::time::sleep(interval).await;
+            tokio::time::sleep_until(next.into()).await;
         }
     });
 }

@@ -9,6 +9,7 @@
 //! * [`body`]: the client's body on its way upstream: a small one read
 //!   whole first, a larger one watched, so timeouts and blame follow what
 //!   each side did;
+//! * [`balance`]: which of a region's backends a request goes to;
 //! * [`attempt`]: one attempt at one endpoint: its timeout, the endpoint's
 //!   passive health, the retry budget;
 //! * [`retry`]: when a request may be sent again;
@@ -16,6 +17,7 @@
 //! * [`client`]: one GET on a connection of its own (health checks, `probe`).
 
 pub mod attempt;
+pub mod balance;
 pub mod body;
 pub mod client;
 pub mod connect;

@@ -4,6 +4,7 @@
 mod support;
 
 mod admin;
+mod balance;
 mod cli;
 mod config;
 mod dashboard;

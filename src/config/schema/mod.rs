@@ -101,13 +101,97 @@ pub const DEFAULT_ADMIN: &str = "127.0.0.1:9901";
 pub struct Region {
     /// The region's backends.
     #[serde(default)]
-    pub upstreams: Vec<Upstream>,
+    pub upstreams: Vec<EndpointSpec>,
     /// The region's shardgate (mesh peer).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer: Option<Upstream>,
     /// Region to use when this one is unavailable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failover: Option<String>,
+    /// How a request picks among the backends: `round_robin`,
+    /// `least_request` (the less busy of two picked at random) or `weighted`.
+    #[serde(default = "round_robin")]
+    pub balance: String,
+    /// The region's own `upstream` settings, each key in place of the table's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<RegionUpstream>,
+}
+
+fn round_robin() -> String {
+    "round_robin".to_owned()
+}
+
+/// `regions.<name>.upstreams[i]`: a URL, or a URL with a weight.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(untagged, expecting = "an upstream URL, or a mapping `{ url: URL, weight: N }`")]
+pub enum EndpointSpec {
+    /// A URL (weight 1).
+    Url(Upstream),
+    /// A URL with its weight.
+    Weighted(WeightedEndpoint),
+}
+
+impl EndpointSpec {
+    /// The endpoint and its weight.
+    pub fn parts(&self) -> (&Upstream, u32) {
+        match self {
+            EndpointSpec::Url(u) => (u, 1),
+            EndpointSpec::Weighted(w) => (&w.url, w.weight),
+        }
+    }
+}
+
+/// `{ url, weight }`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WeightedEndpoint {
+    /// The backend.
+    pub url: Upstream,
+    /// Its share of the region's requests under `balance: weighted`.
+    pub weight: u32,
+}
+
+/// `regions.<name>.upstream`: the keys of `upstream` a region may set for
+/// its own endpoints.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegionUpstream {
+    /// Most connections open to one of its endpoints at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<usize>,
+    /// Most requests waiting for a connection to one of its endpoints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_pending: Option<usize>,
+    /// One attempt, until the response head.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt_timeout: Option<Dur>,
+    /// The whole request, retries included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_timeout: Option<Dur>,
+    /// Active health checks of its endpoints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<HealthOverrides>,
+}
+
+/// `regions.<name>.upstream.health`: each key in place of `upstream.health`'s.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthOverrides {
+    /// Time between checks of one endpoint; `0s` disables the region's checks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<Dur>,
+    /// Timeout of one check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<Dur>,
+    /// Path requested with GET.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Consecutive successes that bring a down endpoint back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rise: Option<u32>,
+    /// Consecutive failures that take an endpoint down.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fall: Option<u32>,
 }
 
 /// `countries.<name>`.

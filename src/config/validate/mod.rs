@@ -36,7 +36,7 @@ pub const MAX_KEY_RANGES: usize = 1 << 20;
 /// meaningful when `ctx` holds no error afterwards).
 pub(crate) fn validate(file: &File, ctx: &mut Ctx<'_>) -> Config {
     let names = names::Names::new(file);
-    let regions = names::regions(file, &names, ctx);
+    let mut regions = names::regions(file, &names, ctx);
     let countries = names::countries(file, &names, ctx);
     let entities = names::entities(file, ctx);
     let overrides = names::overrides(file, &names, &countries, &entities, ctx);
@@ -53,7 +53,8 @@ pub(crate) fn validate(file: &File, ctx: &mut Ctx<'_>) -> Config {
     reads::search_cache(&file.search_cache, ctx);
     settings::telemetry(&file.telemetry, ctx);
     let settings = settings::typed(file, &top, &ids);
-    routes::policies(file, &mut routes, &settings.upstream);
+    names::region_policies(file, &mut regions, &settings.upstream);
+    routes::policies(file, &mut routes, &regions, &settings.upstream);
     Config {
         settings,
         local_region: top.local_region,

@@ -4,9 +4,10 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::{closest, is_name, MAX_REGIONS};
-use crate::config::model::{Country, Entity, Override, Region};
+use crate::config::model::{Balance, Country, Entity, Override, Region};
 use crate::config::report::{Ctx, NameKind};
-use crate::config::schema::File;
+use crate::config::schema::{File, RegionUpstream};
+use crate::config::settings::UpstreamPolicy;
 use crate::config::show;
 use crate::config::yaml::YamlPath;
 
@@ -127,15 +128,118 @@ pub(super) fn regions(file: &File, names: &Names<'_>, ctx: &mut Ctx<'_>) -> Vec<
             Some(f) => names.region(ctx, &p.k("failover"), f),
             None => None,
         };
+        let balance = match Balance::ALL.iter().find(|(n, _)| *n == region.balance) {
+            Some(&(_, b)) => b,
+            None => {
+                let hint = format!("use one of {}", Balance::ALL.map(|(n, _)| n).join(", "));
+                ctx.at(&p.k("balance"), format!("unknown balance {}", show(&region.balance)), Some(&hint));
+                Balance::RoundRobin
+            }
+        };
+        let mut weights = Vec::with_capacity(region.upstreams.len());
+        for (i, e) in region.upstreams.iter().enumerate() {
+            let (_, weight) = e.parts();
+            let at = p.k("upstreams").i(i).k("weight");
+            if weight == 0 || weight > MAX_WEIGHT {
+                ctx.at(&at, format!("weight {weight} is outside 1-{MAX_WEIGHT}"), Some("a whole number such as 3"));
+            } else if weight != 1 && balance != Balance::Weighted {
+                ctx.at(&at, "a weight counts only with `balance: weighted`".into(), Some("set `balance: weighted`"));
+            }
+            weights.push(weight.clamp(1, MAX_WEIGHT));
+        }
+        if let Some(up) = &region.upstream {
+            region_upstream(file, up, &p.k("upstream"), ctx);
+        }
         out.push(Region {
             name: name.clone(),
-            upstreams: region.upstreams.clone(),
+            upstreams: region.upstreams.iter().map(|e| e.parts().0.clone()).collect(),
+            weights,
+            balance,
             peer: region.peer.clone(),
             failover,
+            // Filled in once `upstream` is typed ([`region_policies`]).
+            upstream: None,
         });
     }
     failover_cycles(file, ctx);
     out
+}
+
+/// Largest endpoint weight.
+const MAX_WEIGHT: u32 = 1000;
+
+/// `regions.<name>.upstream`: positive limits and timeouts, an attempt that
+/// fits in the request (the region's or `upstream`'s), health checks that
+/// can run.
+fn region_upstream(file: &File, up: &RegionUpstream, at: &YamlPath, ctx: &mut Ctx<'_>) {
+    if up.max_connections == Some(0) {
+        let hint = Some("a positive whole number, e.g. 512");
+        ctx.at(&at.k("max_connections"), "max_connections must be positive".into(), hint);
+    }
+    let hint = Some("durations look like 250ms, 15s or 2m");
+    for (key, d) in [("attempt_timeout", up.attempt_timeout), ("request_timeout", up.request_timeout)] {
+        if d.is_some_and(|d| d.0.is_zero()) {
+            ctx.at(&at.k(key), format!("{key} must be positive"), hint);
+        }
+    }
+    let attempt = up.attempt_timeout.unwrap_or(file.upstream.attempt_timeout);
+    let request = up.request_timeout.unwrap_or(file.upstream.request_timeout);
+    if attempt > request {
+        let key = if up.attempt_timeout.is_some() { "attempt_timeout" } else { "request_timeout" };
+        let m = format!("attempt_timeout {attempt} is longer than request_timeout {request}");
+        ctx.at(&at.k(key), m, Some("one attempt must fit in the whole request (unset keys are upstream's)"));
+    }
+    if let Some(h) = &up.health {
+        if h.timeout.is_some_and(|d| d.0.is_zero()) {
+            ctx.at(&at.k("health").k("timeout"), "timeout must be positive".into(), hint);
+        }
+        match h.interval {
+            Some(d) if d.0.is_zero() => {
+                let hint = Some("checks are on or off for the whole table: upstream.health.interval");
+                ctx.at(&at.k("health").k("interval"), "a region's check interval must be positive".into(), hint);
+            }
+            Some(_) if file.upstream.health.interval.0.is_zero() => {
+                let hint =
+                    Some("set upstream.health.interval to turn checks on; a region may then check at its own pace");
+                ctx.at(&at.k("health").k("interval"), "health checks are off in this table".into(), hint);
+            }
+            _ => {}
+        }
+        if h.path.as_deref().is_some_and(|p| !p.starts_with('/')) {
+            ctx.at(&at.k("health").k("path"), "a health check path starts with `/`".into(), Some("e.g. /healthz"));
+        }
+    }
+}
+
+/// Gives each region with `upstream` keys its own settings: the table's,
+/// with the region's keys in their place.
+pub(super) fn region_policies(file: &File, regions: &mut [Region], table: &UpstreamPolicy) {
+    for region in regions {
+        let Some(up) = file.regions.get(&region.name).and_then(|r| r.upstream.as_ref()) else { continue };
+        let mut own = table.clone();
+        if let Some(n) = up.max_connections {
+            own.limits.max_connections = n;
+            own.limits.max_uploads = ((n as f64 * file.upstream.upload_share) as usize).max(1);
+        }
+        if let Some(n) = up.max_pending {
+            own.limits.max_pending = n;
+        }
+        if let Some(d) = up.attempt_timeout {
+            own.attempt_timeout = d.0;
+        }
+        if let Some(d) = up.request_timeout {
+            own.request_timeout = d.0;
+        }
+        if let Some(h) = &up.health {
+            let health = &mut own.health;
+            health.interval = h.interval.map_or(health.interval, |d| d.0);
+            health.timeout = h.timeout.map_or(health.timeout, |d| d.0);
+            health.path = h.path.clone().unwrap_or_else(|| health.path.clone());
+            health.rise = h.rise.unwrap_or(health.rise);
+            health.fall = h.fall.unwrap_or(health.fall);
+        }
+        region.upstream = Some(Box::new(own));
+    }
 }
 
 /// Failover chains that come back to where they started (longer than one;

@@ -280,12 +280,28 @@ fn check_policy(file: &File, policy: &schema::PolicySpec, pp: &YamlPath, ctx: &m
     }
 }
 
-/// Gives each route with a `policy` its own: `upstream`'s, with the
-/// route's keys in their place.
-pub(super) fn policies(file: &File, routes: &mut [Route], upstream: &crate::config::settings::UpstreamPolicy) {
+/// Gives each route with a `policy` its own in each region: the region's
+/// settings (else `upstream`'s), with the route's keys in their place.
+pub(super) fn policies(
+    file: &File,
+    routes: &mut [Route],
+    regions: &[crate::config::model::Region],
+    upstream: &crate::config::settings::UpstreamPolicy,
+) {
     for route in routes {
         let Some(spec) = file.routes.get(route.index).and_then(|r| r.policy.as_ref()) else { continue };
-        let mut own = upstream.clone();
+        let own = regions.iter().map(|region| with_route_keys(spec, region.upstream.as_deref().unwrap_or(upstream)));
+        route.policy = Some(own.collect());
+    }
+}
+
+/// `base` with the keys `spec` sets in their place.
+fn with_route_keys(
+    spec: &schema::PolicySpec,
+    base: &crate::config::settings::UpstreamPolicy,
+) -> crate::config::settings::UpstreamPolicy {
+    {
+        let mut own = base.clone();
         if let Some(d) = spec.attempt_timeout {
             own.attempt_timeout = d.0;
         }
@@ -298,7 +314,7 @@ pub(super) fn policies(file: &File, routes: &mut [Route], upstream: &crate::conf
         if let Some(b) = &spec.retry_budget {
             (own.budget_ratio, own.budget_min_per_second) = (b.ratio, b.min_per_second);
         }
-        route.policy = Some(Box::new(own));
+        own
     }
 }
 
