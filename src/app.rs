@@ -170,6 +170,7 @@ pub fn build_proxy(cfg: &Config, text: &str) -> Arc<Proxy> {
         Arc::downgrade(&table),
         shared.upstreams.connector().clone(),
     );
+    crate::upstream::dns::spawn_discovery(Arc::downgrade(&table), Arc::clone(&shared.dns));
     Arc::new(Proxy::new(shared, &cfg.settings.restart.instance))
 }
 

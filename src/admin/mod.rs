@@ -125,6 +125,11 @@ impl AdminState {
                 let n = t.totals();
                 (n.exported, n.dropped, n.failed)
             }),
+            dns: {
+                let d = &s.dns;
+                let read = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+                (read(&d.answered), read(&d.failed), read(&d.changed))
+            },
         };
         s.metrics.refresh(&self.table().snapshot(), &inputs);
         s.metrics.render()

@@ -51,6 +51,7 @@ pub fn shape() -> &'static Shape {
                     ("retry_budget", RetryBudget::shape(vec![])),
                     ("health", HealthChecks::shape(vec![])),
                     ("tls", UpstreamTls::shape(vec![])),
+                    ("dns", Dns::shape(vec![])),
                 ]),
             ),
             ("mesh", Mesh::shape(vec![])),

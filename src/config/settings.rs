@@ -27,8 +27,21 @@ pub struct Settings {
     pub mint_batch: MintBatchPolicy,
     /// How long a region found by a search is trusted.
     pub search_ttl: Duration,
+    /// How named upstreams and peers are re-resolved.
+    pub dns: DnsPolicy,
     /// Shard count for minting uniqid ids (`ids.uniqid.total_shards` or `shards.count`).
     pub uniqid_mint_shards: Option<u32>,
+}
+
+/// `upstream.dns`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DnsPolicy {
+    /// Name servers; empty: the system's.
+    pub servers: Vec<std::net::SocketAddr>,
+    /// Shortest an answer is kept, and the retry after a failure.
+    pub min_ttl: Duration,
+    /// Longest an answer is kept.
+    pub max_ttl: Duration,
 }
 
 /// `server`, the keys that reload.

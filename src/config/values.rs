@@ -147,9 +147,36 @@ pub struct Upstream {
     pub host: http::HeaderValue,
     /// `scheme://authority`: the key its kept connections are listed under.
     pub pool_key: Box<str>,
+    /// The name it was found by, when the URL holds one of its addresses
+    /// (DNS discovery): TLS asks for this name, not the address.
+    pub server_name: Option<std::sync::Arc<str>>,
 }
 
 impl Upstream {
+    /// The host as a resolver or TLS takes it (`[::1]` is `::1`).
+    pub fn bare_host(&self) -> &str {
+        self.uri.host().unwrap_or("").trim_start_matches('[').trim_end_matches(']')
+    }
+
+    /// Whether it names its host, rather than giving an address.
+    pub fn is_named(&self) -> bool {
+        self.server_name.is_none() && self.bare_host().parse::<IpAddr>().is_err()
+    }
+
+    /// The endpoint at `ip`, one of the addresses its name resolved to: the
+    /// same `Host`, TLS by the name, connections of its own.
+    pub fn at(&self, ip: IpAddr) -> Option<Upstream> {
+        let scheme = self.uri.scheme_str().unwrap_or("http");
+        let port = self.uri.port_u16().unwrap_or(if scheme == "https" { 443 } else { 80 });
+        let authority = match ip {
+            IpAddr::V4(v4) => format!("{v4}:{port}"),
+            IpAddr::V6(v6) => format!("[{v6}]:{port}"),
+        };
+        let uri: http::Uri = format!("{scheme}://{authority}").parse().ok()?;
+        let pool_key = base(&uri).into_boxed_str();
+        Some(Upstream { uri, host: self.host.clone(), pool_key, server_name: Some(self.bare_host().into()) })
+    }
+
     /// Parses an upstream URL.
     pub fn parse(text: &str) -> Result<Upstream, String> {
         let uri = parse_upstream_url(text)?;
@@ -166,7 +193,7 @@ impl Upstream {
         let host = http::HeaderValue::from_str(&host)
             .map_err(|_| format!("invalid upstream url {}: its host cannot be sent as Host", show(text)))?;
         let pool_key = base(&uri).into_boxed_str();
-        Ok(Upstream { uri, host, pool_key })
+        Ok(Upstream { uri, host, pool_key, server_name: None })
     }
 }
 

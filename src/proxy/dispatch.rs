@@ -77,11 +77,9 @@ pub fn dispatch<'t>(
         let region = table.region(id);
         let limits = table.upstream_of(id).limits;
         let remote = table.local_region().is_some_and(|local| local != id);
-        if remote || region.upstreams.is_empty() {
-            if let Some(peer) = region.peer.as_ref().filter(|p| usable(p)) {
-                let endpoints = std::slice::from_ref(peer);
-                return Ok(Target { region, endpoints, via_peer: true, loads: &[], limits });
-            }
+        let peers = table.peers(id);
+        if (remote || region.upstreams.is_empty()) && peers.iter().any(usable) {
+            return Ok(Target { region, endpoints: peers, via_peer: true, loads: &[], limits });
         }
         if region.upstreams.iter().any(usable) {
             let loads = table.loads(id);

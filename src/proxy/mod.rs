@@ -88,6 +88,8 @@ pub struct Shared {
     pub found: Arc<Found>,
     /// This instance's traces, when they are on (`telemetry:` or `OTEL_*`).
     pub traces: Option<Arc<Traces>>,
+    /// What DNS discovery of named endpoints did.
+    pub dns: Arc<crate::upstream::dns::DnsStats>,
 }
 
 impl Shared {
@@ -106,6 +108,7 @@ impl Shared {
             health: Arc::new(Health::default()),
             drain: Drain::new(),
             upstreams: Arc::new(Upstreams::new(client)),
+            dns: Arc::default(),
         }
     }
 }

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use super::shared::{sha256_hex, SharedTable};
-use super::table::Table;
+
 use crate::config::{self, ConfigErrors};
 
 /// What a successful reload did.
@@ -162,11 +162,8 @@ impl Reloader {
         let name = self.path.display().to_string();
         let result = read.map_err(|m| ReloadError::Invalid(ConfigErrors::single(&name, m, None))).and_then(|text| {
             let cfg = config::load_str(&text, &name).map_err(ReloadError::Invalid)?;
-            let mut table = Table::compile(&cfg);
-            let running = self.shared.snapshot();
-            let needs_restart = table.keep_restart_only(&running.table).map_err(ReloadError::NeedsRestart)?;
             let sha256 = sha256_hex(&text);
-            let version = self.shared.publish(table, text);
+            let (version, needs_restart) = self.shared.publish_config(&cfg, text).map_err(ReloadError::NeedsRestart)?;
             Ok(ReloadOutcome { version, sha256, needs_restart })
         });
         {

@@ -1,13 +1,19 @@
-//! The live table: one atomic pointer that requests snapshot and reloads swap.
+//! The live table: one atomic pointer that requests snapshot and reloads
+//! swap. What is published is serialised (one lock, never taken by a
+//! request): a reload compiles with the addresses DNS discovery holds, and
+//! new addresses recompile the running table's text, so neither undoes
+//! the other.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
 use sha2::{Digest, Sha256};
 
+use super::resolved::Resolved;
 use super::table::Table;
+use crate::config::Config;
 
 /// A table together with where it came from.
 #[derive(Debug)]
@@ -32,6 +38,8 @@ pub struct Loaded {
 pub struct SharedTable {
     current: ArcSwap<Loaded>,
     next_version: AtomicU64,
+    /// The addresses of named endpoints, as discovery last found them.
+    resolved: Mutex<Resolved>,
 }
 
 /// Lowercase hex SHA-256 of `text`.
@@ -51,12 +59,54 @@ impl SharedTable {
         let source_text = source_text.into();
         let loaded =
             Loaded { table, sha256: sha256_hex(&source_text), version: 1, loaded_at: SystemTime::now(), source_text };
-        SharedTable { current: ArcSwap::from_pointee(loaded), next_version: AtomicU64::new(2) }
+        SharedTable {
+            current: ArcSwap::from_pointee(loaded),
+            next_version: AtomicU64::new(2),
+            resolved: Mutex::new(Resolved::none()),
+        }
     }
 
     /// The current table, owned: keep it for the whole request.
     pub fn snapshot(&self) -> Arc<Loaded> {
         self.current.load_full()
+    }
+
+    /// Compiles `cfg` (from `source_text`) with the addresses discovery
+    /// holds, keeps the running restart-only values, and publishes it: the
+    /// new version and the restart-only keys that changed, or why the
+    /// running instance cannot take it.
+    pub fn publish_config(&self, cfg: &Config, source_text: String) -> Result<(u64, Vec<&'static str>), String> {
+        let resolved = self.resolved.lock().unwrap_or_else(|p| p.into_inner());
+        let mut table = Table::compile_with(cfg, &resolved);
+        let needs_restart = table.keep_restart_only(&self.snapshot().table)?;
+        Ok((self.publish(table, source_text), needs_restart))
+    }
+
+    /// Takes `resolved` as the addresses of named endpoints and, when they
+    /// changed, republishes the running table's text with them (same
+    /// version: the table as written did not change); whether it did.
+    pub fn refresh_addresses(&self, resolved: Resolved) -> bool {
+        let mut held = self.resolved.lock().unwrap_or_else(|p| p.into_inner());
+        if *held == resolved {
+            return false;
+        }
+        *held = resolved;
+        let running = self.snapshot();
+        // The running text was valid when it was published, with the same environment.
+        let Ok(cfg) = crate::config::load_str(&running.source_text, "the running table") else { return false };
+        let mut table = Table::compile_with(&cfg, &held);
+        if table.keep_restart_only(&running.table).is_err() {
+            return false;
+        }
+        let loaded = Loaded {
+            table,
+            sha256: running.sha256.clone(),
+            version: running.version,
+            loaded_at: running.loaded_at,
+            source_text: running.source_text.clone(),
+        };
+        self.current.store(Arc::new(loaded));
+        true
     }
 
     /// Replaces the table in one atomic swap; returns the new version.

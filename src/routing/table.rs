@@ -15,6 +15,7 @@ use crate::config::template::insert_template;
 pub use crate::config::values::Upstream;
 use crate::ids;
 
+use super::resolved::Resolved;
 use super::rule::{RegionId, Rule};
 
 /// Sentinel for "no region" in the flat arrays.
@@ -68,6 +69,10 @@ pub struct Table {
     /// Requests waiting for an answer at each backend of each region
     /// (`balance: least_request`), in `upstreams`' order.
     loads: Vec<Box<[AtomicUsize]>>,
+    /// Each region's peer shardgate: one endpoint per address of its name.
+    peers: Vec<Box<[Upstream]>>,
+    /// The host names of the endpoints as written, for DNS discovery.
+    names: Vec<String>,
     region_index: HashMap<String, RegionId>,
     pub(crate) local_region: Option<RegionId>,
     pub(crate) default_region: Option<RegionId>,
@@ -105,6 +110,19 @@ struct Counts {
     node_entries: usize,
 }
 
+/// `region` with each backend standing for its addresses, each with the
+/// weight its name has.
+fn expand(region: &Region, resolved: &Resolved) -> Region {
+    let (mut upstreams, mut weights) = (Vec::new(), Vec::new());
+    for (i, e) in region.upstreams.iter().enumerate() {
+        for at in resolved.expand(e) {
+            upstreams.push(at);
+            weights.push(region.weights.get(i).copied().unwrap_or(1));
+        }
+    }
+    Region { upstreams, weights, ..region.clone() }
+}
+
 /// FNV-1a of a region name: the stable rendezvous seed of the region.
 fn name_seed(name: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -117,17 +135,33 @@ fn name_seed(name: &str) -> u64 {
 
 impl Table {
     /// Compiles a validated config: lays its typed tables out as flat arrays
-    /// and small maps for lookups.
+    /// and small maps for lookups. Endpoints named by host stay one each.
     pub fn compile(cfg: &Config) -> Table {
+        Table::compile_with(cfg, &Resolved::none())
+    }
+
+    /// [`Table::compile`], each named backend and peer standing for every
+    /// address `resolved` holds for its name.
+    pub fn compile_with(cfg: &Config, resolved: &Resolved) -> Table {
         let rid = |i: usize| RegionId(u16::try_from(i).unwrap_or(OVERRIDE_FLAG - 1).min(OVERRIDE_FLAG - 1));
-        let regions = cfg.regions.clone();
-        let endpoints_hashes = regions
+        // What was learnt of a region is dropped when its endpoints as
+        // written change, not when their addresses do.
+        let endpoints_hashes = cfg
+            .regions
             .iter()
             .map(|r| {
                 let keys = r.upstreams.iter().chain(&r.peer).map(|u| &*u.pool_key).collect::<Vec<_>>().join(" ");
                 name_seed(&format!("{} {}", r.name, keys))
             })
             .collect();
+        let mut names: Vec<String> = Vec::new();
+        for e in cfg.regions.iter().flat_map(|r| r.upstreams.iter().chain(&r.peer)).filter(|e| e.is_named()) {
+            if !names.iter().any(|n| n == e.bare_host()) {
+                names.push(e.bare_host().to_string());
+            }
+        }
+        let peers = cfg.regions.iter().map(|r| r.peer.iter().flat_map(|p| resolved.expand(p)).collect()).collect();
+        let regions: Vec<Region> = cfg.regions.iter().map(|r| expand(r, resolved)).collect();
         let region_index = regions.iter().enumerate().map(|(i, r)| (r.name.clone(), rid(i))).collect();
 
         let mut countries = HashMap::with_capacity(cfg.countries.len());
@@ -176,6 +210,8 @@ impl Table {
         Table {
             loads: regions.iter().map(|r| r.upstreams.iter().map(|_| AtomicUsize::new(0)).collect()).collect(),
             regions,
+            peers,
+            names,
             endpoints_hashes,
             region_index,
             local_region: cfg.local_region.map(rid),
@@ -263,6 +299,16 @@ impl Table {
             upstream: None,
         };
         self.regions.get(usize::from(id.0)).unwrap_or(&UNKNOWN)
+    }
+
+    /// Region `id`'s peer shardgate, one endpoint per address of its name.
+    pub fn peers(&self, id: RegionId) -> &[Upstream] {
+        self.peers.get(usize::from(id.0)).map_or(&[], |p| &p[..])
+    }
+
+    /// The host names of the table's endpoints as written (DNS discovery).
+    pub fn names(&self) -> &[String] {
+        &self.names
     }
 
     /// Requests waiting for an answer at each of region `id`'s backends.

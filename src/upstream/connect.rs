@@ -63,9 +63,11 @@ pub enum Stream {
 
 impl Connector {
     /// Connects to the endpoint `uri` names (scheme, host and port; the
-    /// default port of the scheme when it has none). The error is the whole
-    /// story in one line ("tcp connect error: Connection refused (os error 111)").
-    pub async fn connect(&self, uri: &Uri) -> Result<Stream, String> {
+    /// default port of the scheme when it has none); TLS asks for
+    /// `server_name` when the URI holds an address its name resolved to. The
+    /// error is the whole story in one line ("tcp connect error: Connection
+    /// refused (os error 111)").
+    pub async fn connect(&self, uri: &Uri, server_name: Option<&str>) -> Result<Stream, String> {
         let tls = match uri.scheme_str() {
             Some("https") => true,
             Some("http") | None => false,
@@ -81,8 +83,9 @@ impl Connector {
         if !tls {
             return Ok(Stream::Tcp(tcp));
         }
+        let asked = server_name.unwrap_or(bare);
         let name =
-            ServerName::try_from(bare.to_owned()).map_err(|e| format!("invalid tls server name {bare:?}: {e}"))?;
+            ServerName::try_from(asked.to_owned()).map_err(|e| format!("invalid tls server name {asked:?}: {e}"))?;
         let handshake = self.tls.connect(name, tcp);
         match tokio::time::timeout(self.timeout, handshake).await {
             Ok(Ok(s)) => Ok(Stream::Tls(Box::new(s))),

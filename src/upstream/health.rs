@@ -218,8 +218,9 @@ impl Health {
     pub fn track_table(&self, table: &crate::routing::Table) {
         let current = self.states.load();
         let mut missing = Vec::new();
-        for region in table.regions() {
-            for up in region.upstreams.iter().chain(region.peer.iter()) {
+        for (i, region) in table.regions().iter().enumerate() {
+            let peers = table.peers(RegionId(u16::try_from(i).unwrap_or(u16::MAX)));
+            for up in region.upstreams.iter().chain(peers) {
                 if !current.contains_key(&up.uri) {
                     missing.push((up.uri.clone(), region.name.clone()));
                 }
@@ -385,7 +386,8 @@ pub fn spawn_checker(health: Weak<Health>, shared: Weak<SharedTable>, connector:
             let mut checks = tokio::task::JoinSet::new();
             let mut seen = std::collections::HashSet::new();
             for (i, region) in table.regions().iter().enumerate() {
-                let cfg = &table.upstream_of(RegionId(u16::try_from(i).unwrap_or(u16::MAX))).health;
+                let id = RegionId(u16::try_from(i).unwrap_or(u16::MAX));
+                let cfg = &table.upstream_of(id).health;
                 let due = last.get(&region.name).map_or(now, |t| *t + cfg.interval);
                 if due > now {
                     next = next.min(due);
@@ -394,14 +396,18 @@ pub fn spawn_checker(health: Weak<Health>, shared: Weak<SharedTable>, connector:
                 last.insert(region.name.clone(), now);
                 next = next.min(now + cfg.interval);
                 let (timeout, rise, fall) = (cfg.timeout, cfg.rise, cfg.fall);
-                let peers = region.peer.iter().map(|p| (p, crate::mesh::READY_PATH));
+                let peers = table.peers(id).iter().map(|p| (p, crate::mesh::READY_PATH));
                 for (up, path) in region.upstreams.iter().map(|u| (u, cfg.path.as_str())).chain(peers) {
                     if !seen.insert(up.uri.clone()) {
                         continue;
                     }
                     let connector = connector.clone();
                     let uri = up.uri.clone();
-                    let target = super::connect::upstream_uri(&uri, path).ok();
+                    let target = super::connect::upstream_uri(&uri, path).ok().map(|uri| super::client::Get {
+                        uri,
+                        host: Some(up.host.clone()),
+                        server_name: up.server_name.clone(),
+                    });
                     checks.spawn(async move {
                         let ok = match target {
                             Some(t) => super::client::get(&connector, t, USER_AGENT, timeout)

@@ -14,6 +14,7 @@
 //!   passive health, the retry budget;
 //! * [`retry`]: when a request may be sent again;
 //! * [`health`]: every endpoint's health: active checks and passive ejection;
+//! * [`dns`]: named endpoints re-resolved by TTL, each address an endpoint;
 //! * [`client`]: one GET on a connection of its own (health checks, `probe`).
 
 pub mod attempt;
@@ -21,6 +22,7 @@ pub mod balance;
 pub mod body;
 pub mod client;
 pub mod connect;
+pub mod dns;
 pub mod exchange;
 pub mod health;
 pub mod pool;

@@ -268,7 +268,7 @@ impl Pool {
                     // future (about 1.3 KiB), and held inline it would be room in
                     // every connection's task, though most requests take a
                     // kept connection.
-                    let connect = Box::pin(self.connector.connect(&endpoint.uri));
+                    let connect = Box::pin(self.connector.connect(&endpoint.uri, endpoint.server_name.as_deref()));
                     let io = connect.await.map_err(PoolError::Connect)?;
                     return Ok(Conn(Box::new(ConnState {
                         io,

@@ -9,6 +9,7 @@ mod cli;
 mod config;
 mod dashboard;
 mod differential;
+mod dns;
 mod docs;
 mod drain;
 mod explain;

@@ -5,8 +5,8 @@ use super::names::Names;
 use crate::config::report::Ctx;
 use crate::config::schema::{File, Flavor, LocalityModeName, Telemetry};
 use crate::config::settings::{
-    HealthChecks, Limits, Locality, LogPolicy, MeshPolicy, MintBatchPolicy, RestartOnly, ServerPolicy, Settings,
-    UpstreamPolicy,
+    DnsPolicy, HealthChecks, Limits, Locality, LogPolicy, MeshPolicy, MintBatchPolicy, RestartOnly, ServerPolicy,
+    Settings, UpstreamPolicy,
 };
 use crate::config::show;
 use crate::config::yaml::YamlPath;
@@ -212,6 +212,11 @@ pub(super) fn typed(file: &File, top: &TopLevel, ids: &IdSettings) -> Settings {
         },
         mint_batch: MintBatchPolicy { path: file.mint_batch.path.clone(), max_count: file.mint_batch.max_count },
         search_ttl: file.search_cache.ttl.0,
+        dns: DnsPolicy {
+            servers: file.upstream.dns.servers.clone(),
+            min_ttl: file.upstream.dns.min_ttl.0,
+            max_ttl: file.upstream.dns.max_ttl.0,
+        },
         uniqid_mint_shards: ids.uniqid_mint_shards,
     }
 }
@@ -291,6 +296,11 @@ pub(super) fn limits_and_timeouts(file: &File, ctx: &mut Ctx<'_>) {
             format!("retry budget ratio {} is outside 0-1", up.retry_budget.ratio),
             Some("a fraction such as 0.2"),
         );
+    }
+    let dns = &up.dns;
+    if dns.min_ttl.0.is_zero() || dns.min_ttl > dns.max_ttl {
+        let m = format!("dns.min_ttl {} is zero or longer than dns.max_ttl {}", dns.min_ttl, dns.max_ttl);
+        ctx.at(&root.k("upstream").k("dns").k("min_ttl"), m, Some("e.g. min_ttl: 1s, max_ttl: 5m"));
     }
     if file.log.access_file.as_deref().is_some_and(str::is_empty) {
         let hint = Some("a path such as /var/log/shardgate/access.log, or remove the key for standard error");

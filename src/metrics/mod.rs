@@ -298,6 +298,8 @@ pub struct ScrapeInputs {
     pub found: crate::routing::FoundStats,
     /// Trace spans exported, dropped (queue full) and failed, when traces are on.
     pub spans: Option<(u64, u64, u64)>,
+    /// DNS lookups of named endpoints: answered, failed, changed addresses.
+    pub dns: (u64, u64, u64),
 }
 
 /// Every metric shardgate exports, and the registry that renders them.
@@ -323,6 +325,7 @@ pub struct Metrics {
     search_cache_evictions: Counter,
     search_cache_entries: Gauge,
     trace_spans: Family<ResultLabels, Counter>,
+    dns_lookups: Family<ResultLabels, Counter>,
     labels: ArcSwap<TableLabels>,
 }
 
@@ -418,6 +421,12 @@ impl Metrics {
         );
         let search_cache_entries = Gauge::default();
         registry.register("search_cache_entries", "Ids the search cache holds", search_cache_entries.clone());
+        let dns_lookups = Family::default();
+        registry.register(
+            "dns_lookups",
+            "DNS lookups of named upstreams and peers: answered, failed (the last addresses kept), changed (new addresses)",
+            dns_lookups.clone(),
+        );
         let trace_spans = Family::default();
         registry.register(
             "trace_spans",
@@ -427,6 +436,7 @@ impl Metrics {
         let empty = TableLabels::build(0, &[], &[]);
         Metrics {
             trace_spans,
+            dns_lookups,
             legs,
             search_cache,
             search_cache_evictions,
@@ -574,6 +584,10 @@ impl Metrics {
         }
         self.search_cache_evictions.inner().store(f.evictions, Relaxed);
         self.search_cache_entries.set(i64::try_from(f.entries).unwrap_or(i64::MAX));
+        let (answered, failed, changed) = inputs.dns;
+        for (result, n) in [("answered", answered), ("failed", failed), ("changed", changed)] {
+            self.dns_lookups.get_or_create(&ResultLabels { result }).inner().store(n, Relaxed);
+        }
         if let Some((exported, dropped, failed)) = inputs.spans {
             for (result, n) in [("exported", exported), ("dropped", dropped), ("failed", failed)] {
                 self.trace_spans.get_or_create(&ResultLabels { result }).inner().store(n, Relaxed);
@@ -646,55 +660,4 @@ pub fn unix_seconds(t: SystemTime) -> f64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn record<'a>(
-        route: Option<&'a str>,
-        region: Option<&'a str>,
-        id: Option<(&'static str, bool)>,
-    ) -> RequestRecord<'a> {
-        RequestRecord {
-            method: &Method::GET,
-            route,
-            region,
-            status: 200,
-            outcome: Outcome::Proxied,
-            id,
-            duration: Duration::from_millis(3),
-            upstream: Some(Duration::from_millis(2)),
-        }
-    }
-
-    fn line<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
-        text.lines().find(|l| l.starts_with(prefix))
-    }
-
-    #[test]
-    fn cached_series_record_into_the_rendered_families() {
-        let m = Metrics::new();
-        let labels = TableLabels::build(1, &["orders"], &["eu", "kz"]);
-        for _ in 0..3 {
-            m.observe_request(&labels, &record(Some("orders"), Some("kz"), Some(("iuid", false))));
-        }
-        m.observe_request(&labels, &record(Some("orders"), Some("eu"), Some(("iuid", true))));
-        // A name the table does not know is recorded, never cached.
-        m.observe_request(&labels, &record(Some("gone"), Some("kz"), None));
-        m.observe_request(&labels, &record(Some("gone"), Some("kz"), None));
-        assert_eq!(labels.series.read().map(|c| c.len()).unwrap_or(0), 2);
-
-        let text = m.render();
-        let count = |prefix: &str| line(&text, prefix).and_then(|l| l.rsplit(' ').next()).map(str::to_owned);
-        assert_eq!(count("shardgate_ids_decoded_total{format=\"iuid\"}").as_deref(), Some("3"), "{text}");
-        assert_eq!(count("shardgate_ids_minted_total{format=\"iuid\",region=\"eu\"}").as_deref(), Some("1"));
-        let requests = "shardgate_http_server_request_duration_seconds_count{http_request_method=\"GET\",\
-                        http_route=\"orders\",http_response_status_code=\"200\",region=\"kz\",outcome=\"proxied\"}";
-        assert_eq!(count(requests).as_deref(), Some("3"), "{text}");
-        let unknown = "shardgate_http_server_request_duration_seconds_count{http_request_method=\"GET\",\
-                       http_route=\"gone\",http_response_status_code=\"200\",region=\"kz\",outcome=\"proxied\"}";
-        assert_eq!(count(unknown).as_deref(), Some("2"), "{text}");
-        let upstream =
-            "shardgate_http_client_request_duration_seconds_count{region=\"kz\",http_response_status_code=\"200\"}";
-        assert_eq!(count(upstream).as_deref(), Some("5"), "{text}");
-    }
-}
+mod tests;

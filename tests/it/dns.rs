@@ -1,0 +1,150 @@
+//! DNS discovery against a name server run here on loopback: a backend
+//! named by host is every address of its name, re-resolved as its TTL
+//! runs out; an address that goes away is drained (a request in flight
+//! there finishes), and a failed lookup keeps the addresses last found.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::net::{TcpListener, UdpSocket};
+
+use crate::support::{self, backend_on, get, BoxError, Running, TestResult};
+
+/// What the name server answers for its one name: addresses, or SERVFAIL.
+#[derive(Clone, Debug)]
+enum Answer {
+    Addresses(Vec<Ipv4Addr>),
+    Fail,
+}
+
+/// A name server on 127.0.0.1 answering `name`'s A question from `answer`
+/// (TTL 1 s), AAAA with no records, and anything else NXDOMAIN.
+async fn name_server(name: &'static str, answer: Arc<Mutex<Answer>>) -> Result<SocketAddr, BoxError> {
+    let socket = UdpSocket::bind("127.0.0.1:0").await?;
+    let addr = socket.local_addr()?;
+    tokio::spawn(async move {
+        let mut buf = [0u8; 512];
+        while let Ok((n, from)) = socket.recv_from(&mut buf).await {
+            let current = answer.lock().map(|a| a.clone()).unwrap_or(Answer::Fail);
+            if let Some(reply) = reply(&buf[..n], name, &current) {
+                let _ = socket.send_to(&reply, from).await;
+            }
+        }
+    });
+    Ok(addr)
+}
+
+/// The reply to one query (RFC 1035 §4.1): the question echoed, then the answers.
+fn reply(query: &[u8], name: &str, answer: &Answer) -> Option<Vec<u8>> {
+    let mut at = 12;
+    let mut labels = Vec::new();
+    while *query.get(at)? != 0 {
+        let len = usize::from(*query.get(at)?);
+        labels.push(String::from_utf8_lossy(query.get(at + 1..at + 1 + len)?).to_ascii_lowercase());
+        at += 1 + len;
+    }
+    let question_end = at + 5;
+    let qtype = u16::from_be_bytes([*query.get(at + 1)?, *query.get(at + 2)?]);
+    let ours = labels.join(".") == name;
+    let (rcode, addrs): (u8, Vec<Ipv4Addr>) = match (ours, answer, qtype) {
+        (false, ..) => (3, Vec::new()),
+        (true, Answer::Fail, _) => (2, Vec::new()),
+        (true, Answer::Addresses(list), 1) => (0, list.clone()),
+        (true, Answer::Addresses(_), _) => (0, Vec::new()),
+    };
+    let mut out = Vec::with_capacity(64);
+    out.extend_from_slice(query.get(..2)?);
+    out.extend_from_slice(&[0x81, 0x80 | rcode, 0, 1]);
+    out.extend_from_slice(&u16::try_from(addrs.len()).ok()?.to_be_bytes());
+    out.extend_from_slice(&[0, 0, 0, 0]);
+    out.extend_from_slice(query.get(12..question_end)?);
+    for ip in addrs {
+        // The name by pointer to the question; A, IN, TTL 1 s, four bytes.
+        out.extend_from_slice(&[0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 1, 0, 4]);
+        out.extend_from_slice(&ip.octets());
+    }
+    Some(out)
+}
+
+/// A backend named `who` on `ip`:`port`.
+async fn backend_at(ip: Ipv4Addr, port: u16, who: &str) -> Result<Running, BoxError> {
+    backend_on(TcpListener::bind(SocketAddr::new(IpAddr::V4(ip), port)).await?, who).await
+}
+
+/// Sends GETs until one answers from `who`; fails after 10 s.
+async fn until_from(p: &Running, who: &str) -> TestResult {
+    until_in_a_row(p, who, 1).await
+}
+
+/// Sends GETs until `n` in a row answer from `who` (the others gone); fails after 10 s.
+async fn until_in_a_row(p: &Running, who: &str, n: usize) -> TestResult {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut in_a_row = 0;
+    loop {
+        let got = get(&p.url("/any")).await?;
+        in_a_row = if got.header("x-backend-region") == Some(who) { in_a_row + 1 } else { 0 };
+        if in_a_row == n {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(
+                format!("no answer from {who}; last {} {:?}", got.status, got.header("x-backend-region")).into()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_backend_is_every_address_of_its_name_as_it_changes() -> TestResult {
+    let (first_ip, second_ip) = (Ipv4Addr::new(127, 0, 0, 2), Ipv4Addr::new(127, 0, 0, 3));
+    let probe = TcpListener::bind((first_ip, 0)).await?;
+    let port = probe.local_addr()?.port();
+    let first = backend_on(probe, "first").await?;
+    let second = backend_at(second_ip, port, "second").await?;
+    let answer = Arc::new(Mutex::new(Answer::Addresses(vec![first_ip])));
+    let dns = name_server("backends.test", Arc::clone(&answer)).await?;
+    let yaml = format!(
+        "version: 1\nupstream: {{ dns: {{ servers: [\"{dns}\"], min_ttl: 1s, max_ttl: 2s }} }}\nregions:\n  eu: {{ upstreams: [\"http://backends.test:{port}\"] }}\ndefault_region: eu\nroutes:\n  - {{ name: all, match: {{ prefix: / }}, to: local }}\n"
+    );
+    let p = support::proxy(&yaml).await?;
+    let set = |list: Answer| answer.lock().map(|mut a| *a = list).map_err(|_| "lock");
+    until_from(&p, "first").await?;
+    // A second address: both take requests.
+    set(Answer::Addresses(vec![first_ip, second_ip]))?;
+    until_from(&p, "second").await?;
+    until_from(&p, "first").await?;
+    // first goes away while a request is in flight there: it finishes there.
+    set(Answer::Addresses(vec![first_ip]))?;
+    until_in_a_row(&p, "first", 6).await?;
+    let slow = tokio::spawn({
+        let url = p.url("/t/slow/x");
+        async move { get(&url).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    set(Answer::Addresses(vec![second_ip]))?;
+    until_in_a_row(&p, "second", 6).await?;
+    let slow = slow.await??;
+    assert_eq!((slow.status.as_u16(), slow.header("x-backend-region")), (200, Some("first")));
+    let before = first.hits();
+    for _ in 0..4 {
+        assert_eq!(get(&p.url("/any")).await?.header("x-backend-region"), Some("second"));
+    }
+    assert_eq!(first.hits(), before);
+    // The name server fails: the last addresses stay.
+    set(Answer::Fail)?;
+    let stats = &p.proxy.as_ref().ok_or("proxy")?.shared().dns;
+    let failed = stats.failed.load(Ordering::Relaxed);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stats.failed.load(Ordering::Relaxed) == failed && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(stats.failed.load(Ordering::Relaxed) > failed, "no failed lookup counted");
+    for _ in 0..4 {
+        assert_eq!(get(&p.url("/any")).await?.header("x-backend-region"), Some("second"));
+    }
+    drop(second);
+    Ok(())
+}
