@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use crate::config::{self, Config};
 use crate::ids::{self, Decoded, Format, Iuid, LocalityUuid, ManualClock, SystemClock, UniqidMinter};
 use crate::routing::Table;
-use crate::routing::{IdRule, IdSource, Route, Rule};
+use crate::routing::{IdRule, IdSource, Route, Rule, To};
 
 /// The demo table, embedded in the binary.
 pub const DEMO_TABLE: &str = include_str!("../../config/demo.yaml");
@@ -151,6 +151,30 @@ pub fn curl_examples(table: &Table, cfg: &Config, listen: SocketAddr) -> Vec<Str
         lines.push(e.curl);
     }
     lines.extend(global_read_examples(cfg, listen));
+    lines.extend(front_door_examples(cfg, listen));
+    lines
+}
+
+/// A curl for each route without an id: where it goes, and the path the
+/// backend is asked for when the route rewrites it.
+pub fn front_door_examples(cfg: &Config, listen: SocketAddr) -> Vec<String> {
+    let mut lines = Vec::new();
+    for route in cfg.routes.iter().filter(|r| r.to.is_some()) {
+        let (region, whose) = match route.to {
+            Some(To::Region(i)) => (Some(i), "always region"),
+            _ => (cfg.local_region.or(cfg.default_region), "the local region,"),
+        };
+        let Some(region) = region.and_then(|i| cfg.regions.get(i)).map(|r| r.name.as_str()) else { continue };
+        let (path, note) = match route.template.strip_suffix("{*rest}") {
+            Some(prefix) => (format!("{prefix}v1/things"), " (a prefix; the backend is asked for /v1/things)"),
+            None => (route.template.clone(), ""),
+        };
+        let note = if route.rewrite.is_some() { note } else { "" };
+        lines.push(format!("# route {}: no id, {whose} {region}{note}", route.name));
+        let post = route.methods.as_ref().is_some_and(|m| !m.contains(&Method::GET));
+        let method = if post { "-X POST " } else { "" };
+        lines.push(format!("curl -s {method}http://{listen}{path}"));
+    }
     lines
 }
 

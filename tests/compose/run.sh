@@ -196,6 +196,22 @@ req GET "$FRONT/v1/orders/not-an-id"
 [[ "$STATUS" == 400 ]] || fail "a malformed id answered $STATUS, expected 400"
 say "routing: $n requests reached the owner's backend (front door and each gateway); malformed id 400"
 
+# --- the rest of the API: routes without an id --------------------------------
+for entry in front eu kz us; do
+  base=$FRONT
+  [[ $entry == front ]] || base=${GW[$entry]}
+  req POST "$base/login"
+  [[ "$STATUS" == 200 && "$BACKEND" == eu ]] || fail "POST /login via $entry: got $STATUS from '${BACKEND:-no backend}', expected eu"
+  local_region=$entry
+  [[ $entry == front ]] && local_region=eu
+  expect_backend "$base/v1/search?q=shoes" "$local_region" "search via $entry (its local region)"
+  expect_backend "$base/api/v0/v1/things?x=1" us "the v0 prefix via $entry"
+  python3 -c 'import json,sys; b=json.load(open(sys.argv[1])); sys.exit(0 if (b["path"], b["query"]) == ("/v1/things", "x=1") else 1)' "$WORK/b" ||
+    fail "the v0 prefix via $entry reached us as $(head -c 200 "$WORK/b"), expected /v1/things?x=1"
+  [[ "$(header x-api-version)" == v0 ]] || fail "the v0 prefix via $entry answered without X-Api-Version: v0"
+done
+say "no-id routes: login to eu, search to each gateway's own region, the v0 prefix rewritten for us"
+
 # --- create and read back ----------------------------------------------------
 for pair in KZ:kz US:us DE:eu; do
   country=${pair%%:*} owner=${pair##*:}

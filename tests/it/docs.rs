@@ -39,3 +39,21 @@ fn docs_request_outcomes_are_documented_as_the_code_lists_them() -> Result<(), S
     assert_eq!(listed, code, "README.md's outcomes and shardgate::outcome::Outcome differ");
     Ok(())
 }
+
+#[test]
+fn docs_the_readme_walkthrough_tables_load() -> Result<(), String> {
+    let readme = read("README.md")?;
+    let blocks: Vec<&str> = readme.split("```yaml\n").skip(1).filter_map(|b| b.split("```").next()).collect();
+    let (first, rest) = match blocks.as_slice() {
+        [first, rest, ..] => (*first, *rest),
+        _ => return Err("README.md has fewer than two yaml blocks (the first table and its step 5)".into()),
+    };
+    config::load_str(first, "README first.yaml").map_err(|e| e.to_string())?;
+    // Step 5: its top-level keys go before `routes:`, its routes after the first table's.
+    let top: Vec<&str> = rest.lines().filter(|l| !l.is_empty() && !l.starts_with(' ') && !l.starts_with('#')).collect();
+    let routes: Vec<&str> = rest.lines().filter(|l| l.starts_with("  - ")).collect();
+    let whole = first.replace("routes:\n", &format!("{}\nroutes:\n", top.join("\n"))) + &routes.join("\n") + "\n";
+    let cfg = config::load_str(&whole, "README first.yaml, step 5").map_err(|e| e.to_string())?;
+    assert_eq!(cfg.routes.len(), 4, "{whole}");
+    Ok(())
+}
