@@ -193,11 +193,13 @@ def stop(proc):
             proc.wait()
 
 
-def one_proxy_workload(prefix, binary=None, wrap=()):
+def one_proxy_workload(prefix, binary=None, wrap=(), front_door=False):
     """What the tools that run one shardgate at a time (instructions.py,
     train.py) share with a run: a temporary directory, the backends started
     on the load core and answering, 1000 ids a region minted and the table
-    written. `wrap` goes before the backends' command (a profiler). Returns
+    written (with `front_door`, also the routes of the `pinned` and `ruled`
+    modes, which older builds cannot read). `wrap` goes before the backends'
+    command (a profiler). Returns
     (directory, backend process, ids, table path); the caller stops the
     backend with stop()."""
     tmp = tempfile.mkdtemp(prefix=prefix)
@@ -210,7 +212,7 @@ def one_proxy_workload(prefix, binary=None, wrap=()):
         ids = mint_ids(1000, binary)
         config = os.path.join(tmp, "shardgate.yaml")
         with open(config, "w") as f:
-            f.write(shardgate_conf())
+            f.write(shardgate_conf() + (FRONT_DOOR_ROUTES if front_door else ""))
     except BaseException:
         stop(backend)
         raise
@@ -342,6 +344,24 @@ routes:
 """
 
 
+# The routes of the `pinned` mode (a prefix route without an id, every
+# request to one region) and the `ruled` mode (the path mode's route with
+# three header rules: two on the request, one on the answer).
+FRONT_DOOR_ROUTES = """  - name: pinned
+    match: { prefix: "/v1/pinned/" }
+    to: { region: eu }
+  - name: ruled
+    match: { path: "/v1/ruled/{id}", methods: [GET] }
+    id: { path_param: id, formats: [iuid] }
+    headers:
+      request: { set: { X-Tenant: "{country}", X-Route: "{route}" } }
+      response: { set: { X-Served-By: "{region}" } }
+"""
+
+# Where each mode's requests go, before the id.
+MODE_PATHS = {"path": "/v1/orders/", "pinned": "/v1/pinned/", "ruled": "/v1/ruled/"}
+
+
 def lua_script(tmp, ids, mode):
     flat = [i for lst in ids.values() for i in lst]
     random.Random(7).shuffle(flat)
@@ -354,10 +374,10 @@ def lua_script(tmp, ids, mode):
         # part of its cost (wrk's SCRIPTING notes: pre-generate requests in
         # init() when testing a fast server).
         f.write("local n = #ids\nlocal reqs = {}\n")
-        if mode == "path":
-            fmt = 'wrk.format("GET", "/v1/orders/" .. ids[i])'
-        else:
+        if mode == "header":
             fmt = 'wrk.format("GET", "/v1/orders", {["X-Entity-Id"] = ids[i]})'
+        else:
+            fmt = f'wrk.format("GET", "{MODE_PATHS[mode]}" .. ids[i])'
         f.write(f"init = function(args)\n  for i = 1, n do reqs[i] = {fmt} end\n  math.randomseed(42)\nend\n")
         f.write("request = function() return reqs[math.random(n)] end\n")
         f.write(WRK_DONE)
@@ -378,13 +398,13 @@ def check_routing(port, ids, mode, direct_region=None):
     """Every sampled id must reach the backend of its region."""
     for region, lst in ids.items():
         for i in lst[:20]:
-            if mode == "path":
-                req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/orders/{i}")
-            else:
+            if mode == "header":
                 req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/orders", headers={"X-Entity-Id": i})
+            else:
+                req = urllib.request.Request(f"http://127.0.0.1:{port}{MODE_PATHS[mode]}{i}")
             with urllib.request.urlopen(req, timeout=5) as resp:
                 got = resp.headers.get("X-Backend-Region")
-            want = direct_region or region
+            want = direct_region or ("eu" if mode == "pinned" else region)
             if got != want:
                 raise RuntimeError(f"routing check failed on port {port} ({mode}): {i} went to {got}, want {want}")
 
