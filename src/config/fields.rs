@@ -46,6 +46,37 @@ impl Var {
     ];
 }
 
+impl FieldValue {
+    /// The value with `{route}` made `route`'s name (a route's rules are
+    /// its own, so the name is known when the table loads): fixed when no
+    /// other variable is left.
+    pub fn for_route(self, route: &str) -> FieldValue {
+        let FieldValue::Template(pieces) = self else { return self };
+        let mut out: Vec<ValuePiece> = Vec::with_capacity(pieces.len());
+        for piece in pieces {
+            let text = match piece {
+                ValuePiece::Var(Var::Route) => route.to_string(),
+                ValuePiece::Text(t) => t,
+                var => {
+                    out.push(var);
+                    continue;
+                }
+            };
+            match out.last_mut() {
+                Some(ValuePiece::Text(last)) => last.push_str(&text),
+                _ => out.push(ValuePiece::Text(text)),
+            }
+        }
+        match out.as_slice() {
+            [ValuePiece::Text(t)] => match http::HeaderValue::from_str(t) {
+                Ok(v) => FieldValue::Fixed(v),
+                Err(_) => FieldValue::Template(out),
+            },
+            _ => FieldValue::Template(out),
+        }
+    }
+}
+
 /// A header rule's value: text with `{request_id}`, `{region}`, `{route}`,
 /// `{country}` or `{entity}` in it (`{{` and `}}` for braces); the error says
 /// what is wrong with it.
@@ -115,6 +146,18 @@ mod tests {
         assert_eq!(
             field_value("{region}-{{x}}")?,
             FieldValue::Template(vec![ValuePiece::Var(Var::Region), ValuePiece::Text("-{x}".into())])
+        );
+        assert_eq!(
+            field_value("{route}/{region}/{route}")?.for_route("r"),
+            FieldValue::Template(vec![
+                ValuePiece::Text("r/".into()),
+                ValuePiece::Var(Var::Region),
+                ValuePiece::Text("/r".into())
+            ])
+        );
+        assert_eq!(
+            field_value("to {route}")?.for_route("r"),
+            FieldValue::Fixed(http::HeaderValue::from_static("to r"))
         );
         for bad in ["{nope}", "a}b", "line\nbreak", "{region"] {
             assert!(field_value(bad).is_err(), "{bad}");

@@ -11,7 +11,10 @@
 
 use std::borrow::Cow;
 
+use bytes::Bytes;
 use http::{HeaderMap, HeaderValue};
+
+use crate::http1::Fields;
 
 use crate::routing::{FieldValue, HeaderEdit, Table, ValuePiece, Var};
 
@@ -31,6 +34,17 @@ pub(super) struct Values<'a> {
 }
 
 impl<'a> Values<'a> {
+    /// `var`'s value as a field, when the table made it one (a name).
+    fn field(&self, var: Var) -> Option<HeaderValue> {
+        match var {
+            Var::RequestId => Some(self.request_id.clone()),
+            Var::Route => None,
+            Var::Region => self.region.and_then(|r| self.table.region_field(r)).cloned(),
+            Var::Country => self.iuid.and_then(|(c, _)| self.table.country_field(c)).cloned(),
+            Var::Entity => self.iuid.and_then(|(_, e)| self.table.entity_field(e)).cloned(),
+        }
+    }
+
     fn get(&self, var: Var) -> Option<Cow<'a, str>> {
         fn named(name: Option<&str>, code: u8) -> Cow<'_, str> {
             name.map_or_else(|| Cow::Owned(code.to_string()), Cow::Borrowed)
@@ -45,20 +59,31 @@ impl<'a> Values<'a> {
     }
 }
 
-/// Applies `edits`, in order, to `fields`.
-pub(super) fn apply(edits: &[HeaderEdit], fields: &mut HeaderMap, values: &Values<'_>) {
+/// Applies `edits`, in order, to a head: its map and, on an upstream's
+/// answer, the fields it arrived with (`arrived`), which stay as their
+/// bytes. The writer leaves out an arrived field the map also names (but
+/// `Via`, which is the proxy's own), so a set field only goes into the map;
+/// a removed one leaves both; an added one first moves the arrived values of
+/// its name into the map, so that they stay before the added value.
+pub(super) fn apply(edits: &[HeaderEdit], map: &mut HeaderMap, mut arrived: Option<&mut Fields>, values: &Values<'_>) {
     for edit in edits {
         for name in &edit.remove {
-            fields.remove(name);
+            map.remove(name);
+            if let Some(fields) = arrived.as_deref_mut() {
+                fields.drop_where(|n| n.eq_ignore_ascii_case(name.as_str().as_bytes()));
+            }
         }
         for (name, value) in &edit.set {
             if let Some(v) = render(value, values) {
-                fields.insert(name.clone(), v);
+                map.insert(name.clone(), v);
             }
         }
         for (name, value) in &edit.add {
             if let Some(v) = render(value, values) {
-                fields.append(name.clone(), v);
+                if let Some(fields) = arrived.as_deref_mut().filter(|_| !map.contains_key(name)) {
+                    fields.move_named_into(name, map);
+                }
+                map.append(name.clone(), v);
             }
         }
     }
@@ -68,15 +93,33 @@ pub(super) fn apply(edits: &[HeaderEdit], fields: &mut HeaderMap, values: &Value
 fn render(value: &FieldValue, values: &Values<'_>) -> Option<HeaderValue> {
     match value {
         FieldValue::Fixed(v) => Some(v.clone()),
-        FieldValue::Template(pieces) => {
-            let mut text = String::new();
-            for piece in pieces {
-                match piece {
-                    ValuePiece::Text(t) => text.push_str(t),
-                    ValuePiece::Var(var) => text.push_str(&values.get(*var)?),
-                }
-            }
-            HeaderValue::from_str(&text).ok()
+        // One variable: its value as a field when the table made it one
+        // (a name) or the request has it (its id): no text to build.
+        FieldValue::Template(pieces) => match pieces.as_slice() {
+            [ValuePiece::Var(var)] => values.field(*var).or_else(|| built(pieces, values)),
+            _ => built(pieces, values),
+        },
+    }
+}
+
+/// A template's value, its text built for this request.
+fn built(pieces: &[ValuePiece], values: &Values<'_>) -> Option<HeaderValue> {
+    fn piece<'a>(p: &'a ValuePiece, values: &Values<'a>) -> Option<Cow<'a, str>> {
+        match p {
+            ValuePiece::Text(t) => Some(Cow::Borrowed(t)),
+            ValuePiece::Var(var) => values.get(*var),
         }
     }
+    // Sized first, so that the text is one allocation the value takes over
+    // as it is (a `Bytes` from a full `Vec`), not copied.
+    let len = pieces.iter().map(|p| piece(p, values).map(|t| t.len())).sum::<Option<usize>>()?;
+    let mut text = Vec::with_capacity(len);
+    for p in pieces {
+        text.extend_from_slice(piece(p, values)?.as_bytes());
+    }
+    // Visible ASCII only, as the table's fixed values.
+    if !text.iter().all(|&b| b == b'\t' || (b' '..0x7f).contains(&b)) {
+        return None;
+    }
+    HeaderValue::from_maybe_shared(Bytes::from(text)).ok()
 }

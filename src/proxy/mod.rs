@@ -299,7 +299,7 @@ impl Proxy {
                 Plan::One(located) => Some(table.region(located.placement.region).name.as_str()),
                 _ => None,
             };
-            edits::apply(&route.headers.request, &mut parts.headers, &ctx.values(route, owner));
+            edits::apply(&route.headers.request, &mut parts.headers, None, &ctx.values(route, owner));
         }
         let reach = self.reach();
         // A peer's fan-out or search leg: this region's answer, as it is.

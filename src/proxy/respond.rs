@@ -77,12 +77,14 @@ pub(super) fn finish(
         }
     }
     if let Some(route) = journal.route.filter(|r| !r.headers.response.is_empty() && !ctx.relayed) {
-        if let Either::Left(body) = resp.body_mut() {
-            let fields = std::mem::take(body.fields_mut());
-            fields.move_into(resp.headers_mut());
-        }
         let values = ctx.values(route, journal.region);
-        edits::apply(&route.headers.response, resp.headers_mut(), &values);
+        let (mut head, mut body) = resp.into_parts();
+        let arrived = match &mut body {
+            Either::Left(answer) => Some(answer.fields_mut()),
+            Either::Right(_) => None,
+        };
+        edits::apply(&route.headers.response, &mut head.headers, arrived, &values);
+        resp = Response::from_parts(head, body);
     }
     let outcome = journal.outcome(error.as_ref());
     let record = Record {

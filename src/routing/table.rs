@@ -5,6 +5,8 @@ use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::AtomicUsize;
 
+use http::HeaderValue;
+
 use crate::config::model::Config;
 pub use crate::config::model::{
     Balance, CountrySource, FieldValue, HeaderEdit, HeaderRules, IdRule, IdSource, MintRule, Region, Rewrite,
@@ -100,8 +102,29 @@ pub struct Table {
     country_regions: Box<[u16]>,
     entities: HashMap<String, u8>,
     entity_names: Vec<Option<String>>,
+    /// Region, country and entity names as field values, made once for
+    /// header rules whose value is one of them.
+    fields: NameFields,
     settings: Settings,
     counts: Counts,
+}
+
+#[derive(Debug, Default)]
+struct NameFields {
+    regions: Box<[Option<HeaderValue>]>,
+    countries: Box<[Option<HeaderValue>]>,
+    entities: Box<[Option<HeaderValue>]>,
+}
+
+impl NameFields {
+    fn of(regions: &[Region], countries: &[Option<String>], entities: &[Option<String>]) -> NameFields {
+        let field = |name: Option<&str>| name.and_then(|n| HeaderValue::from_str(n).ok());
+        NameFields {
+            regions: regions.iter().map(|r| field(Some(&r.name))).collect(),
+            countries: countries.iter().map(|n| field(n.as_deref())).collect(),
+            entities: entities.iter().map(|n| field(n.as_deref())).collect(),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -207,6 +230,7 @@ impl Table {
             .map(|&(r, weight)| HashCandidate { region: rid(r).0, seed: name_seed(&cfg.regions[r].name), weight })
             .collect();
         let (routes, router) = compile_routes(&cfg.routes);
+        let fields = NameFields::of(&regions, &country_names, &entity_names);
         Table {
             loads: regions.iter().map(|r| r.upstreams.iter().map(|_| AtomicUsize::new(0)).collect()).collect(),
             regions,
@@ -237,6 +261,7 @@ impl Table {
             country_names,
             country_regions,
             entities,
+            fields,
             entity_names,
             settings: cfg.settings.clone(),
             counts: Counts {
@@ -409,6 +434,22 @@ impl Table {
     /// An entity name by code.
     pub fn entity_name(&self, code: u8) -> Option<&str> {
         self.entity_names.get(usize::from(code)).and_then(|n| n.as_deref())
+    }
+
+    /// Region `name`'s name as a field value.
+    pub fn region_field(&self, name: &str) -> Option<&HeaderValue> {
+        let i = self.regions.iter().position(|r| r.name == name)?;
+        self.fields.regions.get(i)?.as_ref()
+    }
+
+    /// Country `id`'s name as a field value, when it has one.
+    pub fn country_field(&self, id: u8) -> Option<&HeaderValue> {
+        self.fields.countries.get(usize::from(id))?.as_ref()
+    }
+
+    /// Service entity `code`'s name as a field value, when it has one.
+    pub fn entity_field(&self, code: u8) -> Option<&HeaderValue> {
+        self.fields.entities.get(usize::from(code))?.as_ref()
     }
 
     /// The region owning uniqid `shard`, if any (used to mint into a region).

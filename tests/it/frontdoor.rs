@@ -214,7 +214,7 @@ fn echoed(echo: &serde_json::Value, name: &str) -> Vec<String> {
 
 const HEADER_RULES: &str = r#"headers:
   request: { set: { X-Env: prod, X-Tenant: everyone }, remove: [X-Debug] }
-  response: { set: { Strict-Transport-Security: "max-age=60" }, remove: [X-Powered-By] }
+  response: { set: { Strict-Transport-Security: "max-age=60" }, remove: [X-Powered-By, Content-Type] }
 "#;
 
 const HEADER_ROUTES: &str = r#"  - name: orders-with-rules
@@ -226,7 +226,11 @@ const HEADER_ROUTES: &str = r#"  - name: orders-with-rules
         add: { X-Trace-Note: "id {request_id} to {region}" }
       response:
         set: { X-Served-By: "{region}", X-Env: "{{prod}}" }
-        add: { Cache-Control: no-store }
+        add: { Cache-Control: no-store, X-Backend-Region: "{route}" }
+  - name: orders-set
+    match: { path: "/s/orders/{id}" }
+    id: { path_param: id, formats: [iuid] }
+    headers: { response: { set: { X-Backend-Region: "{route}" } } }
 "#;
 
 #[tokio::test]
@@ -251,6 +255,14 @@ async fn header_rules_edit_the_request_and_the_answer_with_the_requests_values()
     assert_eq!(got.header("x-served-by"), Some("kz"));
     assert_eq!(got.header("x-env"), Some("{prod}"));
     assert_eq!(got.headers.get_all("cache-control").iter().count(), 1);
+    // The backend's own fields: removed, added to after its value, replaced.
+    assert_eq!(got.header("content-type"), None);
+    let values = |got: &support::Got| -> Vec<String> {
+        got.headers.get_all("x-backend-region").iter().filter_map(|v| v.to_str().ok().map(str::to_string)).collect()
+    };
+    assert_eq!(values(&got), ["kz", "orders-with-rules"]);
+    let got = get(&p.url(&format!("/s/orders/{id}"))).await?;
+    assert_eq!(values(&got), ["orders-set"]);
     // A uniqid has no country: the route's X-Tenant is not written, and the
     // table's stays; the route's other fields are.
     let clock = shardgate::ids::SystemClock;

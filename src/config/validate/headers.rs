@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use http::HeaderName;
 
 use super::header_name;
-use crate::config::fields::field_value;
+use crate::config::fields::{field_value, FieldValue};
 use crate::config::model::{HeaderEdit, HeaderRules};
 use crate::config::report::Ctx;
 use crate::config::schema::{HeaderEditSpec, HeaderRulesSpec};
@@ -29,9 +29,15 @@ pub(super) fn rules(spec: &HeaderRulesSpec, at: &YamlPath, ctx: &mut Ctx<'_>) ->
     }
 }
 
-/// `defaults`' edits, then `own`'s.
-pub(super) fn then(defaults: &HeaderRules, own: HeaderRules) -> HeaderRules {
-    let join = |first: &[HeaderEdit], then: Vec<HeaderEdit>| first.iter().cloned().chain(then).collect();
+/// Route `route`'s edits: `defaults`' then `own`'s, with `{route}` filled in.
+pub(super) fn then(defaults: &HeaderRules, own: HeaderRules, route: &str) -> HeaderRules {
+    let named = |mut e: HeaderEdit| {
+        for (_, value) in e.set.iter_mut().chain(e.add.iter_mut()) {
+            *value = std::mem::replace(value, FieldValue::Template(Vec::new())).for_route(route);
+        }
+        e
+    };
+    let join = |first: &[HeaderEdit], then: Vec<HeaderEdit>| first.iter().cloned().chain(then).map(named).collect();
     HeaderRules { request: join(&defaults.request, own.request), response: join(&defaults.response, own.response) }
 }
 
