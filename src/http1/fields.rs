@@ -106,23 +106,6 @@ impl Fields {
         }
     }
 
-    /// Moves the kept fields named `name` into `map`, appended in order, and
-    /// drops them here: what a rule adding a value to an arrived field does
-    /// first, so that the arrived values stay before the added one.
-    pub fn move_named_into(&mut self, name: &HeaderName, map: &mut HeaderMap) {
-        for i in 0..self.list.len() {
-            let f = self.list[i];
-            if !f.kept || !self.bytes(f.name).eq_ignore_ascii_case(name.as_str().as_bytes()) {
-                continue;
-            }
-            self.list[i].kept = false;
-            let Some(range) = self.head.get(f.value.0 as usize..f.value.1 as usize) else { continue };
-            if let Ok(value) = HeaderValue::from_maybe_shared(self.head.slice_ref(range)) {
-                map.append(name.clone(), value);
-            }
-        }
-    }
-
     /// Moves the kept fields into `map`, before the fields already there; a
     /// field whose name the map already holds is left out (the map's value
     /// replaces it), except `Via`, which each hop appends to.
@@ -189,16 +172,6 @@ mod tests {
         f.drop_where(|n| n.eq_ignore_ascii_case(b"x-a"));
         assert_eq!(f.iter().collect::<Vec<_>>(), [(&b"Date"[..], &b"d"[..]), (&b"Via"[..], &b"1.1 up"[..])]);
         assert_eq!(f.get("x-a"), None);
-    }
-
-    #[test]
-    fn named_fields_move_into_the_map_in_order_and_leave() {
-        let mut f = fields("X-A: 1\r\nDate: d\r\nx-a: 2\r\n");
-        let mut map = HeaderMap::new();
-        f.move_named_into(&HeaderName::from_static("x-a"), &mut map);
-        let moved: Vec<&[u8]> = map.get_all("x-a").iter().map(HeaderValue::as_bytes).collect();
-        assert_eq!(moved, [&b"1"[..], &b"2"[..]]);
-        assert_eq!(f.iter().collect::<Vec<_>>(), [(&b"Date"[..], &b"d"[..])]);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::Method;
+use smallvec::SmallVec;
 
 /// How many fields [`Added`] holds.
 const ADDED_MAX: usize = 5;
@@ -15,15 +16,22 @@ const ADDED_MAX: usize = 5;
 /// insert hashes the name and may grow the map, and the head writer reads
 /// the fields in order anyway. Holds at most five, in the order they were
 /// pushed; the names are the proxy's own lowercase literals.
+/// Header rules' fields ([`RuleFields`]) go out with them, before them.
 #[derive(Clone, Debug, Default)]
 pub struct Added {
     fields: [Option<(&'static str, HeaderValue)>; ADDED_MAX],
+    rules: RuleFields,
 }
 
 impl Added {
     /// No fields (a `const fn`, so that an empty list can be a `static`).
     pub const fn new() -> Added {
-        Added { fields: [None, None, None, None, None] }
+        Added { fields: [None, None, None, None, None], rules: RuleFields::new() }
+    }
+
+    /// The header rules' fields, to fill.
+    pub fn rules_mut(&mut self) -> &mut RuleFields {
+        &mut self.rules
     }
 
     /// Adds `name: value` after those already added. The list's length is
@@ -46,10 +54,92 @@ impl Added {
     /// Appends the fields to `map`, for a request whose map itself is read
     /// or copied (a fan-out's or a search's legs).
     pub fn move_into(self, map: &mut HeaderMap) {
+        self.rules.apply(map);
         for (name, value) in self.fields.into_iter().flatten() {
             if let Ok(name) = HeaderName::from_bytes(name.as_bytes()) {
                 map.append(name, value);
             }
+        }
+    }
+}
+
+/// What header rules made of a message's fields: the names whose fields,
+/// as the message came with them, are not written (removed, or set anew),
+/// and the fields written after the message's own, in order. Written with
+/// the head ([`request_head`], the server's answer) rather than edited into
+/// the message's map: an insert hashes the name and may grow the map, while
+/// the head writer goes through the fields anyway. A map gets them from
+/// [`RuleFields::apply`]. Per name, the result is the same as editing the
+/// map in the rules' order.
+///
+/// Boxed, and nothing without rules: every request carries one, and most
+/// have no rules.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RuleFields(Option<Box<Edited>>);
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Edited {
+    gone: SmallVec<[HeaderName; 2]>,
+    put: SmallVec<[(HeaderName, HeaderValue); 3]>,
+}
+
+impl RuleFields {
+    /// None.
+    pub const fn new() -> RuleFields {
+        RuleFields(None)
+    }
+
+    fn edited(&mut self) -> &mut Edited {
+        self.0.get_or_insert_with(Box::default)
+    }
+
+    /// Removes every field named `name`.
+    pub fn remove(&mut self, name: &HeaderName) {
+        let e = self.edited();
+        e.put.retain(|(n, _)| n != name);
+        if !e.gone.contains(name) {
+            e.gone.push(name.clone());
+        }
+    }
+
+    /// Replaces every field named `name` with `value`.
+    pub fn set(&mut self, name: &HeaderName, value: HeaderValue) {
+        self.remove(name);
+        self.edited().put.push((name.clone(), value));
+    }
+
+    /// Adds `value` after the fields named `name`.
+    pub fn add(&mut self, name: &HeaderName, value: HeaderValue) {
+        self.edited().put.push((name.clone(), value));
+    }
+
+    /// Whether a message's own field named `name` (as sent) is written.
+    #[inline]
+    pub fn keeps(&self, name: &[u8]) -> bool {
+        match &self.0 {
+            None => true,
+            Some(e) => !e.gone.iter().any(|g| name.eq_ignore_ascii_case(g.as_str().as_bytes())),
+        }
+    }
+
+    /// The fields written after the message's own, in order.
+    pub fn put(&self) -> impl Iterator<Item = (&HeaderName, &HeaderValue)> {
+        self.0.iter().flat_map(|e| e.put.iter().map(|(n, v)| (n, v)))
+    }
+
+    /// How many fields are written after the message's own.
+    fn put_len(&self) -> usize {
+        self.0.as_ref().map_or(0, |e| e.put.len())
+    }
+
+    /// Edits `map` as the rules say, for a message sent as a map.
+    pub fn apply(self, map: &mut HeaderMap) {
+        let Some(e) = self.0 else { return };
+        for name in &e.gone {
+            map.remove(name);
+        }
+        for (name, value) in e.put {
+            map.append(name, value);
         }
     }
 }
@@ -64,7 +154,8 @@ pub struct WrittenFraming {
 }
 
 /// Writes `METHOD target HTTP/1.1`, `host`, `headers` but their `Host`
-/// (the endpoint's goes out instead), then `added`: an upstream request head
+/// (the endpoint's goes out instead) and those header rules replace, then
+/// `added` (the rules' fields, then the proxy's): an upstream request head
 /// without its blank line, so that framing fields can follow. Returns which
 /// framing fields it wrote (seen on the way, rather than looked up in the
 /// map again).
@@ -76,16 +167,19 @@ pub fn request_head(
     headers: &HeaderMap,
     added: &Added,
 ) -> WrittenFraming {
-    out.reserve(64 + target.len() + (headers.len() + ADDED_MAX) * 32);
+    out.reserve(64 + target.len() + (headers.len() + ADDED_MAX + added.rules.put_len()) * 32);
     request_line(out, method, target);
     field(out, "host", host.as_bytes());
     let mut seen = WrittenFraming::default();
     for (name, value) in headers {
-        if name == header::HOST {
+        if name == header::HOST || !added.rules.keeps(name.as_str().as_bytes()) {
             continue;
         }
         seen.length |= name == header::CONTENT_LENGTH;
         seen.chunked |= name == header::TRANSFER_ENCODING;
+        field(out, name.as_str(), value.as_bytes());
+    }
+    for (name, value) in added.rules.put() {
         field(out, name.as_str(), value.as_bytes());
     }
     for (name, value) in added.iter() {
@@ -150,5 +244,37 @@ mod tests {
         assert_eq!(vias, [&b"1.1 edge"[..], b"1.1 me"]);
         assert_eq!(map.get("x-forwarded-proto").map(HeaderValue::as_bytes), Some(&b"http"[..]));
         assert_eq!(map.len(), 4);
+    }
+
+    #[test]
+    fn rule_fields_written_with_the_head_are_the_map_edited_in_order() -> Result<(), Box<dyn std::error::Error>> {
+        let name = |n: &'static str| HeaderName::from_static(n);
+        let value = |v: &'static str| HeaderValue::from_static(v);
+        let mut headers = HeaderMap::new();
+        for (n, v) in [("x-a", "1"), ("x-b", "1"), ("x-a", "2"), ("x-c", "1"), ("x-d", "1")] {
+            headers.append(n, value(v));
+        }
+        let mut added = Added::default();
+        let rules = added.rules_mut();
+        rules.add(&name("x-b"), value("added-then-removed"));
+        rules.remove(&name("x-b"));
+        rules.set(&name("x-a"), value("set"));
+        rules.add(&name("x-a"), value("and-added"));
+        rules.add(&name("x-c"), value("2"));
+        rules.remove(&name("x-d"));
+        rules.add(&name("x-e"), value("new"));
+        let mut out = Vec::new();
+        request_head(&mut out, &Method::GET, "/", &value("h"), &headers, &added);
+        assert_eq!(
+            String::from_utf8(out)?,
+            "GET / HTTP/1.1\r\nhost: h\r\nx-c: 1\r\nx-a: set\r\nx-a: and-added\r\nx-c: 2\r\nx-e: new\r\n"
+        );
+        added.move_into(&mut headers);
+        let all = |n: &str| headers.get_all(n).iter().map(|v| v.to_str().unwrap_or("?")).collect::<Vec<_>>();
+        assert_eq!(all("x-a"), ["set", "and-added"]);
+        assert!(all("x-b").is_empty() && all("x-d").is_empty());
+        assert_eq!(all("x-c"), ["1", "2"]);
+        assert_eq!(all("x-e"), ["new"]);
+        Ok(())
     }
 }

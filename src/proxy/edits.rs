@@ -12,9 +12,9 @@
 use std::borrow::Cow;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue};
+use http::HeaderValue;
 
-use crate::http1::Fields;
+use crate::http1::write::RuleFields;
 
 use crate::routing::{FieldValue, HeaderEdit, Table, ValuePiece, Var};
 
@@ -59,31 +59,21 @@ impl<'a> Values<'a> {
     }
 }
 
-/// Applies `edits`, in order, to a head: its map and, on an upstream's
-/// answer, the fields it arrived with (`arrived`), which stay as their
-/// bytes. The writer leaves out an arrived field the map also names (but
-/// `Via`, which is the proxy's own), so a set field only goes into the map;
-/// a removed one leaves both; an added one first moves the arrived values of
-/// its name into the map, so that they stay before the added value.
-pub(super) fn apply(edits: &[HeaderEdit], map: &mut HeaderMap, mut arrived: Option<&mut Fields>, values: &Values<'_>) {
+/// Applies `edits`, in order, to what the rules make of a message's
+/// fields ([`RuleFields`], written with its head).
+pub(super) fn apply(edits: &[HeaderEdit], rules: &mut RuleFields, values: &Values<'_>) {
     for edit in edits {
         for name in &edit.remove {
-            map.remove(name);
-            if let Some(fields) = arrived.as_deref_mut() {
-                fields.drop_where(|n| n.eq_ignore_ascii_case(name.as_str().as_bytes()));
-            }
+            rules.remove(name);
         }
         for (name, value) in &edit.set {
             if let Some(v) = render(value, values) {
-                map.insert(name.clone(), v);
+                rules.set(name, v);
             }
         }
         for (name, value) in &edit.add {
             if let Some(v) = render(value, values) {
-                if let Some(fields) = arrived.as_deref_mut().filter(|_| !map.contains_key(name)) {
-                    fields.move_named_into(name, map);
-                }
-                map.append(name.clone(), v);
+                rules.add(name, v);
             }
         }
     }

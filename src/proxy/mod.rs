@@ -57,6 +57,7 @@ use http::request::Parts;
 use http::{HeaderValue, Response};
 use http_body_util::Either;
 
+use crate::http1::write::RuleFields;
 use crate::ids::{SystemClock, Uuid7Minter};
 use crate::mesh;
 use crate::metrics::Metrics;
@@ -188,7 +189,7 @@ impl Proxy {
         let loaded = self.shared.table.snapshot();
         let (shared, table) = (&self.shared, &loaded.table);
         if let Some(response) = endpoints::own_answer(head, table, &shared.drain, &self.minters, &self.me.name) {
-            return Answer { response, request_id: None, from_upstream: false };
+            return Answer { response, request_id: None, from_upstream: false, rules: RuleFields::new() };
         }
         self.handled.fetch_add(1, Ordering::Relaxed);
         let (request_id, fresh_request_id) = self.request_id(head);
@@ -204,9 +205,9 @@ impl Proxy {
         let mut ctx = Ctx { table, conn, arrival, journal, hops: 0, relayed: false };
         let result = self.route(&mut ctx, head, body).await;
         let report = respond::Report { metrics: &shared.metrics, drain: &shared.drain, name: &self.me.name };
-        let response = respond::finish(report, &loaded, &ctx, result);
+        let (response, rules) = respond::finish(report, &loaded, &ctx, result);
         let from_upstream = matches!(response.body(), Either::Left(_));
-        Answer { response, request_id: Some(ctx.arrival.request_id), from_upstream }
+        Answer { response, request_id: Some(ctx.arrival.request_id), from_upstream, rules }
     }
 
     /// What the upstream leg needs of this proxy.
@@ -292,14 +293,14 @@ impl Proxy {
             Plan::One(located) => minted_id(located, parts),
             _ => None,
         };
-        let (added, tunnel) = headers::to_upstream(ctx, parts, &body, plan.route(), &self.me.via);
+        let (mut added, tunnel) = headers::to_upstream(ctx, parts, &body, plan.route(), &self.me.via);
         let route = plan.route();
         if !route.headers.request.is_empty() && !ctx.relayed {
             let owner = match &plan {
                 Plan::One(located) => Some(table.region(located.placement.region).name.as_str()),
                 _ => None,
             };
-            edits::apply(&route.headers.request, &mut parts.headers, None, &ctx.values(route, owner));
+            edits::apply(&route.headers.request, added.rules_mut(), &ctx.values(route, owner));
         }
         let reach = self.reach();
         // A peer's fan-out or search leg: this region's answer, as it is.

@@ -12,6 +12,7 @@ use http_body_util::Either;
 use super::ctx::{Arrival, Ctx, Journal};
 use super::edits;
 use super::error::ProxyError;
+use crate::http1::write::RuleFields;
 use crate::ids::Format;
 use crate::metrics::{Metrics, RequestRecord};
 use crate::outcome::Outcome;
@@ -34,13 +35,14 @@ pub(super) struct Report<'p> {
 
 /// The answer to a routed request, recorded: its response (or problem),
 /// `Connection: close` while draining, the debug headers, the metrics, the
-/// trace and the access-log line.
+/// trace and the access-log line; and what the header rules make of its
+/// fields, written with its head.
 pub(super) fn finish(
     report: Report<'_>,
     loaded: &Loaded,
     ctx: &Ctx<'_>,
     result: Result<Response<AnswerBody>, ProxyError>,
-) -> Response<AnswerBody> {
+) -> (Response<AnswerBody>, RuleFields) {
     let (table, arrival, journal) = (&loaded.table, &ctx.arrival, &ctx.journal);
     // One clock read for both durations.
     let now = Instant::now();
@@ -76,15 +78,9 @@ pub(super) fn finish(
             }
         }
     }
+    let mut rules = RuleFields::new();
     if let Some(route) = journal.route.filter(|r| !r.headers.response.is_empty() && !ctx.relayed) {
-        let values = ctx.values(route, journal.region);
-        let (mut head, mut body) = resp.into_parts();
-        let arrived = match &mut body {
-            Either::Left(answer) => Some(answer.fields_mut()),
-            Either::Right(_) => None,
-        };
-        edits::apply(&route.headers.response, &mut head.headers, arrived, &values);
-        resp = Response::from_parts(head, body);
+        edits::apply(&route.headers.response, &mut rules, &ctx.values(route, journal.region));
     }
     let outcome = journal.outcome(error.as_ref());
     let record = Record {
@@ -99,7 +95,7 @@ pub(super) fn finish(
     if let Some(span) = &journal.trace {
         record.trace(span, table, arrival, journal);
     }
-    resp
+    (resp, rules)
 }
 
 /// The metrics and the access-log line of one answered request.

@@ -297,7 +297,7 @@ impl<H: Handler> Server<H> {
         let out = &mut self.out;
         out.clear();
         let via = answer.from_upstream.then(|| self.handler.via());
-        let ours = Ours { request_id: answer.request_id.as_ref(), via };
+        let ours = Ours { request_id: answer.request_id.as_ref(), via, rules: &answer.rules };
         let (framed, keep) = write_head(out, status, resp.headers(), resp.body(), ours, asked);
         let body = resp.body_mut();
         if framed == Framed::None {

@@ -43,6 +43,7 @@ pub use drain::Drain;
 pub use listen::serve;
 pub use refused::Refused;
 
+use crate::http1::write::RuleFields;
 use crate::upstream::{RequestBody, ResponseBody};
 
 /// An answer's body: an upstream's, streamed (its header fields still the
@@ -66,17 +67,20 @@ pub struct Answer {
     /// Whether it is an upstream's answer, which gets this instance's `Via`
     /// after the upstream's own.
     pub from_upstream: bool,
+    /// What header rules made of the answer's fields.
+    pub rules: RuleFields,
 }
 
 impl Answer {
     /// The response with every field in its map, for a server that sends
-    /// maps (hyper: HTTP/2): the upstream's fields, `via` after them, the
-    /// request id replacing any the upstream sent.
+    /// maps (hyper: HTTP/2): the upstream's fields, the header rules' edits,
+    /// `via` after them, the request id replacing any the upstream sent.
     pub fn into_response(self, via: &HeaderValue) -> Response<AnswerBody> {
-        let Answer { mut response, request_id, from_upstream } = self;
+        let Answer { mut response, request_id, from_upstream, rules } = self;
         if let Either::Left(body) = response.body_mut() {
             std::mem::take(body.fields_mut()).move_into(response.headers_mut());
         }
+        rules.apply(response.headers_mut());
         if from_upstream {
             response.headers_mut().append(header::VIA, via.clone());
         }

@@ -10,6 +10,7 @@ use http::StatusCode;
 use http_body_util::Either;
 use hyper::body::Body;
 
+use crate::http1::write::RuleFields;
 use crate::http1::{self, Fields};
 use crate::server::{AnswerBody, X_REQUEST_ID};
 
@@ -42,6 +43,8 @@ pub(super) struct Ours<'a> {
     pub(super) request_id: Option<&'a HeaderValue>,
     /// This instance's `Via`, after the upstream's, on an upstream's answer.
     pub(super) via: Option<&'a HeaderValue>,
+    /// The header rules' edits: fields not written, and fields after the map's.
+    pub(super) rules: &'a RuleFields,
 }
 
 /// Writes a response head into `out`: the status line, the fields (an
@@ -118,7 +121,7 @@ fn fields(out: &mut Vec<u8>, upstream: Option<&Fields>, headers: &HeaderMap, our
             (ours.request_id.is_some() && name.eq_ignore_ascii_case(X_REQUEST_ID.as_str().as_bytes()))
                 || headers.keys().any(|k| k != header::VIA && name.eq_ignore_ascii_case(k.as_str().as_bytes()))
         };
-        if !name.eq_ignore_ascii_case(b"connection") && !replaced() {
+        if !name.eq_ignore_ascii_case(b"connection") && ours.rules.keeps(name) && !replaced() {
             http1::write::field(out, name, value);
         }
     }
@@ -127,9 +130,12 @@ fn fields(out: &mut Vec<u8>, upstream: Option<&Fields>, headers: &HeaderMap, our
         // `Connection: upgrade`); an upstream's id moved here is replaced.
         let fate = name == header::CONNECTION && !switching;
         let replaced = ours.request_id.is_some() && name == X_REQUEST_ID;
-        if !(fate || replaced) {
+        if !(fate || replaced) && ours.rules.keeps(name.as_str().as_bytes()) {
             http1::write::field(out, name.as_str(), value.as_bytes());
         }
+    }
+    for (name, value) in ours.rules.put() {
+        http1::write::field(out, name.as_str(), value.as_bytes());
     }
     if let Some(via) = ours.via {
         http1::write::field(out, header::VIA.as_str(), via.as_bytes());
