@@ -2,6 +2,8 @@
 //! (`{request_id}`, `{region}`, …), read once when the table loads
 //! ([`field_value`]) and made per request by the proxy.
 
+use super::template::{braces, Braced};
+
 /// A field value from the table: text, or text with the request's values.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FieldValue {
@@ -81,59 +83,35 @@ impl FieldValue {
 /// `{country}` or `{entity}` in it (`{{` and `}}` for braces); the error says
 /// what is wrong with it.
 pub fn field_value(text: &str) -> Result<FieldValue, String> {
-    let mut pieces = Vec::new();
-    let mut literal = String::new();
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '{' if chars.peek() == Some(&'{') => {
-                chars.next();
-                literal.push('{');
-            }
-            '}' if chars.peek() == Some(&'}') => {
-                chars.next();
-                literal.push('}');
-            }
-            '{' => {
-                let mut name = String::new();
-                loop {
-                    match chars.next() {
-                        Some('}') => break,
-                        Some(c) => name.push(c),
-                        None => return Err("a `{` is not closed".into()),
-                    }
-                }
-                let Some(&(_, var)) = Var::ALL.iter().find(|(n, _)| *n == name) else {
-                    let known: Vec<String> = Var::ALL.iter().map(|(n, _)| format!("{{{n}}}")).collect();
-                    return Err(format!("{{{name}}} is not one of {}", known.join(", ")));
-                };
-                if !literal.is_empty() {
-                    pieces.push(ValuePiece::Text(std::mem::take(&mut literal)));
-                }
-                pieces.push(ValuePiece::Var(var));
-            }
-            '}' => return Err("a `}` is not opened (write `}}` for a brace)".into()),
-            c => literal.push(c),
+    let var = |name: String| match Var::ALL.iter().find(|(n, _)| *n == name) {
+        Some(&(_, var)) => Ok(ValuePiece::Var(var)),
+        None => {
+            let known: Vec<String> = Var::ALL.iter().map(|(n, _)| format!("{{{n}}}")).collect();
+            Err(format!("{{{name}}} is not one of {}", known.join(", ")))
         }
-    }
+    };
+    let pieces = braces(text)?
+        .into_iter()
+        .map(|b| match b {
+            Braced::Text(t) => Ok(ValuePiece::Text(t)),
+            Braced::Name(name) => var(name),
+        })
+        .collect::<Result<Vec<_>, String>>()?;
     let all_text: String = pieces
         .iter()
         .map(|p| match p {
             ValuePiece::Text(t) => t.as_str(),
             ValuePiece::Var(_) => "x",
         })
-        .chain(std::iter::once(literal.as_str()))
         .collect();
     if http::HeaderValue::from_str(&all_text).is_err() {
         return Err("a field value is visible ASCII, spaces and tabs".into());
     }
-    if pieces.is_empty() {
-        return http::HeaderValue::from_str(&literal).map(FieldValue::Fixed).map_err(|e| e.to_string());
+    match pieces.as_slice() {
+        [] => Ok(FieldValue::Fixed(http::HeaderValue::from_static(""))),
+        [ValuePiece::Text(t)] => http::HeaderValue::from_str(t).map(FieldValue::Fixed).map_err(|e| e.to_string()),
+        _ => Ok(FieldValue::Template(pieces)),
     }
-    if !literal.is_empty() {
-        pieces.push(ValuePiece::Text(literal));
-    }
-    Ok(FieldValue::Template(pieces))
 }
 
 #[cfg(test)]

@@ -45,6 +45,56 @@ fn template_params(template: &str) -> usize {
     n
 }
 
+/// A piece of text with `{names}` in it, as [`braces`] reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Braced {
+    /// Text as it is (`{{` and `}}` unescaped), never empty.
+    Text(String),
+    /// What stood between `{` and `}`.
+    Name(String),
+}
+
+/// `text` cut into text and `{names}`, with `{{` and `}}` for braces (the
+/// syntax of path templates and of header rule values); the error says what
+/// is wrong with it.
+pub(crate) fn braces(text: &str) -> Result<Vec<Braced>, String> {
+    let mut pieces = Vec::new();
+    let mut literal = String::new();
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '{' if chars.peek() == Some(&'{') => {
+                chars.next();
+                literal.push('{');
+            }
+            '}' if chars.peek() == Some(&'}') => {
+                chars.next();
+                literal.push('}');
+            }
+            '{' => {
+                let mut name = String::new();
+                loop {
+                    match chars.next() {
+                        Some('}') => break,
+                        Some(c) => name.push(c),
+                        None => return Err("a `{` is not closed".into()),
+                    }
+                }
+                if !literal.is_empty() {
+                    pieces.push(Braced::Text(std::mem::take(&mut literal)));
+                }
+                pieces.push(Braced::Name(name));
+            }
+            '}' => return Err("a `}` is not opened (write `}}` for a brace)".into()),
+            c => literal.push(c),
+        }
+    }
+    if !literal.is_empty() {
+        pieces.push(Braced::Text(literal));
+    }
+    Ok(pieces)
+}
+
 /// One piece of a path template.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Piece {
@@ -68,44 +118,20 @@ impl PathTemplate {
         if !template.starts_with('/') {
             return Err("a path template starts with `/`".into());
         }
-        let mut pieces = Vec::new();
-        let mut text = String::new();
-        let mut chars = template.chars().peekable();
-        while let Some(c) = chars.next() {
-            match c {
-                '{' if chars.peek() == Some(&'{') => {
-                    chars.next();
-                    text.push('{');
-                }
-                '}' if chars.peek() == Some(&'}') => {
-                    chars.next();
-                    text.push('}');
-                }
-                '{' => {
-                    let mut name = String::new();
-                    loop {
-                        match chars.next() {
-                            Some('}') => break,
-                            Some(c) => name.push(c),
-                            None => return Err("a `{` is not closed".into()),
-                        }
-                    }
-                    let bare = name.strip_prefix('*').unwrap_or(&name);
-                    if bare.is_empty() || !bare.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-                        return Err(format!("{{{name}}} is not a parameter name"));
-                    }
-                    if !text.is_empty() {
-                        pieces.push(Piece::Text(std::mem::take(&mut text)));
-                    }
-                    pieces.push(Piece::Param(bare.to_string()));
-                }
-                '}' => return Err("a `}` is not opened (write `}}` for a brace)".into()),
-                c => text.push(c),
+        let param = |name: String| {
+            let bare = name.strip_prefix('*').unwrap_or(&name);
+            if bare.is_empty() || !bare.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                return Err(format!("{{{name}}} is not a parameter name"));
             }
-        }
-        if !text.is_empty() {
-            pieces.push(Piece::Text(text));
-        }
+            Ok(Piece::Param(bare.to_string()))
+        };
+        let pieces = braces(template)?
+            .into_iter()
+            .map(|b| match b {
+                Braced::Text(t) => Ok(Piece::Text(t)),
+                Braced::Name(name) => param(name),
+            })
+            .collect::<Result<_, String>>()?;
         Ok(PathTemplate { pieces })
     }
 
