@@ -1,16 +1,18 @@
 //! What a route matches and what its backends are asked for: `match`
-//! (a path template or a prefix, conflicts and unreachable routes), `to`
-//! (routes by their path alone) and `rewrite`.
+//! (a path template or a prefix, conflicts and unreachable routes) and
+//! `rewrite`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
-use super::routes::{MethodSet, Refs};
-use crate::config::model::{Rewrite, RewritePath, Strategy, To};
+use crate::config::model::{Rewrite, RewritePath, Strategy};
 use crate::config::report::Ctx;
-use crate::config::schema::{self, ToSpec};
+use crate::config::schema;
 use crate::config::show;
 use crate::config::template::{insert_template, PathTemplate, TemplateError, MAX_TEMPLATE_PARAMS};
 use crate::config::yaml::YamlPath;
+
+/// A route's methods by name; `None` means all.
+pub(super) type MethodSet = Option<BTreeSet<String>>;
 
 /// The route's shown template and the matchit templates it is matched by:
 /// its `path`, or a `prefix` in whole segments (`/static/` matches
@@ -47,37 +49,6 @@ pub(super) fn matched(r: &schema::Route, p: &YamlPath, ctx: &mut Ctx<'_>) -> (St
         matches.insert(0, base.to_string());
     }
     (all, matches)
-}
-
-/// `to`: `local` (the instance's region, else `default_region`) or a
-/// region of the table; alone, without `id`, `mint`, `fanout` or a placement.
-pub(super) fn target(refs: &Refs<'_>, r: &schema::Route, to: &ToSpec, p: &YamlPath, ctx: &mut Ctx<'_>) -> Option<To> {
-    let tp = p.k("to");
-    let others = [("id", r.id.is_some()), ("mint", r.mint.is_some()), ("fanout", r.fanout.is_some())];
-    if let Some((key, _)) = others.iter().find(|(_, set)| *set) {
-        let m = format!("route {} has both `to` and `{key}`", show(&r.name));
-        ctx.at(&tp, m, Some("a route with `to` routes by its path alone: remove one of them"));
-        return None;
-    }
-    if r.placement != "auto" {
-        let m = format!("route {} has `to` and `placement`: it places no id", show(&r.name));
-        ctx.at(&p.k("placement"), m, Some("remove `placement`"));
-    }
-    match to {
-        ToSpec::Word(w) if w == "local" => {
-            if refs.file.region.is_none() && refs.file.default_region.is_none() {
-                let m = format!("route {} sends to the local region, and this table names none", show(&r.name));
-                ctx.at(&tp, m, Some("set `region:` (the region this instance serves) or `default_region:`"));
-                return None;
-            }
-            Some(To::Local)
-        }
-        ToSpec::Word(w) => {
-            ctx.at(&tp, format!("unknown target {}", show(w)), Some("use `local`, or `{ region: NAME }`"));
-            None
-        }
-        ToSpec::Region(to) => refs.names.region(ctx, &tp.k("region"), &to.region).map(To::Region),
-    }
 }
 
 /// `rewrite`: at most one of `strip_prefix` (a plain path) and `path` (a

@@ -1,6 +1,6 @@
 //! `routes`: names, methods, path templates (conflicts and unreachable
-//! routes), where the id is or how it is minted, and placements that can
-//! read the formats they are given.
+//! routes), where the id is or how it is minted, where a route without one
+//! goes (`to`), and placements that can read the formats they are given.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -8,18 +8,15 @@ use http::{HeaderName, Method};
 
 use super::headers;
 use super::names::{Names, METHODS};
-use super::paths::{matched, rewrite, target, Templates};
+use super::paths::{matched, rewrite, MethodSet, Templates};
 use super::reads;
 use super::{format_list, header_name};
-use crate::config::model::{Country, CountrySource, Entity, IdRule, IdSource, MintRule, Route, Strategy};
+use crate::config::model::{Country, CountrySource, Entity, IdRule, IdSource, MintRule, Route, Strategy, To};
 use crate::config::report::Ctx;
-use crate::config::schema::{self, File, IdSpec, MintSpec};
+use crate::config::schema::{self, File, IdSpec, MintSpec, ToSpec};
 use crate::config::show;
 use crate::config::yaml::YamlPath;
 use crate::ids::Format;
-
-/// A route's methods by name; `None` means all.
-pub(super) type MethodSet = Option<BTreeSet<String>>;
 
 /// What checking routes needs besides the file.
 pub(super) struct Refs<'a> {
@@ -601,4 +598,35 @@ fn natural_configured(file: &File, ctx: &Ctx<'_>, format: Format) -> Option<&'st
         Format::Instagram => "`nodes.instagram_shard`",
         Format::Uuidv7 => "`time_ranges`, `key_ranges` or `hash`",
     })
+}
+
+/// `to`: `local` (the instance's region, else `default_region`) or a
+/// region of the table; alone, without `id`, `mint`, `fanout` or a placement.
+pub(super) fn target(refs: &Refs<'_>, r: &schema::Route, to: &ToSpec, p: &YamlPath, ctx: &mut Ctx<'_>) -> Option<To> {
+    let tp = p.k("to");
+    let others = [("id", r.id.is_some()), ("mint", r.mint.is_some()), ("fanout", r.fanout.is_some())];
+    if let Some((key, _)) = others.iter().find(|(_, set)| *set) {
+        let m = format!("route {} has both `to` and `{key}`", show(&r.name));
+        ctx.at(&tp, m, Some("a route with `to` routes by its path alone: remove one of them"));
+        return None;
+    }
+    if r.placement != "auto" {
+        let m = format!("route {} has `to` and `placement`: it places no id", show(&r.name));
+        ctx.at(&p.k("placement"), m, Some("remove `placement`"));
+    }
+    match to {
+        ToSpec::Word(w) if w == "local" => {
+            if refs.file.region.is_none() && refs.file.default_region.is_none() {
+                let m = format!("route {} sends to the local region, and this table names none", show(&r.name));
+                ctx.at(&tp, m, Some("set `region:` (the region this instance serves) or `default_region:`"));
+                return None;
+            }
+            Some(To::Local)
+        }
+        ToSpec::Word(w) => {
+            ctx.at(&tp, format!("unknown target {}", show(w)), Some("use `local`, or `{ region: NAME }`"));
+            None
+        }
+        ToSpec::Region(to) => refs.names.region(ctx, &tp.k("region"), &to.region).map(To::Region),
+    }
 }
