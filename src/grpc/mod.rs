@@ -1,0 +1,6 @@
+//! gRPC: what the proxy reads of a call to route it. No I/O.
+//!
+//! * [`field`]: a field of a protobuf message found by its field numbers
+//!   (`2.1`), without the message's schema.
+
+pub mod field;
