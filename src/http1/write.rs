@@ -5,7 +5,6 @@
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::Method;
-use smallvec::SmallVec;
 
 /// How many fields [`Added`] holds.
 const ADDED_MAX: usize = 5;
@@ -72,74 +71,73 @@ impl Added {
 /// [`RuleFields::apply`]. Per name, the result is the same as editing the
 /// map in the rules' order.
 ///
-/// Boxed, and nothing without rules: every request carries one, and most
-/// have no rules.
+/// One entry per rule that took effect, in order: a set or a remove
+/// replaces the message's fields of its name (and earlier entries of it),
+/// an add does not. Empty, it allocates nothing.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RuleFields(Option<Box<Edited>>);
+pub struct RuleFields(Vec<RuleField>);
 
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-struct Edited {
-    gone: SmallVec<[HeaderName; 2]>,
-    put: SmallVec<[(HeaderName, HeaderValue); 3]>,
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct RuleField {
+    name: HeaderName,
+    /// `None`: removed.
+    value: Option<HeaderValue>,
+    replaces: bool,
 }
 
 impl RuleFields {
     /// None.
     pub const fn new() -> RuleFields {
-        RuleFields(None)
+        RuleFields(Vec::new())
     }
 
-    fn edited(&mut self) -> &mut Edited {
-        self.0.get_or_insert_with(Box::default)
+    /// Room for `n` rules, so that filling them allocates once.
+    pub fn reserve(&mut self, n: usize) {
+        self.0.reserve_exact(n);
     }
 
     /// Removes every field named `name`.
     pub fn remove(&mut self, name: &HeaderName) {
-        let e = self.edited();
-        e.put.retain(|(n, _)| n != name);
-        if !e.gone.contains(name) {
-            e.gone.push(name.clone());
-        }
+        self.replace(name, None);
     }
 
     /// Replaces every field named `name` with `value`.
     pub fn set(&mut self, name: &HeaderName, value: HeaderValue) {
-        self.remove(name);
-        self.edited().put.push((name.clone(), value));
+        self.replace(name, Some(value));
+    }
+
+    fn replace(&mut self, name: &HeaderName, value: Option<HeaderValue>) {
+        if self.0.iter().any(|f| f.name == name) {
+            self.0.retain(|f| f.name != name);
+        }
+        self.0.push(RuleField { name: name.clone(), value, replaces: true });
     }
 
     /// Adds `value` after the fields named `name`.
     pub fn add(&mut self, name: &HeaderName, value: HeaderValue) {
-        self.edited().put.push((name.clone(), value));
+        self.0.push(RuleField { name: name.clone(), value: Some(value), replaces: false });
     }
 
     /// Whether a message's own field named `name` (as sent) is written.
     #[inline]
     pub fn keeps(&self, name: &[u8]) -> bool {
-        match &self.0 {
-            None => true,
-            Some(e) => !e.gone.iter().any(|g| name.eq_ignore_ascii_case(g.as_str().as_bytes())),
-        }
+        !self.0.iter().any(|f| f.replaces && name.eq_ignore_ascii_case(f.name.as_str().as_bytes()))
     }
 
     /// The fields written after the message's own, in order.
     pub fn put(&self) -> impl Iterator<Item = (&HeaderName, &HeaderValue)> {
-        self.0.iter().flat_map(|e| e.put.iter().map(|(n, v)| (n, v)))
-    }
-
-    /// How many fields are written after the message's own.
-    fn put_len(&self) -> usize {
-        self.0.as_ref().map_or(0, |e| e.put.len())
+        self.0.iter().filter_map(|f| f.value.as_ref().map(|v| (&f.name, v)))
     }
 
     /// Edits `map` as the rules say, for a message sent as a map.
     pub fn apply(self, map: &mut HeaderMap) {
-        let Some(e) = self.0 else { return };
-        for name in &e.gone {
-            map.remove(name);
+        for f in self.0.iter().filter(|f| f.replaces) {
+            map.remove(&f.name);
         }
-        for (name, value) in e.put {
-            map.append(name, value);
+        for f in self.0 {
+            if let Some(value) = f.value {
+                map.append(f.name, value);
+            }
         }
     }
 }
@@ -167,7 +165,7 @@ pub fn request_head(
     headers: &HeaderMap,
     added: &Added,
 ) -> WrittenFraming {
-    out.reserve(64 + target.len() + (headers.len() + ADDED_MAX + added.rules.put_len()) * 32);
+    out.reserve(64 + target.len() + (headers.len() + ADDED_MAX + added.rules.0.len()) * 32);
     request_line(out, method, target);
     field(out, "host", host.as_bytes());
     let mut seen = WrittenFraming::default();

@@ -62,6 +62,7 @@ impl<'a> Values<'a> {
 /// Applies `edits`, in order, to what the rules make of a message's
 /// fields ([`RuleFields`], written with its head).
 pub(super) fn apply(edits: &[HeaderEdit], rules: &mut RuleFields, values: &Values<'_>) {
+    rules.reserve(edits.iter().map(|e| e.remove.len() + e.set.len() + e.add.len()).sum());
     for edit in edits {
         for name in &edit.remove {
             rules.remove(name);
