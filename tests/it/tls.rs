@@ -195,6 +195,32 @@ async fn https_listener_answers_over_http1_and_h2() -> TestResult {
 }
 
 #[tokio::test]
+async fn header_rules_give_the_same_fields_over_http1_and_h2() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let ca = Ca::new("shardgate test ca")?;
+    let (cert, key) = write_leaf(dir.path(), "proxy", &ca.leaf("proxy")?)?;
+    let [eu, kz, us] = three_backends().await?;
+    let extra = format!(
+        "server: {{ tls: {{ cert: \"{cert}\", key: \"{key}\" }} }}\n\
+         headers:\n  request: {{ set: {{ X-Tenant: \"{{country}}\" }} }}\n  \
+         response: {{ set: {{ X-Served-By: \"{{region}}\" }}, add: {{ X-Backend-Region: also }}, remove: [Content-Type] }}"
+    );
+    let p = proxy(&table(eu.addr, kz.addr, us.addr, &extra)).await?;
+    for (h2, version) in [(false, Version::HTTP_11), (true, Version::HTTP_2)] {
+        let client = https_client(client_config(&ca, None, &[])?, h2);
+        let (v, got) = get_with(&client, &p.https_url(&order(7)), &[]).await?;
+        assert_eq!((v, got.status.as_u16()), (version, 200));
+        assert_eq!(got.header("x-served-by"), Some("kz"), "h2 {h2}");
+        assert_eq!(got.header("content-type"), None, "h2 {h2}");
+        let regions: Vec<&str> =
+            got.headers.get_all("x-backend-region").iter().filter_map(|v| v.to_str().ok()).collect();
+        assert_eq!(regions, ["kz", "also"], "h2 {h2}");
+        assert_eq!(got.json()?["headers"]["x-tenant"], "KZ", "h2 {h2}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
 async fn certificate_files_are_reloaded_without_dropping_connections() -> TestResult {
     let dir = tempfile::tempdir()?;
     let ca = Ca::new("shardgate test ca")?;
