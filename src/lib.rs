@@ -62,8 +62,9 @@
 //!   heads parsed with `httparse` into one buffer, body framing and its
 //!   incremental decoder, heads written into one buffer. No I/O.
 //! * [`wire`]: reading an HTTP/1.1 connection, for both legs.
-//! * [`grpc`]: what the proxy reads of a gRPC call: a field of a protobuf
-//!   message by its field numbers, without the schema. No I/O.
+//! * [`grpc`]: what the proxy reads of a gRPC call (a field of a protobuf
+//!   message by its field numbers, without the schema) and the statuses it
+//!   answers one with. No I/O.
 //! * [`merge`]: the JSON arrays of a fan-out's regions as one array in one
 //!   order, a page at a time, with the cursor of the next page. No I/O.
 //! * [`outcome`]: how a request ended, as the metrics label it.

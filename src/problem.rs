@@ -15,6 +15,8 @@ use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
 use http_body_util::Full;
 use serde_json::{Map, Value};
 
+use crate::grpc;
+use crate::grpc::status::Code;
 use crate::ids::escape_for_display;
 pub use crate::outcome::Outcome;
 
@@ -33,9 +35,13 @@ pub struct Spec {
     pub slug: &'static str,
     /// The `outcome` label of `shardgate_http_server_request_duration_seconds`.
     pub outcome: Outcome,
+    /// The gRPC status a gRPC call gets instead ([`grpc_response`]).
+    pub grpc: Code,
 }
 
-/// A row: status, reason, `Proxy-Status` token, title, type slug, metrics outcome.
+/// A row: status, reason, `Proxy-Status` token, title, type slug, metrics
+/// outcome; its gRPC status follows from the outcome ([`Spec::with_grpc`]
+/// for a row that differs).
 pub const fn row(
     status: StatusCode,
     reason: &'static str,
@@ -44,7 +50,33 @@ pub const fn row(
     slug: &'static str,
     outcome: Outcome,
 ) -> Spec {
-    Spec { status, reason, token, title, slug, outcome }
+    Spec { status, reason, token, title, slug, outcome, grpc: grpc_code(outcome) }
+}
+
+impl Spec {
+    /// The row with another gRPC status than its outcome's.
+    pub const fn with_grpc(self, grpc: Code) -> Spec {
+        Spec { grpc, ..self }
+    }
+}
+
+/// The gRPC status of a call that ended so (a proxied call's own status is
+/// its backend's; only failures are answered by the proxy).
+const fn grpc_code(outcome: Outcome) -> Code {
+    use Outcome as O;
+    match outcome {
+        O::Proxied | O::ForwardedToPeer | O::Minted | O::Fanout | O::FanoutPartial | O::Searched | O::SearchCached => {
+            Code::Unknown
+        }
+        O::NoRoute => Code::Unimplemented,
+        O::BadId | O::BadRequest => Code::InvalidArgument,
+        O::NoOwner => Code::FailedPrecondition,
+        O::Unavailable | O::UpstreamError | O::Refused => Code::Unavailable,
+        O::Timeout => Code::DeadlineExceeded,
+        O::TooLarge => Code::ResourceExhausted,
+        O::Loop | O::ProxyError => Code::Internal,
+        O::NotFound => Code::NotFound,
+    }
 }
 
 /// `Proxy-Status` token: the request itself is at fault.
@@ -121,6 +153,27 @@ pub fn response(err: &dyn Problem, instance: &str, request_id: &str, proxy_name:
     let h = resp.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    let ps = format!("{proxy_name}; error={}; details=\"{}\"", spec.token, spec.reason);
+    if let Ok(v) = HeaderValue::from_str(&ps) {
+        h.insert("proxy-status", v);
+    }
+    err.fields(h);
+    resp
+}
+
+/// The answer to a gRPC call for `err`: `200` with its gRPC status and
+/// message in the head and no body (gRPC's "Trailers-Only"), the same
+/// `Proxy-Status` as [`response`] and the error's own fields.
+pub fn grpc_response(err: &dyn Problem, proxy_name: &str) -> Response<ErrorBody> {
+    let spec = err.spec();
+    let mut resp = Response::new(Full::new(Bytes::new()));
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    h.insert("grpc-status", HeaderValue::from(u16::from(spec.grpc.number())));
+    let text = format!("{}: {err}", spec.reason);
+    if let Ok(v) = HeaderValue::from_str(&grpc::status::message(&text)) {
+        h.insert("grpc-message", v);
+    }
     let ps = format!("{proxy_name}; error={}; details=\"{}\"", spec.token, spec.reason);
     if let Ok(v) = HeaderValue::from_str(&ps) {
         h.insert("proxy-status", v);

@@ -1,6 +1,8 @@
 //! gRPC: what the proxy reads of a call to route it. No I/O.
 //!
 //! * [`field`]: a field of a protobuf message found by its field numbers
-//!   (`2.1`), without the message's schema.
+//!   (`2.1`), without the message's schema;
+//! * [`status`]: gRPC statuses, for the answers the proxy makes itself.
 
 pub mod field;
+pub mod status;

@@ -56,6 +56,9 @@ pub(super) struct Arrival {
     pub(super) uri: Uri,
     /// See `method`.
     pub(super) version: Version,
+    /// Whether it is a gRPC call (`content-type: application/grpc…`): the
+    /// proxy's own answers to it are gRPC statuses, not problem+json.
+    pub(super) grpc: bool,
 }
 
 impl Arrival {

@@ -57,6 +57,7 @@ use http::request::Parts;
 use http::{HeaderValue, Response};
 use http_body_util::Either;
 
+use crate::grpc::status::is_grpc;
 use crate::http1::write::RuleFields;
 use crate::ids::{SystemClock, Uuid7Minter};
 use crate::mesh;
@@ -200,6 +201,7 @@ impl Proxy {
             method: head.method.clone(),
             uri: head.uri.clone(),
             version: head.version,
+            grpc: head.headers.get(http::header::CONTENT_TYPE).is_some_and(|v| is_grpc(v.as_bytes())),
         };
         let journal = Journal { trace: self.server_span(head), ..Journal::default() };
         let mut ctx = Ctx { table, conn, arrival, journal, hops: 0, relayed: false };

@@ -1,5 +1,5 @@
 //! Respond: the end of every request. An error becomes its problem+json
-//! answer ([`super::error`]); while draining every HTTP/1.x answer gets
+//! answer ([`super::error`]), or its gRPC status for a gRPC call; while draining every HTTP/1.x answer gets
 //! `Connection: close`; the debug headers, the request and leg metrics, the
 //! trace's attributes and the access-log line are written here, once, from
 //! the request's [`Journal`], which the stages wrote as they went.
@@ -16,7 +16,7 @@ use crate::http1::write::RuleFields;
 use crate::ids::Format;
 use crate::metrics::{Metrics, RequestRecord};
 use crate::outcome::Outcome;
-use crate::problem::response as problem_response;
+use crate::problem::{grpc_response, response as problem_response};
 use crate::routing::{Loaded, Table};
 use crate::server::{AnswerBody, Drain};
 use crate::telemetry::access::ACCESS_FILE;
@@ -56,7 +56,12 @@ pub(super) fn finish(
             }
             tracing::debug!(error = %err, reason = err.reason(), "proxy error");
             let id = arrival.request_id.to_str().unwrap_or("-");
-            let resp = problem_response(&err, arrival.uri.path(), id, report.name).map(Either::Right);
+            let resp = if arrival.grpc {
+                grpc_response(&err, report.name)
+            } else {
+                problem_response(&err, arrival.uri.path(), id, report.name)
+            };
+            let resp = resp.map(Either::Right);
             (resp, Some(err))
         }
     };

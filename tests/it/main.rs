@@ -16,6 +16,7 @@ mod explain;
 mod faults;
 mod frontdoor;
 mod global;
+mod grpc;
 mod health;
 mod hostile;
 mod http1;

@@ -6,6 +6,7 @@
 use http::StatusCode as S;
 
 use super::{LegFailure, ProxyError};
+use crate::grpc::status::Code;
 use crate::problem::{row, Outcome, Spec, DEST, HEADERS_TOO_LARGE, METHOD_NOT_ALLOWED, REQ};
 
 const UNAVAILABLE: &str = "destination_unavailable";
@@ -44,7 +45,8 @@ const SATURATED: Spec = row(
     "Upstream saturated",
     "upstream-saturated",
     Outcome::Unavailable,
-);
+)
+.with_grpc(Code::ResourceExhausted);
 const UPSTREAM_TIMEOUT: Spec =
     row(S::GATEWAY_TIMEOUT, "upstream_timeout", LATE, "Upstream timeout", "timeout", Outcome::Timeout);
 const CONNECT: Spec = row(
