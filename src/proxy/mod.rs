@@ -201,7 +201,9 @@ impl Proxy {
             method: head.method.clone(),
             uri: head.uri.clone(),
             version: head.version,
-            grpc: head.headers.get(http::header::CONTENT_TYPE).is_some_and(|v| is_grpc(v.as_bytes())),
+            // gRPC is carried over HTTP/2 only.
+            grpc: head.version == http::Version::HTTP_2
+                && head.headers.get(http::header::CONTENT_TYPE).is_some_and(|v| is_grpc(v.as_bytes())),
         };
         let journal = Journal { trace: self.server_span(head), ..Journal::default() };
         let mut ctx = Ctx { table, conn, arrival, journal, hops: 0, relayed: false };

@@ -84,7 +84,9 @@ pub(super) fn finish(
         }
     }
     let mut rules = RuleFields::new();
-    if let Some(route) = journal.route.filter(|r| !r.headers.response.is_empty() && !ctx.relayed) {
+    // A gRPC status the proxy answers is the protocol's, not the application's to edit.
+    let grpc_status = error.is_some() && arrival.grpc;
+    if let Some(route) = journal.route.filter(|r| !r.headers.response.is_empty() && !ctx.relayed && !grpc_status) {
         edits::apply(&route.headers.response, &mut rules, &ctx.values(route, journal.region));
     }
     let outcome = journal.outcome(error.as_ref());

@@ -214,7 +214,7 @@ fn echoed(echo: &serde_json::Value, name: &str) -> Vec<String> {
 
 const HEADER_RULES: &str = r#"headers:
   request: { set: { X-Env: prod, X-Tenant: everyone }, remove: [X-Debug] }
-  response: { set: { Strict-Transport-Security: "max-age=60" }, remove: [X-Powered-By, Content-Type] }
+  response: { set: { Strict-Transport-Security: "max-age=60" }, remove: [X-Powered-By, Content-Type, Date] }
 "#;
 
 const HEADER_ROUTES: &str = r#"  - name: orders-with-rules
@@ -255,8 +255,10 @@ async fn header_rules_edit_the_request_and_the_answer_with_the_requests_values()
     assert_eq!(got.header("x-served-by"), Some("kz"));
     assert_eq!(got.header("x-env"), Some("{prod}"));
     assert_eq!(got.headers.get_all("cache-control").iter().count(), 1);
-    // The backend's own fields: removed, added to after its value, replaced.
+    // The backend's own fields: removed, added to after its value, replaced;
+    // its `Date` removed, the proxy's own takes its place.
     assert_eq!(got.header("content-type"), None);
+    assert_eq!(got.headers.get_all("date").iter().count(), 1);
     let values = |got: &support::Got| -> Vec<String> {
         got.headers.get_all("x-backend-region").iter().filter_map(|v| v.to_str().ok().map(str::to_string)).collect()
     };
@@ -288,6 +290,8 @@ fn header_rules_refuse_the_proxys_own_fields_with_their_line() {
         ("headers: { request: { set: { X-A: \"{nope}\" } } }", "{nope} is not one of"),
         ("headers: { request: { set: { X-A: a }, add: { x-a: b } } }", "edited twice"),
         ("headers: { reqest: { set: { X-A: a } } }", "reqest"),
+        ("headers: { request: { remove: [traceparent] } }", "trace context"),
+        ("headers: { response: { set: { grpc-status: \"0\" } } }", "gRPC's protocol fields"),
     ] {
         let yaml = support::table(addr, addr, addr, top);
         let err = shardgate::config::load_str(&yaml, "t.yaml").err().map(|e| e.to_string()).unwrap_or_default();

@@ -49,9 +49,16 @@ async fn the_proxys_own_failures_are_grpc_statuses_to_a_grpc_client() -> TestRes
         let body = resp.into_body().collect().await?.to_bytes();
         assert!(body.is_empty(), "{path}: a Trailers-Only answer has no body");
     }
-    // The same failure to a client that is not gRPC is problem+json.
+    // The same failure to a client that is not gRPC is problem+json, and so
+    // is one over HTTP/1.1, which never carries gRPC.
     let plain = support::get(&p.url("/v1/orders/not-an-id")).await?;
     assert_eq!(plain.status, 400);
     assert_eq!(plain.header("content-type"), Some("application/problem+json"));
+    let req = Request::post(p.url("/v1/orders/not-an-id"))
+        .header("content-type", "application/grpc")
+        .body(Full::new(Bytes::new()))?;
+    let h1 = support::send(req).await?;
+    assert_eq!(h1.status, 400);
+    assert_eq!(h1.header("content-type"), Some("application/problem+json"));
     Ok(())
 }

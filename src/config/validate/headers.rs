@@ -45,6 +45,14 @@ fn edit(spec: &HeaderEditSpec, at: &YamlPath, ctx: &mut Ctx<'_>) -> HeaderEdit {
     let mut seen = HashSet::new();
     let mut name = |ctx: &mut Ctx<'_>, path: &YamlPath, text: &str| -> Option<HeaderName> {
         let h = header_name(ctx, path, text, "X-Tenant")?;
+        if let Some(why) = protocol_field(&h) {
+            ctx.at(
+                path,
+                format!("header {} {why}", show(text)),
+                Some("name a field of the application's own, such as X-Tenant"),
+            );
+            return None;
+        }
         if !seen.insert(h.clone()) {
             let m = format!("header {} is edited twice in one direction", show(text));
             ctx.at(path, m, Some("remove, set or add each field once"));
@@ -71,3 +79,17 @@ fn edit(spec: &HeaderEditSpec, at: &YamlPath, ctx: &mut Ctx<'_>) -> HeaderEdit {
 
 const VALUE_HINT: &str =
     "e.g. \"{region}\" or \"max-age=31536000\"; variables: {request_id}, {region}, {route}, {country}, {entity}";
+
+/// Why a header rule may not edit `name`, beyond the proxy-owned fields:
+/// the trace context the proxy propagates, and gRPC's own protocol fields
+/// (an edited `grpc-status` would change what a call's caller is told).
+fn protocol_field(name: &HeaderName) -> Option<&'static str> {
+    let n = name.as_str();
+    if n == "traceparent" || n == "tracestate" {
+        Some("carries the trace context the proxy propagates")
+    } else if n.starts_with("grpc-") {
+        Some("is one of gRPC's protocol fields")
+    } else {
+        None
+    }
+}

@@ -97,7 +97,12 @@ pub(super) fn write_head(
         Framed::UntilClose
     };
     fields(out, upstream, headers, ours, switching);
-    if !headers.contains_key(header::DATE) && !upstream.is_some_and(|f| f.contains("date")) {
+    // A `Date` already written (the map's, the upstream's unless a rule
+    // removed or replaced it, a rule's own) is the answer's; else this server's.
+    let dated = (headers.contains_key(header::DATE) && ours.rules.keeps(b"date"))
+        || (upstream.is_some_and(|f| f.contains("date")) && ours.rules.keeps(b"date"))
+        || ours.rules.put().any(|(name, _)| name == header::DATE);
+    if !dated {
         http1::write::field(out, "date", &http_date());
     }
     if !switching {
