@@ -345,8 +345,9 @@ routes:
 
 
 # The routes of the `pinned` mode (a prefix route without an id, every
-# request to one region) and the `ruled` mode (the path mode's route with
-# three header rules: two on the request, one on the answer).
+# request to one region), the `ruled` mode (the path mode's route with
+# three header rules: two on the request, one on the answer, with the
+# request's values) and the `fixed` mode (the same three with fixed values).
 FRONT_DOOR_ROUTES = """  - name: pinned
     match: { prefix: "/v1/pinned/" }
     to: { region: eu }
@@ -356,10 +357,16 @@ FRONT_DOOR_ROUTES = """  - name: pinned
     headers:
       request: { set: { X-Tenant: "{country}", X-Route: "{route}" } }
       response: { set: { X-Served-By: "{region}" } }
+  - name: fixed
+    match: { path: "/v1/fixed/{id}", methods: [GET] }
+    id: { path_param: id, formats: [iuid] }
+    headers:
+      request: { set: { X-Tenant: acme, X-Env: prod } }
+      response: { set: { Strict-Transport-Security: "max-age=31536000" } }
 """
 
 # Where each mode's requests go, before the id.
-MODE_PATHS = {"path": "/v1/orders/", "pinned": "/v1/pinned/", "ruled": "/v1/ruled/"}
+MODE_PATHS = {"path": "/v1/orders/", "pinned": "/v1/pinned/", "ruled": "/v1/ruled/", "fixed": "/v1/fixed/"}
 
 
 def lua_script(tmp, ids, mode):

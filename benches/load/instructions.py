@@ -9,7 +9,7 @@ requests served. Counting starts once the proxy is up and has routed the
 check requests (`callgrind_control -i on`), so start-up (loading the system's
 TLS roots, the table) does not weigh on a binary that served fewer requests.
 
-    benches/load/instructions.py [--mode path|header|pinned|ruled] [--seconds 15] [--cache-sim] [--backend] BINARY...
+    benches/load/instructions.py [--mode path|header|pinned|ruled|fixed] [--seconds 15] [--cache-sim] [--backend] BINARY...
 
 BINARY is a shardgate binary, or `nginx` or `haproxy` for the two reference
 proxies with compare.py's configurations (nginx without its master process,
@@ -49,9 +49,10 @@ REFERENCE = ("nginx", "nginx+fields", "haproxy", "haproxy+fields")
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mode", choices=["path", "header", "pinned", "ruled"], default="path",
+    ap.add_argument("--mode", choices=["path", "header", "pinned", "ruled", "fixed"], default="path",
                     help="pinned: a route without an id; ruled: the path route with three header rules "
-                         "(both need a build that reads them)")
+                         "with the request's values; fixed: the same with fixed values "
+                         "(these need a build that reads them)")
     ap.add_argument("--seconds", type=int, default=15)
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--cache-sim", action="store_true")
@@ -67,7 +68,7 @@ def main():
         print(f"the backends' callgrind files: {backend_out}.1 for the first row, .2 for the second, ...", flush=True)
     wrap = ("valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={backend_out}") \
         if args.backend else ()
-    front_door = args.mode in ("pinned", "ruled")
+    front_door = args.mode in ("pinned", "ruled", "fixed")
     tmp, backend, ids, config = c.one_proxy_workload("shardgate-callgrind-", minter, wrap, front_door)
     try:
         script = c.lua_script(tmp, ids, args.mode)
