@@ -16,6 +16,7 @@ mod settings;
 
 use http::HeaderName;
 
+use super::duration::Dur;
 use super::model::Config;
 use super::report::Ctx;
 use super::schema::File;
@@ -96,6 +97,26 @@ fn header_name(ctx: &mut Ctx<'_>, path: &YamlPath, name: &str, example: &str) ->
     }
     Some(h)
 }
+
+/// A region's or a route's own `attempt_timeout` and `request_timeout`
+/// (under `at`): each positive, and one attempt fitting in the whole
+/// request, a key left unset being `upstream`'s.
+fn own_timeouts(file: &File, attempt: Option<Dur>, request: Option<Dur>, at: &YamlPath, ctx: &mut Ctx<'_>) {
+    for (key, d) in [("attempt_timeout", attempt), ("request_timeout", request)] {
+        if d.is_some_and(|d| d.0.is_zero()) {
+            ctx.at(&at.k(key), format!("{key} must be positive"), Some(DURATION_HINT));
+        }
+    }
+    let (a, r) = (attempt.unwrap_or(file.upstream.attempt_timeout), request.unwrap_or(file.upstream.request_timeout));
+    if a > r {
+        let key = if attempt.is_some() { "attempt_timeout" } else { "request_timeout" };
+        let m = format!("attempt_timeout {a} is longer than request_timeout {r}");
+        ctx.at(&at.k(key), m, Some("one attempt must fit in the whole request (unset keys are upstream's)"));
+    }
+}
+
+/// What a bad duration's hint says.
+const DURATION_HINT: &str = "durations look like 250ms, 15s or 2m";
 
 /// Fields that describe one connection (RFC 9110 §7.6.1, and the
 /// non-standard ones proxies drop): removed before a request is forwarded,

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::{closest, is_name, MAX_REGIONS};
+use super::{closest, is_name, own_timeouts, DURATION_HINT, MAX_REGIONS};
 use crate::config::model::{Balance, Country, Entity, Override, Region};
 use crate::config::report::{Ctx, NameKind};
 use crate::config::schema::{File, RegionUpstream};
@@ -176,22 +176,10 @@ fn region_upstream(file: &File, up: &RegionUpstream, at: &YamlPath, ctx: &mut Ct
         let hint = Some("a positive whole number, e.g. 512");
         ctx.at(&at.k("max_connections"), "max_connections must be positive".into(), hint);
     }
-    let hint = Some("durations look like 250ms, 15s or 2m");
-    for (key, d) in [("attempt_timeout", up.attempt_timeout), ("request_timeout", up.request_timeout)] {
-        if d.is_some_and(|d| d.0.is_zero()) {
-            ctx.at(&at.k(key), format!("{key} must be positive"), hint);
-        }
-    }
-    let attempt = up.attempt_timeout.unwrap_or(file.upstream.attempt_timeout);
-    let request = up.request_timeout.unwrap_or(file.upstream.request_timeout);
-    if attempt > request {
-        let key = if up.attempt_timeout.is_some() { "attempt_timeout" } else { "request_timeout" };
-        let m = format!("attempt_timeout {attempt} is longer than request_timeout {request}");
-        ctx.at(&at.k(key), m, Some("one attempt must fit in the whole request (unset keys are upstream's)"));
-    }
+    own_timeouts(file, up.attempt_timeout, up.request_timeout, at, ctx);
     if let Some(h) = &up.health {
         if h.timeout.is_some_and(|d| d.0.is_zero()) {
-            ctx.at(&at.k("health").k("timeout"), "timeout must be positive".into(), hint);
+            ctx.at(&at.k("health").k("timeout"), "timeout must be positive".into(), Some(DURATION_HINT));
         }
         match h.interval {
             Some(d) if d.0.is_zero() => {

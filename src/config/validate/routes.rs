@@ -10,7 +10,7 @@ use super::headers;
 use super::names::{Names, METHODS};
 use super::paths::{matched, rewrite, MethodSet, Templates};
 use super::reads;
-use super::{format_list, header_name};
+use super::{format_list, header_name, own_timeouts};
 use crate::config::model::{Country, CountrySource, Entity, IdRule, IdSource, MintRule, Route, Strategy, To};
 use crate::config::report::Ctx;
 use crate::config::schema::{self, File, IdSpec, MintSpec, ToSpec};
@@ -256,19 +256,7 @@ fn methods(r: &schema::Route, p: &YamlPath, ctx: &mut Ctx<'_>) -> (MethodSet, Op
 /// `policy`: positive timeouts, an attempt that fits in the request (the
 /// route's or `upstream`'s), a budget ratio that is a fraction.
 fn check_policy(file: &File, policy: &schema::PolicySpec, pp: &YamlPath, ctx: &mut Ctx<'_>) {
-    let hint = Some("durations look like 250ms, 15s or 2m");
-    for (key, d) in [("attempt_timeout", policy.attempt_timeout), ("request_timeout", policy.request_timeout)] {
-        if d.is_some_and(|d| d.0.is_zero()) {
-            ctx.at(&pp.k(key), format!("{key} must be positive"), hint);
-        }
-    }
-    let attempt = policy.attempt_timeout.unwrap_or(file.upstream.attempt_timeout);
-    let request = policy.request_timeout.unwrap_or(file.upstream.request_timeout);
-    if attempt > request {
-        let at = if policy.attempt_timeout.is_some() { "attempt_timeout" } else { "request_timeout" };
-        let m = format!("attempt_timeout {attempt} is longer than request_timeout {request}");
-        ctx.at(&pp.k(at), m, Some("one attempt must fit in the whole request (unset keys are upstream's)"));
-    }
+    own_timeouts(file, policy.attempt_timeout, policy.request_timeout, pp, ctx);
     if let Some(b) = &policy.retry_budget {
         if !(0.0..=1.0).contains(&b.ratio) {
             let m = format!("retry budget ratio {} is outside 0-1", b.ratio);
