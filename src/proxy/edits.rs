@@ -15,7 +15,6 @@ use bytes::Bytes;
 use http::HeaderValue;
 
 use crate::http1::write::RuleFields;
-
 use crate::routing::{FieldValue, HeaderEdit, Table, ValuePiece, Var};
 
 /// What a rule's variables stand for in one request.

@@ -96,13 +96,8 @@ pub(super) fn write_head(
         keep = false;
         Framed::UntilClose
     };
-    fields(out, upstream, headers, ours, switching);
-    // A `Date` already written (the map's, the upstream's unless a rule
-    // removed or replaced it, a rule's own) is the answer's; else this server's.
-    let dated = (headers.contains_key(header::DATE) && ours.rules.keeps(b"date"))
-        || (upstream.is_some_and(|f| f.contains("date")) && ours.rules.keeps(b"date"))
-        || ours.rules.put().any(|(name, _)| name == header::DATE);
-    if !dated {
+    // A `Date` among the fields written is the answer's; else this server's.
+    if !fields(out, upstream, headers, ours, switching) {
         http1::write::field(out, "date", &http_date());
     }
     if !switching {
@@ -120,14 +115,20 @@ pub(super) fn write_head(
 /// and those the map or `ours` replace), the map's (but `Connection`,
 /// unless switching protocols, and a request id `ours` replaces), then
 /// `ours`: this proxy's `Via` after the upstream's, the request id.
-fn fields(out: &mut Vec<u8>, upstream: Option<&Fields>, headers: &HeaderMap, ours: Ours<'_>, switching: bool) {
+/// Returns whether one of the fields written is a `Date`.
+fn fields(out: &mut Vec<u8>, upstream: Option<&Fields>, headers: &HeaderMap, ours: Ours<'_>, switching: bool) -> bool {
+    let mut dated = false;
+    let mut write = |out: &mut Vec<u8>, name: &[u8], value: &[u8]| {
+        dated |= name.eq_ignore_ascii_case(b"date");
+        http1::write::field(out, name, value);
+    };
     for (name, value) in upstream.iter().flat_map(|f| f.iter()) {
         let replaced = || {
             (ours.request_id.is_some() && name.eq_ignore_ascii_case(X_REQUEST_ID.as_str().as_bytes()))
                 || headers.keys().any(|k| k != header::VIA && name.eq_ignore_ascii_case(k.as_str().as_bytes()))
         };
         if !name.eq_ignore_ascii_case(b"connection") && ours.rules.keeps(name) && !replaced() {
-            http1::write::field(out, name, value);
+            write(out, name, value);
         }
     }
     for (name, value) in headers {
@@ -136,11 +137,11 @@ fn fields(out: &mut Vec<u8>, upstream: Option<&Fields>, headers: &HeaderMap, our
         let fate = name == header::CONNECTION && !switching;
         let replaced = ours.request_id.is_some() && name == X_REQUEST_ID;
         if !(fate || replaced) && ours.rules.keeps(name.as_str().as_bytes()) {
-            http1::write::field(out, name.as_str(), value.as_bytes());
+            write(out, name.as_str().as_bytes(), value.as_bytes());
         }
     }
     for (name, value) in ours.rules.put() {
-        http1::write::field(out, name.as_str(), value.as_bytes());
+        write(out, name.as_str().as_bytes(), value.as_bytes());
     }
     if let Some(via) = ours.via {
         http1::write::field(out, header::VIA.as_str(), via.as_bytes());
@@ -148,6 +149,7 @@ fn fields(out: &mut Vec<u8>, upstream: Option<&Fields>, headers: &HeaderMap, our
     if let Some(id) = ours.request_id {
         http1::write::field(out, X_REQUEST_ID.as_str(), id.as_bytes());
     }
+    dated
 }
 
 /// `Date` for a response: the current second's, formatted once per second per thread.
