@@ -219,6 +219,11 @@ pub struct HeaderRules {
     pub request: Vec<HeaderEdit>,
     /// Of the answer going to the client.
     pub response: Vec<HeaderEdit>,
+    /// `request`, made once against the table's names when the table is
+    /// built; `None` without edits.
+    pub request_rules: Option<std::sync::Arc<crate::http1::rules::Rules>>,
+    /// `response`, likewise.
+    pub response_rules: Option<std::sync::Arc<crate::http1::rules::Rules>>,
 }
 
 /// One set of field edits: removed, then set, then added.

@@ -9,6 +9,8 @@
 //! * [`response`]: a response head and how its body is delimited (§6.3),
 //!   its fields kept as ranges of the head's bytes ([`fields`]);
 //! * [`framing`]: body framing and the incremental decoder;
+//! * [`rules`]: header rules made once per route, and what they make of
+//!   one message's fields;
 //! * [`write`](mod@write): heads and fields written into a buffer.
 //!
 //! Why by hand: hyper's HTTP/1 state machines (a task and a channel per
@@ -21,6 +23,7 @@ pub mod fields;
 pub mod framing;
 pub mod request;
 pub mod response;
+pub mod rules;
 pub mod write;
 
 use std::fmt;

@@ -6,15 +6,17 @@
 //! part it needs: `locate` the table, `forward` the journal, `fanout` and
 //! `search` the whole context.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use http::{HeaderValue, Method, Uri, Version};
 
-use super::edits::Values;
 use super::error::ProxyError;
 use super::locate::Plan;
+use crate::http1::rules::{RuleFields, Rules, PICKS};
 use crate::ids::{Decoded, Format};
 use crate::outcome::Outcome;
+use crate::routing::rules::{COUNTRY, ENTITY, REGION};
 use crate::routing::{RegionId, Route, Rule, Table};
 use crate::server::ConnInfo;
 use crate::telemetry::traces::TraceSpan;
@@ -76,8 +78,8 @@ impl Arrival {
 pub(super) struct Journal<'t> {
     /// The route, when one matched (borrowed from the request's table snapshot).
     pub(super) route: Option<&'t Route>,
-    /// Name of the region that served the request.
-    pub(super) region: Option<&'t str>,
+    /// The region that served the request.
+    pub(super) region: Option<RegionId>,
     /// Why the owner was chosen (the table's rule).
     pub(super) rule: Option<Rule>,
     /// When the owner's region was down: the owner, whose failover region served.
@@ -158,21 +160,27 @@ impl Journal<'_> {
     }
 }
 
-impl<'t> Ctx<'t> {
-    /// The values of header rules' variables for this request; `region`
-    /// is the owner's (request) or the serving one's (answer).
-    pub(super) fn values(&self, route: &'t Route, region: Option<&'t str>) -> Values<'_> {
-        Values {
-            table: self.table,
-            request_id: &self.arrival.request_id,
-            route: &route.name,
-            region,
-            iuid: self.journal.iuid,
+impl Ctx<'_> {
+    /// What header rules `rules` make of this request's fields, or of its
+    /// answer's: `region` is the owner (request) or the region that served
+    /// it (answer).
+    pub(super) fn rule_fields(&self, rules: &Arc<Rules>, region: Option<RegionId>) -> RuleFields {
+        let mut at = [None; PICKS];
+        at[REGION] = region.map(|r| usize::from(r.0));
+        if let Some((country, entity)) = self.journal.iuid {
+            at[COUNTRY] = Some(usize::from(country));
+            at[ENTITY] = Some(usize::from(entity));
         }
+        RuleFields::of(rules, at, &self.arrival.request_id)
     }
 }
 
 impl<'t> Journal<'t> {
+    /// The name of the region that served the request.
+    pub(super) fn region_name<'a>(&self, table: &'a Table) -> Option<&'a str> {
+        self.region.map(|r| table.region(r).name.as_str())
+    }
+
     /// Records what `locate` decided: the route, the id (its format,
     /// whether it was minted, the id itself when `log.ids` is on) and the
     /// placement rule.

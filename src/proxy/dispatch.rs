@@ -24,6 +24,8 @@ pub type Chain = smallvec::SmallVec<[RegionId; 8]>;
 pub struct Target<'t> {
     /// The region that serves it.
     pub region: &'t Region,
+    /// Its id.
+    pub id: RegionId,
     /// Its backends, or its peer shardgate alone.
     pub endpoints: &'t [Upstream],
     /// Whether `endpoints` is the region's peer shardgate.
@@ -79,11 +81,11 @@ pub fn dispatch<'t>(
         let remote = table.local_region().is_some_and(|local| local != id);
         let peers = table.peers(id);
         if (remote || region.upstreams.is_empty()) && peers.iter().any(usable) {
-            return Ok(Target { region, endpoints: peers, via_peer: true, loads: &[], limits });
+            return Ok(Target { region, id, endpoints: peers, via_peer: true, loads: &[], limits });
         }
         if region.upstreams.iter().any(usable) {
             let loads = table.loads(id);
-            return Ok(Target { region, endpoints: &region.upstreams, via_peer: false, loads, limits });
+            return Ok(Target { region, id, endpoints: &region.upstreams, via_peer: false, loads, limits });
         }
         match table.failover(id) {
             Some(next) if can_fail_over && !chain.contains(&next) => chain.push(next),

@@ -235,7 +235,7 @@ fn trace_attempt(
 
 /// Records where the request is going, for the log and the debug headers.
 fn note_target<'t>(leg: &Leg<'t>, target: &Target<'t>, journal: &mut Journal<'t>) {
-    journal.region = Some(target.region.name.as_str());
+    journal.region = Some(target.id);
     journal.peer = target.via_peer;
     let owner = leg.chain.first().map(|&r| leg.table.region(r).name.as_str());
     journal.failover_from = owner.filter(|o| *o != target.region.name);

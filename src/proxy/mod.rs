@@ -19,7 +19,6 @@
 //! * [`locate`]: match → extract → decode (or mint) → place, a pure function.
 //! * [`extract`]: where the route's id is (path parameter, header, query).
 //! * [`rewrite`]: the target the upstream is asked for, when the route rewrites it.
-//! * `edits`: header rules, the table's and the route's, on the request and the answer.
 //! * [`mint`]: ids minted for create routes, and the batch mint endpoint.
 //! * [`dispatch`]: which endpoints: local, peer, or along the failover chain.
 //! * [`forward`]: the attempts of the upstream leg ([`crate::upstream`] sends them), the tunnel.
@@ -33,7 +32,6 @@
 
 mod ctx;
 pub mod dispatch;
-mod edits;
 mod endpoints;
 pub mod error;
 pub mod extract;
@@ -58,7 +56,7 @@ use http::{HeaderValue, Response};
 use http_body_util::Either;
 
 use crate::grpc::status::is_grpc;
-use crate::http1::write::RuleFields;
+use crate::http1::rules::RuleFields;
 use crate::ids::{SystemClock, Uuid7Minter};
 use crate::mesh;
 use crate::metrics::Metrics;
@@ -299,12 +297,12 @@ impl Proxy {
         };
         let (mut added, tunnel) = headers::to_upstream(ctx, parts, &body, plan.route(), &self.me.via);
         let route = plan.route();
-        if !route.headers.request.is_empty() && !ctx.relayed {
+        if let Some(rules) = route.headers.request_rules.as_ref().filter(|_| !ctx.relayed) {
             let owner = match &plan {
-                Plan::One(located) => Some(table.region(located.placement.region).name.as_str()),
+                Plan::One(located) => Some(located.placement.region),
                 _ => None,
             };
-            edits::apply(&route.headers.request, added.rules_mut(), &ctx.values(route, owner));
+            *added.rules_mut() = ctx.rule_fields(rules, owner);
         }
         let reach = self.reach();
         // A peer's fan-out or search leg: this region's answer, as it is.

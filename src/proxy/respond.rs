@@ -10,9 +10,8 @@ use http::{header, HeaderValue, Response, Version};
 use http_body_util::Either;
 
 use super::ctx::{Arrival, Ctx, Journal};
-use super::edits;
 use super::error::ProxyError;
-use crate::http1::write::RuleFields;
+use crate::http1::rules::RuleFields;
 use crate::ids::Format;
 use crate::metrics::{Metrics, RequestRecord};
 use crate::outcome::Outcome;
@@ -74,7 +73,7 @@ pub(super) fn finish(
         let rule = journal.rule_text(table);
         for (name, value) in [
             ("x-shardgate-route", journal.route.map(|r| r.name.as_str())),
-            ("x-shardgate-region", journal.region),
+            ("x-shardgate-region", journal.region_name(table)),
             ("x-shardgate-rule", rule.as_deref()),
             ("x-shardgate-legs", legs.as_deref()),
         ] {
@@ -83,12 +82,13 @@ pub(super) fn finish(
             }
         }
     }
-    let mut rules = RuleFields::new();
     // A gRPC status the proxy answers is the protocol's, not the application's to edit.
     let grpc_status = error.is_some() && arrival.grpc;
-    if let Some(route) = journal.route.filter(|r| !r.headers.response.is_empty() && !ctx.relayed && !grpc_status) {
-        edits::apply(&route.headers.response, &mut rules, &ctx.values(route, journal.region));
-    }
+    let route_rules = journal.route.and_then(|r| r.headers.response_rules.as_ref());
+    let rules = match route_rules.filter(|_| !ctx.relayed && !grpc_status) {
+        Some(rules) => ctx.rule_fields(rules, journal.region),
+        None => RuleFields::new(),
+    };
     let outcome = journal.outcome(error.as_ref());
     let record = Record {
         status: resp.status().as_u16(),
@@ -126,7 +126,7 @@ impl Record<'_> {
             traces::set(span, "shardgate.route", route.name.clone());
         }
         let texts = [
-            ("shardgate.region", journal.region.map(str::to_string)),
+            ("shardgate.region", journal.region_name(table).map(str::to_string)),
             ("shardgate.rule", journal.rule_text(table)),
             ("shardgate.id.format", journal.format.map(|f| f.name().to_string())),
             ("shardgate.id", journal.id.clone()),
@@ -152,7 +152,7 @@ impl Record<'_> {
             &RequestRecord {
                 method: &arrival.method,
                 route: journal.route.map(|r| r.name.as_str()),
-                region: journal.region,
+                region: journal.region_name(&loaded.table),
                 status: self.status,
                 outcome: self.outcome,
                 id: journal.format.map(|f| (f.name(), journal.minted)),
@@ -179,7 +179,7 @@ impl Record<'_> {
             status = self.status,
             duration_s = duration.as_secs_f64(),
             upstream_duration_s = self.upstream.map(|d| d.as_secs_f64()),
-            region = journal.region,
+            region = journal.region_name(&loaded.table),
             rule = journal.rule_text(&loaded.table).as_deref(),
             attempts = journal.attempts,
             peer_forwarded = journal.peer,

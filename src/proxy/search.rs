@@ -113,7 +113,7 @@ pub(super) async fn search<'t>(
         });
     };
     found.remember(&route.name, &id, table, region, Instant::now());
-    ctx.journal.region = Some(table.region(region).name.as_str());
+    ctx.journal.region = Some(region);
     if itself {
         return Ok(resp);
     }

@@ -2,6 +2,7 @@
 //!
 //! * [`table`]: [`Table`] compiled from a validated [`crate::config::Config`]:
 //!   flat arrays and small maps, immutable once built;
+//! * [`rules`]: header rules made once per route against the table's names;
 //! * [`rule`]: the vocabulary: [`RegionId`], [`Strategy`], [`Placement`], [`Rule`], [`NoOwner`];
 //! * [`place`]: [`Table::place`], decoded id → [`Placement`] (region and rule);
 //! * [`found`]: [`Found`], where `placement: search` routes found their
@@ -18,6 +19,7 @@ pub mod place;
 pub mod reload;
 pub mod resolved;
 pub mod rule;
+pub mod rules;
 pub mod shared;
 pub mod table;
 

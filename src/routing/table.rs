@@ -4,8 +4,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::AtomicUsize;
-
-use http::HeaderValue;
+use std::sync::Arc;
 
 use crate::config::model::Config;
 pub use crate::config::model::{
@@ -15,6 +14,7 @@ pub use crate::config::model::{
 pub use crate::config::settings::{Settings, UpstreamPolicy};
 use crate::config::template::insert_template;
 pub use crate::config::values::Upstream;
+use crate::http1::rules::Lists;
 use crate::ids;
 
 use super::resolved::Resolved;
@@ -102,29 +102,8 @@ pub struct Table {
     country_regions: Box<[u16]>,
     entities: HashMap<String, u8>,
     entity_names: Vec<Option<String>>,
-    /// Region, country and entity names as field values, made once for
-    /// header rules whose value is one of them.
-    fields: NameFields,
     settings: Settings,
     counts: Counts,
-}
-
-#[derive(Debug, Default)]
-struct NameFields {
-    regions: Box<[Option<HeaderValue>]>,
-    countries: Box<[Option<HeaderValue>]>,
-    entities: Box<[Option<HeaderValue>]>,
-}
-
-impl NameFields {
-    fn of(regions: &[Region], countries: &[Option<String>], entities: &[Option<String>]) -> NameFields {
-        let field = |name: Option<&str>| name.and_then(|n| HeaderValue::from_str(n).ok());
-        NameFields {
-            regions: regions.iter().map(|r| field(Some(&r.name))).collect(),
-            countries: countries.iter().map(|n| field(n.as_deref())).collect(),
-            entities: entities.iter().map(|n| field(n.as_deref())).collect(),
-        }
-    }
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -229,8 +208,8 @@ impl Table {
             .iter()
             .map(|&(r, weight)| HashCandidate { region: rid(r).0, seed: name_seed(&cfg.regions[r].name), weight })
             .collect();
-        let (routes, router) = compile_routes(&cfg.routes);
-        let fields = NameFields::of(&regions, &country_names, &entity_names);
+        let names_lists = Arc::new(super::rules::names(&regions, &country_names, &entity_names));
+        let (routes, router) = compile_routes(&cfg.routes, &names_lists);
         Table {
             loads: regions.iter().map(|r| r.upstreams.iter().map(|_| AtomicUsize::new(0)).collect()).collect(),
             regions,
@@ -261,7 +240,6 @@ impl Table {
             country_names,
             country_regions,
             entities,
-            fields,
             entity_names,
             settings: cfg.settings.clone(),
             counts: Counts {
@@ -436,22 +414,6 @@ impl Table {
         self.entity_names.get(usize::from(code)).and_then(|n| n.as_deref())
     }
 
-    /// Region `name`'s name as a field value.
-    pub fn region_field(&self, name: &str) -> Option<&HeaderValue> {
-        let i = self.regions.iter().position(|r| r.name == name)?;
-        self.fields.regions.get(i)?.as_ref()
-    }
-
-    /// Country `id`'s name as a field value, when it has one.
-    pub fn country_field(&self, id: u8) -> Option<&HeaderValue> {
-        self.fields.countries.get(usize::from(id))?.as_ref()
-    }
-
-    /// Service entity `code`'s name as a field value, when it has one.
-    pub fn entity_field(&self, code: u8) -> Option<&HeaderValue> {
-        self.fields.entities.get(usize::from(code))?.as_ref()
-    }
-
     /// The region owning uniqid `shard`, if any (used to mint into a region).
     pub fn shard_owner(&self, shard: u32) -> Option<RegionId> {
         match self.shards.get(shard as usize) {
@@ -551,7 +513,7 @@ impl fmt::Display for Explain<'_> {
 
 /// The routes and the router over their templates: each template maps to
 /// its routes in file order (validation rejected conflicting templates).
-fn compile_routes(routes: &[Route]) -> (Vec<Route>, matchit::Router<Box<[usize]>>) {
+fn compile_routes(routes: &[Route], names: &Arc<Lists>) -> (Vec<Route>, matchit::Router<Box<[usize]>>) {
     let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
     for (pos, r) in routes.iter().enumerate() {
         for template in &r.matches {
@@ -567,5 +529,5 @@ fn compile_routes(routes: &[Route]) -> (Vec<Route>, matchit::Router<Box<[usize]>
         // the same function, so this cannot fail.
         let _ = insert_template(&mut router, template, list.into_boxed_slice());
     }
-    (routes.to_vec(), router)
+    (routes.iter().map(|r| super::rules::compile(r.clone(), names)).collect(), router)
 }

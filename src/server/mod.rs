@@ -43,7 +43,7 @@ pub use drain::Drain;
 pub use listen::serve;
 pub use refused::Refused;
 
-use crate::http1::write::RuleFields;
+use crate::http1::rules::RuleFields;
 use crate::upstream::{RequestBody, ResponseBody};
 
 /// An answer's body: an upstream's, streamed (its header fields still the

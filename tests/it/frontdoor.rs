@@ -297,6 +297,14 @@ fn header_rules_refuse_the_proxys_own_fields_with_their_line() {
         let err = shardgate::config::load_str(&yaml, "t.yaml").err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains(want) && err.contains("t.yaml:"), "{top}: {err}");
     }
+    // A route edits at most 64 fields a direction, the table's with its own.
+    for (n, refused) in [(64, false), (65, true)] {
+        let names: Vec<String> = (0..n).map(|i| format!("X-F{i}")).collect();
+        let top = format!("headers: {{ request: {{ remove: [{}] }} }}", names.join(", "));
+        let err = shardgate::config::load_str(&support::table(addr, addr, addr, &top), "t.yaml").err();
+        let err = err.map(|e| e.to_string()).unwrap_or_default();
+        assert_eq!(err.contains("65 fields are edited on the request"), refused, "{n}: {err}");
+    }
 }
 
 #[tokio::test]

@@ -14,6 +14,7 @@ use crate::config::report::Ctx;
 use crate::config::schema::{HeaderEditSpec, HeaderRulesSpec};
 use crate::config::show;
 use crate::config::yaml::YamlPath;
+use crate::http1::rules::MAX_LINES;
 
 /// The edits `spec` at `at` makes: one per direction that has any.
 pub(super) fn rules(spec: &HeaderRulesSpec, at: &YamlPath, ctx: &mut Ctx<'_>) -> HeaderRules {
@@ -26,19 +27,44 @@ pub(super) fn rules(spec: &HeaderRulesSpec, at: &YamlPath, ctx: &mut Ctx<'_>) ->
     HeaderRules {
         request: edits(&spec.request, &at.k("request"), ctx),
         response: edits(&spec.response, &at.k("response"), ctx),
+        ..HeaderRules::default()
     }
 }
 
-/// Route `route`'s edits: `defaults`' then `own`'s, with `{route}` filled in.
-pub(super) fn then(defaults: &HeaderRules, own: HeaderRules, route: &str) -> HeaderRules {
+/// Route `route`'s edits: `defaults`' then `own`'s, with `{route}` filled
+/// in; at most [`MAX_LINES`] fields edited per direction (`at`: the route's
+/// `headers`).
+pub(super) fn then(
+    defaults: &HeaderRules,
+    own: HeaderRules,
+    route: &str,
+    at: &YamlPath,
+    ctx: &mut Ctx<'_>,
+) -> HeaderRules {
     let named = |mut e: HeaderEdit| {
         for (_, value) in e.set.iter_mut().chain(e.add.iter_mut()) {
             *value = std::mem::replace(value, FieldValue::Template(Vec::new())).for_route(route);
         }
         e
     };
-    let join = |first: &[HeaderEdit], then: Vec<HeaderEdit>| first.iter().cloned().chain(then).map(named).collect();
-    HeaderRules { request: join(&defaults.request, own.request), response: join(&defaults.response, own.response) }
+    let join = |first: &[HeaderEdit], then: Vec<HeaderEdit>| -> Vec<HeaderEdit> {
+        first.iter().cloned().chain(then).map(named).collect()
+    };
+    let rules = HeaderRules {
+        request: join(&defaults.request, own.request),
+        response: join(&defaults.response, own.response),
+        ..HeaderRules::default()
+    };
+    for (key, edits) in [("request", &rules.request), ("response", &rules.response)] {
+        let lines: usize = edits.iter().map(|e| e.remove.len() + e.set.len() + e.add.len()).sum();
+        if lines > MAX_LINES {
+            let m = format!(
+                "{lines} fields are edited on the {key}, with the table's `headers`; at most {MAX_LINES} may be"
+            );
+            ctx.at(&at.k(key), m, Some("edit fewer fields, or move edits to the application"));
+        }
+    }
+    rules
 }
 
 fn edit(spec: &HeaderEditSpec, at: &YamlPath, ctx: &mut Ctx<'_>) -> HeaderEdit {

@@ -122,7 +122,7 @@ pub(super) fn routes(
                 tunnel_idle_timeout: r.tunnel_idle_timeout.unwrap_or(file.server.tunnel_idle_timeout).0,
                 to,
                 rewrite,
-                headers: headers::then(&defaults, own_headers, &r.name),
+                headers: headers::then(&defaults, own_headers, &r.name, &p.k("headers"), ctx),
             });
         }
     }

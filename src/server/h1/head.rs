@@ -10,7 +10,7 @@ use http::StatusCode;
 use http_body_util::Either;
 use hyper::body::Body;
 
-use crate::http1::write::RuleFields;
+use crate::http1::rules::RuleFields;
 use crate::http1::{self, Fields};
 use crate::server::{AnswerBody, X_REQUEST_ID};
 
@@ -141,7 +141,7 @@ fn fields(out: &mut Vec<u8>, upstream: Option<&Fields>, headers: &HeaderMap, our
         }
     }
     for (name, value) in ours.rules.put() {
-        write(out, name.as_str().as_bytes(), value.as_bytes());
+        write(out, name.as_str().as_bytes(), &value);
     }
     if let Some(via) = ours.via {
         http1::write::field(out, header::VIA.as_str(), via.as_bytes());
