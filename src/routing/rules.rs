@@ -19,11 +19,11 @@ use crate::config::fields::{FieldValue, ValuePiece, Var};
 use crate::config::model::{HeaderEdit, Region, Route};
 use crate::http1::rules::{Line, Lists, Piece, Rules, Value};
 
-/// Which list each variable picks from ([`names`]' order).
+/// Which list `{region}` picks from (the regions' names, by region).
 pub const REGION: usize = 0;
-/// A country's name (or number).
+/// Which list `{country}` picks from (names, else numbers, by country).
 pub const COUNTRY: usize = 1;
-/// A service entity's name (or code).
+/// Which list `{entity}` picks from (names, else codes, by entity code).
 pub const ENTITY: usize = 2;
 
 /// The lists rule values pick from: region names by region, country names
