@@ -61,6 +61,8 @@ pub enum BodyError {
     Io(io::Error),
     /// The body's framing is broken, or the peer closed before its end.
     Framing(http1::Error),
+    /// An HTTP/2 stream failed (reset, or its connection went).
+    Stream(hyper::Error),
 }
 
 impl fmt::Display for BodyError {
@@ -68,6 +70,7 @@ impl fmt::Display for BodyError {
         match self {
             BodyError::Io(e) => write!(f, "body: the connection failed: {e}"),
             BodyError::Framing(e) => write!(f, "body: {e}"),
+            BodyError::Stream(e) => write!(f, "body: the stream failed: {e}"),
         }
     }
 }

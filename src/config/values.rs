@@ -208,8 +208,8 @@ fn base(uri: &http::Uri) -> String {
 fn parse_upstream_url(text: &str) -> Result<http::Uri, String> {
     let uri: http::Uri = text.parse().map_err(|_| format!("invalid upstream url {}: not a url", show(text)))?;
     match uri.scheme_str() {
-        Some("http" | "https") => {}
-        _ => return Err(format!("invalid upstream url {}: scheme must be http or https", show(text))),
+        Some("http" | "https" | "h2c") => {}
+        _ => return Err(format!("invalid upstream url {}: scheme must be http, https or h2c", show(text))),
     }
     let Some(auth) = uri.authority() else {
         return Err(format!("invalid upstream url {}: missing host", show(text)));

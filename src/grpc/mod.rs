@@ -2,7 +2,8 @@
 //!
 //! * [`field`]: a field of a protobuf message found by its field numbers
 //!   (`2.1`), without the message's schema;
-//! * [`status`]: gRPC statuses, for the answers the proxy makes itself.
+//! * [`status`]: what makes a request a gRPC call and its deadline, and
+//!   gRPC statuses, for the answers the proxy makes itself.
 
 pub mod field;
 pub mod status;

@@ -51,6 +51,35 @@ pub fn is_grpc(content_type: &[u8]) -> bool {
         && matches!(content_type.get(GRPC.len()), None | Some(b'+' | b';'))
 }
 
+/// Whether `head` is a gRPC call: HTTP/2 with a gRPC `content-type`.
+pub fn is_call(head: &http::request::Parts) -> bool {
+    head.version == http::Version::HTTP_2
+        && head.headers.get(http::header::CONTENT_TYPE).is_some_and(|v| is_grpc(v.as_bytes()))
+}
+
+/// The call's deadline from `grpc-timeout` (at most eight digits and a
+/// unit: `H`ours, `M`inutes, `S`econds, `m`illi-, `u` micro-, `n`anoseconds);
+/// `None` without one, or with one that is malformed (the call then has
+/// the route's timeouts alone).
+pub fn timeout(headers: &http::HeaderMap) -> Option<std::time::Duration> {
+    use std::time::Duration;
+    let v = headers.get("grpc-timeout")?.as_bytes();
+    let (&unit, digits) = v.split_last()?;
+    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n = digits.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+    match unit {
+        b'H' => Some(Duration::from_secs(n * 3600)),
+        b'M' => Some(Duration::from_secs(n * 60)),
+        b'S' => Some(Duration::from_secs(n)),
+        b'm' => Some(Duration::from_millis(n)),
+        b'u' => Some(Duration::from_micros(n)),
+        b'n' => Some(Duration::from_nanos(n)),
+        _ => None,
+    }
+}
+
 /// `text` as `grpc-message` carries it: printable ASCII but `%` as it is,
 /// every other byte of its UTF-8 as `%XX`.
 pub fn message(text: &str) -> String {
@@ -68,6 +97,26 @@ pub fn message(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn grpc_timeouts_are_read_as_the_protocol_writes_them() {
+        use std::time::Duration;
+        let t = |v: &'static str| {
+            let mut h = http::HeaderMap::new();
+            h.insert("grpc-timeout", http::HeaderValue::from_static(v));
+            timeout(&h)
+        };
+        assert_eq!(t("2H"), Some(Duration::from_secs(7200)));
+        assert_eq!(t("3M"), Some(Duration::from_secs(180)));
+        assert_eq!(t("99999999S"), Some(Duration::from_secs(99_999_999)));
+        assert_eq!(t("250m"), Some(Duration::from_millis(250)));
+        assert_eq!(t("7u"), Some(Duration::from_micros(7)));
+        assert_eq!(t("5n"), Some(Duration::from_nanos(5)));
+        for bad in ["", "S", "123456789S", "1x", "-1S", "1.5S", "1 S"] {
+            assert_eq!(t(bad), None, "{bad:?}");
+        }
+        assert_eq!(timeout(&http::HeaderMap::new()), None);
+    }
 
     #[test]
     fn grpc_content_types_are_told_apart() {

@@ -19,13 +19,14 @@ use super::dispatch::{dispatch, Chain, Target};
 use super::error::ProxyError;
 use super::rewrite;
 use crate::config::settings::UpstreamPolicy;
+use crate::grpc::status as grpc;
 use crate::http1::write::Added;
 use crate::mesh;
 use crate::routing::{RegionId, Rewrite, Table};
 use crate::telemetry::traces::{self, TraceSpan, Traces};
 use crate::upstream::balance::Waiting;
-use crate::upstream::body::{self, BodyFault, Pace};
-use crate::upstream::exchange::Outgoing;
+use crate::upstream::body::{self, BodyFault, ClientBody, Pace};
+use crate::upstream::outgoing::Outgoing;
 use crate::upstream::retry::is_idempotent;
 use crate::upstream::{
     Attempt, AttemptError, AttemptSettings, Health, RequestBody, ResponseBody, UpstreamBody, Upstreams, Use,
@@ -94,6 +95,17 @@ fn settings<'t>(leg: &Leg<'t>) -> AttemptSettings<'t> {
     AttemptSettings { policy: leg.policy, started: leg.started, pace }
 }
 
+/// A gRPC call's policy under its deadline (`grpc-timeout`), which bounds
+/// its attempts within the route's timeouts; `None` without one.
+fn deadline(parts: &Parts, policy: &UpstreamPolicy) -> Option<UpstreamPolicy> {
+    let t = grpc::timeout(&parts.headers)?;
+    Some(UpstreamPolicy {
+        attempt_timeout: policy.attempt_timeout.min(t),
+        request_timeout: policy.request_timeout.min(t),
+        ..policy.clone()
+    })
+}
+
 /// Sends the request (`parts`, headers prepared for the upstream leg, the
 /// proxy's `added` fields, and `body`) until an attempt answers or no safe
 /// attempt is left.
@@ -106,10 +118,12 @@ pub(super) async fn forward<'t>(
     journal: &mut Journal<'t>,
 ) -> Result<Response<ResponseBody>, ProxyError> {
     let table = leg.table;
-    let s = settings(&leg);
+    let call = grpc::is_call(parts);
+    let bounded = call.then(|| deadline(parts, leg.policy)).flatten();
+    let s = AttemptSettings { policy: bounded.as_ref().unwrap_or(leg.policy), ..settings(&leg) };
     let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
     let rewritten = leg.rewrite.map(|rule| rewrite::target(table, rule, &parts.method, &parts.uri)).transpose()?;
-    let (body, use_) = prepare(parts, body, table, s.pace).await?;
+    let (body, use_) = prepare(parts, body, table, s.pace, call).await?;
     let mut again = Again::new(parts, &body);
     let mut body = Some(body);
     reach.upstreams.deposit(&s);
@@ -198,13 +212,19 @@ impl Again {
 
 /// The body as it goes upstream, and what its connection is for. A small
 /// body is read whole here, before any connection is taken: a client that
-/// sends slowly then holds none of the endpoint's.
+/// sends slowly then holds none of the endpoint's. A gRPC call's is passed
+/// on as it comes (`call`): a streaming call's messages may wait on the
+/// answers.
 async fn prepare(
     parts: &Parts,
     body: RequestBody,
     table: &Table,
     pace: Pace,
+    call: bool,
 ) -> Result<(UpstreamBody, Use), ProxyError> {
+    if call && !hyper::body::Body::is_end_stream(&body) {
+        return Ok((UpstreamBody::Streamed(ClientBody::new(body, None)), Use::Upload));
+    }
     let limit = table.settings().server.request_buffer_bytes;
     let body = body::take(body, limit, pace).await.map_err(|fault| match fault {
         BodyFault::Broken(detail) => ProxyError::ClientBody { detail },

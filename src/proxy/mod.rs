@@ -55,7 +55,7 @@ use http::request::Parts;
 use http::{HeaderValue, Response};
 use http_body_util::Either;
 
-use crate::grpc::status::is_grpc;
+use crate::grpc::status::is_call;
 use crate::http1::rules::RuleFields;
 use crate::ids::{SystemClock, Uuid7Minter};
 use crate::mesh;
@@ -200,8 +200,7 @@ impl Proxy {
             uri: head.uri.clone(),
             version: head.version,
             // gRPC is carried over HTTP/2 only.
-            grpc: head.version == http::Version::HTTP_2
-                && head.headers.get(http::header::CONTENT_TYPE).is_some_and(|v| is_grpc(v.as_bytes())),
+            grpc: is_call(head),
         };
         let journal = Journal { trace: self.server_span(head), ..Journal::default() };
         let mut ctx = Ctx { table, conn, arrival, journal, hops: 0, relayed: false };

@@ -571,6 +571,7 @@ impl Reader {
         wire::poll_body(cx, &mut self.decoder, &mut wire.io, &mut wire.buf, READ_CHUNK).map_err(|e| match e {
             BodyError::Io(e) => RequestBodyError::Io(e),
             BodyError::Framing(e) => RequestBodyError::Framing(e),
+            BodyError::Stream(e) => RequestBodyError::Hyper(e),
         })
     }
 }

@@ -16,8 +16,10 @@ use http::{Response, Uri};
 use super::balance::{self, Candidates};
 use super::body::{BodyPhase, BodyWatch, Pace, UpstreamBody};
 use super::connect::{connector, ClientSettings, Connector};
-use super::exchange::{exchange, ExchangeError, Outgoing, ResponseBody};
+use super::exchange::{exchange, ExchangeError, ResponseBody};
+use super::h2::{H2Error, CONNECTIONS, H2};
 use super::health::{Admit, Health};
+use super::outgoing::Outgoing;
 use super::pool::{Full, Limits, Pool, PoolError, Use};
 use super::retry::RetryBudget;
 use crate::config::settings::UpstreamPolicy;
@@ -27,6 +29,8 @@ use crate::routing::Upstream;
 #[derive(Debug)]
 pub struct Upstreams {
     pool: Pool,
+    /// `h2c://` endpoints' connections.
+    h2: H2,
     cursor: AtomicUsize,
     budget: RetryBudget,
     /// Retries sent so far (for `shardgate_retries_total`).
@@ -109,6 +113,7 @@ impl Upstreams {
     pub fn new(settings: ClientSettings) -> Upstreams {
         let connector = connector(&settings);
         Upstreams {
+            h2: H2::new(connector.clone()),
             pool: Pool::new(connector, settings.pool_idle_timeout, 256),
             cursor: AtomicUsize::new(0),
             budget: RetryBudget::new(),
@@ -176,6 +181,9 @@ impl Upstreams {
         health: &Health,
     ) -> Result<Response<ResponseBody>, Failure> {
         let endpoint = a.endpoint;
+        if endpoint.uri.scheme_str() == Some("h2c") {
+            return self.attempt_h2(a, body, s, health).await;
+        }
         let record = |failed: bool| health.record(&endpoint.uri, failed, s.policy.eject_after, s.policy.eject_for);
         let deadline = s.started + s.policy.request_timeout;
         let watch = body.watch();
@@ -217,6 +225,48 @@ impl Upstreams {
                     };
                     return Err(Failure { error, unsent: None });
                 }
+            }
+        }
+    }
+}
+
+impl Upstreams {
+    /// [`Upstreams::attempt`] at an `h2c://` endpoint: a stream on one of
+    /// its few connections ([`super::h2`]), under the same timers, health
+    /// and blame.
+    async fn attempt_h2(
+        &self,
+        a: Attempt<'_>,
+        body: UpstreamBody,
+        s: &AttemptSettings<'_>,
+        health: &Health,
+    ) -> Result<Response<ResponseBody>, Failure> {
+        let endpoint = a.endpoint;
+        let record = |failed: bool| health.record(&endpoint.uri, failed, s.policy.eject_after, s.policy.eject_for);
+        let watch = body.watch();
+        let _trial = a.admit;
+        let cap = a.limits.max_connections.clamp(1, CONNECTIONS);
+        match timed(self.h2.send(endpoint, &a.out, body, cap), watch.as_deref(), s).await {
+            Timed::Answered(Ok((resp, stream))) => {
+                record(a.count_5xx && resp.status().is_server_error());
+                Ok(ResponseBody::h2(resp, stream))
+            }
+            Timed::Answered(Err(H2Error::Unsent(e, body))) => {
+                tracing::debug!(endpoint = %endpoint.uri, error = %e, "http2 upstream: nothing sent");
+                record(true);
+                Err(Failure { error: AttemptError::Connect, unsent: Some(body) })
+            }
+            Timed::Answered(Err(H2Error::Failed(e))) => {
+                Err(failed(ExchangeError::Io(e), watch.as_deref(), endpoint, record))
+            }
+            Timed::Slow => Err(Failure { error: AttemptError::BodyTimeout, unsent: None }),
+            Timed::Late => {
+                record(true);
+                let late = watch.is_none() && Instant::now() >= s.started + s.policy.request_timeout;
+                Err(Failure {
+                    error: if late { AttemptError::RequestTimeout } else { AttemptError::Timeout },
+                    unsent: None,
+                })
             }
         }
     }

@@ -1,7 +1,7 @@
 //! How the proxy connects to upstreams and peers: TCP (no Nagle) for
-//! `http://`, rustls over it for `https://` (ALPN `http/1.1`, the server
-//! name from the URI), within the connect timeout; settings fixed at
-//! start-up.
+//! `http://` and `h2c://` (HTTP/2 with prior knowledge), rustls over it for
+//! `https://` (ALPN `http/1.1`, the server name from the URI), within the
+//! connect timeout; settings fixed at start-up.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -70,7 +70,7 @@ impl Connector {
     pub async fn connect(&self, uri: &Uri, server_name: Option<&str>) -> Result<Stream, String> {
         let tls = match uri.scheme_str() {
             Some("https") => true,
-            Some("http") | None => false,
+            Some("http" | "h2c") | None => false,
             Some(other) => return Err(format!("unsupported scheme {other:?}")),
         };
         let host = uri.host().ok_or_else(|| format!("no host in {uri}"))?;

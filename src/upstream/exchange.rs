@@ -24,36 +24,20 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use bytes::{Bytes, BytesMut};
-use http::header::{HeaderMap, HeaderValue};
 use http::{Method, Response};
-use hyper::body::{Body, Frame, SizeHint};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use super::h2::Stream;
+use super::outgoing::Outgoing;
 use super::pool::{Conn, ConnState};
 use crate::http1::response::MAX_HEAD_BYTES;
-use crate::http1::{self, framing, Decoder, Fields, HeadScan, ResponseHead};
+use crate::http1::{self, framing, Decoder, Fields, Framing, HeadScan, ResponseHead};
 pub use crate::wire::BodyError;
 use crate::wire::{fill, poll_body};
 
 /// Most bytes read from an upstream socket at once.
 const READ_CHUNK: usize = 16 * 1024;
-
-/// The request as it goes upstream: method, origin-form target, the
-/// endpoint's `Host`, the client's header fields (their `Host` is not
-/// written), and the fields the proxy adds after them.
-#[derive(Debug)]
-pub struct Outgoing<'a> {
-    /// Method.
-    pub method: &'a Method,
-    /// Origin-form target (`/path?query`).
-    pub target: &'a str,
-    /// The endpoint's authority.
-    pub host: &'a HeaderValue,
-    /// Header fields, hop-by-hop ones removed already.
-    pub headers: &'a HeaderMap,
-    /// The proxy's own fields, written after `headers`.
-    pub added: &'a http1::write::Added,
-}
 
 /// Why an exchange failed.
 #[derive(Debug)]
@@ -364,7 +348,7 @@ fn response(head: ResponseHead, conn: Conn, finished_upload: bool) -> Response<R
     let upgrade = head.status == http::StatusCode::SWITCHING_PROTOCOLS;
     let decoder = Decoder::new(head.framing);
     let reusable = head.keep_alive && finished_upload && !upgrade;
-    let mut body = ResponseBody { conn: Some(conn), decoder, reusable, upgrade, fields: head.fields };
+    let mut body = ResponseBody { conn: Some(conn), decoder, reusable, upgrade, fields: head.fields, h2: None };
     if !upgrade && body.decoder.is_done() {
         body.finish();
     }
@@ -395,6 +379,23 @@ pub struct ResponseBody {
     upgrade: bool,
     /// The upstream's header fields, as sent; see [`ResponseBody::fields`].
     fields: Fields,
+    /// An HTTP/2 endpoint's answer ([`super::h2`]), its stream counted
+    /// while it is read; its fields are in the response's map.
+    h2: Option<(Incoming, Stream)>,
+}
+
+impl ResponseBody {
+    /// An HTTP/2 endpoint's answer, read from its stream.
+    pub fn h2(resp: Response<Incoming>, stream: Stream) -> Response<ResponseBody> {
+        resp.map(|incoming| ResponseBody {
+            conn: None,
+            decoder: Decoder::new(Framing::Empty),
+            reusable: false,
+            upgrade: false,
+            fields: Fields::default(),
+            h2: Some((incoming, stream)),
+        })
+    }
 }
 
 impl ResponseBody {
@@ -439,6 +440,9 @@ impl Body for ResponseBody {
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = &mut *self;
+        if let Some((incoming, _)) = &mut this.h2 {
+            return Pin::new(incoming).poll_frame(cx).map_err(BodyError::Stream);
+        }
         if this.upgrade {
             return Poll::Ready(None);
         }
@@ -464,10 +468,16 @@ impl Body for ResponseBody {
     }
 
     fn is_end_stream(&self) -> bool {
+        if let Some((incoming, _)) = &self.h2 {
+            return incoming.is_end_stream();
+        }
         self.upgrade || self.conn.is_none() || self.decoder.is_done()
     }
 
     fn size_hint(&self) -> SizeHint {
+        if let Some((incoming, _)) = &self.h2 {
+            return incoming.size_hint();
+        }
         if self.upgrade {
             return SizeHint::with_exact(0);
         }

@@ -62,3 +62,133 @@ async fn the_proxys_own_failures_are_grpc_statuses_to_a_grpc_client() -> TestRes
     assert_eq!(h1.header("content-type"), Some("application/problem+json"));
     Ok(())
 }
+
+/// A Python that has grpcio (Debian's `python3-grpcio`, or one from PyPI),
+/// or why there is none. `.ci/run` installs it and sets
+/// `SHARDGATE_REQUIRE_GRPCIO`: the interop test then fails without it.
+fn grpcio_python() -> Result<Option<&'static str>, BoxError> {
+    for python in ["python3", "/usr/bin/python3"] {
+        let ok = std::process::Command::new(python)
+            .args(["-c", "import grpc"])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            return Ok(Some(python));
+        }
+    }
+    if std::env::var_os("SHARDGATE_REQUIRE_GRPCIO").is_some() {
+        return Err("SHARDGATE_REQUIRE_GRPCIO is set but no python3 imports grpc".into());
+    }
+    eprintln!("SKIPPED: the gRPC interop test needs Python's grpcio (apt-get install python3-grpcio)");
+    Ok(None)
+}
+
+const INTEROP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/grpc/interop.py");
+
+/// A grpcio backend for `region`, killed when dropped.
+struct GrpcBackend(std::process::Child, u16);
+
+impl GrpcBackend {
+    fn start(python: &str, region: &str) -> Result<GrpcBackend, BoxError> {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(python)
+            .args([INTEROP, "serve", region])
+            .stdout(std::process::Stdio::piped())
+            .spawn()?;
+        let mut line = String::new();
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        std::io::BufReader::new(stdout).read_line(&mut line)?;
+        let port = line.trim().parse().map_err(|_| format!("backend printed {line:?}, not a port"))?;
+        Ok(GrpcBackend(child, port))
+    }
+}
+
+impl Drop for GrpcBackend {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The route a gRPC service's calls take, by the id in their metadata.
+const ECHO_ROUTE: &str = "  - name: echo\n    match: { path: \"/echo.Echo/{method}\" }\n    id: { metadata: x-entity-id, formats: [iuid] }\n";
+
+#[tokio::test]
+async fn grpc_calls_of_every_kind_reach_the_owner_through_h2c_backends() -> TestResult {
+    let Some(python) = grpcio_python()? else { return Ok(()) };
+    let backends =
+        [GrpcBackend::start(python, "eu")?, GrpcBackend::start(python, "kz")?, GrpcBackend::start(python, "us")?];
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let mut yaml = table(dead, dead, dead, "") + ECHO_ROUTE;
+    for (b, region) in backends.iter().zip(["eu", "kz", "us"]) {
+        let from = format!("{region}: {{ upstreams: [\"http://{dead}\"] }}");
+        yaml = yaml.replace(&from, &format!("{region}: {{ upstreams: [\"h2c://127.0.0.1:{}\"] }}", b.1));
+    }
+    let p = proxy(&yaml).await?;
+    let address = p.url("").trim_start_matches("http://").trim_end_matches('/').to_string();
+    let run = |id: String| {
+        let address = address.clone();
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(python).args([INTEROP, "call", &address, &id]).output()
+        })
+    };
+    for (country, region) in [(7u8, "kz"), (49, "eu"), (1, "us")] {
+        let output = run(iuid(country)).await??;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "client failed: {stderr}");
+        let seen: serde_json::Value = serde_json::from_slice(&output.stdout)?;
+        let r = region;
+        assert_eq!(seen["unary"], format!("{r}:hi"), "{seen}");
+        assert_eq!(seen["unary_trailers"]["x-region"], r, "trailers reach the client: {seen}");
+        assert_eq!(seen["collect"], format!("{r}:a+b+c"), "client streaming: {seen}");
+        let fan: Vec<String> = (0..4).map(|i| format!("{r}:{i}")).collect();
+        assert_eq!(seen["fan"], serde_json::json!(fan), "server streaming: {seen}");
+        assert_eq!(seen["chat"], serde_json::json!([format!("{r}:one"), format!("{r}:two")]), "bidirectional: {seen}");
+        // The backend's error status, message and trailers, intact.
+        assert_eq!(seen["fail"]["code"], "FAILED_PRECONDITION", "{seen}");
+        assert_eq!(seen["fail"]["details"], format!("nope from {r}"), "{seen}");
+        assert_eq!(seen["fail"]["trailers"]["x-detail"], format!("why-{r}"), "{seen}");
+        assert_eq!(seen["fail"]["trailers"]["grpc-status-details-bin"], "080964657461696c", "{seen}");
+        // The call's deadline bounds the attempt (the backend takes 3 s).
+        assert_eq!(seen["slow"], "DEADLINE_EXCEEDED", "{seen}");
+        assert!(seen["slow_seconds"].as_f64().is_some_and(|s| s < 2.0), "{seen}");
+        // 16 MiB streamed in 1 MiB messages.
+        assert_eq!(seen["big"], format!("{r}:{}", 16 << 20), "{seen}");
+        assert_eq!(seen["bad_id"]["code"], "INVALID_ARGUMENT", "{seen}");
+        assert!(seen["bad_id"]["details"].as_str().is_some_and(|d| d.starts_with("bad_length")), "{seen}");
+        assert_eq!(seen["no_id"]["code"], "INVALID_ARGUMENT", "{seen}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_grpc_call_to_a_dead_region_is_unavailable() -> TestResult {
+    let Some(python) = grpcio_python()? else { return Ok(()) };
+    let eu = GrpcBackend::start(python, "eu")?;
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let mut yaml = table(dead, dead, dead, "") + ECHO_ROUTE;
+    yaml = yaml.replace(
+        &format!("eu: {{ upstreams: [\"http://{dead}\"] }}"),
+        &format!("eu: {{ upstreams: [\"h2c://127.0.0.1:{}\"] }}", eu.1),
+    );
+    yaml = yaml.replace(
+        &format!("kz: {{ upstreams: [\"http://{dead}\"] }}"),
+        &format!("kz: {{ upstreams: [\"h2c://{dead}\"] }}"),
+    );
+    let p = proxy(&yaml).await?;
+    let address = p.url("").trim_start_matches("http://").trim_end_matches('/').to_string();
+    let script = format!(
+        "import grpc\nch = grpc.insecure_channel({address:?})\ntry:\n    ch.unary_unary('/echo.Echo/Unary')(b'x', metadata=(('x-entity-id', {id:?}),), timeout=10)\n    print('no error')\nexcept grpc.RpcError as e:\n    print(e.code().name, e.details())\n",
+        id = iuid(7)
+    );
+    let output = tokio::task::spawn_blocking(move || std::process::Command::new(python).args(["-c", &script]).output())
+        .await??;
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        said.starts_with("UNAVAILABLE upstream_connect_failed"),
+        "{said} {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(())
+}

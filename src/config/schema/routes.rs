@@ -191,6 +191,9 @@ pub struct IdSpec {
     /// Header name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub header: Option<String>,
+    /// A gRPC call's metadata key (carried as a header field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<String>,
     /// Query parameter name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub query: Option<String>,

@@ -315,11 +315,17 @@ struct Routed<'a> {
 fn id_rule(at: Routed<'_>, id: &IdSpec, ip: &YamlPath, ctx: &mut Ctx<'_>) -> Option<IdRule> {
     let Routed { refs, route: r, strategy } = at;
     let tpl = r.matcher.path.as_str();
-    let sources = [id.path_param.is_some(), id.header.is_some(), id.query.is_some()].iter().filter(|b| **b).count();
+    let sources = [id.path_param.is_some(), id.header.is_some(), id.metadata.is_some(), id.query.is_some()]
+        .iter()
+        .filter(|b| **b)
+        .count();
     if sources != 1 {
         ctx.at(
             ip,
-            format!("id of route {} needs exactly one of path_param, header or query (found {sources})", show(&r.name)),
+            format!(
+                "id of route {} needs exactly one of path_param, header, metadata or query (found {sources})",
+                show(&r.name)
+            ),
             Some("e.g. `path_param: id`"),
         );
     }
@@ -336,6 +342,10 @@ fn id_rule(at: Routed<'_>, id: &IdSpec, ip: &YamlPath, ctx: &mut Ctx<'_>) -> Opt
     }
     if let Some(h) = &id.header {
         source = header_name(ctx, &ip.k("header"), h, "X-Entity-Id").map(IdSource::Header);
+    }
+    // gRPC metadata travels as header fields.
+    if let Some(m) = &id.metadata {
+        source = header_name(ctx, &ip.k("metadata"), m, "x-entity-id").map(IdSource::Header);
     }
     if let Some(q) = &id.query {
         if q.is_empty() {

@@ -2,7 +2,7 @@ use super::*;
 use crate::routing::Upstream;
 use crate::upstream::pool::tests::{endpoint, outgoing, plain, pool};
 use crate::upstream::pool::{Limits, Pool};
-use http::header;
+use http::header::{self, HeaderMap, HeaderValue};
 use http_body_util::{BodyExt, Empty, Full};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

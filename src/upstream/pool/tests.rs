@@ -1,7 +1,8 @@
 use super::*;
 use crate::http1::write::Added;
 use crate::upstream::connect::{connector, ClientSettings};
-use crate::upstream::exchange::{exchange, Outgoing, ResponseBody};
+use crate::upstream::exchange::{exchange, ResponseBody};
+use crate::upstream::outgoing::Outgoing;
 use bytes::Bytes;
 use http::Response;
 use http_body_util::{BodyExt, Empty};

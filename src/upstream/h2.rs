@@ -1,0 +1,182 @@
+//! HTTP/2 to `h2c://` endpoints (prior knowledge, no TLS): a few
+//! multiplexed connections per endpoint, each driven by hyper's HTTP/2
+//! client on a task of its own. A request takes the open connection with
+//! the fewest streams, a new one being opened when every open one carries
+//! [`STREAMS`] already, up to the endpoint's connection cap; the streams
+//! beyond that wait in the connection for the server's stream limit, as
+//! HTTP/2 has them. Bodies and trailers go both ways as frames, so gRPC's
+//! streaming calls and its status in trailers pass as they are.
+//!
+//! Why hyper's client here and not the proxy's own exchange
+//! ([`super::exchange`]): HTTP/2's framing, flow control and stream states
+//! are what hyper's `h2` is made for; the HTTP/1 leg stays as it is.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use http::{header, HeaderValue, Request, Response};
+use hyper::body::Incoming;
+use hyper::client::conn::http2::{self, SendRequest};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+
+use super::body::UpstreamBody;
+use super::connect::Connector;
+use super::outgoing::Outgoing;
+use crate::routing::Upstream;
+
+/// Streams one connection carries before another is opened beside it.
+pub const STREAMS: usize = 100;
+
+/// Most connections to one endpoint (fewer when its region's
+/// `max_connections` is lower).
+pub const CONNECTIONS: usize = 4;
+
+/// The HTTP/2 connections to every `h2c://` endpoint.
+#[derive(Debug)]
+pub struct H2 {
+    connector: Connector,
+    endpoints: Mutex<HashMap<Box<str>, Vec<Link>>>,
+    opened: AtomicU64,
+}
+
+/// One connection and the streams open on it.
+#[derive(Clone, Debug)]
+struct Link {
+    send: SendRequest<UpstreamBody>,
+    streams: Arc<AtomicUsize>,
+}
+
+/// A stream counted on its connection while its answer is read.
+#[derive(Debug)]
+pub struct Stream(Arc<AtomicUsize>);
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Why an HTTP/2 exchange failed.
+#[derive(Debug)]
+pub enum H2Error {
+    /// Nothing was sent (no connection, or hyper gave the request back): the body is given back.
+    Unsent(String, UpstreamBody),
+    /// The stream failed after the request went (or may have gone).
+    Failed(String),
+}
+
+impl H2 {
+    /// Connections opened with `connector`.
+    pub fn new(connector: Connector) -> H2 {
+        H2 { connector, endpoints: Mutex::new(HashMap::new()), opened: AtomicU64::new(0) }
+    }
+
+    /// Connections opened so far.
+    pub fn connects(&self) -> u64 {
+        self.opened.load(Ordering::Relaxed)
+    }
+
+    /// Sends `out` with `body` to `endpoint` on one of its connections, at
+    /// most `max_connections` of them (0: no cap), and reads the answer's
+    /// head; the answer's body and trailers follow as frames.
+    pub async fn send(
+        &self,
+        endpoint: &Upstream,
+        out: &Outgoing<'_>,
+        body: UpstreamBody,
+        max_connections: usize,
+    ) -> Result<(Response<Incoming>, Stream), H2Error> {
+        let req = match request(endpoint, out) {
+            Ok(head) => head,
+            Err(e) => return Err(H2Error::Failed(e)),
+        };
+        let mut link = match self.pick(endpoint, max_connections) {
+            Some(link) => link,
+            None => match self.open(endpoint).await {
+                Ok(link) => link,
+                Err(e) => return Err(H2Error::Unsent(e, body)),
+            },
+        };
+        link.streams.fetch_add(1, Ordering::Relaxed);
+        let stream = Stream(Arc::clone(&link.streams));
+        if link.send.ready().await.is_err() {
+            self.forget(endpoint, &link);
+            return Err(H2Error::Unsent("the connection closed".into(), body));
+        }
+        match link.send.try_send_request(req.map(|()| body)).await {
+            Ok(resp) => Ok((resp, stream)),
+            Err(mut e) => {
+                if link.send.is_closed() {
+                    self.forget(endpoint, &link);
+                }
+                // A request hyper gives back never went: another endpoint may take it.
+                match e.take_message() {
+                    Some(req) => Err(H2Error::Unsent(e.error().to_string(), req.into_body())),
+                    None => Err(H2Error::Failed(e.error().to_string())),
+                }
+            }
+        }
+    }
+
+    /// The open connection with the fewest streams, unless all carry
+    /// [`STREAMS`] and another may be opened.
+    fn pick(&self, endpoint: &Upstream, max_connections: usize) -> Option<Link> {
+        let mut all = self.endpoints.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let links = all.get_mut(&endpoint.pool_key)?;
+        links.retain(|l| !l.send.is_closed());
+        let least = links.iter().min_by_key(|l| l.streams.load(Ordering::Relaxed))?;
+        let full = least.streams.load(Ordering::Relaxed) >= STREAMS;
+        let room = max_connections == 0 || links.len() < max_connections;
+        if full && room {
+            return None;
+        }
+        Some(least.clone())
+    }
+
+    async fn open(&self, endpoint: &Upstream) -> Result<Link, String> {
+        let stream = self.connector.connect(&endpoint.uri, endpoint.server_name.as_deref()).await?;
+        let (send, conn) = http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .map_err(|e| format!("http2 handshake error: {e}"))?;
+        let at = endpoint.uri.clone();
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(endpoint = %at, error = %e, "http2 upstream connection closed with an error");
+            }
+        });
+        self.opened.fetch_add(1, Ordering::Relaxed);
+        let link = Link { send, streams: Arc::new(AtomicUsize::new(0)) };
+        let mut all = self.endpoints.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        all.entry(endpoint.pool_key.clone()).or_default().push(link.clone());
+        Ok(link)
+    }
+
+    fn forget(&self, endpoint: &Upstream, link: &Link) {
+        let mut all = self.endpoints.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(links) = all.get_mut(&endpoint.pool_key) {
+            links.retain(|l| !Arc::ptr_eq(&l.streams, &link.streams));
+        }
+    }
+}
+
+/// The request head for `endpoint`: `:authority` is the endpoint's (the
+/// client's `Host` does not go), the fields are the client's, then the
+/// header rules' and the proxy's; `te: trailers` says that trailers are
+/// read (gRPC servers require it, and it is the only `TE` HTTP/2 allows).
+fn request(endpoint: &Upstream, out: &Outgoing<'_>) -> Result<Request<()>, String> {
+    let authority = endpoint.uri.authority().map_or("", |a| a.as_str());
+    let uri = format!("http://{authority}{}", out.target);
+    let mut req = Request::builder().method(out.method.clone()).uri(uri).body(()).map_err(|e| e.to_string())?;
+    *req.version_mut() = http::Version::HTTP_2;
+    let headers = req.headers_mut();
+    headers.reserve(out.headers.len() + 6);
+    for (name, value) in out.headers {
+        if name != header::HOST {
+            headers.append(name.clone(), value.clone());
+        }
+    }
+    out.added.clone().move_into(headers);
+    headers.insert(header::TE, HeaderValue::from_static("trailers"));
+    Ok(req)
+}

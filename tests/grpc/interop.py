@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""gRPC interop peer for tests/it/grpc.rs, on Python's grpcio (not ours).
+
+  interop.py serve REGION       a backend: prints its port, serves until killed
+  interop.py call ADDRESS ID    a client through the proxy: prints one JSON
+                                object of what each call saw
+
+Messages are raw bytes (no schema): the methods of /echo.Echo answer with
+the serving region so the test sees where each call landed.
+"""
+import json
+import sys
+import time
+from concurrent import futures
+
+import grpc
+
+SERVICE = "echo.Echo"
+
+
+def serve(region):
+    tag = region.encode()
+
+    def unary(request, context):
+        context.set_trailing_metadata((("x-region", region),))
+        return tag + b":" + request
+
+    def collect(requests, context):
+        parts = [r for r in requests]
+        return tag + b":" + b"+".join(parts)
+
+    def fan(request, context):
+        for i in range(int(request.decode() or "3")):
+            yield tag + b":" + str(i).encode()
+
+    def chat(requests, context):
+        for r in requests:
+            yield tag + b":" + r
+
+    def fail(request, context):
+        context.set_trailing_metadata((("x-detail", "why-" + region), ("grpc-status-details-bin", b"\x08\x09detail")))
+        context.abort(grpc.StatusCode.FAILED_PRECONDITION, "nope from " + region)
+
+    def slow(request, context):
+        time.sleep(3)
+        return tag
+
+    def big(requests, context):
+        n = 0
+        for r in requests:
+            n += len(r)
+        return tag + b":" + str(n).encode()
+
+    handlers = {
+        "Unary": grpc.unary_unary_rpc_method_handler(unary),
+        "Collect": grpc.stream_unary_rpc_method_handler(collect),
+        "Fan": grpc.unary_stream_rpc_method_handler(fan),
+        "Chat": grpc.stream_stream_rpc_method_handler(chat),
+        "Fail": grpc.unary_unary_rpc_method_handler(fail),
+        "Slow": grpc.unary_unary_rpc_method_handler(slow),
+        "Big": grpc.stream_unary_rpc_method_handler(big),
+    }
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=16),
+        options=[("grpc.max_receive_message_length", 64 << 20)],
+    )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    print(port, flush=True)
+    server.wait_for_termination()
+
+
+def call(address, entity):
+    md = (("x-entity-id", entity),)
+    out = {}
+    with grpc.insecure_channel(address, options=[("grpc.max_send_message_length", 64 << 20)]) as ch:
+        m = lambda kind, name: getattr(ch, kind)(f"/{SERVICE}/{name}")
+        resp, c = m("unary_unary", "Unary").with_call(b"hi", metadata=md, timeout=10)
+        out["unary"] = resp.decode()
+        out["unary_trailers"] = dict(c.trailing_metadata() or ())
+        out["collect"] = m("stream_unary", "Collect")(iter([b"a", b"b", b"c"]), metadata=md, timeout=10).decode()
+        out["fan"] = [r.decode() for r in m("unary_stream", "Fan")(b"4", metadata=md, timeout=10)]
+
+        # Bidirectional, in turns: each message is sent only after the answer to the last.
+        import queue
+        q = queue.Queue()
+        q.put(b"one")
+
+        def turns():
+            while True:
+                item = q.get()
+                if item is None:
+                    return
+                yield item
+
+        answers = []
+        for r in m("stream_stream", "Chat")(turns(), metadata=md, timeout=10):
+            answers.append(r.decode())
+            q.put(b"two" if len(answers) == 1 else None)
+        out["chat"] = answers
+
+        try:
+            m("unary_unary", "Fail")(b"x", metadata=md, timeout=10)
+            out["fail"] = "no error"
+        except grpc.RpcError as e:
+            out["fail"] = {
+                "code": e.code().name,
+                "details": e.details(),
+                "trailers": {k: (v.hex() if isinstance(v, bytes) else v) for k, v in (e.trailing_metadata() or ())},
+            }
+
+        started = time.monotonic()
+        try:
+            m("unary_unary", "Slow")(b"x", metadata=md, timeout=0.5)
+            out["slow"] = "no error"
+        except grpc.RpcError as e:
+            out["slow"] = e.code().name
+        out["slow_seconds"] = round(time.monotonic() - started, 2)
+
+        chunk = b"x" * (1 << 20)
+        out["big"] = m("stream_unary", "Big")(iter([chunk] * 16), metadata=md, timeout=30).decode()
+
+        for name, meta in [("bad_id", (("x-entity-id", "not-an-id"),)), ("no_id", ())]:
+            try:
+                m("unary_unary", "Unary")(b"hi", metadata=meta, timeout=10)
+                out[name] = "no error"
+            except grpc.RpcError as e:
+                out[name] = {"code": e.code().name, "details": e.details()}
+    print(json.dumps(out), flush=True)
+
+
+def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "serve":
+        serve(sys.argv[2])
+    elif len(sys.argv) == 4 and sys.argv[1] == "call":
+        call(sys.argv[2], sys.argv[3])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
