@@ -138,7 +138,7 @@ impl Upstreams {
 
     /// Upstream connections opened so far.
     pub fn connects(&self) -> u64 {
-        self.pool.connects()
+        self.pool.connects() + self.h2.connects()
     }
 
     /// Counts a request against the retry budget (once per request).

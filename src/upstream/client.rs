@@ -1,7 +1,8 @@
 //! One GET on a connection of its own (opened, used once, closed): what the
 //! active health checks send to every endpoint and peer, and what
 //! `shardgate probe` sends. The proxy's requests go through the pool
-//! ([`super::pool`]) instead.
+//! ([`super::pool`]) instead. An `h2c://` endpoint (gRPC) is asked
+//! `grpc.health.v1.Health/Check` over HTTP/2 instead ([`grpc_health`]).
 
 use std::time::Duration;
 
@@ -41,6 +42,9 @@ pub async fn get(
     timeout: Duration,
 ) -> Result<StatusCode, String> {
     let to = to.into();
+    if to.uri.scheme_str() == Some("h2c") {
+        return grpc_health(connector, &to, timeout).await;
+    }
     let exchange = async {
         let uri = &to.uri;
         let mut io = connector.connect(uri, to.server_name.as_deref()).await?;
@@ -61,6 +65,41 @@ pub async fn get(
             Err(HeadError::Io(e)) => Err(e),
             Err(HeadError::Bad(e)) => Err(format!("invalid response: {e}")),
         }
+    };
+    match tokio::time::timeout(timeout, exchange).await {
+        Ok(result) => result,
+        Err(_) => Err(format!("no answer within {timeout:?}")),
+    }
+}
+
+/// `grpc.health.v1.Health/Check` of the whole server (an empty request)
+/// over HTTP/2 with prior knowledge: `200` when it answers `SERVING`
+/// (`status`, field 1, is 1) with `grpc-status: 0`, `503` for any other
+/// answer; an error when there is none.
+pub async fn grpc_health(connector: &Connector, to: &Get, timeout: Duration) -> Result<StatusCode, String> {
+    use http_body_util::{BodyExt, Full};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let exchange = async {
+        let io = connector.connect(&to.uri, to.server_name.as_deref()).await?;
+        let (mut send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(io))
+            .await
+            .map_err(|e| format!("http2 handshake error: {e}"))?;
+        let conn = tokio::spawn(conn);
+        let authority = to.uri.authority().map_or("", |a| a.as_str());
+        let req = http::Request::post(format!("http://{authority}/grpc.health.v1.Health/Check"))
+            .version(http::Version::HTTP_2)
+            .header(http::header::CONTENT_TYPE, "application/grpc")
+            .header(http::header::TE, "trailers")
+            .body(Full::new(bytes::Bytes::from_static(&[0, 0, 0, 0, 0])))
+            .map_err(|e| e.to_string())?;
+        let resp = send.send_request(req).await.map_err(|e| format!("health check failed: {e}"))?;
+        let status = resp.status();
+        let answer = resp.into_body().collect().await.map_err(|e| format!("health check failed: {e}"))?;
+        conn.abort();
+        let ok = answer.trailers().and_then(|t| t.get("grpc-status")).is_some_and(|s| s == "0");
+        // One message: a 5-byte prefix, then `status` as field 1 (a varint).
+        let serving = answer.to_bytes().get(5..) == Some(&[0x08, 0x01][..]);
+        Ok(if status.is_success() && ok && serving { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE })
     };
     match tokio::time::timeout(timeout, exchange).await {
         Ok(result) => result,

@@ -36,8 +36,17 @@ pub const CONNECTIONS: usize = 4;
 #[derive(Debug)]
 pub struct H2 {
     connector: Connector,
-    endpoints: Mutex<HashMap<Box<str>, Vec<Link>>>,
+    endpoints: Mutex<HashMap<Box<str>, Endpoint>>,
     opened: AtomicU64,
+}
+
+/// One endpoint's connections, and the lock its openings take turns on:
+/// the many calls that find none open wait for one opening, not each open
+/// their own.
+#[derive(Debug, Default)]
+struct Endpoint {
+    links: Vec<Link>,
+    opening: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// One connection and the streams open on it.
@@ -92,11 +101,18 @@ impl H2 {
             Err(e) => return Err(H2Error::Failed(e)),
         };
         let mut link = match self.pick(endpoint, max_connections) {
-            Some(link) => link,
-            None => match self.open(endpoint).await {
-                Ok(link) => link,
-                Err(e) => return Err(H2Error::Unsent(e, body)),
-            },
+            Ok(link) => link,
+            Err(opening) => {
+                let _turn = opening.lock().await;
+                // Another call may have opened one while this one waited.
+                match self.pick(endpoint, max_connections) {
+                    Ok(link) => link,
+                    Err(_) => match self.open(endpoint).await {
+                        Ok(link) => link,
+                        Err(e) => return Err(H2Error::Unsent(e, body)),
+                    },
+                }
+            }
         };
         link.streams.fetch_add(1, Ordering::Relaxed);
         let stream = Stream(Arc::clone(&link.streams));
@@ -119,19 +135,18 @@ impl H2 {
         }
     }
 
-    /// The open connection with the fewest streams, unless all carry
-    /// [`STREAMS`] and another may be opened.
-    fn pick(&self, endpoint: &Upstream, max_connections: usize) -> Option<Link> {
+    /// The open connection with the fewest streams; else (none is open,
+    /// or all carry [`STREAMS`] and another may be opened) the lock to
+    /// take before opening one.
+    fn pick(&self, endpoint: &Upstream, max_connections: usize) -> Result<Link, Arc<tokio::sync::Mutex<()>>> {
         let mut all = self.endpoints.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let links = all.get_mut(&endpoint.pool_key)?;
-        links.retain(|l| !l.send.is_closed());
-        let least = links.iter().min_by_key(|l| l.streams.load(Ordering::Relaxed))?;
-        let full = least.streams.load(Ordering::Relaxed) >= STREAMS;
-        let room = max_connections == 0 || links.len() < max_connections;
-        if full && room {
-            return None;
+        let e = all.entry(endpoint.pool_key.clone()).or_default();
+        e.links.retain(|l| !l.send.is_closed());
+        let room = max_connections == 0 || e.links.len() < max_connections;
+        match e.links.iter().min_by_key(|l| l.streams.load(Ordering::Relaxed)) {
+            Some(least) if !(room && least.streams.load(Ordering::Relaxed) >= STREAMS) => Ok(least.clone()),
+            _ => Err(Arc::clone(&e.opening)),
         }
-        Some(least.clone())
     }
 
     async fn open(&self, endpoint: &Upstream) -> Result<Link, String> {
@@ -148,14 +163,14 @@ impl H2 {
         self.opened.fetch_add(1, Ordering::Relaxed);
         let link = Link { send, streams: Arc::new(AtomicUsize::new(0)) };
         let mut all = self.endpoints.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        all.entry(endpoint.pool_key.clone()).or_default().push(link.clone());
+        all.entry(endpoint.pool_key.clone()).or_default().links.push(link.clone());
         Ok(link)
     }
 
     fn forget(&self, endpoint: &Upstream, link: &Link) {
         let mut all = self.endpoints.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(links) = all.get_mut(&endpoint.pool_key) {
-            links.retain(|l| !Arc::ptr_eq(&l.streams, &link.streams));
+        if let Some(e) = all.get_mut(&endpoint.pool_key) {
+            e.links.retain(|l| !Arc::ptr_eq(&l.streams, &link.streams));
         }
     }
 }

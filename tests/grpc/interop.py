@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """gRPC interop peer for tests/it/grpc.rs, on Python's grpcio (not ours).
 
-  interop.py serve REGION       a backend: prints its port, serves until killed
+  interop.py serve REGION [not-serving]
+                                a backend: prints its port, serves until
+                                killed; its grpc.health.v1 Check answers
+                                SERVING, or NOT_SERVING when told
   interop.py call ADDRESS ID    a client through the proxy: prints one JSON
                                 object of what each call saw
 
@@ -18,8 +21,12 @@ import grpc
 SERVICE = "echo.Echo"
 
 
-def serve(region):
+def serve(region, serving=True):
     tag = region.encode()
+
+    def check(request, context):
+        # HealthCheckResponse { status = 1 SERVING | 2 NOT_SERVING }
+        return b"\x08\x01" if serving else b"\x08\x02"
 
     def unary(request, context):
         context.set_trailing_metadata((("x-region", region),))
@@ -64,7 +71,13 @@ def serve(region):
         futures.ThreadPoolExecutor(max_workers=16),
         options=[("grpc.max_receive_message_length", 64 << 20)],
     )
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    health = {"Check": grpc.unary_unary_rpc_method_handler(check)}
+    server.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(SERVICE, handlers),
+            grpc.method_handlers_generic_handler("grpc.health.v1.Health", health),
+        )
+    )
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     print(port, flush=True)
@@ -131,8 +144,8 @@ def call(address, entity):
 
 
 def main():
-    if len(sys.argv) == 3 and sys.argv[1] == "serve":
-        serve(sys.argv[2])
+    if len(sys.argv) in (3, 4) and sys.argv[1] == "serve":
+        serve(sys.argv[2], serving=sys.argv[3:] != ["not-serving"])
     elif len(sys.argv) == 4 and sys.argv[1] == "call":
         call(sys.argv[2], sys.argv[3])
     else:

@@ -91,9 +91,14 @@ struct GrpcBackend(std::process::Child, u16);
 
 impl GrpcBackend {
     fn start(python: &str, region: &str) -> Result<GrpcBackend, BoxError> {
+        GrpcBackend::start_with(python, &[region])
+    }
+
+    fn start_with(python: &str, args: &[&str]) -> Result<GrpcBackend, BoxError> {
         use std::io::BufRead;
         let mut child = std::process::Command::new(python)
-            .args([INTEROP, "serve", region])
+            .args([INTEROP, "serve"])
+            .args(args)
             .stdout(std::process::Stdio::piped())
             .spawn()?;
         let mut line = String::new();
@@ -190,5 +195,98 @@ async fn a_grpc_call_to_a_dead_region_is_unavailable() -> TestResult {
         "{said} {}",
         String::from_utf8_lossy(&output.stderr)
     );
+    Ok(())
+}
+
+/// A unary call of `/echo.Echo/Unary` routed by `id`: its status, the
+/// answer's message and the `grpc-status` of its trailers.
+async fn unary(
+    client: &Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
+    url: String,
+    id: String,
+) -> Result<(u16, Bytes, Option<String>), BoxError> {
+    let mut frame = vec![0u8];
+    frame.extend_from_slice(&2u32.to_be_bytes());
+    frame.extend_from_slice(b"hi");
+    let req = Request::post(url)
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("x-entity-id", id)
+        .body(Full::new(Bytes::from(frame)))?;
+    let resp = client.request(req).await?;
+    let status = resp.status().as_u16();
+    let collected = resp.into_body().collect().await?;
+    let grpc_status =
+        collected.trailers().and_then(|t| t.get("grpc-status")).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let body = collected.to_bytes();
+    Ok((status, body.slice(5.min(body.len())..), grpc_status))
+}
+
+#[tokio::test]
+async fn a_mesh_over_h2c_carries_a_thousand_calls_on_a_handful_of_connections() -> TestResult {
+    let Some(python) = grpcio_python()? else { return Ok(()) };
+    let backends =
+        [GrpcBackend::start(python, "eu")?, GrpcBackend::start(python, "kz")?, GrpcBackend::start(python, "us")?];
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let (listeners, gw) = support::three_listeners().await?;
+    let mut gateways = Vec::new();
+    for (l, region) in listeners.into_iter().zip(["eu", "kz", "us"]) {
+        let top = format!("region: {region}\nmesh: {{ trusted_peers: [\"127.0.0.1/32\"] }}");
+        let mut yaml = table(dead, dead, dead, &top) + ECHO_ROUTE;
+        for (i, name) in ["eu", "kz", "us"].iter().enumerate() {
+            let plain = format!("{name}: {{ upstreams: [\"http://{dead}\"] }}");
+            let peered =
+                format!("{name}: {{ upstreams: [\"h2c://127.0.0.1:{}\"], peer: \"h2c://{}\" }}", backends[i].1, gw[i]);
+            yaml = yaml.replace(&plain, &peered);
+        }
+        gateways.push(support::proxy_on(l, &yaml).await?);
+    }
+    let client = Client::builder(TokioExecutor::new()).http2_only(true).build_http::<Full<Bytes>>();
+    let mut calls = tokio::task::JoinSet::new();
+    for i in 0..1000usize {
+        let (country, region) = [(49u8, "eu"), (7, "kz"), (1, "us")][i % 3];
+        let entry = &gateways[(i / 3) % 3];
+        let (client, url) = (client.clone(), entry.url("/echo.Echo/Unary"));
+        calls.spawn(async move { (region, unary(&client, url, iuid(country)).await) });
+    }
+    let mut answered = 0;
+    while let Some(done) = calls.join_next().await {
+        let (region, result) = done?;
+        let (status, message, grpc_status) = result?;
+        assert_eq!((status, grpc_status.as_deref()), (200, Some("0")));
+        assert_eq!(message, format!("{region}:hi").as_bytes());
+        answered += 1;
+    }
+    assert_eq!(answered, 1000);
+    // Each gateway reaches two peers and its own backend, on at most four
+    // HTTP/2 connections each, however many calls it carries.
+    for (g, region) in gateways.iter().zip(["eu", "kz", "us"]) {
+        let opened = g.proxy.as_ref().map_or(0, |p| p.shared().upstreams.connects());
+        assert!((3..=12).contains(&opened), "{region} opened {opened} connections for its calls");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn h2c_backends_are_checked_by_the_grpc_health_protocol() -> TestResult {
+    let Some(python) = grpcio_python()? else { return Ok(()) };
+    let serving = GrpcBackend::start(python, "kz")?;
+    let not_serving = GrpcBackend::start_with(python, &["kz-down", "not-serving"])?;
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let checks = "upstream: { health: { interval: 50ms, timeout: 1s, rise: 1, fall: 1 } }";
+    let mut yaml = table(dead, dead, dead, checks) + ECHO_ROUTE;
+    let both =
+        format!("kz: {{ upstreams: [\"h2c://127.0.0.1:{}\", \"h2c://127.0.0.1:{}\"] }}", serving.1, not_serving.1);
+    yaml = yaml.replace(&format!("kz: {{ upstreams: [\"http://{dead}\"] }}"), &both);
+    let p = proxy(&yaml).await?;
+    // Once checked, the endpoint that is not serving gets no calls: every
+    // call lands on the serving one.
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let client = Client::builder(TokioExecutor::new()).http2_only(true).build_http::<Full<Bytes>>();
+    for _ in 0..20 {
+        let (status, message, grpc_status) = unary(&client, p.url("/echo.Echo/Unary"), iuid(7)).await?;
+        assert_eq!((status, grpc_status.as_deref()), (200, Some("0")));
+        assert_eq!(message, &b"kz:hi"[..]);
+    }
     Ok(())
 }
