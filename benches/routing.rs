@@ -136,7 +136,7 @@ fn request(c: &mut Criterion) {
     let by_header = parts("/v1/orders", Some(&iuid));
     let by_query_second_format = parts(&format!("/v1/invoices?page=2&id={uniqid}"), None);
     for p in [&by_path, &by_header, &by_query_second_format] {
-        let plan = locate(&table, p, &minters, false).map_err(|r| r.error).expect("the bench requests route");
+        let plan = locate(&table, p, None, &minters, false).map_err(|r| r.error).expect("the bench requests route");
         let region = match plan {
             Plan::One(located) => Some(table.region(located.placement.region).name.as_str()),
             _ => None,
@@ -148,7 +148,7 @@ fn request(c: &mut Criterion) {
     for (name, p) in [("path_iuid", &by_path), ("header_iuid", &by_header), ("query_uniqid", &by_query_second_format)] {
         g.bench_function(name, |b| {
             b.iter(|| {
-                locate(black_box(&table), black_box(p), &minters, false).map(|plan| match plan {
+                locate(black_box(&table), black_box(p), None, &minters, false).map(|plan| match plan {
                     Plan::One(l) => Some(l.placement.region),
                     _ => None,
                 })

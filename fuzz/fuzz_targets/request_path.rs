@@ -138,7 +138,7 @@ fuzz_target!(|data: &[u8]| {
             parts.method = method;
             parts.uri = uri.clone();
             parts.headers = headers.clone();
-            match locate(table, &parts, minters(), false) {
+            match locate(table, &parts, None, minters(), false) {
                 Ok(Plan::One(l)) => assert!(usize::from(l.placement.region.0) < table.regions().len()),
                 Ok(_) => {}
                 Err(r) => assert!(matches!(r.error.status().as_u16(), 400 | 404 | 405 | 502), "{}", r.error),

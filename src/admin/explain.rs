@@ -152,6 +152,7 @@ fn link(route: &Route, source: &IdSource, id: &str) -> (String, Option<String>) 
         }
         IdSource::Query(name) => (format!("query {name}"), format!("{}?{name}={encoded}", route.template)),
         IdSource::Header(name) => return (format!("header {name}"), None),
+        IdSource::GrpcField(path) => return (format!("gRPC message field {path}"), None),
     };
     let whole = !target.split('?').next().unwrap_or("").contains(['{', '}']);
     (id_in, (gets && whole).then_some(target))

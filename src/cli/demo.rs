@@ -256,6 +256,6 @@ fn curl_for(rule: &IdRule, id: &str, path: &str, listen: SocketAddr) -> String {
     match &rule.source {
         IdSource::Header(h) => format!("curl -s -H '{h}: {id}' http://{listen}{path}"),
         IdSource::Query(q) => format!("curl -s 'http://{listen}{path}?{q}={id}'"),
-        IdSource::PathParam(_) => format!("curl -s http://{listen}{path}"),
+        IdSource::PathParam(_) | IdSource::GrpcField(_) => format!("curl -s http://{listen}{path}"),
     }
 }

@@ -307,6 +307,8 @@ pub enum IdSource {
     Header(HeaderName),
     /// A query parameter.
     Query(String),
+    /// A field of a gRPC call's first message, by field numbers (`2.1`).
+    GrpcField(crate::grpc::field::FieldPath),
 }
 
 /// How a create route mints its id.

@@ -1,5 +1,6 @@
-//! Extract: find the route's id in the request (path parameter, header or
-//! query parameter). Pure and synchronous; borrows from the request.
+//! Extract: find the route's id in the request (path parameter, header,
+//! query parameter, or a field of a gRPC call's first message). Pure and
+//! synchronous; borrows from the request.
 
 use std::borrow::Cow;
 
@@ -15,6 +16,7 @@ pub fn describe(source: &IdSource) -> String {
         IdSource::PathParam(name) => format!("path parameter '{name}'"),
         IdSource::Header(name) => format!("header '{name}'"),
         IdSource::Query(name) => format!("query parameter '{name}'"),
+        IdSource::GrpcField(path) => format!("gRPC message field {path}"),
     }
 }
 
@@ -23,11 +25,16 @@ pub fn describe(source: &IdSource) -> String {
 /// id given more than once (two headers, a repeated query parameter) with
 /// different values is ambiguous: the proxy would route by one while the
 /// backend may act on the other.
+///
+/// A message field's bytes are the id's text, or, 16 bytes that are not
+/// printable ASCII, the UUID they are (written as text, for the formats
+/// to parse).
 pub fn extract<'a>(
     source: &IdSource,
     path_params: &matchit::Params<'a, 'a>,
     headers: &'a HeaderMap,
     query: Option<&'a str>,
+    message: Option<&'a [u8]>,
 ) -> Result<Cow<'a, str>, ProxyError> {
     let missing = || ProxyError::MissingId { param: describe(source) };
     let raw: Cow<'a, str> = match source {
@@ -54,11 +61,36 @@ pub fn extract<'a>(
             }
             decoded
         }
+        IdSource::GrpcField(path) => {
+            let bytes = crate::grpc::field::find(message.ok_or_else(missing)?, path)
+                .map_err(|reason| ProxyError::BadMessage { detail: format!("{}: {reason}", describe(source)) })?
+                .ok_or_else(missing)?;
+            // A UUID's 16 bytes are never printable ASCII (its variant byte is 0x80 or more).
+            let text =
+                std::str::from_utf8(bytes).ok().filter(|t| t.len() != 16 || t.bytes().all(|b| b.is_ascii_graphic()));
+            match (text, <[u8; 16]>::try_from(bytes)) {
+                (Some(text), _) => Cow::Borrowed(text),
+                (None, Ok(raw)) => Cow::Owned(uuid_text(raw)),
+                (None, Err(_)) => Cow::Owned(String::from_utf8_lossy(bytes).into_owned()),
+            }
+        }
     };
     if raw.is_empty() {
         return Err(missing());
     }
     Ok(raw)
+}
+
+/// 16 bytes as a UUID's text (`8-4-4-4-12` lowercase hex).
+fn uuid_text(raw: [u8; 16]) -> String {
+    let mut out = String::with_capacity(36);
+    for (i, b) in raw.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            out.push('-');
+        }
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
 }
 
 /// The first value of `name` in a query string (`a=1&b=2`), still encoded.

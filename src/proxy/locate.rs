@@ -9,7 +9,7 @@ use http::request::Parts;
 use crate::config::model::{FanoutRule, SearchRule};
 use crate::ids::{self, Decoded};
 
-use crate::routing::{Placement, Route, Rule, Strategy, Table, To};
+use crate::routing::{IdSource, Placement, Route, Rule, Strategy, Table, To};
 
 use super::error::ProxyError;
 use super::{extract, mint};
@@ -73,13 +73,23 @@ pub struct Rejected<'t> {
     pub error: ProxyError,
 }
 
+/// Whether the route `parts` match reads its id from a gRPC call's first
+/// message, which the caller then reads ([`locate`]'s `message`).
+pub fn reads_message(table: &Table, parts: &Parts) -> bool {
+    let Some(m) = table.match_route(&parts.method, parts.uri.path()) else { return false };
+    let route = table.routes().get(m.route.index);
+    route.and_then(|r| r.id.as_ref()).is_some_and(|id| matches!(id.source, IdSource::GrpcField(_)))
+}
+
 /// Matches, extracts, decodes (or mints) and places: a pure function of
-/// the table and the head (a mint reads the clock). `relayed`: the request
+/// the table and the head (a mint reads the clock), and for a route that
+/// reads a gRPC call's message field, of its first `message`. `relayed`: the request
 /// comes from an authenticated peer shardgate, whose minted id a create
 /// route keeps ([`mint::mint`]).
 pub fn locate<'t>(
     table: &'t Table,
     parts: &Parts,
+    message: Option<&[u8]>,
     minters: &mint::Minters,
     relayed: bool,
 ) -> Result<Plan<'t>, Rejected<'t>> {
@@ -105,7 +115,8 @@ pub fn locate<'t>(
     }
     let (id, minted) = match (&route.id, &route.mint) {
         (Some(rule), _) => {
-            let raw = extract::extract(&rule.source, &m.params, &parts.headers, parts.uri.query()).map_err(rejected)?;
+            let raw = extract::extract(&rule.source, &m.params, &parts.headers, parts.uri.query(), message)
+                .map_err(rejected)?;
             let id = ids::parse_any(&rule.formats, &raw, table.id_params()).map_err(|_| {
                 rejected(ProxyError::BadId {
                     param: extract::describe(&rule.source),
@@ -183,7 +194,7 @@ routes:
             parts("GET", "/v1/wallet", &[("x-entity-id", &kz)])?,
             parts("GET", &format!("/v1/search?q=1&id={}", kz.replacen('-', "%2D", 1)), &[])?,
         ] {
-            let Plan::One(located) = locate(&t, &p, &minters, false).map_err(|r| r.error)? else {
+            let Plan::One(located) = locate(&t, &p, None, &minters, false).map_err(|r| r.error)? else {
                 return Err("not one id".into());
             };
             assert_eq!(region(&t, &located), "kz", "{}", p.uri);
@@ -197,7 +208,7 @@ routes:
     fn a_create_route_mints_in_the_asked_country() -> TestResult {
         let t = table()?;
         let minters = mint::Minters::new(None, crate::ids::LocalityMode::Variable);
-        let plan = locate(&t, &parts("POST", "/v1/orders", &[("x-country", "de")])?, &minters, false);
+        let plan = locate(&t, &parts("POST", "/v1/orders", &[("x-country", "de")])?, None, &minters, false);
         let Plan::One(located) = plan.map_err(|r| r.error)? else { return Err("not one id".into()) };
         assert_eq!((region(&t, &located), located.minted, located.route.name.as_str()), ("eu", true, "create"));
         let Some(Decoded::Iuid(id)) = located.id else { return Err("not an iuid".into()) };
@@ -217,13 +228,13 @@ routes:
             (parts("POST", "/v1/orders", &[("x-country", "XX")])?, "unknown_country", Some("create")),
         ];
         for (p, reason, route) in cases {
-            let rejected = locate(&t, &p, &minters, false).err().ok_or("accepted")?;
+            let rejected = locate(&t, &p, None, &minters, false).err().ok_or("accepted")?;
             let matched = rejected.route.map(|r| r.name.as_str());
             assert_eq!((rejected.error.reason(), matched), (reason, route), "{}", p.uri);
         }
         // An id whose country has no owner: a configuration gap, 502.
         let unowned = format!("/v1/orders/{}", Iuid::from_fields(0, 99, 3, 1));
-        let err = locate(&t, &parts("GET", &unowned, &[])?, &minters, false).err().ok_or("accepted")?.error;
+        let err = locate(&t, &parts("GET", &unowned, &[])?, None, &minters, false).err().ok_or("accepted")?.error;
         assert_eq!((err.reason(), err.status().as_u16()), ("no_owner", 502));
         Ok(())
     }

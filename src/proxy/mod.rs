@@ -17,7 +17,8 @@
 //! * [`headers`]: the heads on both legs: admission checks, hygiene, `X-Forwarded-*`, `Via`.
 //! * [`path`]: dot segments removed before matching.
 //! * [`locate`]: match → extract → decode (or mint) → place, a pure function.
-//! * [`extract`]: where the route's id is (path parameter, header, query).
+//! * `message`: a gRPC call's first message, read when its route's id is a field of it.
+//! * [`extract`]: where the route's id is (path parameter, header, query, message field).
 //! * [`rewrite`]: the target the upstream is asked for, when the route rewrites it.
 //! * [`mint`]: ids minted for create routes, and the batch mint endpoint.
 //! * [`dispatch`]: which endpoints: local, peer, or along the failover chain.
@@ -40,6 +41,7 @@ pub mod forward;
 pub mod headers;
 mod legs;
 pub mod locate;
+mod message;
 pub mod mint;
 pub mod path;
 mod respond;
@@ -285,7 +287,9 @@ impl Proxy {
         }
         ctx.hops = relay.hops.count;
         ctx.relayed = from_peer && ctx.hops > 0;
-        let plan = locate::locate(table, parts, &self.minters, ctx.relayed).map_err(|rejected| {
+        let (first, body) = message::if_routed_by(table, parts, ctx.arrival.grpc, ctx.arrival.started, body).await?;
+        let message = first.as_ref().map(message::First::message);
+        let plan = locate::locate(table, parts, message, &self.minters, ctx.relayed).map_err(|rejected| {
             ctx.journal.route = rejected.route;
             rejected.error
         })?;

@@ -31,6 +31,9 @@ pub enum RequestBody {
     Hyper(Incoming),
     /// Read by the proxy's own HTTP/1.1 server from the client's connection.
     Http1(Pin<Box<dyn Body<Data = Bytes, Error = RequestBodyError> + Send>>),
+    /// Read in part already (a gRPC call's first message, to route it by):
+    /// those bytes (`None` once gone), then the rest.
+    Resumed(Option<Bytes>, Box<RequestBody>),
 }
 
 impl fmt::Debug for RequestBody {
@@ -39,6 +42,7 @@ impl fmt::Debug for RequestBody {
             RequestBody::Empty => f.write_str("RequestBody::Empty"),
             RequestBody::Hyper(b) => f.debug_tuple("RequestBody::Hyper").field(b).finish(),
             RequestBody::Http1(b) => f.debug_tuple("RequestBody::Http1").field(&b.size_hint()).finish(),
+            RequestBody::Resumed(read, rest) => f.debug_tuple("RequestBody::Resumed").field(read).field(rest).finish(),
         }
     }
 }
@@ -97,6 +101,10 @@ impl Body for RequestBody {
             RequestBody::Empty => Poll::Ready(None),
             RequestBody::Hyper(b) => Pin::new(b).poll_frame(cx).map_err(RequestBodyError::Hyper),
             RequestBody::Http1(b) => b.as_mut().poll_frame(cx),
+            RequestBody::Resumed(read, rest) => match read.take() {
+                Some(bytes) => Poll::Ready(Some(Ok(Frame::data(bytes)))),
+                None => Pin::new(rest.as_mut()).poll_frame(cx),
+            },
         }
     }
 
@@ -105,6 +113,7 @@ impl Body for RequestBody {
             RequestBody::Empty => true,
             RequestBody::Hyper(b) => b.is_end_stream(),
             RequestBody::Http1(b) => b.is_end_stream(),
+            RequestBody::Resumed(read, rest) => read.is_none() && rest.is_end_stream(),
         }
     }
 
@@ -113,6 +122,15 @@ impl Body for RequestBody {
             RequestBody::Empty => SizeHint::with_exact(0),
             RequestBody::Hyper(b) => b.size_hint(),
             RequestBody::Http1(b) => b.size_hint(),
+            RequestBody::Resumed(read, rest) => {
+                let (read, rest) = (read.as_ref().map_or(0, |r| r.len() as u64), rest.size_hint());
+                let mut hint = SizeHint::new();
+                hint.set_lower(rest.lower() + read);
+                if let Some(upper) = rest.upper() {
+                    hint.set_upper(upper + read);
+                }
+                hint
+            }
         }
     }
 }

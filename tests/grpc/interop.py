@@ -7,6 +7,9 @@
                                 SERVING, or NOT_SERVING when told
   interop.py call ADDRESS ID    a client through the proxy: prints one JSON
                                 object of what each call saw
+  interop.py fields ADDRESS ID  the same, the id in a field of the first
+                                message (field.Echo: field 1; nested.Echo:
+                                field 1 of the message in field 2)
 
 Messages are raw bytes (no schema): the methods of /echo.Echo answer with
 the serving region so the test sees where each call landed.
@@ -75,6 +78,8 @@ def serve(region, serving=True):
     server.add_generic_rpc_handlers(
         (
             grpc.method_handlers_generic_handler(SERVICE, handlers),
+            grpc.method_handlers_generic_handler("field.Echo", handlers),
+            grpc.method_handlers_generic_handler("nested.Echo", handlers),
             grpc.method_handlers_generic_handler("grpc.health.v1.Health", health),
         )
     )
@@ -143,11 +148,61 @@ def call(address, entity):
     print(json.dumps(out), flush=True)
 
 
+def varint(n):
+    out = b""
+    while n >= 0x80:
+        out += bytes([n & 0x7F | 0x80])
+        n >>= 7
+    return out + bytes([n])
+
+
+def length_delimited(number, payload):
+    """A protobuf field of wire type 2 (a field number under 16)."""
+    return bytes([number << 3 | 2]) + varint(len(payload)) + payload
+
+
+def fields(address, entity):
+    import uuid
+
+    text = entity.encode()
+    # An unknown varint field before the id, which the walker skips.
+    top = b"\x18\x05" + length_delimited(1, text)
+    nested = b"\x18\x05" + length_delimited(2, b"\x10\x01" + length_delimited(1, text))
+    raw = length_delimited(1, uuid.UUID(entity).bytes)
+    out = {}
+
+    def outcome(f):
+        try:
+            return f().decode(errors="replace").split(":")[0]
+        except grpc.RpcError as e:
+            return {"code": e.code().name, "details": e.details()}
+
+    with grpc.insecure_channel(address, options=[("grpc.max_send_message_length", 64 << 20)]) as ch:
+        u = lambda service: ch.unary_unary(f"/{service}/Unary")
+        out["top"] = outcome(lambda: u("field.Echo")(top, timeout=10))
+        out["nested"] = outcome(lambda: u("nested.Echo")(nested, timeout=10))
+        out["raw"] = outcome(lambda: u("field.Echo")(raw, timeout=10))
+        out["chat"] = outcome(
+            lambda: next(iter(ch.stream_stream("/field.Echo/Chat")(iter([top, b"second"]), timeout=10)))
+        )
+        out["collect"] = outcome(lambda: ch.stream_unary("/field.Echo/Collect")(iter([top, b"x" * 100000]), timeout=10))
+        out["missing"] = outcome(lambda: u("field.Echo")(b"\x18\x05", timeout=10))
+        out["twice"] = outcome(lambda: u("field.Echo")(top + length_delimited(1, text), timeout=10))
+        padding = length_delimited(4, b"x" * 70000)
+        out["large"] = outcome(lambda: u("field.Echo")(top + padding, timeout=10))
+        # Large and repetitive, so that gzip does make it smaller and it goes compressed.
+        compressible = top + length_delimited(4, b"x" * 4000)
+        out["compressed"] = outcome(lambda: u("field.Echo")(compressible, timeout=10, compression=grpc.Compression.Gzip))
+    print(json.dumps(out), flush=True)
+
+
 def main():
     if len(sys.argv) in (3, 4) and sys.argv[1] == "serve":
         serve(sys.argv[2], serving=sys.argv[3:] != ["not-serving"])
     elif len(sys.argv) == 4 and sys.argv[1] == "call":
         call(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 4 and sys.argv[1] == "fields":
+        fields(sys.argv[2], sys.argv[3])
     else:
         sys.exit(__doc__)
 

@@ -290,3 +290,63 @@ async fn h2c_backends_are_checked_by_the_grpc_health_protocol() -> TestResult {
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn grpc_calls_are_routed_by_a_field_of_their_first_message() -> TestResult {
+    let Some(python) = grpcio_python()? else { return Ok(()) };
+    let backends =
+        [GrpcBackend::start(python, "eu")?, GrpcBackend::start(python, "kz")?, GrpcBackend::start(python, "us")?];
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let routes = "  - name: by-field\n    match: { path: \"/field.Echo/{method}\" }\n    id: { grpc_field: \"1\", formats: [iuid] }\n  - name: by-nested-field\n    match: { path: \"/nested.Echo/{method}\" }\n    id: { grpc_field: \"2.1\", formats: [iuid] }\n";
+    let mut yaml = table(dead, dead, dead, "") + routes;
+    for (b, region) in backends.iter().zip(["eu", "kz", "us"]) {
+        let from = format!("{region}: {{ upstreams: [\"http://{dead}\"] }}");
+        yaml = yaml.replace(&from, &format!("{region}: {{ upstreams: [\"h2c://127.0.0.1:{}\"] }}", b.1));
+    }
+    let p = proxy(&yaml).await?;
+    let address = p.url("").trim_start_matches("http://").trim_end_matches('/').to_string();
+    for (country, region) in [(7u8, "kz"), (49, "eu"), (1, "us")] {
+        let (address, id) = (address.clone(), iuid(country));
+        let output = tokio::task::spawn_blocking(move || {
+            std::process::Command::new(python).args([INTEROP, "fields", &address, &id]).output()
+        })
+        .await??;
+        assert!(output.status.success(), "client failed: {}", String::from_utf8_lossy(&output.stderr));
+        let seen: serde_json::Value = serde_json::from_slice(&output.stdout)?;
+        for (case, how) in [
+            ("top", "field 1"),
+            ("nested", "field 1 of field 2"),
+            ("raw", "16 raw bytes"),
+            ("chat", "bidirectional"),
+            ("collect", "a 100 kB second message streamed"),
+        ] {
+            assert_eq!(seen[case], region, "{how}: {seen}");
+        }
+        let refused = |case: &str, code: &str, reason: &str| {
+            assert_eq!(seen[case]["code"], code, "{case}: {seen}");
+            assert!(seen[case]["details"].as_str().is_some_and(|d| d.starts_with(reason)), "{case}: {seen}");
+        };
+        refused("missing", "INVALID_ARGUMENT", "missing_id");
+        refused("twice", "INVALID_ARGUMENT", "bad_message");
+        refused("large", "RESOURCE_EXHAUSTED", "message_too_large");
+        refused("compressed", "INVALID_ARGUMENT", "bad_message");
+    }
+    Ok(())
+}
+
+#[test]
+fn message_field_ids_are_checked_with_their_line() {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 1));
+    for (id, want) in [
+        ("{ grpc_field: \"2.x\", formats: [iuid] }", "invalid field path \"2.x\""),
+        ("{ grpc_field: \"0\", formats: [iuid] }", "field number 0 is outside"),
+        ("{ grpc_field: \"1.2.3.4.5.6.7.8.9\", formats: [iuid] }", "more than 8 levels"),
+        ("{ grpc_field: \"1\", metadata: x-id, formats: [iuid] }", "exactly one of"),
+        ("{ grpc_field: \"1\", formats: [uuidv7] }\n    placement: search", "a gRPC message field cannot be"),
+    ] {
+        let route = format!("  - name: g\n    match: {{ path: \"/g.G/{{m}}\" }}\n    id: {id}\n");
+        let yaml = table(addr, addr, addr, "") + &route;
+        let err = shardgate::config::load_str(&yaml, "t.yaml").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains(want) && err.contains("t.yaml:"), "{id}: {err}");
+    }
+}

@@ -194,6 +194,9 @@ pub struct IdSpec {
     /// A gRPC call's metadata key (carried as a header field).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<String>,
+    /// A field of a gRPC call's first message, by field numbers (`"2.1"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc_field: Option<String>,
     /// Query parameter name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub query: Option<String>,

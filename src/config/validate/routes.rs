@@ -315,15 +315,21 @@ struct Routed<'a> {
 fn id_rule(at: Routed<'_>, id: &IdSpec, ip: &YamlPath, ctx: &mut Ctx<'_>) -> Option<IdRule> {
     let Routed { refs, route: r, strategy } = at;
     let tpl = r.matcher.path.as_str();
-    let sources = [id.path_param.is_some(), id.header.is_some(), id.metadata.is_some(), id.query.is_some()]
-        .iter()
-        .filter(|b| **b)
-        .count();
+    let sources = [
+        id.path_param.is_some(),
+        id.header.is_some(),
+        id.metadata.is_some(),
+        id.grpc_field.is_some(),
+        id.query.is_some(),
+    ]
+    .iter()
+    .filter(|b| **b)
+    .count();
     if sources != 1 {
         ctx.at(
             ip,
             format!(
-                "id of route {} needs exactly one of path_param, header, metadata or query (found {sources})",
+                "id of route {} needs exactly one of path_param, header, metadata, grpc_field or query (found {sources})",
                 show(&r.name)
             ),
             Some("e.g. `path_param: id`"),
@@ -346,6 +352,24 @@ fn id_rule(at: Routed<'_>, id: &IdSpec, ip: &YamlPath, ctx: &mut Ctx<'_>) -> Opt
     // gRPC metadata travels as header fields.
     if let Some(m) = &id.metadata {
         source = header_name(ctx, &ip.k("metadata"), m, "x-entity-id").map(IdSource::Header);
+    }
+    if let Some(f) = &id.grpc_field {
+        match crate::grpc::field::FieldPath::parse(f) {
+            Ok(_) if strategy == Some(Strategy::Search) => ctx.at(
+                &ip.k("grpc_field"),
+                format!(
+                    "route {} searches the regions for its id, which a gRPC message field cannot be",
+                    show(&r.name)
+                ),
+                Some("search routes are HTTP routes: read the id from the path, a header or the query"),
+            ),
+            Ok(path) => source = Some(IdSource::GrpcField(path)),
+            Err(e) => ctx.at(
+                &ip.k("grpc_field"),
+                format!("invalid field path {}: {e}", show(f)),
+                Some("field numbers from the outermost message in, e.g. \"1\" or \"2.1\""),
+            ),
+        }
     }
     if let Some(q) = &id.query {
         if q.is_empty() {

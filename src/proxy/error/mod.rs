@@ -42,6 +42,17 @@ pub enum ProxyError {
         /// The offending input (escaped and truncated when shown).
         input: String,
     },
+    /// A gRPC call's first message cannot give its id: compressed, larger
+    /// than `server.request_buffer_bytes`, or not a valid message.
+    BadMessage {
+        /// Why.
+        detail: String,
+    },
+    /// A gRPC call's first message is larger than the route may hold to read its id.
+    MessageTooLarge {
+        /// `server.request_buffer_bytes`.
+        limit: usize,
+    },
     /// The id decodes but the table names no owner (a configuration gap).
     NoOwner {
         /// The table's explanation.
@@ -266,6 +277,10 @@ impl fmt::Display for ProxyError {
         match self {
             E::NoRoute => f.write_str("no route matches this method and path"),
             E::MissingId { param } => write!(f, "the entity id is missing: expected in {param}"),
+            E::BadMessage { detail } => write!(f, "the call's first message gives no id: {detail}"),
+            E::MessageTooLarge { limit } => {
+                write!(f, "the call's first message is larger than the {limit} bytes read for its id")
+            }
             E::AmbiguousId { param } => {
                 write!(f, "{param} appears more than once with different values; send the entity id once")
             }

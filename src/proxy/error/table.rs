@@ -18,6 +18,9 @@ const UPSTREAM: &str = "upstream-failed";
 
 const NO_ROUTE: Spec = row(S::NOT_FOUND, "no_route", DEST, "No route", "no-route", Outcome::NoRoute);
 const MISSING_ID: Spec = row(S::BAD_REQUEST, "missing_id", REQ, "Missing entity id", BAD_ID, Outcome::BadId);
+const BAD_MESSAGE: Spec = row(S::BAD_REQUEST, "bad_message", REQ, "Unreadable message", BAD_ID, Outcome::BadId);
+const MESSAGE_TOO_LARGE: Spec =
+    row(S::PAYLOAD_TOO_LARGE, "message_too_large", REQ, "Message too large", TOO_LARGE, Outcome::TooLarge);
 const AMBIGUOUS_ID: Spec = row(S::BAD_REQUEST, "ambiguous_id", REQ, "Ambiguous entity id", BAD_ID, Outcome::BadId);
 const NO_OWNER: Spec =
     row(S::BAD_GATEWAY, "no_owner", DEST, "No route for entity", "no-route-for-entity", Outcome::NoOwner);
@@ -117,6 +120,8 @@ impl ProxyError {
             E::NoRoute => NO_ROUTE,
             E::MethodNotAllowed { .. } => METHOD_NOT_ALLOWED,
             E::MissingId { .. } => MISSING_ID,
+            E::BadMessage { .. } => BAD_MESSAGE,
+            E::MessageTooLarge { .. } => MESSAGE_TOO_LARGE,
             E::AmbiguousId { .. } => AMBIGUOUS_ID,
             E::BadId { errors, .. } => {
                 let reason = errors.first().map_or("bad_id", |e| e.reason.code());
