@@ -38,7 +38,7 @@
 //!   health-judged connections, one [`upstream::exchange`] each, on the
 //!   request's own task: head and body out, the answer's head parsed by
 //!   [`http1`], its fields kept as the bytes they came in ([`http1::Fields`]);
-//!   an `h2c://` endpoint's (gRPC) as a stream on one of its few HTTP/2
+//!   an `h2c://` or `h2://` endpoint's (gRPC) as a stream on one of its few HTTP/2
 //!   connections ([`upstream::h2`]), messages and trailers passed as frames.
 //! * A fan-out route's plan goes to every region of its rule and the
 //!   answers are merged by [`merge`]; a `placement: search` route's id is

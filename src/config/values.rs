@@ -167,7 +167,7 @@ impl Upstream {
     /// same `Host`, TLS by the name, connections of its own.
     pub fn at(&self, ip: IpAddr) -> Option<Upstream> {
         let scheme = self.uri.scheme_str().unwrap_or("http");
-        let port = self.uri.port_u16().unwrap_or(if scheme == "https" { 443 } else { 80 });
+        let port = self.uri.port_u16().unwrap_or(default_port(scheme));
         let authority = match ip {
             IpAddr::V4(v4) => format!("{v4}:{port}"),
             IpAddr::V6(v6) => format!("[{v6}]:{port}"),
@@ -181,13 +181,10 @@ impl Upstream {
     pub fn parse(text: &str) -> Result<Upstream, String> {
         let uri = parse_upstream_url(text)?;
         let host = match (uri.scheme_str(), uri.authority()) {
-            (Some(scheme), Some(auth)) => {
-                let default_port = if scheme == "https" { 443 } else { 80 };
-                match auth.port_u16() {
-                    Some(port) if port != default_port => format!("{}:{port}", auth.host()),
-                    _ => auth.host().to_string(),
-                }
-            }
+            (Some(scheme), Some(auth)) => match auth.port_u16() {
+                Some(port) if port != default_port(scheme) => format!("{}:{port}", auth.host()),
+                _ => auth.host().to_string(),
+            },
             _ => return Err(format!("invalid upstream url {}: missing host", show(text))),
         };
         let host = http::HeaderValue::from_str(&host)
@@ -195,6 +192,21 @@ impl Upstream {
         let pool_key = base(&uri).into_boxed_str();
         Ok(Upstream { uri, host, pool_key, server_name: None })
     }
+}
+
+/// The port a scheme's URL means without one.
+fn default_port(scheme: &str) -> u16 {
+    if matches!(scheme, "https" | "h2") {
+        443
+    } else {
+        80
+    }
+}
+
+/// Whether endpoints named with `scheme` speak HTTP/2: `h2c://` (prior
+/// knowledge) and `h2://` (TLS, ALPN `h2`).
+pub fn is_h2(scheme: Option<&str>) -> bool {
+    matches!(scheme, Some("h2c" | "h2"))
 }
 
 /// `scheme://authority` of an upstream URL.
@@ -208,8 +220,8 @@ fn base(uri: &http::Uri) -> String {
 fn parse_upstream_url(text: &str) -> Result<http::Uri, String> {
     let uri: http::Uri = text.parse().map_err(|_| format!("invalid upstream url {}: not a url", show(text)))?;
     match uri.scheme_str() {
-        Some("http" | "https" | "h2c") => {}
-        _ => return Err(format!("invalid upstream url {}: scheme must be http, https or h2c", show(text))),
+        Some("http" | "https" | "h2c" | "h2") => {}
+        _ => return Err(format!("invalid upstream url {}: scheme must be http, https, h2c or h2", show(text))),
     }
     let Some(auth) = uri.authority() else {
         return Err(format!("invalid upstream url {}: missing host", show(text)));

@@ -23,13 +23,14 @@ use super::outgoing::Outgoing;
 use super::pool::{Full, Limits, Pool, PoolError, Use};
 use super::retry::RetryBudget;
 use crate::config::settings::UpstreamPolicy;
+use crate::config::values::is_h2;
 use crate::routing::Upstream;
 
 /// The upstream connections, the round-robin cursor and the retry budget.
 #[derive(Debug)]
 pub struct Upstreams {
     pool: Pool,
-    /// `h2c://` endpoints' connections.
+    /// HTTP/2 endpoints' connections.
     h2: H2,
     cursor: AtomicUsize,
     budget: RetryBudget,
@@ -181,7 +182,7 @@ impl Upstreams {
         health: &Health,
     ) -> Result<Response<ResponseBody>, Failure> {
         let endpoint = a.endpoint;
-        if endpoint.uri.scheme_str() == Some("h2c") {
+        if is_h2(endpoint.uri.scheme_str()) {
             return self.attempt_h2(a, body, s, health).await;
         }
         let record = |failed: bool| health.record(&endpoint.uri, failed, s.policy.eject_after, s.policy.eject_for);
@@ -231,7 +232,7 @@ impl Upstreams {
 }
 
 impl Upstreams {
-    /// [`Upstreams::attempt`] at an `h2c://` endpoint: a stream on one of
+    /// [`Upstreams::attempt`] at an HTTP/2 endpoint: a stream on one of
     /// its few connections ([`super::h2`]), under the same timers, health
     /// and blame.
     async fn attempt_h2(

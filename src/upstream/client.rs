@@ -1,7 +1,7 @@
 //! One GET on a connection of its own (opened, used once, closed): what the
 //! active health checks send to every endpoint and peer, and what
 //! `shardgate probe` sends. The proxy's requests go through the pool
-//! ([`super::pool`]) instead. An `h2c://` endpoint (gRPC) is asked
+//! ([`super::pool`]) instead. An `h2c://` or `h2://` endpoint (gRPC) is asked
 //! `grpc.health.v1.Health/Check` over HTTP/2 instead ([`grpc_health`]).
 
 use std::time::Duration;
@@ -42,7 +42,7 @@ pub async fn get(
     timeout: Duration,
 ) -> Result<StatusCode, String> {
     let to = to.into();
-    if to.uri.scheme_str() == Some("h2c") {
+    if crate::config::values::is_h2(to.uri.scheme_str()) {
         return grpc_health(connector, &to, timeout).await;
     }
     let exchange = async {
@@ -73,7 +73,7 @@ pub async fn get(
 }
 
 /// `grpc.health.v1.Health/Check` of the whole server (an empty request)
-/// over HTTP/2 with prior knowledge: `200` when it answers `SERVING`
+/// over HTTP/2 (`h2c://`, `h2://`): `200` when it answers `SERVING`
 /// (`status`, field 1, is 1) with `grpc-status: 0`, `503` for any other
 /// answer; an error when there is none.
 pub async fn grpc_health(connector: &Connector, to: &Get, timeout: Duration) -> Result<StatusCode, String> {
@@ -86,7 +86,8 @@ pub async fn grpc_health(connector: &Connector, to: &Get, timeout: Duration) -> 
             .map_err(|e| format!("http2 handshake error: {e}"))?;
         let conn = tokio::spawn(conn);
         let authority = to.uri.authority().map_or("", |a| a.as_str());
-        let req = http::Request::post(format!("http://{authority}/grpc.health.v1.Health/Check"))
+        let scheme = if to.uri.scheme_str() == Some("h2") { "https" } else { "http" };
+        let req = http::Request::post(format!("{scheme}://{authority}/grpc.health.v1.Health/Check"))
             .version(http::Version::HTTP_2)
             .header(http::header::CONTENT_TYPE, "application/grpc")
             .header(http::header::TE, "trailers")

@@ -1,7 +1,8 @@
 //! How the proxy connects to upstreams and peers: TCP (no Nagle) for
 //! `http://` and `h2c://` (HTTP/2 with prior knowledge), rustls over it for
-//! `https://` (ALPN `http/1.1`, the server name from the URI), within the
-//! connect timeout; settings fixed at start-up.
+//! `https://` (ALPN `http/1.1`) and `h2://` (ALPN `h2`, which the server
+//! must agree to), the server name from the URI, within the connect
+//! timeout; settings fixed at start-up.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -33,6 +34,8 @@ pub struct ClientSettings {
 pub struct Connector {
     timeout: Duration,
     tls: TlsConnector,
+    /// The same, offering `h2` alone.
+    tls_h2: TlsConnector,
 }
 
 impl std::fmt::Debug for Connector {
@@ -41,23 +44,28 @@ impl std::fmt::Debug for Connector {
     }
 }
 
-/// The connector for `settings`: `http://` and `https://` endpoints alike.
+/// The connector for `settings`: every scheme's endpoints alike.
 pub fn connector(settings: &ClientSettings) -> Connector {
     let mut tls = match &settings.tls {
         Some(c) => (**c).clone(),
         None => crate::tls::client_config_or_closed(&crate::config::schema::UpstreamTls::default()),
     };
-    // The upstream leg speaks HTTP/1.1 only.
+    let mut h2 = tls.clone();
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Connector { timeout: settings.connect_timeout, tls: TlsConnector::from(Arc::new(tls)) }
+    h2.alpn_protocols = vec![b"h2".to_vec()];
+    Connector {
+        timeout: settings.connect_timeout,
+        tls: TlsConnector::from(Arc::new(tls)),
+        tls_h2: TlsConnector::from(Arc::new(h2)),
+    }
 }
 
 /// An open connection: TCP, or TLS over TCP.
 #[derive(Debug)]
 pub enum Stream {
-    /// `http://`.
+    /// `http://`, `h2c://`.
     Tcp(TcpStream),
-    /// `https://`.
+    /// `https://`, `h2://`.
     Tls(Box<TlsStream<TcpStream>>),
 }
 
@@ -68,9 +76,10 @@ impl Connector {
     /// error is the whole story in one line ("tcp connect error: Connection
     /// refused (os error 111)").
     pub async fn connect(&self, uri: &Uri, server_name: Option<&str>) -> Result<Stream, String> {
-        let tls = match uri.scheme_str() {
-            Some("https") => true,
-            Some("http" | "h2c") | None => false,
+        let (tls, alpn_h2) = match uri.scheme_str() {
+            Some("https") => (true, false),
+            Some("h2") => (true, true),
+            Some("http" | "h2c") | None => (false, false),
             Some(other) => return Err(format!("unsupported scheme {other:?}")),
         };
         let host = uri.host().ok_or_else(|| format!("no host in {uri}"))?;
@@ -86,8 +95,11 @@ impl Connector {
         let asked = server_name.unwrap_or(bare);
         let name =
             ServerName::try_from(asked.to_owned()).map_err(|e| format!("invalid tls server name {asked:?}: {e}"))?;
-        let handshake = self.tls.connect(name, tcp);
+        let handshake = if alpn_h2 { &self.tls_h2 } else { &self.tls }.connect(name, tcp);
         match tokio::time::timeout(self.timeout, handshake).await {
+            Ok(Ok(s)) if alpn_h2 && s.get_ref().1.alpn_protocol() != Some(b"h2") => {
+                Err("tls handshake error: the server did not agree to HTTP/2 (ALPN h2)".into())
+            }
             Ok(Ok(s)) => Ok(Stream::Tls(Box::new(s))),
             Ok(Err(e)) => Err(format!("tls handshake error: {e}")),
             Err(_) => Err(format!("tls handshake error: timed out after {:?}", self.timeout)),

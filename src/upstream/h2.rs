@@ -1,4 +1,5 @@
-//! HTTP/2 to `h2c://` endpoints (prior knowledge, no TLS): a few
+//! HTTP/2 to `h2c://` (prior knowledge) and `h2://` (TLS, ALPN `h2`)
+//! endpoints: a few
 //! multiplexed connections per endpoint, each driven by hyper's HTTP/2
 //! client on a task of its own. A request takes the open connection with
 //! the fewest streams, a new one being opened when every open one carries
@@ -32,7 +33,7 @@ pub const STREAMS: usize = 100;
 /// `max_connections` is lower).
 pub const CONNECTIONS: usize = 4;
 
-/// The HTTP/2 connections to every `h2c://` endpoint.
+/// The HTTP/2 connections to every `h2c://` and `h2://` endpoint.
 #[derive(Debug)]
 pub struct H2 {
     connector: Connector,
@@ -181,7 +182,8 @@ impl H2 {
 /// read (gRPC servers require it, and it is the only `TE` HTTP/2 allows).
 fn request(endpoint: &Upstream, out: &Outgoing<'_>) -> Result<Request<()>, String> {
     let authority = endpoint.uri.authority().map_or("", |a| a.as_str());
-    let uri = format!("http://{authority}{}", out.target);
+    let scheme = if endpoint.uri.scheme_str() == Some("h2") { "https" } else { "http" };
+    let uri = format!("{scheme}://{authority}{}", out.target);
     let mut req = Request::builder().method(out.method.clone()).uri(uri).body(()).map_err(|e| e.to_string())?;
     *req.version_mut() = http::Version::HTTP_2;
     let headers = req.headers_mut();

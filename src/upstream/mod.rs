@@ -6,7 +6,7 @@
 //!   tunnels) with a bounded wait queue and wait;
 //! * [`exchange`]: one HTTP/1.1 exchange on a connection the request's
 //!   task owns (no connection task): head and body out, head and body back;
-//! * [`h2`]: HTTP/2 to `h2c://` endpoints: a few multiplexed connections
+//! * [`h2`]: HTTP/2 to `h2c://` and `h2://` endpoints: a few multiplexed connections
 //!   each, bodies and trailers passed as frames (gRPC);
 //! * [`body`]: the client's body on its way upstream: a small one read
 //!   whole first, a larger one watched, so timeouts and blame follow what

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """gRPC interop peer for tests/it/grpc.rs, on Python's grpcio (not ours).
 
-  interop.py serve REGION [not-serving]
+  interop.py serve REGION [not-serving] [tls=CERT,KEY]
                                 a backend: prints its port, serves until
                                 killed; its grpc.health.v1 Check answers
-                                SERVING, or NOT_SERVING when told
+                                SERVING, or NOT_SERVING when told; over TLS
+                                with that certificate and key when given
   interop.py call ADDRESS ID    a client through the proxy: prints one JSON
                                 object of what each call saw
   interop.py fields ADDRESS ID  the same, the id in a field of the first
@@ -24,7 +25,7 @@ import grpc
 SERVICE = "echo.Echo"
 
 
-def serve(region, serving=True):
+def serve(region, serving=True, tls=None):
     tag = region.encode()
 
     def check(request, context):
@@ -83,7 +84,11 @@ def serve(region, serving=True):
             grpc.method_handlers_generic_handler("grpc.health.v1.Health", health),
         )
     )
-    port = server.add_insecure_port("127.0.0.1:0")
+    if tls:
+        cert, key = (open(path, "rb").read() for path in tls)
+        port = server.add_secure_port("127.0.0.1:0", grpc.ssl_server_credentials([(key, cert)]))
+    else:
+        port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     print(port, flush=True)
     server.wait_for_termination()
@@ -197,8 +202,10 @@ def fields(address, entity):
 
 
 def main():
-    if len(sys.argv) in (3, 4) and sys.argv[1] == "serve":
-        serve(sys.argv[2], serving=sys.argv[3:] != ["not-serving"])
+    if len(sys.argv) >= 3 and sys.argv[1] == "serve":
+        extra = sys.argv[3:]
+        tls = next((e[4:].split(",") for e in extra if e.startswith("tls=")), None)
+        serve(sys.argv[2], serving="not-serving" not in extra, tls=tls)
     elif len(sys.argv) == 4 and sys.argv[1] == "call":
         call(sys.argv[2], sys.argv[3])
     elif len(sys.argv) == 4 and sys.argv[1] == "fields":

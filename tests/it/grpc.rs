@@ -350,3 +350,33 @@ fn message_field_ids_are_checked_with_their_line() {
         assert!(err.contains(want) && err.contains("t.yaml:"), "{id}: {err}");
     }
 }
+
+#[tokio::test]
+async fn h2_backends_over_tls_take_calls_and_health_checks() -> TestResult {
+    let Some(python) = grpcio_python()? else { return Ok(()) };
+    let dir = tempfile::tempdir()?;
+    let ca = crate::tls::Ca::new("grpc ca")?;
+    let leaf = ca.leaf("grpc-kz")?;
+    let write = |name: &str, text: &str| crate::tls::write(dir.path(), name, text);
+    let (ca_path, cert, key) =
+        (write("ca.pem", &ca.pem())?, write("kz.crt", &leaf.cert_pem)?, write("kz.key", &leaf.key_pem)?);
+    let kz = GrpcBackend::start_with(python, &["kz", &format!("tls={cert},{key}")])?;
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let top = format!("upstream: {{ tls: {{ ca: \"{ca_path}\" }}, health: {{ interval: 50ms, rise: 1, fall: 1 }} }}");
+    let mut yaml = table(dead, dead, dead, &top) + ECHO_ROUTE;
+    yaml = yaml.replace(
+        &format!("kz: {{ upstreams: [\"http://{dead}\"] }}"),
+        &format!("kz: {{ upstreams: [\"h2://127.0.0.1:{}\"] }}", kz.1),
+    );
+    let p = proxy(&yaml).await?;
+    // Health checks over TLS keep the endpoint up while calls go.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let client = Client::builder(TokioExecutor::new()).http2_only(true).build_http::<Full<Bytes>>();
+    for _ in 0..5 {
+        let (status, message, grpc_status) = unary(&client, p.url("/echo.Echo/Unary"), iuid(7)).await?;
+        assert_eq!((status, grpc_status.as_deref()), (200, Some("0")));
+        assert_eq!(message, &b"kz:hi"[..]);
+    }
+    assert!(p.proxy.as_ref().is_some_and(|p| p.shared().upstreams.connects() == 1), "one TLS connection carried them");
+    Ok(())
+}

@@ -34,19 +34,19 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 use crate::support::{proxy, proxy_on, table, three_backends, three_listeners, BoxError, Got, TestResult};
 
 /// A test certificate authority.
-struct Ca {
+pub(crate) struct Ca {
     issuer: CertifiedIssuer<'static, KeyPair>,
 }
 
 /// A leaf certificate and its key, PEM and DER.
-struct Leaf {
-    cert_pem: String,
-    key_pem: String,
+pub(crate) struct Leaf {
+    pub(crate) cert_pem: String,
+    pub(crate) key_pem: String,
     der: CertificateDer<'static>,
 }
 
 impl Ca {
-    fn new(name: &str) -> Result<Ca, BoxError> {
+    pub(crate) fn new(name: &str) -> Result<Ca, BoxError> {
         let mut p = CertificateParams::new(Vec::<String>::new())?;
         p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         p.distinguished_name.push(DnType::CommonName, name);
@@ -54,12 +54,12 @@ impl Ca {
         Ok(Ca { issuer: CertifiedIssuer::self_signed(p, KeyPair::generate()?)? })
     }
 
-    fn pem(&self) -> String {
+    pub(crate) fn pem(&self) -> String {
         self.issuer.pem()
     }
 
     /// A certificate for 127.0.0.1 and localhost, usable by a server and a client.
-    fn leaf(&self, cn: &str) -> Result<Leaf, BoxError> {
+    pub(crate) fn leaf(&self, cn: &str) -> Result<Leaf, BoxError> {
         let mut p = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])?;
         p.distinguished_name.push(DnType::CommonName, cn);
         p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
@@ -72,7 +72,7 @@ impl Ca {
 
 /// Writes `text` to `dir/name` atomically (temporary file, then rename),
 /// as certificate rotation tools do; returns the path.
-fn write(dir: &Path, name: &str, text: &str) -> Result<String, BoxError> {
+pub(crate) fn write(dir: &Path, name: &str, text: &str) -> Result<String, BoxError> {
     let path = dir.join(name);
     let tmp = dir.join(format!(".{name}.tmp"));
     std::fs::write(&tmp, text)?;
