@@ -183,7 +183,10 @@ impl<H: Handler> Connection<H> {
                 let handler = Arc::clone(&handler);
                 async move {
                     let (mut head, body) = req.into_parts();
-                    let answer = handler.handle(&mut head, RequestBody::from(body), info).await;
+                    // hyper moves each stream's future as it spawns it (into the
+                    // stream, the task, its cell); boxed, the request's whole
+                    // state (kilobytes) is made in place once and never moved.
+                    let answer = Box::pin(handler.handle(&mut head, RequestBody::from(body), info)).await;
                     Ok::<_, Infallible>(answer.into_response(handler.via()))
                 }
             });

@@ -1,0 +1,288 @@
+#!/usr/bin/env python3
+"""gRPC unary calls routed by the id in their metadata: shardgate against
+nginx's grpc_pass and HAProxy routing the same calls, and shardgate routing
+by a field of the message instead. CPU a call of the proxy process and
+calls a second.
+
+Workload: h2load (Debian's nghttp2-client) sends unary calls over HTTP/2
+with prior knowledge, C connections with M streams each, every call a
+1 KiB message (`/bench.Echo/Call`, `x-entity-id: <iUID>`); the backend is
+benches/grpc_backend.rs (hyper, one message and `grpc-status: 0` in
+trailers). nginx and HAProxy route with a regex on the iUID's country
+digits in the metadata (the only way they can); shardgate decodes it. In
+`shardgate+field` the id is field 1 of the message instead, read without a
+schema (`id: { grpc_field: "1" }`), and the metadata carries none. Proxy on
+core 1, h2load and the backend on core 0; each configuration runs once per
+repetition, in turn, and the table shows medians and the same-repetition
+ratios to nginx.
+
+    benches/load/grpc.py [--reps 7] [--calls 200000] [--connections 16] [--streams 10] [--shardgate BINARY]
+    benches/load/grpc.py --instructions [--calls 20000] [--shardgate BINARY]
+
+--instructions counts shardgate's user-space instructions a call under
+callgrind instead (routed by metadata, then by the message field), the
+steady figure for what the field costs.
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import compare as c  # noqa: E402
+import instructions as ins  # noqa: E402
+
+H2LOAD = "/usr/bin/h2load"
+PORTS = {"eu": 19201, "kz": 19202, "us": 19203}
+PROXY_PORT = 19200
+SIZE = 1024
+
+
+def backend_binary():
+    subprocess.run(["cargo", "build", "--release", "--quiet", "--bench", "grpc_backend"], cwd=c.ROOT, check=True)
+    deps = os.path.join(c.ROOT, "target", "release", "deps")
+    found = [os.path.join(deps, f) for f in os.listdir(deps) if f.startswith("grpc_backend-") and not f.endswith(".d")]
+    return max(found, key=os.path.getmtime)
+
+
+def regex(country):
+    return f"^{c.ID_RE}{country:02x}-"
+
+
+def nginx_conf(tmp):
+    ups = "\n".join(f"  upstream {r} {{ server 127.0.0.1:{p}; keepalive 64; }}" for r, p in PORTS.items())
+    hdr = "\n".join(f'    "~{regex(cc)}" {r};' for r, cc in c.REGIONS.items())
+    return f"""daemon off; worker_processes 1; pid {tmp}/nginx.pid; error_log {tmp}/nginx.err;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  http2_max_concurrent_streams 1024;
+{ups}
+  map $http_x_entity_id $owner {{
+    default "";
+{hdr}
+  }}
+  server {{
+    listen 127.0.0.1:{PROXY_PORT} http2 backlog=4096;
+    keepalive_requests 1000000;
+    location / {{
+      if ($owner = "") {{ return 400; }}
+      grpc_pass grpc://$owner;
+    }}
+  }}
+}}
+"""
+
+
+def haproxy_conf():
+    acls = []
+    for r, cc in c.REGIONS.items():
+        acls.append(f"  acl h_{r} req.hdr(x-entity-id) -m reg {regex(cc)}")
+        acls.append(f"  use_backend {r} if h_{r}")
+    backends = "\n".join(
+        f"backend {r}\n  http-reuse always\n  server s1 127.0.0.1:{p} proto h2 maxconn 1000" for r, p in PORTS.items())
+    return f"""global
+  nbthread 1
+  maxconn 4000
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 30s
+  timeout server 30s
+frontend fe
+  bind 127.0.0.1:{PROXY_PORT} proto h2
+{chr(10).join(acls)}
+  default_backend none
+backend none
+  http-request deny deny_status 400
+{backends}
+"""
+
+
+def shardgate_conf():
+    regions = "\n".join(f'  {r}: {{ upstreams: ["h2c://127.0.0.1:{p}"] }}' for r, p in PORTS.items())
+    countries = "\n".join(f"  C{cc}: {{ id: {cc}, region: {r} }}" for r, cc in c.REGIONS.items())
+    return f"""version: 1
+listen: 127.0.0.1:{PROXY_PORT}
+admin: 127.0.0.1:{PROXY_PORT + 50}
+regions:
+{regions}
+countries:
+{countries}
+entities: {{ IntercityOrder: 3 }}
+upstream: {{ health: {{ interval: 0s }} }}
+log: {{ access: false }}
+routes:
+  - name: by-metadata
+    match: {{ path: "/bench.Echo/{{method}}" }}
+    id: {{ metadata: x-entity-id, formats: [iuid] }}
+  - name: by-field
+    match: {{ path: "/field.Echo/{{method}}" }}
+    id: {{ grpc_field: "1", formats: [iuid] }}
+"""
+
+
+def message(entity):
+    """A 1 KiB protobuf message: field 1 the id, field 2 padding; with its gRPC prefix."""
+    text = entity.encode()
+    body = bytes([0x0A, len(text)]) + text
+    pad = SIZE - len(body) - 3
+    body += bytes([0x12, pad & 0x7F | 0x80, pad >> 7]) + b"x" * pad
+    return b"\x00" + len(body).to_bytes(4, "big") + body
+
+
+def h2load(args, data, path, metadata):
+    cmd = [H2LOAD, "-n", str(args.calls), "-c", str(args.connections), "-m", str(args.streams), "-d", data,
+           "-H", "content-type: application/grpc", "-H", "te: trailers"]
+    if metadata:
+        cmd += ["-H", f"x-entity-id: {metadata}"]
+    out = subprocess.run(["taskset", "-c", c.LOAD_CORE, *cmd, f"http://127.0.0.1:{PROXY_PORT}{path}"],
+                         capture_output=True, text=True, timeout=600).stdout
+    done = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored", out)
+    took = re.search(r"finished in ([\d.]+)(m?s)", out)
+    status = re.search(r"status codes: (\d+) 2xx", out)
+    if not (done and took and status):
+        raise RuntimeError(f"h2load said:\n{out}")
+    seconds = float(took.group(1)) / (1000 if took.group(2) == "ms" else 1)
+    return int(status.group(1)), int(done.group(3)) + int(done.group(4)), seconds
+
+
+CHECK = """
+import sys, grpc
+path, md, data = sys.argv[1], sys.argv[2], open(sys.argv[3], "rb").read()[5:]
+meta = (("x-entity-id", md),) if md else ()
+with grpc.insecure_channel("127.0.0.1:%d") as ch:
+    print(ch.unary_unary(path)(data, metadata=meta, timeout=10).decode())
+""" % PROXY_PORT
+
+
+def check(path, data, md):
+    """One call through the proxy with Python's grpcio: the region that answered (a gRPC
+    error the proxy made is a 200 too, so h2load's status codes cannot tell)."""
+    out = subprocess.run(["/usr/bin/python3", "-c", CHECK, path, md or "", data], capture_output=True, text=True,
+                         timeout=30)
+    return out.stdout.strip() or out.stderr.strip().splitlines()[-1:]
+
+
+def run_one(name, args, tmp, data_md, data_field, entity, shardgate):
+    if name == "nginx":
+        conf = os.path.join(tmp, "nginx.conf")
+        with open(conf, "w") as f:
+            f.write(nginx_conf(tmp))
+        proc = c.start([c.NGINX, "-c", conf, "-p", tmp], c.PROXY_CORE)
+    elif name == "haproxy":
+        conf = os.path.join(tmp, "haproxy.cfg")
+        with open(conf, "w") as f:
+            f.write(haproxy_conf())
+        proc = c.start([c.HAPROXY, "-f", conf, "-db"], c.PROXY_CORE)
+    else:
+        conf = os.path.join(tmp, "shardgate.yaml")
+        with open(conf, "w") as f:
+            f.write(shardgate_conf())
+        # One runtime thread, as compare.py runs it (and as one nginx worker, one HAProxy thread).
+        proc = c.start([shardgate, "--threads", "1", "serve", "-c", conf], c.PROXY_CORE)
+    try:
+        c.wait_port(PROXY_PORT, proc, timeout=20)
+        time.sleep(0.3)
+        field = name == "shardgate+field"
+        path, data, md = ("/field.Echo/Call", data_field, None) if field else ("/bench.Echo/Call", data_md, entity)
+        answered = check(path, data, md)
+        if answered != "kz":
+            raise RuntimeError(f"{name}: a call for kz was answered {answered!r}")
+        pids = c.pids_of(proc)
+        before = c.cpu_ticks(pids)
+        ok, failed, seconds = h2load(args, data, path, md)
+        after = c.cpu_ticks(pids)
+    finally:
+        c.stop(proc)
+        while not c.free(PROXY_PORT):
+            time.sleep(0.05)
+    ticks = (after[0] - before[0]) + (after[1] - before[1])
+    return {"ok": ok, "failed": failed, "calls_s": ok / seconds, "cpu_us": ticks / c.CLK_TCK / max(ok, 1) * 1e6}
+
+
+def instructions(args, tmp, data_md, data_field, entity):
+    """Instructions a call of shardgate under callgrind, by metadata and by field."""
+    conf = os.path.join(tmp, "shardgate.yaml")
+    with open(conf, "w") as f:
+        f.write(shardgate_conf())
+    counted = {}
+    for mode, path, data, md in [("metadata", "/bench.Echo/Call", data_md, entity),
+                                 ("field", "/field.Echo/Call", data_field, None)]:
+        out = os.path.join(tmp, f"callgrind.{mode}")
+        proc = c.start(["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
+                        args.shardgate, "--threads", "1", "serve", "-c", conf], c.PROXY_CORE)
+        try:
+            c.wait_port(PROXY_PORT, proc, timeout=120)
+            if check(path, data, md) != "kz":
+                raise RuntimeError(f"{mode}: a call for kz went elsewhere")
+            ins.callgrind_control("-i", "on", proc.pid)
+            ok, failed, _ = h2load(args, data, path, md)
+        finally:
+            proc.send_signal(15)
+            proc.wait(120)
+        _, totals = ins.read_totals(out)
+        if not totals or failed:
+            raise RuntimeError(f"{mode}: no instruction total, or {failed} calls failed ({out})")
+        counted[mode] = totals[0] / ok
+        print(f"shardgate  {mode:8}  calls {ok}  instructions/call {counted[mode]:.0f}  ({out})", flush=True)
+    print(f"the message field costs {counted['field'] - counted['metadata']:+.0f} instructions a call")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--calls", type=int, default=200000)
+    ap.add_argument("--connections", type=int, default=16)
+    ap.add_argument("--streams", type=int, default=10)
+    ap.add_argument("--shardgate", default=c.SHARDGATE)
+    ap.add_argument("--instructions", action="store_true")
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="shardgate-grpc-")
+    backend = c.start([backend_binary(), *[f"{r}={p}" for r, p in PORTS.items()]], c.LOAD_CORE)
+    try:
+        for p in PORTS.values():
+            c.wait_port(p, backend)
+        entity = c.mint_ids(1, args.shardgate)["kz"][0]
+        data_md, data_field = os.path.join(tmp, "md.bin"), os.path.join(tmp, "field.bin")
+        other = c.mint_ids(1, args.shardgate)["eu"][0]
+        # The metadata mode's message holds another id: only the metadata routes it.
+        with open(data_md, "w+b") as f:
+            f.write(message(other))
+        with open(data_field, "w+b") as f:
+            f.write(message(entity))
+        if args.instructions:
+            instructions(args, tmp, data_md, data_field, entity)
+            return
+        names = ["nginx", "haproxy", "shardgate", "shardgate+field"]
+        runs = {n: [] for n in names}
+        for rep in range(args.reps):
+            for n in names:
+                r = run_one(n, args, tmp, data_md, data_field, entity, args.shardgate)
+                runs[n].append(r)
+                print(f"rep {rep + 1} {n:16} calls/s {r['calls_s']:9.0f}  cpu/call {r['cpu_us']:6.2f} us  "
+                      f"2xx {r['ok']} failed {r['failed']}", flush=True)
+    finally:
+        c.stop(backend)
+    print(f"\n{args.reps} repetitions, {args.calls} unary calls each, {args.connections} connections x "
+          f"{args.streams} streams, {SIZE}-byte messages")
+    print(f"{'proxy':16} {'calls/s':>9} {'CPU us/call':>12} {'CPU vs nginx':>13} {'calls/s vs nginx':>17} "
+          f"{'CPU vs haproxy':>15} {'calls/s vs haproxy':>19}")
+    for n in names:
+        med = lambda f: statistics.median(r[f] for r in runs[n])
+        ratio = lambda f, base: statistics.median(a[f] / b[f] for a, b in zip(runs[n], runs[base]))
+        print(f"{n:16} {med('calls_s'):9.0f} {med('cpu_us'):12.2f} {ratio('cpu_us', 'nginx'):13.2f} "
+              f"{ratio('calls_s', 'nginx'):17.2f} {ratio('cpu_us', 'haproxy'):15.2f} {ratio('calls_s', 'haproxy'):19.2f}")
+    extra = [f["cpu_us"] - m["cpu_us"] for f, m in zip(runs["shardgate+field"], runs["shardgate"])]
+    print(f"\nrouting by the message field instead of metadata: {statistics.median(extra):+.2f} us CPU a call "
+          f"(median of same-repetition differences; range {min(extra):+.2f} to {max(extra):+.2f})")
+    if any(r["failed"] for rs in runs.values() for r in rs):
+        sys.exit("some calls failed")
+
+
+if __name__ == "__main__":
+    main()
