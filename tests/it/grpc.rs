@@ -380,3 +380,160 @@ async fn h2_backends_over_tls_take_calls_and_health_checks() -> TestResult {
     assert!(p.proxy.as_ref().is_some_and(|p| p.shared().upstreams.connects() == 1), "one TLS connection carried them");
     Ok(())
 }
+
+/// Messages as they are, for tonic's client without generated code.
+#[derive(Clone, Copy, Debug, Default)]
+struct Raw;
+
+impl tonic::codec::Codec for Raw {
+    type Encode = Bytes;
+    type Decode = Bytes;
+    type Encoder = Raw;
+    type Decoder = Raw;
+    fn encoder(&mut self) -> Raw {
+        Raw
+    }
+    fn decoder(&mut self) -> Raw {
+        Raw
+    }
+}
+
+impl tonic::codec::Encoder for Raw {
+    type Item = Bytes;
+    type Error = tonic::Status;
+    fn encode(&mut self, item: Bytes, dst: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        bytes::BufMut::put(dst, item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for Raw {
+    type Item = Bytes;
+    type Error = tonic::Status;
+    fn decode(&mut self, src: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<Bytes>, tonic::Status> {
+        let n = bytes::Buf::remaining(src);
+        Ok(Some(bytes::Buf::copy_to_bytes(src, n)))
+    }
+}
+
+/// A tonic call's request: `message`, the id in metadata when given.
+fn tonic_request<T>(message: T, id: Option<&str>) -> Result<tonic::Request<T>, BoxError> {
+    let mut req = tonic::Request::new(message);
+    if let Some(id) = id {
+        req.metadata_mut().insert("x-entity-id", id.parse()?);
+    }
+    Ok(req)
+}
+
+#[tokio::test]
+async fn tonic_calls_through_the_proxy_reach_the_owner() -> TestResult {
+    use tonic::codegen::tokio_stream::{self, StreamExt};
+    let Some(python) = grpcio_python()? else { return Ok(()) };
+    let backends = [GrpcBackend::start(python, "eu")?, GrpcBackend::start(python, "kz")?];
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let by_field = "  - name: by-field\n    match: { path: \"/field.Echo/{method}\" }\n    id: { grpc_field: \"1\", formats: [iuid] }\n";
+    let mut yaml = table(dead, dead, dead, "") + ECHO_ROUTE + by_field;
+    for (b, region) in backends.iter().zip(["eu", "kz"]) {
+        let from = format!("{region}: {{ upstreams: [\"http://{dead}\"] }}");
+        yaml = yaml.replace(&from, &format!("{region}: {{ upstreams: [\"h2c://127.0.0.1:{}\"] }}", b.1));
+    }
+    yaml = yaml.replace(
+        &format!("us: {{ upstreams: [\"http://{dead}\"] }}"),
+        &format!("us: {{ upstreams: [\"h2c://{dead}\"] }}"),
+    );
+    let p = proxy(&yaml).await?;
+    let channel = tonic::transport::Channel::from_shared(p.url(""))?.connect().await?;
+    let mut grpc = tonic::client::Grpc::new(channel);
+    let path = |p: &'static str| http::uri::PathAndQuery::from_static(p);
+    let kz = iuid(7);
+
+    grpc.ready().await?;
+    let unary = grpc.unary(tonic_request(Bytes::from_static(b"hi"), Some(&kz))?, path("/echo.Echo/Unary"), Raw).await?;
+    assert_eq!(unary.metadata().get("x-region").and_then(|v| v.to_str().ok()), Some("kz"), "trailers");
+    assert_eq!(unary.into_inner(), &b"kz:hi"[..]);
+
+    // The id in field 1 of the message: `0x0a`, its length, its text.
+    let mut message = vec![0x0a, u8::try_from(kz.len())?];
+    message.extend_from_slice(kz.as_bytes());
+    grpc.ready().await?;
+    let by_message = grpc.unary(tonic_request(Bytes::from(message), None)?, path("/field.Echo/Unary"), Raw).await?;
+    assert!(by_message.into_inner().starts_with(b"kz:"));
+
+    grpc.ready().await?;
+    let fan =
+        grpc.server_streaming(tonic_request(Bytes::from_static(b"3"), Some(&kz))?, path("/echo.Echo/Fan"), Raw).await?;
+    let got: Vec<Bytes> = fan.into_inner().collect::<Result<_, _>>().await?;
+    assert_eq!(got, [&b"kz:0"[..], b"kz:1", b"kz:2"]);
+
+    grpc.ready().await?;
+    let parts = tokio_stream::iter([Bytes::from_static(b"a"), Bytes::from_static(b"b")]);
+    let collected = grpc.client_streaming(tonic_request(parts, Some(&kz))?, path("/echo.Echo/Collect"), Raw).await?;
+    assert_eq!(collected.into_inner(), &b"kz:a+b"[..]);
+
+    grpc.ready().await?;
+    let chat = tokio_stream::iter([Bytes::from_static(b"one"), Bytes::from_static(b"two")]);
+    let answers = grpc.streaming(tonic_request(chat, Some(&kz))?, path("/echo.Echo/Chat"), Raw).await?;
+    let got: Vec<Bytes> = answers.into_inner().collect::<Result<_, _>>().await?;
+    assert_eq!(got, [&b"kz:one"[..], b"kz:two"]);
+
+    // The backend's status, message, metadata and details, intact.
+    grpc.ready().await?;
+    let failed = grpc.unary(tonic_request(Bytes::new(), Some(&kz))?, path("/echo.Echo/Fail"), Raw).await;
+    let status = failed.err().ok_or("Fail answered")?;
+    assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+    assert_eq!(status.message(), "nope from kz");
+    assert_eq!(status.metadata().get("x-detail").and_then(|v| v.to_str().ok()), Some("why-kz"));
+    assert_eq!(status.details(), b"\x08\x09detail");
+
+    // tonic's deadline goes as grpc-timeout (the backend takes 3 s): the
+    // call ends by it, whoever says so first (tonic, the proxy, grpcio).
+    grpc.ready().await?;
+    let mut slow = tonic_request(Bytes::new(), Some(&kz))?;
+    slow.set_timeout(std::time::Duration::from_millis(300));
+    let started = std::time::Instant::now();
+    let late = grpc.unary(slow, path("/echo.Echo/Slow"), Raw).await.err().ok_or("Slow answered")?;
+    assert!(matches!(late.code(), tonic::Code::DeadlineExceeded | tonic::Code::Cancelled), "{late:?}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(2));
+
+    // The proxy's own answers: a malformed id, a region nothing answers in.
+    for (id, code, reason) in [
+        ("not-an-id".to_string(), tonic::Code::InvalidArgument, "bad_length"),
+        (iuid(1), tonic::Code::Unavailable, "upstream_connect_failed"),
+    ] {
+        grpc.ready().await?;
+        let refused = grpc.unary(tonic_request(Bytes::new(), Some(&id))?, path("/echo.Echo/Unary"), Raw).await;
+        let status = refused.err().ok_or("answered")?;
+        assert_eq!(status.code(), code, "{id}: {status:?}");
+        assert!(status.message().starts_with(reason), "{id}: {status:?}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_calls_grpc_timeout_bounds_its_attempt_at_the_proxy() -> TestResult {
+    // An HTTP/1.1 backend that answers `/t/slow/` after 2 s and knows
+    // nothing of gRPC deadlines: the status can only be the proxy's.
+    let b = three_backends().await?;
+    let p = proxy(&table(b[0].addr, b[1].addr, b[2].addr, "")).await?;
+    let client = Client::builder(TokioExecutor::new()).http2_only(true).build_http::<Full<Bytes>>();
+    let call = |timeout: Option<&'static str>| -> Result<Request<Full<Bytes>>, BoxError> {
+        let mut req = Request::post(p.url(&format!("/t/slow/{}", iuid(7))))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers");
+        if let Some(t) = timeout {
+            req = req.header("grpc-timeout", t);
+        }
+        Ok(req.body(Full::new(Bytes::from_static(&[0, 0, 0, 0, 0])))?)
+    };
+    let started = std::time::Instant::now();
+    let late = client.request(call(Some("300m"))?).await?;
+    assert_eq!(field(&late, "grpc-status"), Some("4"), "DEADLINE_EXCEEDED");
+    let said = field(&late, "grpc-message").unwrap_or_default().to_string();
+    assert!(said.starts_with("upstream_timeout"), "{said}");
+    assert!(started.elapsed() < std::time::Duration::from_millis(1500), "{:?}", started.elapsed());
+    // Without one, the route's timeouts alone: the backend's answer comes.
+    let answered = client.request(call(None)?).await?;
+    assert_eq!(answered.status(), 200);
+    assert_eq!(field(&answered, "grpc-status"), None, "the HTTP backend's own answer");
+    Ok(())
+}
