@@ -246,8 +246,8 @@ impl Upstreams {
         let record = |failed: bool| health.record(&endpoint.uri, failed, s.policy.eject_after, s.policy.eject_for);
         let watch = body.watch();
         let _trial = a.admit;
-        let cap = a.limits.max_connections.clamp(1, CONNECTIONS);
-        match timed(self.h2.send(endpoint, &a.out, body, cap), watch.as_deref(), s).await {
+        let caps = (a.limits.max_connections.clamp(1, CONNECTIONS), a.limits.max_pending);
+        match timed(self.h2.send(endpoint, &a.out, body, caps), watch.as_deref(), s).await {
             Timed::Answered(Ok((resp, stream))) => {
                 record(a.count_5xx && resp.status().is_server_error());
                 Ok(ResponseBody::h2(resp, stream))
@@ -256,6 +256,9 @@ impl Upstreams {
                 tracing::debug!(endpoint = %endpoint.uri, error = %e, "http2 upstream: nothing sent");
                 record(true);
                 Err(Failure { error: AttemptError::Connect, unsent: Some(body) })
+            }
+            Timed::Answered(Err(H2Error::Saturated(body))) => {
+                Err(Failure { error: AttemptError::Saturated(Full::Queue), unsent: Some(body) })
             }
             Timed::Answered(Err(H2Error::Failed(e))) => {
                 Err(failed(ExchangeError::Io(e), watch.as_deref(), endpoint, record))

@@ -74,6 +74,9 @@ pub enum H2Error {
     Unsent(String, UpstreamBody),
     /// The stream failed after the request went (or may have gone).
     Failed(String),
+    /// Every connection carries [`STREAMS`] and `max_pending` more wait:
+    /// nothing was sent; the body is given back.
+    Saturated(UpstreamBody),
 }
 
 impl H2 {
@@ -88,14 +91,15 @@ impl H2 {
     }
 
     /// Sends `out` with `body` to `endpoint` on one of its connections, at
-    /// most `max_connections` of them (0: no cap), and reads the answer's
-    /// head; the answer's body and trailers follow as frames.
+    /// most `max_connections` of them (0: no cap), with at most
+    /// `max_pending` streams beyond [`STREAMS`] on each, and reads the
+    /// answer's head; the answer's body and trailers follow as frames.
     pub async fn send(
         &self,
         endpoint: &Upstream,
         out: &Outgoing<'_>,
         body: UpstreamBody,
-        max_connections: usize,
+        (max_connections, max_pending): (usize, usize),
     ) -> Result<(Response<Incoming>, Stream), H2Error> {
         let req = match request(endpoint, out) {
             Ok(head) => head,
@@ -115,6 +119,9 @@ impl H2 {
                 }
             }
         };
+        if link.streams.load(Ordering::Relaxed) >= STREAMS + max_pending {
+            return Err(H2Error::Saturated(body));
+        }
         link.streams.fetch_add(1, Ordering::Relaxed);
         let stream = Stream(Arc::clone(&link.streams));
         if link.send.ready().await.is_err() {

@@ -8,6 +8,8 @@
                                 with that certificate and key when given
   interop.py call ADDRESS ID    a client through the proxy: prints one JSON
                                 object of what each call saw
+  interop.py big ADDRESS ID MIB one client-streaming call of MIB 1 MiB
+                                messages; prints the answer
   interop.py fields ADDRESS ID  the same, the id in a field of the first
                                 message (field.Echo: field 1; nested.Echo:
                                 field 1 of the message in field 2)
@@ -72,7 +74,7 @@ def serve(region, serving=True, tls=None):
         "Big": grpc.stream_unary_rpc_method_handler(big),
     }
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=16),
+        futures.ThreadPoolExecutor(max_workers=128),
         options=[("grpc.max_receive_message_length", 64 << 20)],
     )
     health = {"Check": grpc.unary_unary_rpc_method_handler(check)}
@@ -208,6 +210,11 @@ def main():
         serve(sys.argv[2], serving="not-serving" not in extra, tls=tls)
     elif len(sys.argv) == 4 and sys.argv[1] == "call":
         call(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 5 and sys.argv[1] == "big":
+        with grpc.insecure_channel(sys.argv[2], options=[("grpc.max_send_message_length", 64 << 20)]) as ch:
+            parts = iter([b"x" * (1 << 20)] * int(sys.argv[4]))
+            md = (("x-entity-id", sys.argv[3]),)
+            print(ch.stream_unary(f"/{SERVICE}/Big")(parts, metadata=md, timeout=60).decode(), flush=True)
     elif len(sys.argv) == 4 and sys.argv[1] == "fields":
         fields(sys.argv[2], sys.argv[3])
     else:

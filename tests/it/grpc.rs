@@ -198,8 +198,9 @@ async fn a_grpc_call_to_a_dead_region_is_unavailable() -> TestResult {
     Ok(())
 }
 
-/// A unary call of `/echo.Echo/Unary` routed by `id`: its status, the
-/// answer's message and the `grpc-status` of its trailers.
+/// A unary call to `url` routed by `id`: its status, the answer's message
+/// and its `grpc-status` (in the trailers, or in the head of a
+/// Trailers-Only answer).
 async fn unary(
     client: &Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
     url: String,
@@ -215,9 +216,10 @@ async fn unary(
         .body(Full::new(Bytes::from(frame)))?;
     let resp = client.request(req).await?;
     let status = resp.status().as_u16();
+    let in_head = field(&resp, "grpc-status").map(str::to_string);
     let collected = resp.into_body().collect().await?;
-    let grpc_status =
-        collected.trailers().and_then(|t| t.get("grpc-status")).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let in_trailers = collected.trailers().and_then(|t| t.get("grpc-status")).and_then(|v| v.to_str().ok());
+    let grpc_status = in_trailers.map(str::to_string).or(in_head);
     let body = collected.to_bytes();
     Ok((status, body.slice(5.min(body.len())..), grpc_status))
 }
@@ -535,5 +537,79 @@ async fn a_calls_grpc_timeout_bounds_its_attempt_at_the_proxy() -> TestResult {
     let answered = client.request(call(None)?).await?;
     assert_eq!(answered.status(), 200);
     assert_eq!(field(&answered, "grpc-status"), None, "the HTTP backend's own answer");
+    Ok(())
+}
+
+/// The peak resident memory of process `pid`, in KiB (`VmHWM`).
+fn peak_kib(pid: u32) -> Result<u64, BoxError> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).ok_or("no VmHWM")?;
+    Ok(line.split_whitespace().nth(1).ok_or("no number")?.parse()?)
+}
+
+#[tokio::test]
+async fn a_large_streamed_call_passes_in_flat_memory() -> TestResult {
+    let Some(python) = grpcio_python()? else { return Ok(()) };
+    let kz = GrpcBackend::start(python, "kz")?;
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let text = table(dead, dead, dead, "upstream: { health: { interval: 0s } }") + ECHO_ROUTE;
+    let text = text.replace(
+        &format!("kz: {{ upstreams: [\"http://{dead}\"] }}"),
+        &format!("kz: {{ upstreams: [\"h2c://127.0.0.1:{}\"] }}", kz.1),
+    );
+    let dir = tempfile::tempdir()?;
+    let (child, port, _) = support::binary::spawn_table(dir.path(), &text, None, None).await?;
+    let pid = child.0.id();
+    let big = |mib: u32| {
+        let id = iuid(7);
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(python)
+                .args([INTEROP, "big", &format!("127.0.0.1:{port}"), &id, &mib.to_string()])
+                .output()
+        })
+    };
+    // Warmed up by a small call first: connections, buffers, the allocator's pools.
+    let small = big(1).await??;
+    assert_eq!(String::from_utf8_lossy(&small.stdout).trim(), format!("kz:{}", 1 << 20));
+    let before = peak_kib(pid)?;
+    let large = big(64).await??;
+    assert_eq!(
+        String::from_utf8_lossy(&large.stdout).trim(),
+        format!("kz:{}", 64u64 << 20),
+        "{}",
+        String::from_utf8_lossy(&large.stderr)
+    );
+    let grew = peak_kib(pid)?.saturating_sub(before);
+    assert!(grew < 8 * 1024, "64 MiB streamed through raised the proxy's peak memory by {grew} KiB");
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_h2_endpoint_with_every_stream_taken_is_saturated() -> TestResult {
+    let Some(python) = grpcio_python()? else { return Ok(()) };
+    let kz = GrpcBackend::start(python, "kz")?;
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let mut yaml = table(dead, dead, dead, "upstream: { health: { interval: 0s } }") + ECHO_ROUTE;
+    let region = format!(
+        "kz: {{ upstreams: [\"h2c://127.0.0.1:{}\"], upstream: {{ max_connections: 1, max_pending: 2 }} }}",
+        kz.1
+    );
+    yaml = yaml.replace(&format!("kz: {{ upstreams: [\"http://{dead}\"] }}"), &region);
+    let p = proxy(&yaml).await?;
+    let client = Client::builder(TokioExecutor::new()).http2_only(true).build_http::<Full<Bytes>>();
+    // One connection carries 100 streams, and 2 more may wait on it: of 110
+    // slow calls at once, 8 are refused at once, the rest answered.
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..110 {
+        let (client, url) = (client.clone(), p.url("/echo.Echo/Slow"));
+        calls.spawn(async move { unary(&client, url, iuid(7)).await });
+    }
+    let mut seen = std::collections::BTreeMap::new();
+    while let Some(done) = calls.join_next().await {
+        let (_, _, grpc_status) = done??;
+        *seen.entry(grpc_status.unwrap_or_default()).or_insert(0) += 1;
+    }
+    assert_eq!(seen.get("8"), Some(&8), "RESOURCE_EXHAUSTED: {seen:?}");
+    assert_eq!(seen.get("0"), Some(&102), "answered: {seen:?}");
     Ok(())
 }

@@ -70,8 +70,19 @@ pub async fn spawn_binary_limited(
     log: Option<&Path>,
     open_files: Option<u64>,
 ) -> Result<(Child, u16, u16), BoxError> {
+    spawn_table(dir, &table(kz, kz, kz, extra), log, open_files).await
+}
+
+/// The real binary on `text` (a [`table`] with its listen and admin ports
+/// replaced by free ones); waits until `/ready`.
+pub async fn spawn_table(
+    dir: &Path,
+    text: &str,
+    log: Option<&Path>,
+    open_files: Option<u64>,
+) -> Result<(Child, u16, u16), BoxError> {
     let (port, admin) = free_ports()?;
-    let text = table(kz, kz, kz, extra)
+    let text = text
         .replace("listen: 127.0.0.1:18080", &format!("listen: 127.0.0.1:{port}"))
         .replace("admin: 127.0.0.1:19901", &format!("admin: 127.0.0.1:{admin}"));
     let file = dir.join("table.yaml");
