@@ -130,6 +130,8 @@ pub struct HealthChecks {
     pub rise: u32,
     /// Failures in a row that take it down.
     pub fall: u32,
+    /// HTTP/2 endpoints are asked `grpc.health.v1.Health/Check` instead.
+    pub grpc: bool,
 }
 
 /// `mesh`.

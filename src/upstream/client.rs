@@ -1,8 +1,8 @@
 //! One GET on a connection of its own (opened, used once, closed): what the
 //! active health checks send to every endpoint and peer, and what
 //! `shardgate probe` sends. The proxy's requests go through the pool
-//! ([`super::pool`]) instead. An `h2c://` or `h2://` endpoint (gRPC) is asked
-//! `grpc.health.v1.Health/Check` over HTTP/2 instead ([`grpc_health`]).
+//! ([`super::pool`]) instead. An `h2c://` or `h2://` endpoint is asked over
+//! HTTP/2, and with `health.grpc`, `grpc.health.v1.Health/Check` instead.
 
 use std::time::Duration;
 
@@ -24,11 +24,13 @@ pub struct Get {
     pub host: Option<http::HeaderValue>,
     /// The TLS server name, when not the URI's host.
     pub server_name: Option<std::sync::Arc<str>>,
+    /// An HTTP/2 endpoint asked `grpc.health.v1.Health/Check` instead.
+    pub grpc: bool,
 }
 
 impl From<Uri> for Get {
     fn from(uri: Uri) -> Get {
-        Get { uri, host: None, server_name: None }
+        Get { uri, host: None, server_name: None, grpc: false }
     }
 }
 
@@ -43,7 +45,7 @@ pub async fn get(
 ) -> Result<StatusCode, String> {
     let to = to.into();
     if crate::config::values::is_h2(to.uri.scheme_str()) {
-        return grpc_health(connector, &to, timeout).await;
+        return h2_get(connector, &to, user_agent, timeout).await;
     }
     let exchange = async {
         let uri = &to.uri;
@@ -72,11 +74,16 @@ pub async fn get(
     }
 }
 
-/// `grpc.health.v1.Health/Check` of the whole server (an empty request)
-/// over HTTP/2 (`h2c://`, `h2://`): `200` when it answers `SERVING`
-/// (`status`, field 1, is 1) with `grpc-status: 0`, `503` for any other
-/// answer; an error when there is none.
-pub async fn grpc_health(connector: &Connector, to: &Get, timeout: Duration) -> Result<StatusCode, String> {
+/// [`get`] of an HTTP/2 endpoint (`h2c://`, `h2://`): the GET over
+/// HTTP/2, or with `to.grpc`, `grpc.health.v1.Health/Check` of the whole
+/// server (an empty request), answered `200` for `SERVING` (`status`, field
+/// 1, is 1) with `grpc-status: 0` and `503` for any other answer.
+async fn h2_get(
+    connector: &Connector,
+    to: &Get,
+    user_agent: &'static str,
+    timeout: Duration,
+) -> Result<StatusCode, String> {
     use http_body_util::{BodyExt, Full};
     use hyper_util::rt::{TokioExecutor, TokioIo};
     let exchange = async {
@@ -85,16 +92,27 @@ pub async fn grpc_health(connector: &Connector, to: &Get, timeout: Duration) -> 
             .await
             .map_err(|e| format!("http2 handshake error: {e}"))?;
         let conn = tokio::spawn(conn);
-        let authority = to.uri.authority().map_or("", |a| a.as_str());
         let scheme = if to.uri.scheme_str() == Some("h2") { "https" } else { "http" };
-        let req = http::Request::post(format!("{scheme}://{authority}/grpc.health.v1.Health/Check"))
-            .version(http::Version::HTTP_2)
-            .header(http::header::CONTENT_TYPE, "application/grpc")
-            .header(http::header::TE, "trailers")
-            .body(Full::new(bytes::Bytes::from_static(&[0, 0, 0, 0, 0])))
-            .map_err(|e| e.to_string())?;
+        let authority = to.host.as_ref().and_then(|h| h.to_str().ok()).or(to.uri.authority().map(|a| a.as_str()));
+        let authority = authority.unwrap_or_default();
+        let req = if to.grpc {
+            http::Request::post(format!("{scheme}://{authority}/grpc.health.v1.Health/Check"))
+                .header(http::header::CONTENT_TYPE, "application/grpc")
+                .header(http::header::TE, "trailers")
+                .body(Full::new(bytes::Bytes::from_static(&[0, 0, 0, 0, 0])))
+        } else {
+            let target = to.uri.path_and_query().map_or("/", |p| p.as_str());
+            http::Request::get(format!("{scheme}://{authority}{target}")).body(Full::new(bytes::Bytes::new()))
+        };
+        let mut req = req.map_err(|e| e.to_string())?;
+        *req.version_mut() = http::Version::HTTP_2;
+        req.headers_mut().insert(http::header::USER_AGENT, http::HeaderValue::from_static(user_agent));
         let resp = send.send_request(req).await.map_err(|e| format!("health check failed: {e}"))?;
         let status = resp.status();
+        if !to.grpc {
+            conn.abort();
+            return Ok(status);
+        }
         let answer = resp.into_body().collect().await.map_err(|e| format!("health check failed: {e}"))?;
         conn.abort();
         let ok = answer.trailers().and_then(|t| t.get("grpc-status")).is_some_and(|s| s == "0");

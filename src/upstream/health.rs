@@ -396,8 +396,9 @@ pub fn spawn_checker(health: Weak<Health>, shared: Weak<SharedTable>, connector:
                 last.insert(region.name.clone(), now);
                 next = next.min(now + cfg.interval);
                 let (timeout, rise, fall) = (cfg.timeout, cfg.rise, cfg.fall);
-                let peers = table.peers(id).iter().map(|p| (p, crate::mesh::READY_PATH));
-                for (up, path) in region.upstreams.iter().map(|u| (u, cfg.path.as_str())).chain(peers) {
+                let peers = table.peers(id).iter().map(|p| (p, crate::mesh::READY_PATH, false));
+                let backends = region.upstreams.iter().map(|u| (u, cfg.path.as_str(), cfg.grpc));
+                for (up, path, grpc) in backends.chain(peers) {
                     if !seen.insert(up.uri.clone()) {
                         continue;
                     }
@@ -407,6 +408,7 @@ pub fn spawn_checker(health: Weak<Health>, shared: Weak<SharedTable>, connector:
                         uri,
                         host: Some(up.host.clone()),
                         server_name: up.server_name.clone(),
+                        grpc,
                     });
                     checks.spawn(async move {
                         let ok = match target {

@@ -275,7 +275,7 @@ async fn h2c_backends_are_checked_by_the_grpc_health_protocol() -> TestResult {
     let serving = GrpcBackend::start(python, "kz")?;
     let not_serving = GrpcBackend::start_with(python, &["kz-down", "not-serving"])?;
     let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
-    let checks = "upstream: { health: { interval: 50ms, timeout: 1s, rise: 1, fall: 1 } }";
+    let checks = "upstream: { health: { interval: 50ms, timeout: 1s, rise: 1, fall: 1, grpc: true } }";
     let mut yaml = table(dead, dead, dead, checks) + ECHO_ROUTE;
     let both =
         format!("kz: {{ upstreams: [\"h2c://127.0.0.1:{}\", \"h2c://127.0.0.1:{}\"] }}", serving.1, not_serving.1);
@@ -290,6 +290,17 @@ async fn h2c_backends_are_checked_by_the_grpc_health_protocol() -> TestResult {
         assert_eq!((status, grpc_status.as_deref()), (200, Some("0")));
         assert_eq!(message, &b"kz:hi"[..]);
     }
+    // Without `grpc`, an HTTP/2 endpoint is asked GET /healthz, which the
+    // server answers whatever its gRPC health: both take calls in turn.
+    let get_checks = yaml.replace("fall: 1, grpc: true", "fall: 1");
+    let p = proxy(&get_checks).await?;
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let mut answered = std::collections::BTreeSet::new();
+    for _ in 0..4 {
+        let (_, message, _) = unary(&client, p.url("/echo.Echo/Unary"), iuid(7)).await?;
+        answered.insert(String::from_utf8_lossy(&message).into_owned());
+    }
+    assert_eq!(answered.into_iter().collect::<Vec<_>>(), ["kz-down:hi", "kz:hi"]);
     Ok(())
 }
 
@@ -364,7 +375,9 @@ async fn h2_backends_over_tls_take_calls_and_health_checks() -> TestResult {
         (write("ca.pem", &ca.pem())?, write("kz.crt", &leaf.cert_pem)?, write("kz.key", &leaf.key_pem)?);
     let kz = GrpcBackend::start_with(python, &["kz", &format!("tls={cert},{key}")])?;
     let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
-    let top = format!("upstream: {{ tls: {{ ca: \"{ca_path}\" }}, health: {{ interval: 50ms, rise: 1, fall: 1 }} }}");
+    let top = format!(
+        "upstream: {{ tls: {{ ca: \"{ca_path}\" }}, health: {{ interval: 50ms, rise: 1, fall: 1, grpc: true }} }}"
+    );
     let mut yaml = table(dead, dead, dead, &top) + ECHO_ROUTE;
     yaml = yaml.replace(
         &format!("kz: {{ upstreams: [\"http://{dead}\"] }}"),

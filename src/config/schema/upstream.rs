@@ -106,6 +106,9 @@ pub struct HealthOverrides {
     /// Consecutive failures that take an endpoint down.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fall: Option<u32>,
+    /// HTTP/2 endpoints asked `grpc.health.v1.Health/Check` instead of the path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc: Option<bool>,
 }
 
 /// `upstream.tls`: how the proxy connects to `https://` upstreams and peers.
@@ -200,6 +203,9 @@ pub struct HealthChecks {
     pub rise: u32,
     /// Consecutive failures that take an endpoint down.
     pub fall: u32,
+    /// HTTP/2 endpoints (`h2c://`, `h2://`) are asked
+    /// `grpc.health.v1.Health/Check` instead of the path.
+    pub grpc: bool,
 }
 
 impl Default for HealthChecks {
@@ -210,6 +216,7 @@ impl Default for HealthChecks {
             path: "/healthz".to_string(),
             rise: 2,
             fall: 3,
+            grpc: false,
         }
     }
 }

@@ -225,6 +225,7 @@ pub(super) fn region_policies(file: &File, regions: &mut [Region], table: &Upstr
             health.path = h.path.clone().unwrap_or_else(|| health.path.clone());
             health.rise = h.rise.unwrap_or(health.rise);
             health.fall = h.fall.unwrap_or(health.fall);
+            health.grpc = h.grpc.unwrap_or(health.grpc);
         }
         region.upstream = Some(Box::new(own));
     }

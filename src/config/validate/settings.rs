@@ -202,6 +202,7 @@ pub(super) fn typed(file: &File, top: &TopLevel, ids: &IdSettings) -> Settings {
                 path: h.path.clone(),
                 rise: h.rise,
                 fall: h.fall,
+                grpc: h.grpc,
             },
         },
         mesh: MeshPolicy { max_hops: file.mesh.max_hops, trusted_peers: file.mesh.trusted_peers.clone() },
