@@ -88,7 +88,7 @@ fn route(table: &Table, method: &Method, path: &str, query: Option<&str>, header
         assert!(name == "rest" || !value.contains('/'), "{name}={value:?}");
     }
     let Some(rule) = &m.route.id else { return };
-    match extract(&rule.source, &m.params, headers, query) {
+    match extract(&rule.source, &m.params, headers, query, None) {
         Ok(raw) => {
             assert!(!raw.is_empty());
             if let Ok(id) = shardgate::ids::parse_any(&rule.formats, &raw, table.id_params()) {
