@@ -118,7 +118,9 @@ pub fn from_upstream(
     remove_hop_by_hop(resp.headers_mut(), switching);
     crate::mesh::strip_from_response(resp.headers_mut());
     remove_ours(resp.headers_mut());
-    if let Some((header, id, location)) = minted.filter(|_| resp.status().is_success()) {
+    // A gRPC call that failed at once (a Trailers-Only answer) created nothing either.
+    let failed_call = resp.headers().get("grpc-status").is_some_and(|s| s != "0");
+    if let Some((header, id, location)) = minted.filter(|_| resp.status().is_success() && !failed_call) {
         if let Ok(v) = HeaderValue::from_str(&id) {
             if let Some(loc) = location.and_then(|l| HeaderValue::from_str(&l.replace("{id}", &id)).ok()) {
                 resp.headers_mut().insert(header::LOCATION, loc);

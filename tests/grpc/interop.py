@@ -54,6 +54,10 @@ def serve(region, serving=True, tls=None):
         context.set_trailing_metadata((("x-detail", "why-" + region), ("grpc-status-details-bin", b"\x08\x09detail")))
         context.abort(grpc.StatusCode.FAILED_PRECONDITION, "nope from " + region)
 
+    def whoami(request, context):
+        seen = dict(context.invocation_metadata()).get("x-entity-id", "")
+        return tag + b":" + seen.encode()
+
     def slow(request, context):
         time.sleep(3)
         return tag
@@ -71,6 +75,7 @@ def serve(region, serving=True, tls=None):
         "Chat": grpc.stream_stream_rpc_method_handler(chat),
         "Fail": grpc.unary_unary_rpc_method_handler(fail),
         "Slow": grpc.unary_unary_rpc_method_handler(slow),
+        "WhoAmI": grpc.unary_unary_rpc_method_handler(whoami),
         "Big": grpc.stream_unary_rpc_method_handler(big),
     }
     server = grpc.server(
@@ -83,6 +88,7 @@ def serve(region, serving=True, tls=None):
             grpc.method_handlers_generic_handler(SERVICE, handlers),
             grpc.method_handlers_generic_handler("field.Echo", handlers),
             grpc.method_handlers_generic_handler("nested.Echo", handlers),
+            grpc.method_handlers_generic_handler("orders.Create", handlers),
             grpc.method_handlers_generic_handler("grpc.health.v1.Health", health),
         )
     )

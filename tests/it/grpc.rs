@@ -626,3 +626,42 @@ async fn an_h2_endpoint_with_every_stream_taken_is_saturated() -> TestResult {
     assert_eq!(seen.get("0"), Some(&102), "answered: {seen:?}");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_create_call_gets_its_minted_id_in_metadata() -> TestResult {
+    let Some(python) = grpcio_python()? else { return Ok(()) };
+    let backends = [GrpcBackend::start(python, "eu")?, GrpcBackend::start(python, "kz")?];
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let create = "  - name: create\n    match: { path: \"/orders.Create/{method}\" }\n    mint: { format: iuid, entity: IntercityOrder, country: { header: x-country } }\n";
+    let mut yaml = table(dead, dead, dead, "upstream: { health: { interval: 0s } }") + create;
+    for (b, region) in backends.iter().zip(["eu", "kz"]) {
+        let from = format!("{region}: {{ upstreams: [\"http://{dead}\"] }}");
+        yaml = yaml.replace(&from, &format!("{region}: {{ upstreams: [\"h2c://127.0.0.1:{}\"] }}", b.1));
+    }
+    let p = proxy(&yaml).await?;
+    let client = Client::builder(TokioExecutor::new()).http2_only(true).build_http::<Full<Bytes>>();
+    for (country, region) in [("KZ", "kz"), ("DE", "eu")] {
+        let req = Request::post(p.url("/orders.Create/WhoAmI"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .header("x-country", country)
+            .body(Full::new(Bytes::from_static(&[0, 0, 0, 0, 0])))?;
+        let resp = client.request(req).await?;
+        let minted = field(&resp, "x-entity-id").ok_or("no minted id in the answer's metadata")?.to_string();
+        let body = resp.into_body().collect().await?.to_bytes();
+        // The backend saw the same id in the call's metadata, in the owner's region.
+        assert_eq!(body.get(5..), Some(format!("{region}:{minted}").as_bytes()), "{country}");
+        let id = shardgate::ids::Iuid::parse(&minted).map_err(|e| format!("{minted}: {e:?}"))?;
+        assert_eq!(id.country(), if country == "KZ" { 7 } else { 49 });
+    }
+    // A create that fails at once (no such method) announces no id.
+    let req = Request::post(p.url("/orders.Create/NoSuchMethod"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("x-country", "KZ")
+        .body(Full::new(Bytes::from_static(&[0, 0, 0, 0, 0])))?;
+    let failed = client.request(req).await?;
+    assert_eq!(field(&failed, "grpc-status"), Some("12"));
+    assert_eq!(field(&failed, "x-entity-id"), None);
+    Ok(())
+}
