@@ -117,6 +117,17 @@ impl Drop for GrpcBackend {
 }
 
 /// The route a gRPC service's calls take, by the id in their metadata.
+/// `yaml` (a test table over `dead`) with `region`'s mapping made `with`
+/// (its endpoints and keys, e.g. `upstreams: ["h2c://..."]`).
+fn region_as(yaml: &str, dead: std::net::SocketAddr, region: &str, with: &str) -> String {
+    yaml.replace(&format!("{region}: {{ upstreams: [\"http://{dead}\"] }}"), &format!("{region}: {{ {with} }}"))
+}
+
+/// A region's mapping served by `backend` over h2c.
+fn h2c(backend: &GrpcBackend) -> String {
+    format!("upstreams: [\"h2c://127.0.0.1:{}\"]", backend.1)
+}
+
 const ECHO_ROUTE: &str = "  - name: echo\n    match: { path: \"/echo.Echo/{method}\" }\n    id: { metadata: x-entity-id, formats: [iuid] }\n";
 
 #[tokio::test]
@@ -127,8 +138,7 @@ async fn grpc_calls_of_every_kind_reach_the_owner_through_h2c_backends() -> Test
     let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let mut yaml = table(dead, dead, dead, "") + ECHO_ROUTE;
     for (b, region) in backends.iter().zip(["eu", "kz", "us"]) {
-        let from = format!("{region}: {{ upstreams: [\"http://{dead}\"] }}");
-        yaml = yaml.replace(&from, &format!("{region}: {{ upstreams: [\"h2c://127.0.0.1:{}\"] }}", b.1));
+        yaml = region_as(&yaml, dead, region, &h2c(b));
     }
     let p = proxy(&yaml).await?;
     let address = p.url("").trim_start_matches("http://").trim_end_matches('/').to_string();
@@ -173,14 +183,8 @@ async fn a_grpc_call_to_a_dead_region_is_unavailable() -> TestResult {
     let eu = GrpcBackend::start(python, "eu")?;
     let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let mut yaml = table(dead, dead, dead, "") + ECHO_ROUTE;
-    yaml = yaml.replace(
-        &format!("eu: {{ upstreams: [\"http://{dead}\"] }}"),
-        &format!("eu: {{ upstreams: [\"h2c://127.0.0.1:{}\"] }}", eu.1),
-    );
-    yaml = yaml.replace(
-        &format!("kz: {{ upstreams: [\"http://{dead}\"] }}"),
-        &format!("kz: {{ upstreams: [\"h2c://{dead}\"] }}"),
-    );
+    yaml = region_as(&yaml, dead, "eu", &h2c(&eu));
+    yaml = region_as(&yaml, dead, "kz", &format!("upstreams: [\"h2c://{dead}\"]"));
     let p = proxy(&yaml).await?;
     let address = p.url("").trim_start_matches("http://").trim_end_matches('/').to_string();
     let script = format!(
@@ -236,10 +240,7 @@ async fn a_mesh_over_h2c_carries_a_thousand_calls_on_a_handful_of_connections() 
         let top = format!("region: {region}\nmesh: {{ trusted_peers: [\"127.0.0.1/32\"] }}");
         let mut yaml = table(dead, dead, dead, &top) + ECHO_ROUTE;
         for (i, name) in ["eu", "kz", "us"].iter().enumerate() {
-            let plain = format!("{name}: {{ upstreams: [\"http://{dead}\"] }}");
-            let peered =
-                format!("{name}: {{ upstreams: [\"h2c://127.0.0.1:{}\"], peer: \"h2c://{}\" }}", backends[i].1, gw[i]);
-            yaml = yaml.replace(&plain, &peered);
+            yaml = region_as(&yaml, dead, name, &format!("{}, peer: \"h2c://{}\"", h2c(&backends[i]), gw[i]));
         }
         gateways.push(support::proxy_on(l, &yaml).await?);
     }
@@ -277,9 +278,8 @@ async fn h2c_backends_are_checked_by_the_grpc_health_protocol() -> TestResult {
     let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let checks = "upstream: { health: { interval: 50ms, timeout: 1s, rise: 1, fall: 1, grpc: true } }";
     let mut yaml = table(dead, dead, dead, checks) + ECHO_ROUTE;
-    let both =
-        format!("kz: {{ upstreams: [\"h2c://127.0.0.1:{}\", \"h2c://127.0.0.1:{}\"] }}", serving.1, not_serving.1);
-    yaml = yaml.replace(&format!("kz: {{ upstreams: [\"http://{dead}\"] }}"), &both);
+    let both = format!("upstreams: [\"h2c://127.0.0.1:{}\", \"h2c://127.0.0.1:{}\"]", serving.1, not_serving.1);
+    yaml = region_as(&yaml, dead, "kz", &both);
     let p = proxy(&yaml).await?;
     // Once checked, the endpoint that is not serving gets no calls: every
     // call lands on the serving one.
@@ -313,8 +313,7 @@ async fn grpc_calls_are_routed_by_a_field_of_their_first_message() -> TestResult
     let routes = "  - name: by-field\n    match: { path: \"/field.Echo/{method}\" }\n    id: { grpc_field: \"1\", formats: [iuid] }\n  - name: by-nested-field\n    match: { path: \"/nested.Echo/{method}\" }\n    id: { grpc_field: \"2.1\", formats: [iuid] }\n";
     let mut yaml = table(dead, dead, dead, "") + routes;
     for (b, region) in backends.iter().zip(["eu", "kz", "us"]) {
-        let from = format!("{region}: {{ upstreams: [\"http://{dead}\"] }}");
-        yaml = yaml.replace(&from, &format!("{region}: {{ upstreams: [\"h2c://127.0.0.1:{}\"] }}", b.1));
+        yaml = region_as(&yaml, dead, region, &h2c(b));
     }
     let p = proxy(&yaml).await?;
     let address = p.url("").trim_start_matches("http://").trim_end_matches('/').to_string();
@@ -379,10 +378,7 @@ async fn h2_backends_over_tls_take_calls_and_health_checks() -> TestResult {
         "upstream: {{ tls: {{ ca: \"{ca_path}\" }}, health: {{ interval: 50ms, rise: 1, fall: 1, grpc: true }} }}"
     );
     let mut yaml = table(dead, dead, dead, &top) + ECHO_ROUTE;
-    yaml = yaml.replace(
-        &format!("kz: {{ upstreams: [\"http://{dead}\"] }}"),
-        &format!("kz: {{ upstreams: [\"h2://127.0.0.1:{}\"] }}", kz.1),
-    );
+    yaml = region_as(&yaml, dead, "kz", &format!("upstreams: [\"h2://127.0.0.1:{}\"]", kz.1));
     let p = proxy(&yaml).await?;
     // Health checks over TLS keep the endpoint up while calls go.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
@@ -449,13 +445,9 @@ async fn tonic_calls_through_the_proxy_reach_the_owner() -> TestResult {
     let by_field = "  - name: by-field\n    match: { path: \"/field.Echo/{method}\" }\n    id: { grpc_field: \"1\", formats: [iuid] }\n";
     let mut yaml = table(dead, dead, dead, "") + ECHO_ROUTE + by_field;
     for (b, region) in backends.iter().zip(["eu", "kz"]) {
-        let from = format!("{region}: {{ upstreams: [\"http://{dead}\"] }}");
-        yaml = yaml.replace(&from, &format!("{region}: {{ upstreams: [\"h2c://127.0.0.1:{}\"] }}", b.1));
+        yaml = region_as(&yaml, dead, region, &h2c(b));
     }
-    yaml = yaml.replace(
-        &format!("us: {{ upstreams: [\"http://{dead}\"] }}"),
-        &format!("us: {{ upstreams: [\"h2c://{dead}\"] }}"),
-    );
+    yaml = region_as(&yaml, dead, "us", &format!("upstreams: [\"h2c://{dead}\"]"));
     let p = proxy(&yaml).await?;
     let channel = tonic::transport::Channel::from_shared(p.url(""))?.connect().await?;
     let mut grpc = tonic::client::Grpc::new(channel);
@@ -566,10 +558,7 @@ async fn a_large_streamed_call_passes_in_flat_memory() -> TestResult {
     let kz = GrpcBackend::start(python, "kz")?;
     let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let text = table(dead, dead, dead, "upstream: { health: { interval: 0s } }") + ECHO_ROUTE;
-    let text = text.replace(
-        &format!("kz: {{ upstreams: [\"http://{dead}\"] }}"),
-        &format!("kz: {{ upstreams: [\"h2c://127.0.0.1:{}\"] }}", kz.1),
-    );
+    let text = region_as(&text, dead, "kz", &h2c(&kz));
     let dir = tempfile::tempdir()?;
     let (child, port, _) = support::binary::spawn_table(dir.path(), &text, None, None).await?;
     let pid = child.0.id();
@@ -603,11 +592,7 @@ async fn an_h2_endpoint_with_every_stream_taken_is_saturated() -> TestResult {
     let kz = GrpcBackend::start(python, "kz")?;
     let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let mut yaml = table(dead, dead, dead, "upstream: { health: { interval: 0s } }") + ECHO_ROUTE;
-    let region = format!(
-        "kz: {{ upstreams: [\"h2c://127.0.0.1:{}\"], upstream: {{ max_connections: 1, max_pending: 2 }} }}",
-        kz.1
-    );
-    yaml = yaml.replace(&format!("kz: {{ upstreams: [\"http://{dead}\"] }}"), &region);
+    yaml = region_as(&yaml, dead, "kz", &format!("{}, upstream: {{ max_connections: 1, max_pending: 2 }}", h2c(&kz)));
     let p = proxy(&yaml).await?;
     let client = Client::builder(TokioExecutor::new()).http2_only(true).build_http::<Full<Bytes>>();
     // One connection carries 100 streams, and 2 more may wait on it: of 110
@@ -635,8 +620,7 @@ async fn a_create_call_gets_its_minted_id_in_metadata() -> TestResult {
     let create = "  - name: create\n    match: { path: \"/orders.Create/{method}\" }\n    mint: { format: iuid, entity: IntercityOrder, country: { header: x-country } }\n";
     let mut yaml = table(dead, dead, dead, "upstream: { health: { interval: 0s } }") + create;
     for (b, region) in backends.iter().zip(["eu", "kz"]) {
-        let from = format!("{region}: {{ upstreams: [\"http://{dead}\"] }}");
-        yaml = yaml.replace(&from, &format!("{region}: {{ upstreams: [\"h2c://127.0.0.1:{}\"] }}", b.1));
+        yaml = region_as(&yaml, dead, region, &h2c(b));
     }
     let p = proxy(&yaml).await?;
     let client = Client::builder(TokioExecutor::new()).http2_only(true).build_http::<Full<Bytes>>();
