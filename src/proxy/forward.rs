@@ -92,13 +92,14 @@ impl<'t> Leg<'t> {
 fn settings<'t>(leg: &Leg<'t>) -> AttemptSettings<'t> {
     let server = &leg.table.settings().server;
     let pace = Pace { since: leg.started, grace: server.body_timeout, min_rate: server.body_min_rate };
-    AttemptSettings { policy: leg.policy, started: leg.started, pace }
+    AttemptSettings { policy: leg.policy, started: leg.started, pace, clients_deadline: false }
 }
 
 /// A gRPC call's policy under its deadline (`grpc-timeout`), which bounds
-/// its attempts within the route's timeouts; `None` without one.
+/// its attempts within the route's timeouts; `None` without one, or with
+/// one that shortens neither.
 fn deadline(parts: &Parts, policy: &UpstreamPolicy) -> Option<UpstreamPolicy> {
-    let t = grpc::timeout(&parts.headers)?;
+    let t = grpc::timeout(&parts.headers).filter(|&t| t < policy.attempt_timeout.max(policy.request_timeout))?;
     Some(UpstreamPolicy {
         attempt_timeout: policy.attempt_timeout.min(t),
         request_timeout: policy.request_timeout.min(t),
@@ -120,7 +121,13 @@ pub(super) async fn forward<'t>(
     let table = leg.table;
     let call = grpc::is_call(parts);
     let bounded = call.then(|| deadline(parts, leg.policy)).flatten();
-    let s = AttemptSettings { policy: bounded.as_ref().unwrap_or(leg.policy), ..settings(&leg) };
+    let mut s = AttemptSettings { policy: bounded.as_ref().unwrap_or(leg.policy), ..settings(&leg) };
+    if call {
+        // A streaming call's client may send its messages as slowly as its
+        // conversation goes: no pace, its deadline bounds it.
+        s.pace.min_rate = 0;
+        s.clients_deadline = bounded.is_some();
+    }
     let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
     let rewritten = leg.rewrite.map(|rule| rewrite::target(table, rule, &parts.method, &parts.uri)).transpose()?;
     let (body, use_) = prepare(parts, body, table, s.pace, call).await?;

@@ -44,9 +44,20 @@ pub(super) fn names(regions: &[Region], countries: &[Option<String>], entities: 
 /// `route` with its header rules made against `lists`.
 pub(super) fn compile(mut route: Route, lists: &Arc<Lists>) -> Route {
     let h = &mut route.headers;
-    h.request_rules = Rules::new(lines(&h.request, &route.name), Arc::clone(lists)).map(Arc::new);
-    h.response_rules = Rules::new(lines(&h.response, &route.name), Arc::clone(lists)).map(Arc::new);
+    h.request_rules = made(lines(&h.request, &route.name), lists, &route.name);
+    h.response_rules = made(lines(&h.response, &route.name), lists, &route.name);
     route
+}
+
+/// `lines` ready for messages; validation keeps them within
+/// [`crate::http1::rules::MAX_LINES`], and any beyond are said loudly.
+fn made(lines: Vec<Line>, lists: &Arc<Lists>, route: &str) -> Option<Arc<Rules>> {
+    let n = lines.len();
+    let rules = Rules::new(lines, Arc::clone(lists)).map(Arc::new);
+    if rules.is_none() && n > 0 {
+        tracing::error!(route, lines = n, "header rules dropped: more lines than a route may have");
+    }
+    rules
 }
 
 fn lines(edits: &[HeaderEdit], route: &str) -> Vec<Line> {

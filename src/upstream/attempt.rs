@@ -17,7 +17,7 @@ use super::balance::{self, Candidates};
 use super::body::{BodyPhase, BodyWatch, Pace, UpstreamBody};
 use super::connect::{connector, ClientSettings, Connector};
 use super::exchange::{exchange, ExchangeError, ResponseBody};
-use super::h2::{H2Error, CONNECTIONS, H2};
+use super::h2::{H2Error, Unready, CONNECTIONS, H2};
 use super::health::{Admit, Health};
 use super::outgoing::Outgoing;
 use super::pool::{Full, Limits, Pool, PoolError, Use};
@@ -52,6 +52,10 @@ pub struct AttemptSettings<'p> {
     pub started: Instant,
     /// How fast the client must send a body that is passed on as it arrives.
     pub pace: Pace,
+    /// Whether the client's own deadline (a gRPC call's `grpc-timeout`)
+    /// shortened the policy's timeouts: running out of them is then the
+    /// client's doing, never held against the endpoint.
+    pub clients_deadline: bool,
 }
 
 /// What went wrong in an attempt.
@@ -217,15 +221,7 @@ impl Upstreams {
                 }
                 Timed::Answered(Err(e)) => return Err(failed(e, watch.as_deref(), endpoint, record)),
                 Timed::Slow => return Err(Failure { error: AttemptError::BodyTimeout, unsent: None }),
-                Timed::Late => {
-                    record(true);
-                    let error = if watch.is_none() && Instant::now() >= deadline {
-                        AttemptError::RequestTimeout
-                    } else {
-                        AttemptError::Timeout
-                    };
-                    return Err(Failure { error, unsent: None });
-                }
+                Timed::Late => return Err(late(watch.as_deref(), s, record)),
             }
         }
     }
@@ -234,11 +230,14 @@ impl Upstreams {
 impl Upstreams {
     /// [`Upstreams::attempt`] at an HTTP/2 endpoint: a stream on one of
     /// its few connections ([`super::h2`]), under the same timers, health
-    /// and blame.
+    /// and blame. Waiting for the stream (the connection's opening, the
+    /// endpoint's saturation) is not the attempt's time; a connection that
+    /// closes before it takes the stream costs nothing, and the call goes
+    /// once more on a new one.
     async fn attempt_h2(
         &self,
         a: Attempt<'_>,
-        body: UpstreamBody,
+        mut body: UpstreamBody,
         s: &AttemptSettings<'_>,
         health: &Health,
     ) -> Result<Response<ResponseBody>, Failure> {
@@ -247,33 +246,51 @@ impl Upstreams {
         let watch = body.watch();
         let _trial = a.admit;
         let caps = (a.limits.max_connections.clamp(1, CONNECTIONS), a.limits.max_pending);
-        match timed(self.h2.send(endpoint, &a.out, body, caps), watch.as_deref(), s).await {
-            Timed::Answered(Ok((resp, stream))) => {
-                record(a.count_5xx && resp.status().is_server_error());
-                Ok(ResponseBody::h2(resp, stream))
-            }
-            Timed::Answered(Err(H2Error::Unsent(e, body))) => {
-                tracing::debug!(endpoint = %endpoint.uri, error = %e, "http2 upstream: nothing sent");
-                record(true);
-                Err(Failure { error: AttemptError::Connect, unsent: Some(body) })
-            }
-            Timed::Answered(Err(H2Error::Saturated(body))) => {
-                Err(Failure { error: AttemptError::Saturated(Full::Queue), unsent: Some(body) })
-            }
-            Timed::Answered(Err(H2Error::Failed(e))) => {
-                Err(failed(ExchangeError::Io(e), watch.as_deref(), endpoint, record))
-            }
-            Timed::Slow => Err(Failure { error: AttemptError::BodyTimeout, unsent: None }),
-            Timed::Late => {
-                record(true);
-                let late = watch.is_none() && Instant::now() >= s.started + s.policy.request_timeout;
-                Err(Failure {
-                    error: if late { AttemptError::RequestTimeout } else { AttemptError::Timeout },
-                    unsent: None,
-                })
+        for _ in 0..2 {
+            let reserved = match self.h2.reserve(endpoint, caps).await {
+                Ok(reserved) => reserved,
+                Err(Unready::Connect(e)) => {
+                    tracing::debug!(endpoint = %endpoint.uri, error = %e, "http2 upstream connect failed");
+                    record(true);
+                    return Err(Failure { error: AttemptError::Connect, unsent: Some(body) });
+                }
+                Err(Unready::Saturated) => {
+                    return Err(Failure { error: AttemptError::Saturated(Full::Queue), unsent: Some(body) });
+                }
+            };
+            match timed(self.h2.send(endpoint, reserved, &a.out, body), watch.as_deref(), s).await {
+                Timed::Answered(Ok((resp, stream))) => {
+                    record(a.count_5xx && resp.status().is_server_error());
+                    return Ok(ResponseBody::h2(resp, stream));
+                }
+                Timed::Answered(Err(H2Error::Closed(e, unsent))) => {
+                    tracing::debug!(endpoint = %endpoint.uri, error = %e, "http2 connection closed; sending on another");
+                    body = unsent;
+                }
+                Timed::Answered(Err(H2Error::Failed(e))) => {
+                    return Err(failed(ExchangeError::Io(e), watch.as_deref(), endpoint, record))
+                }
+                Timed::Slow => return Err(Failure { error: AttemptError::BodyTimeout, unsent: None }),
+                Timed::Late => return Err(late(watch.as_deref(), s, record)),
             }
         }
+        record(true);
+        Err(Failure { error: AttemptError::Connect, unsent: Some(body) })
     }
+}
+
+/// The failure of an exchange its timer ran out on: held against the
+/// endpoint unless the client's own deadline set the timer.
+fn late(watch: Option<&BodyWatch>, s: &AttemptSettings<'_>, record: impl Fn(bool)) -> Failure {
+    if !s.clients_deadline {
+        record(true);
+    }
+    let error = if watch.is_none() && Instant::now() >= s.started + s.policy.request_timeout {
+        AttemptError::RequestTimeout
+    } else {
+        AttemptError::Timeout
+    };
+    Failure { error, unsent: None }
 }
 
 /// How an exchange under the attempt's timers ended.

@@ -15,11 +15,12 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use http::{header, HeaderValue, Request, Response};
 use hyper::body::Incoming;
 use hyper::client::conn::http2::{self, SendRequest};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 
 use super::body::UpstreamBody;
 use super::connect::Connector;
@@ -32,6 +33,9 @@ pub const STREAMS: usize = 100;
 /// Most connections to one endpoint (fewer when its region's
 /// `max_connections` is lower).
 pub const CONNECTIONS: usize = 4;
+
+/// How often an idle connection is pinged, and how long its answer may take.
+const KEEP_ALIVE: Duration = Duration::from_secs(20);
 
 /// The HTTP/2 connections to every `h2c://` and `h2://` endpoint.
 #[derive(Debug)]
@@ -48,6 +52,8 @@ pub struct H2 {
 struct Endpoint {
     links: Vec<Link>,
     opening: Arc<tokio::sync::Mutex<()>>,
+    /// When and why the last opening failed (until one succeeds).
+    failed: Option<(Instant, String)>,
 }
 
 /// One connection and the streams open on it.
@@ -67,16 +73,30 @@ impl Drop for Stream {
     }
 }
 
+/// Why no stream could be reserved: nothing was sent.
+#[derive(Debug)]
+pub enum Unready {
+    /// No connection could be opened (by this call, or by the one it waited for).
+    Connect(String),
+    /// Every connection carries [`STREAMS`] and `max_pending` more.
+    Saturated,
+}
+
 /// Why an HTTP/2 exchange failed.
 #[derive(Debug)]
 pub enum H2Error {
-    /// Nothing was sent (no connection, or hyper gave the request back): the body is given back.
-    Unsent(String, UpstreamBody),
+    /// The connection closed before it took the stream (the server's
+    /// GOAWAY, an idle close): nothing was sent; the body is given back.
+    Closed(String, UpstreamBody),
     /// The stream failed after the request went (or may have gone).
     Failed(String),
-    /// Every connection carries [`STREAMS`] and `max_pending` more wait:
-    /// nothing was sent; the body is given back.
-    Saturated(UpstreamBody),
+}
+
+/// A stream reserved on a connection, counted there from now on.
+#[derive(Debug)]
+pub struct Reserved {
+    link: Link,
+    stream: Stream,
 }
 
 impl H2 {
@@ -90,43 +110,56 @@ impl H2 {
         self.opened.load(Ordering::Relaxed)
     }
 
-    /// Sends `out` with `body` to `endpoint` on one of its connections, at
-    /// most `max_connections` of them (0: no cap), with at most
-    /// `max_pending` streams beyond [`STREAMS`] on each, and reads the
-    /// answer's head; the answer's body and trailers follow as frames.
-    pub async fn send(
+    /// A stream on one of `endpoint`'s connections, at most
+    /// `max_connections` of them (0: no cap), with at most `max_pending`
+    /// streams beyond [`STREAMS`] on each. Calls that find none open wait
+    /// for one opening; when it fails, they fail with it.
+    pub async fn reserve(
         &self,
         endpoint: &Upstream,
-        out: &Outgoing<'_>,
-        body: UpstreamBody,
         (max_connections, max_pending): (usize, usize),
-    ) -> Result<(Response<Incoming>, Stream), H2Error> {
-        let req = match request(endpoint, out) {
-            Ok(head) => head,
-            Err(e) => return Err(H2Error::Failed(e)),
-        };
-        let mut link = match self.pick(endpoint, max_connections) {
+    ) -> Result<Reserved, Unready> {
+        let link = match self.pick(endpoint, max_connections) {
             Ok(link) => link,
             Err(opening) => {
+                let asked = Instant::now();
                 let _turn = opening.lock().await;
-                // Another call may have opened one while this one waited.
+                // Another call may have opened one, or failed to, while this one waited.
                 match self.pick(endpoint, max_connections) {
                     Ok(link) => link,
-                    Err(_) => match self.open(endpoint).await {
-                        Ok(link) => link,
-                        Err(e) => return Err(H2Error::Unsent(e, body)),
+                    Err(_) => match self.failed_since(endpoint, asked) {
+                        Some(e) => return Err(Unready::Connect(e)),
+                        None => self.open(endpoint).await.map_err(Unready::Connect)?,
                     },
                 }
             }
         };
-        if link.streams.load(Ordering::Relaxed) >= STREAMS + max_pending {
-            return Err(H2Error::Saturated(body));
+        let limit = STREAMS + max_pending;
+        let taken = link.streams.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < limit).then_some(n + 1));
+        if taken.is_err() {
+            return Err(Unready::Saturated);
         }
-        link.streams.fetch_add(1, Ordering::Relaxed);
         let stream = Stream(Arc::clone(&link.streams));
+        Ok(Reserved { link, stream })
+    }
+
+    /// Sends `out` with `body` on the reserved stream and reads the
+    /// answer's head; the answer's body and trailers follow as frames.
+    pub async fn send(
+        &self,
+        endpoint: &Upstream,
+        reserved: Reserved,
+        out: &Outgoing<'_>,
+        body: UpstreamBody,
+    ) -> Result<(Response<Incoming>, Stream), H2Error> {
+        let Reserved { mut link, stream } = reserved;
+        let req = match request(endpoint, out) {
+            Ok(head) => head,
+            Err(e) => return Err(H2Error::Failed(e)),
+        };
         if link.send.ready().await.is_err() {
             self.forget(endpoint, &link);
-            return Err(H2Error::Unsent("the connection closed".into(), body));
+            return Err(H2Error::Closed("the connection closed".into(), body));
         }
         match link.send.try_send_request(req.map(|()| body)).await {
             Ok(resp) => Ok((resp, stream)),
@@ -134,13 +167,20 @@ impl H2 {
                 if link.send.is_closed() {
                     self.forget(endpoint, &link);
                 }
-                // A request hyper gives back never went: another endpoint may take it.
+                // A request hyper gives back never went.
                 match e.take_message() {
-                    Some(req) => Err(H2Error::Unsent(e.error().to_string(), req.into_body())),
+                    Some(req) => Err(H2Error::Closed(e.error().to_string(), req.into_body())),
                     None => Err(H2Error::Failed(e.error().to_string())),
                 }
             }
         }
+    }
+
+    /// Why `endpoint`'s last opening failed, when it failed after `since`.
+    fn failed_since(&self, endpoint: &Upstream, since: Instant) -> Option<String> {
+        let all = self.endpoints.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (at, why) = all.get(&endpoint.pool_key)?.failed.as_ref()?;
+        (*at >= since).then(|| why.clone())
     }
 
     /// The open connection with the fewest streams; else (none is open,
@@ -158,8 +198,31 @@ impl H2 {
     }
 
     async fn open(&self, endpoint: &Upstream) -> Result<Link, String> {
+        let opened = self.handshake(endpoint).await;
+        let mut all = self.endpoints.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let e = all.entry(endpoint.pool_key.clone()).or_default();
+        match opened {
+            Ok(link) => {
+                e.failed = None;
+                e.links.push(link.clone());
+                Ok(link)
+            }
+            Err(why) => {
+                e.failed = Some((Instant::now(), why.clone()));
+                Err(why)
+            }
+        }
+    }
+
+    async fn handshake(&self, endpoint: &Upstream) -> Result<Link, String> {
         let stream = self.connector.connect(&endpoint.uri, endpoint.server_name.as_deref()).await?;
-        let (send, conn) = http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+        // Pings find a connection that died without a word (a half-open TCP
+        // connection would otherwise take calls until they time out).
+        let (send, conn) = http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .keep_alive_interval(KEEP_ALIVE)
+            .keep_alive_timeout(KEEP_ALIVE)
+            .handshake(TokioIo::new(stream))
             .await
             .map_err(|e| format!("http2 handshake error: {e}"))?;
         let at = endpoint.uri.clone();
@@ -169,10 +232,7 @@ impl H2 {
             }
         });
         self.opened.fetch_add(1, Ordering::Relaxed);
-        let link = Link { send, streams: Arc::new(AtomicUsize::new(0)) };
-        let mut all = self.endpoints.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        all.entry(endpoint.pool_key.clone()).or_default().links.push(link.clone());
-        Ok(link)
+        Ok(Link { send, streams: Arc::new(AtomicUsize::new(0)) })
     }
 
     fn forget(&self, endpoint: &Upstream, link: &Link) {
@@ -183,12 +243,13 @@ impl H2 {
     }
 }
 
-/// The request head for `endpoint`: `:authority` is the endpoint's (the
-/// client's `Host` does not go), the fields are the client's, then the
+/// The request head for `endpoint`: `:authority` is the endpoint's `Host`
+/// (the client's does not go), the fields are the client's, then the
 /// header rules' and the proxy's; `te: trailers` says that trailers are
 /// read (gRPC servers require it, and it is the only `TE` HTTP/2 allows).
 fn request(endpoint: &Upstream, out: &Outgoing<'_>) -> Result<Request<()>, String> {
-    let authority = endpoint.uri.authority().map_or("", |a| a.as_str());
+    // The endpoint's `Host` (its name, for one DNS found by address).
+    let authority = out.host.to_str().map_err(|e| e.to_string())?;
     let scheme = if endpoint.uri.scheme_str() == Some("h2") { "https" } else { "http" };
     let uri = format!("{scheme}://{authority}{}", out.target);
     let mut req = Request::builder().method(out.method.clone()).uri(uri).body(()).map_err(|e| e.to_string())?;

@@ -276,31 +276,38 @@ async fn h2c_backends_are_checked_by_the_grpc_health_protocol() -> TestResult {
     let serving = GrpcBackend::start(python, "kz")?;
     let not_serving = GrpcBackend::start_with(python, &["kz-down", "not-serving"])?;
     let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
-    let checks = "upstream: { health: { interval: 50ms, timeout: 1s, rise: 1, fall: 1, grpc: true } }";
+    let checks = "upstream: { health: { interval: 50ms, timeout: 2s, rise: 1, fall: 3, grpc: true } }";
     let mut yaml = table(dead, dead, dead, checks) + ECHO_ROUTE;
     let both = format!("upstreams: [\"h2c://127.0.0.1:{}\", \"h2c://127.0.0.1:{}\"]", serving.1, not_serving.1);
     yaml = region_as(&yaml, dead, "kz", &both);
-    let p = proxy(&yaml).await?;
-    // Once checked, the endpoint that is not serving gets no calls: every
-    // call lands on the serving one.
-    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     let client = Client::builder(TokioExecutor::new()).http2_only(true).build_http::<Full<Bytes>>();
-    for _ in 0..20 {
-        let (status, message, grpc_status) = unary(&client, p.url("/echo.Echo/Unary"), iuid(7)).await?;
-        assert_eq!((status, grpc_status.as_deref()), (200, Some("0")));
-        assert_eq!(message, &b"kz:hi"[..]);
-    }
+    // Who answers `n` calls in a row, once every one of them lands on the
+    // same set of backends, within 10 s (the checks take a moment).
+    let settle = |url: String, want: &'static [&'static str]| {
+        let client = client.clone();
+        async move {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            loop {
+                let mut answered = std::collections::BTreeSet::new();
+                for _ in 0..20 {
+                    let (_, message, _) = unary(&client, url.clone(), iuid(7)).await?;
+                    answered.insert(String::from_utf8_lossy(&message).into_owned());
+                }
+                if answered.iter().map(String::as_str).eq(want.iter().copied()) || std::time::Instant::now() > deadline
+                {
+                    return Ok::<_, BoxError>(answered.into_iter().collect::<Vec<_>>());
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    };
+    // Once checked, the endpoint that is not serving gets no calls.
+    let p = proxy(&yaml).await?;
+    assert_eq!(settle(p.url("/echo.Echo/Unary"), &["kz:hi"]).await?, ["kz:hi"]);
     // Without `grpc`, an HTTP/2 endpoint is asked GET /healthz, which the
     // server answers whatever its gRPC health: both take calls in turn.
-    let get_checks = yaml.replace("fall: 1, grpc: true", "fall: 1");
-    let p = proxy(&get_checks).await?;
-    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-    let mut answered = std::collections::BTreeSet::new();
-    for _ in 0..4 {
-        let (_, message, _) = unary(&client, p.url("/echo.Echo/Unary"), iuid(7)).await?;
-        answered.insert(String::from_utf8_lossy(&message).into_owned());
-    }
-    assert_eq!(answered.into_iter().collect::<Vec<_>>(), ["kz-down:hi", "kz:hi"]);
+    let p = proxy(&yaml.replace(", grpc: true", "")).await?;
+    assert_eq!(settle(p.url("/echo.Echo/Unary"), &["kz-down:hi", "kz:hi"]).await?, ["kz-down:hi", "kz:hi"]);
     Ok(())
 }
 
@@ -375,7 +382,7 @@ async fn h2_backends_over_tls_take_calls_and_health_checks() -> TestResult {
     let kz = GrpcBackend::start_with(python, &["kz", &format!("tls={cert},{key}")])?;
     let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let top = format!(
-        "upstream: {{ tls: {{ ca: \"{ca_path}\" }}, health: {{ interval: 50ms, rise: 1, fall: 1, grpc: true }} }}"
+        "upstream: {{ tls: {{ ca: \"{ca_path}\" }}, health: {{ interval: 50ms, timeout: 2s, rise: 1, fall: 3, grpc: true }} }}"
     );
     let mut yaml = table(dead, dead, dead, &top) + ECHO_ROUTE;
     yaml = region_as(&yaml, dead, "kz", &format!("upstreams: [\"h2://127.0.0.1:{}\"]", kz.1));
@@ -521,7 +528,7 @@ async fn a_calls_grpc_timeout_bounds_its_attempt_at_the_proxy() -> TestResult {
     // An HTTP/1.1 backend that answers `/t/slow/` after 2 s and knows
     // nothing of gRPC deadlines: the status can only be the proxy's.
     let b = three_backends().await?;
-    let p = proxy(&table(b[0].addr, b[1].addr, b[2].addr, "")).await?;
+    let p = proxy(&table(b[0].addr, b[1].addr, b[2].addr, "upstream: { eject_after: 2 }")).await?;
     let client = Client::builder(TokioExecutor::new()).http2_only(true).build_http::<Full<Bytes>>();
     let call = |timeout: Option<&'static str>| -> Result<Request<Full<Bytes>>, BoxError> {
         let mut req = Request::post(p.url(&format!("/t/slow/{}", iuid(7))))
@@ -542,6 +549,14 @@ async fn a_calls_grpc_timeout_bounds_its_attempt_at_the_proxy() -> TestResult {
     let answered = client.request(call(None)?).await?;
     assert_eq!(answered.status(), 200);
     assert_eq!(field(&answered, "grpc-status"), None, "the HTTP backend's own answer");
+    // The client's deadline running out is not the endpoint's failure: many
+    // in a row (more than `eject_after`) leave it serving everyone else.
+    for _ in 0..4 {
+        let late = client.request(call(Some("20m"))?).await?;
+        assert_eq!(field(&late, "grpc-status"), Some("4"));
+    }
+    let other = support::get(&p.url(&format!("/v1/orders/{}", iuid(7)))).await?;
+    assert_eq!(other.status, 200, "{}", String::from_utf8_lossy(&other.body));
     Ok(())
 }
 
