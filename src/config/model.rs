@@ -201,6 +201,8 @@ pub struct Route {
     pub policy: Option<Box<[super::settings::UpstreamPolicy]>>,
     /// Protocols `Upgrade` may switch to through this route, lowercase.
     pub upgrades: Vec<String>,
+    /// Whether the route carries gRPC calls only (`protocol: grpc`).
+    pub grpc_only: bool,
     /// How long a tunnel through this route may sit idle.
     pub tunnel_idle_timeout: std::time::Duration,
     /// Where a route without an id sends every request.

@@ -294,6 +294,9 @@ impl Proxy {
             rejected.error
         })?;
         ctx.journal.located(table, &plan);
+        if plan.route().grpc_only && !ctx.arrival.grpc {
+            return Err(ProxyError::NotGrpc);
+        }
         let minted = match &plan {
             Plan::One(located) => minted_id(located, parts),
             _ => None,

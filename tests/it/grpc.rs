@@ -664,3 +664,29 @@ async fn a_create_call_gets_its_minted_id_in_metadata() -> TestResult {
     assert_eq!(field(&failed, "x-entity-id"), None);
     Ok(())
 }
+
+#[tokio::test]
+async fn a_grpc_only_route_refuses_what_is_not_a_grpc_call() -> TestResult {
+    let Some(python) = grpcio_python()? else { return Ok(()) };
+    let kz = GrpcBackend::start(python, "kz")?;
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let route = format!("{}    protocol: grpc\n", ECHO_ROUTE);
+    let yaml =
+        region_as(&(table(dead, dead, dead, "upstream: { health: { interval: 0s } }") + &route), dead, "kz", &h2c(&kz));
+    let p = proxy(&yaml).await?;
+    let client = Client::builder(TokioExecutor::new()).http2_only(true).build_http::<Full<Bytes>>();
+    let (_, message, grpc_status) = unary(&client, p.url("/echo.Echo/Unary"), iuid(7)).await?;
+    assert_eq!((message, grpc_status.as_deref()), (Bytes::from_static(b"kz:hi"), Some("0")));
+    let req = Request::post(p.url("/echo.Echo/Unary"))
+        .header("content-type", "application/json")
+        .header("x-entity-id", iuid(7))
+        .body(Full::new(Bytes::from_static(b"{}")))?;
+    let plain = support::send(req).await?;
+    assert_eq!(plain.status, 415);
+    assert_eq!(plain.json()?["reason"], "not_grpc");
+    // An unknown protocol is refused with its line.
+    let bad = shardgate::config::load_str(&yaml.replace("protocol: grpc", "protocol: grcp"), "t.yaml");
+    let err = bad.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err.contains("unknown protocol \"grcp\"") && err.contains("t.yaml:"), "{err}");
+    Ok(())
+}

@@ -38,6 +38,9 @@ pub struct Route {
     /// How long a tunnel through this route may sit idle (default `server.tunnel_idle_timeout`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tunnel_idle_timeout: Option<Dur>,
+    /// `http` (any request) or `grpc` (gRPC calls only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
     /// Mint rule (create routes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mint: Option<MintSpec>,

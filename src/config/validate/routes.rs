@@ -59,6 +59,15 @@ pub(super) fn routes(
             names_seen.insert(&r.name, r.index);
         }
         let upgrades = upgrades(r, &p, ctx);
+        let grpc_only = match r.protocol.as_deref() {
+            None | Some("http") => false,
+            Some("grpc") => true,
+            Some(other) => {
+                let m = format!("unknown protocol {}", show(other));
+                ctx.at(&p.k("protocol"), m, Some("`http` (any request) or `grpc` (gRPC calls only)"));
+                false
+            }
+        };
         if r.tunnel_idle_timeout.is_some_and(|d| d.0.is_zero()) {
             let hint = Some("durations look like 30s or 5m");
             ctx.at(&p.k("tunnel_idle_timeout"), "tunnel_idle_timeout must be positive".into(), hint);
@@ -119,6 +128,7 @@ pub(super) fn routes(
                 policy: None,
                 // A fan-out or search leg is one of several requests: none may open a tunnel.
                 upgrades: if r.fanout.is_some() || strategy == Strategy::Search { Vec::new() } else { upgrades },
+                grpc_only,
                 tunnel_idle_timeout: r.tunnel_idle_timeout.unwrap_or(file.server.tunnel_idle_timeout).0,
                 to,
                 rewrite,

@@ -53,6 +53,8 @@ pub enum ProxyError {
         /// `server.request_buffer_bytes`.
         limit: usize,
     },
+    /// A request that is not a gRPC call on a `protocol: grpc` route.
+    NotGrpc,
     /// The id decodes but the table names no owner (a configuration gap).
     NoOwner {
         /// The table's explanation.
@@ -278,6 +280,7 @@ impl fmt::Display for ProxyError {
             E::NoRoute => f.write_str("no route matches this method and path"),
             E::MissingId { param } => write!(f, "the entity id is missing: expected in {param}"),
             E::BadMessage { detail } => write!(f, "the call's first message gives no id: {detail}"),
+            E::NotGrpc => f.write_str("this route carries gRPC calls only (HTTP/2, content-type application/grpc)"),
             E::MessageTooLarge { limit } => {
                 write!(f, "the call's first message is larger than the {limit} bytes read for its id")
             }

@@ -21,6 +21,8 @@ const MISSING_ID: Spec = row(S::BAD_REQUEST, "missing_id", REQ, "Missing entity 
 const BAD_MESSAGE: Spec = row(S::BAD_REQUEST, "bad_message", REQ, "Unreadable message", BAD_ID, Outcome::BadId);
 const MESSAGE_TOO_LARGE: Spec =
     row(S::PAYLOAD_TOO_LARGE, "message_too_large", REQ, "Message too large", TOO_LARGE, Outcome::TooLarge);
+const NOT_GRPC: Spec =
+    row(S::UNSUPPORTED_MEDIA_TYPE, "not_grpc", REQ, "Not a gRPC call", "not-grpc", Outcome::BadRequest);
 const AMBIGUOUS_ID: Spec = row(S::BAD_REQUEST, "ambiguous_id", REQ, "Ambiguous entity id", BAD_ID, Outcome::BadId);
 const NO_OWNER: Spec =
     row(S::BAD_GATEWAY, "no_owner", DEST, "No route for entity", "no-route-for-entity", Outcome::NoOwner);
@@ -121,6 +123,7 @@ impl ProxyError {
             E::MethodNotAllowed { .. } => METHOD_NOT_ALLOWED,
             E::MissingId { .. } => MISSING_ID,
             E::BadMessage { .. } => BAD_MESSAGE,
+            E::NotGrpc => NOT_GRPC,
             E::MessageTooLarge { .. } => MESSAGE_TOO_LARGE,
             E::AmbiguousId { .. } => AMBIGUOUS_ID,
             E::BadId { errors, .. } => {
