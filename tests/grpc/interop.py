@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """gRPC interop peer for tests/it/grpc.rs, on Python's grpcio (not ours).
 
-  interop.py serve REGION [not-serving] [tls=CERT,KEY]
+  interop.py serve REGION [not-serving] [tls=CERT,KEY] [age=MS]
                                 a backend: prints its port, serves until
                                 killed; its grpc.health.v1 Check answers
                                 SERVING, or NOT_SERVING when told; over TLS
-                                with that certificate and key when given
+                                with that certificate and key when given;
+                                closing each connection (GOAWAY) after MS
   interop.py call ADDRESS ID    a client through the proxy: prints one JSON
                                 object of what each call saw
   interop.py big ADDRESS ID MIB one client-streaming call of MIB 1 MiB
@@ -27,7 +28,7 @@ import grpc
 SERVICE = "echo.Echo"
 
 
-def serve(region, serving=True, tls=None):
+def serve(region, serving=True, tls=None, age=None):
     tag = region.encode()
 
     def check(request, context):
@@ -78,10 +79,10 @@ def serve(region, serving=True, tls=None):
         "WhoAmI": grpc.unary_unary_rpc_method_handler(whoami),
         "Big": grpc.stream_unary_rpc_method_handler(big),
     }
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=128),
-        options=[("grpc.max_receive_message_length", 64 << 20)],
-    )
+    options = [("grpc.max_receive_message_length", 64 << 20)]
+    if age:
+        options += [("grpc.max_connection_age_ms", int(age)), ("grpc.max_connection_age_grace_ms", 100)]
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=options)
     health = {"Check": grpc.unary_unary_rpc_method_handler(check)}
     server.add_generic_rpc_handlers(
         (
@@ -213,7 +214,8 @@ def main():
     if len(sys.argv) >= 3 and sys.argv[1] == "serve":
         extra = sys.argv[3:]
         tls = next((e[4:].split(",") for e in extra if e.startswith("tls=")), None)
-        serve(sys.argv[2], serving="not-serving" not in extra, tls=tls)
+        age = next((e[4:] for e in extra if e.startswith("age=")), None)
+        serve(sys.argv[2], serving="not-serving" not in extra, tls=tls, age=age)
     elif len(sys.argv) == 4 and sys.argv[1] == "call":
         call(sys.argv[2], sys.argv[3])
     elif len(sys.argv) == 5 and sys.argv[1] == "big":

@@ -690,3 +690,27 @@ async fn a_grpc_only_route_refuses_what_is_not_a_grpc_call() -> TestResult {
     assert!(err.contains("unknown protocol \"grcp\"") && err.contains("t.yaml:"), "{err}");
     Ok(())
 }
+
+#[tokio::test]
+async fn connections_the_backend_closes_cost_no_call() -> TestResult {
+    let Some(python) = grpcio_python()? else { return Ok(()) };
+    // The backend sends GOAWAY on every connection 300 ms after it opened.
+    let kz = GrpcBackend::start_with(python, &["kz", "age=300"])?;
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let yaml = region_as(
+        &(table(dead, dead, dead, "upstream: { health: { interval: 0s } }") + ECHO_ROUTE),
+        dead,
+        "kz",
+        &h2c(&kz),
+    );
+    let p = proxy(&yaml).await?;
+    let client = Client::builder(TokioExecutor::new()).http2_only(true).build_http::<Full<Bytes>>();
+    for _ in 0..40 {
+        let (_, message, grpc_status) = unary(&client, p.url("/echo.Echo/Unary"), iuid(7)).await?;
+        assert_eq!((message, grpc_status.as_deref()), (Bytes::from_static(b"kz:hi"), Some("0")));
+        tokio::time::sleep(std::time::Duration::from_millis(40)).await;
+    }
+    let opened = p.proxy.as_ref().map_or(0, |p| p.shared().upstreams.connects());
+    assert!(opened >= 3, "the backend closed its connections, and new ones took the calls ({opened})");
+    Ok(())
+}
