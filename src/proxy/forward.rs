@@ -92,7 +92,7 @@ impl<'t> Leg<'t> {
 fn settings<'t>(leg: &Leg<'t>) -> AttemptSettings<'t> {
     let server = &leg.table.settings().server;
     let pace = Pace { since: leg.started, grace: server.body_timeout, min_rate: server.body_min_rate };
-    AttemptSettings { policy: leg.policy, started: leg.started, pace, clients_deadline: false }
+    AttemptSettings { policy: leg.policy, started: leg.started, pace, client_deadline: None }
 }
 
 /// A gRPC call's policy under its deadline (`grpc-timeout`), which bounds
@@ -126,7 +126,7 @@ pub(super) async fn forward<'t>(
         // A streaming call's client may send its messages as slowly as its
         // conversation goes: no pace, its deadline bounds it.
         s.pace.min_rate = 0;
-        s.clients_deadline = bounded.is_some();
+        s.client_deadline = grpc::timeout(&parts.headers).map(|t| leg.started + t);
     }
     let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
     let rewritten = leg.rewrite.map(|rule| rewrite::target(table, rule, &parts.method, &parts.uri)).transpose()?;

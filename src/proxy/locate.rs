@@ -73,12 +73,17 @@ pub struct Rejected<'t> {
     pub error: ProxyError,
 }
 
-/// Whether the route `parts` match reads its id from a gRPC call's first
-/// message, which the caller then reads ([`locate`]'s `message`).
-pub fn reads_message(table: &Table, parts: &Parts) -> bool {
-    let Some(m) = table.match_route(&parts.method, parts.uri.path()) else { return false };
-    let route = table.routes().get(m.route.index);
-    route.and_then(|r| r.id.as_ref()).is_some_and(|id| matches!(id.source, IdSource::GrpcField(_)))
+/// The route `parts` match, for what must be known before [`locate`]
+/// runs: whether it carries gRPC calls only, whether it reads its id from a
+/// call's first message (which the caller then reads, `message`).
+pub fn matched<'t>(table: &'t Table, parts: &Parts) -> Option<&'t Route> {
+    let m = table.match_route(&parts.method, parts.uri.path())?;
+    table.routes().get(m.route.index)
+}
+
+/// Whether `route` reads its id from a gRPC call's first message.
+pub fn reads_message(route: &Route) -> bool {
+    route.id.as_ref().is_some_and(|id| matches!(id.source, IdSource::GrpcField(_)))
 }
 
 /// Matches, extracts, decodes (or mints) and places: a pure function of

@@ -87,7 +87,7 @@ pub(super) async fn if_routed_by(
     started: Instant,
     body: RequestBody,
 ) -> Result<(Option<First>, RequestBody), ProxyError> {
-    if !call || !super::locate::reads_message(table, parts) {
+    if !call || !super::locate::matched(table, parts).is_some_and(super::locate::reads_message) {
         return Ok((None, body));
     }
     let server = &table.settings().server;

@@ -52,10 +52,10 @@ pub struct AttemptSettings<'p> {
     pub started: Instant,
     /// How fast the client must send a body that is passed on as it arrives.
     pub pace: Pace,
-    /// Whether the client's own deadline (a gRPC call's `grpc-timeout`)
-    /// shortened the policy's timeouts: running out of them is then the
-    /// client's doing, never held against the endpoint.
-    pub clients_deadline: bool,
+    /// The client's own deadline (a gRPC call's `grpc-timeout`): a timer
+    /// that runs out at or after it is the client's doing, never held
+    /// against the endpoint, and it bounds the wait on the client's body.
+    pub client_deadline: Option<Instant>,
 }
 
 /// What went wrong in an attempt.
@@ -267,6 +267,10 @@ impl Upstreams {
                     tracing::debug!(endpoint = %endpoint.uri, error = %e, "http2 connection closed; sending on another");
                     body = unsent;
                 }
+                Timed::Answered(Err(H2Error::GoneAway(e))) => {
+                    tracing::debug!(endpoint = %endpoint.uri, error = %e, "http2 upstream went away under the call");
+                    return Err(Failure { error: AttemptError::Failed, unsent: None });
+                }
                 Timed::Answered(Err(H2Error::Failed(e))) => {
                     return Err(failed(ExchangeError::Io(e), watch.as_deref(), endpoint, record))
                 }
@@ -274,7 +278,7 @@ impl Upstreams {
                 Timed::Late => return Err(late(watch.as_deref(), s, record)),
             }
         }
-        record(true);
+        // Closed twice under it: the endpoint is going away, not failing.
         Err(Failure { error: AttemptError::Connect, unsent: Some(body) })
     }
 }
@@ -282,7 +286,7 @@ impl Upstreams {
 /// The failure of an exchange its timer ran out on: held against the
 /// endpoint unless the client's own deadline set the timer.
 fn late(watch: Option<&BodyWatch>, s: &AttemptSettings<'_>, record: impl Fn(bool)) -> Failure {
-    if !s.clients_deadline {
+    if s.client_deadline.is_none_or(|d| Instant::now() < d) {
         record(true);
     }
     let error = if watch.is_none() && Instant::now() >= s.started + s.policy.request_timeout {
@@ -366,7 +370,10 @@ fn due(watch: Option<&BodyWatch>, attempt_started: Instant, s: &AttemptSettings<
             // The client's idle timeout bounds a body without a pace.
             BodyPhase::WaitingOnClient => match s.pace.deadline(w.received()) {
                 Some(at) => (at, false),
-                None => late(Instant::now() + s.policy.attempt_timeout),
+                None => {
+                    let at = Instant::now() + s.policy.attempt_timeout;
+                    late(s.client_deadline.map_or(at, |d| at.min(d)))
+                }
             },
             // The upstream is not taking the body: count from the last progress.
             BodyPhase::Flowing(last) => late(last.max(attempt_started) + s.policy.attempt_timeout),

@@ -90,6 +90,10 @@ pub enum H2Error {
     Closed(String, UpstreamBody),
     /// The stream failed after the request went (or may have gone).
     Failed(String),
+    /// The server's GOAWAY came as the request was handed to the
+    /// connection: it may not have gone, but its body did; the server is
+    /// going away, not failing.
+    GoneAway(String),
 }
 
 /// A stream reserved on a connection, counted there from now on.
@@ -170,6 +174,10 @@ impl H2 {
                 // A request hyper gives back never went.
                 match e.take_message() {
                     Some(req) => Err(H2Error::Closed(e.error().to_string(), req.into_body())),
+                    None if gone_away(e.error()) => {
+                        self.forget(endpoint, &link);
+                        Err(H2Error::GoneAway(e.error().to_string()))
+                    }
                     None => Err(H2Error::Failed(e.error().to_string())),
                 }
             }
@@ -222,6 +230,7 @@ impl H2 {
             .timer(TokioTimer::new())
             .keep_alive_interval(KEEP_ALIVE)
             .keep_alive_timeout(KEEP_ALIVE)
+            .keep_alive_while_idle(true)
             .handshake(TokioIo::new(stream))
             .await
             .map_err(|e| format!("http2 handshake error: {e}"))?;
@@ -241,6 +250,18 @@ impl H2 {
             e.links.retain(|l| !Arc::ptr_eq(&l.streams, &link.streams));
         }
     }
+}
+
+/// Whether `e` is the server's GOAWAY (rather than a reset or a broken connection).
+fn gone_away(e: &hyper::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(h2) = s.downcast_ref::<h2::Error>() {
+            return h2.is_go_away() && h2.is_remote();
+        }
+        source = s.source();
+    }
+    false
 }
 
 /// The request head for `endpoint`: `:authority` is the endpoint's `Host`

@@ -670,7 +670,8 @@ async fn a_grpc_only_route_refuses_what_is_not_a_grpc_call() -> TestResult {
     let Some(python) = grpcio_python()? else { return Ok(()) };
     let kz = GrpcBackend::start(python, "kz")?;
     let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
-    let route = format!("{}    protocol: grpc\n", ECHO_ROUTE);
+    let by_field = "  - name: by-field\n    match: { path: \"/field.Echo/{method}\" }\n    id: { grpc_field: \"1\", formats: [iuid] }\n    protocol: grpc\n";
+    let route = format!("{}    protocol: grpc\n{by_field}", ECHO_ROUTE);
     let yaml =
         region_as(&(table(dead, dead, dead, "upstream: { health: { interval: 0s } }") + &route), dead, "kz", &h2c(&kz));
     let p = proxy(&yaml).await?;
@@ -684,6 +685,10 @@ async fn a_grpc_only_route_refuses_what_is_not_a_grpc_call() -> TestResult {
     let plain = support::send(req).await?;
     assert_eq!(plain.status, 415);
     assert_eq!(plain.json()?["reason"], "not_grpc");
+    // Also on a route whose id is in the message, which is then never read.
+    let by_message =
+        support::send(Request::post(p.url("/field.Echo/Unary")).body(Full::new(Bytes::from_static(b"{}")))?).await?;
+    assert_eq!(by_message.status, 415);
     // An unknown protocol is refused with its line.
     let bad = shardgate::config::load_str(&yaml.replace("protocol: grpc", "protocol: grcp"), "t.yaml");
     let err = bad.err().map(|e| e.to_string()).unwrap_or_default();
