@@ -321,12 +321,25 @@ backend none
 """
 
 
-def shardgate_conf():
-    regions = "\n".join(f'  {r}: {{ upstreams: ["http://127.0.0.1:{p}"] }}' for r, p in BACKEND_PORTS.items())
+# The routes of compare.py's workload: the id in the path, or in a header.
+ORDERS_ROUTES = """  - name: orders
+    match: { path: "/v1/orders/{id}", methods: [GET] }
+    id: { path_param: id, formats: [iuid] }
+  - name: orders-by-header
+    match: { path: "/v1/orders", methods: [GET] }
+    id: { header: X-Entity-Id, formats: [iuid] }
+"""
+
+
+def shardgate_conf(ports=None, scheme="http", proxy_port=PROXY_PORT, routes=ORDERS_ROUTES):
+    """shardgate's table for the workload: the regions' backends on `ports`
+    (default BACKEND_PORTS) spoken to as `scheme`, and `routes`."""
+    ports = ports or BACKEND_PORTS
+    regions = "\n".join(f'  {r}: {{ upstreams: ["{scheme}://127.0.0.1:{p}"] }}' for r, p in ports.items())
     countries = "\n".join(f"  C{c}: {{ id: {c}, region: {r} }}" for r, c in REGIONS.items())
     return f"""version: 1
-listen: 127.0.0.1:{PROXY_PORT}
-admin: 127.0.0.1:{PROXY_PORT + 50}
+listen: 127.0.0.1:{proxy_port}
+admin: 127.0.0.1:{proxy_port + 50}
 regions:
 {regions}
 countries:
@@ -335,13 +348,7 @@ entities: {{ IntercityOrder: 3 }}
 upstream: {{ health: {{ interval: 0s }} }}
 log: {{ access: false }}
 routes:
-  - name: orders
-    match: {{ path: "/v1/orders/{{id}}", methods: [GET] }}
-    id: {{ path_param: id, formats: [iuid] }}
-  - name: orders-by-header
-    match: {{ path: "/v1/orders", methods: [GET] }}
-    id: {{ header: X-Entity-Id, formats: [iuid] }}
-"""
+""" + routes
 
 
 # The routes of the `pinned` mode (a prefix route without an id, every

@@ -103,27 +103,17 @@ backend none
 """
 
 
-def shardgate_conf():
-    regions = "\n".join(f'  {r}: {{ upstreams: ["h2c://127.0.0.1:{p}"] }}' for r, p in PORTS.items())
-    countries = "\n".join(f"  C{cc}: {{ id: {cc}, region: {r} }}" for r, cc in c.REGIONS.items())
-    return f"""version: 1
-listen: 127.0.0.1:{PROXY_PORT}
-admin: 127.0.0.1:{PROXY_PORT + 50}
-regions:
-{regions}
-countries:
-{countries}
-entities: {{ IntercityOrder: 3 }}
-upstream: {{ health: {{ interval: 0s }} }}
-log: {{ access: false }}
-routes:
-  - name: by-metadata
-    match: {{ path: "/bench.Echo/{{method}}" }}
-    id: {{ metadata: x-entity-id, formats: [iuid] }}
+GRPC_ROUTES = """  - name: by-metadata
+    match: { path: "/bench.Echo/{method}" }
+    id: { metadata: x-entity-id, formats: [iuid] }
   - name: by-field
-    match: {{ path: "/field.Echo/{{method}}" }}
-    id: {{ grpc_field: "1", formats: [iuid] }}
+    match: { path: "/field.Echo/{method}" }
+    id: { grpc_field: "1", formats: [iuid] }
 """
+
+
+def shardgate_conf():
+    return c.shardgate_conf(PORTS, "h2c", PROXY_PORT, GRPC_ROUTES)
 
 
 def message(entity):
