@@ -185,14 +185,15 @@ impl Upstreams {
         s: &AttemptSettings<'_>,
         health: &Health,
     ) -> Result<Response<ResponseBody>, Failure> {
+        // `a`, and with it the endpoint's admission (a trial request's), is
+        // held until the attempt ends.
         let endpoint = a.endpoint;
-        if is_h2(endpoint.uri.scheme_str()) {
-            return self.attempt_h2(a, body, s, health).await;
-        }
         let record = |failed: bool| health.record(&endpoint.uri, failed, s.policy.eject_after, s.policy.eject_for);
-        let deadline = s.started + s.policy.request_timeout;
         let watch = body.watch();
-        let _trial = a.admit;
+        if is_h2(endpoint.uri.scheme_str()) {
+            return self.attempt_h2(&a, body, s, watch.as_deref(), &record).await;
+        }
+        let deadline = s.started + s.policy.request_timeout;
         loop {
             // Waiting for a connection is bounded on its own: the attempt's
             // timer, and the endpoint's blame, start once it has one.
@@ -225,9 +226,7 @@ impl Upstreams {
             }
         }
     }
-}
 
-impl Upstreams {
     /// [`Upstreams::attempt`] at an HTTP/2 endpoint: a stream on one of
     /// its few connections ([`super::h2`]), under the same timers, health
     /// and blame. Waiting for the stream (the connection's opening, the
@@ -236,15 +235,13 @@ impl Upstreams {
     /// once more on a new one.
     async fn attempt_h2(
         &self,
-        a: Attempt<'_>,
+        a: &Attempt<'_>,
         mut body: UpstreamBody,
         s: &AttemptSettings<'_>,
-        health: &Health,
+        watch: Option<&BodyWatch>,
+        record: &impl Fn(bool),
     ) -> Result<Response<ResponseBody>, Failure> {
         let endpoint = a.endpoint;
-        let record = |failed: bool| health.record(&endpoint.uri, failed, s.policy.eject_after, s.policy.eject_for);
-        let watch = body.watch();
-        let _trial = a.admit;
         let caps = (a.limits.max_connections.clamp(1, CONNECTIONS), a.limits.max_pending);
         for _ in 0..2 {
             let reserved = match self.h2.reserve(endpoint, caps).await {
@@ -258,7 +255,7 @@ impl Upstreams {
                     return Err(Failure { error: AttemptError::Saturated(Full::Queue), unsent: Some(body) });
                 }
             };
-            match timed(self.h2.send(endpoint, reserved, &a.out, body), watch.as_deref(), s).await {
+            match timed(self.h2.send(endpoint, reserved, &a.out, body), watch, s).await {
                 Timed::Answered(Ok((resp, stream))) => {
                     record(a.count_5xx && resp.status().is_server_error());
                     return Ok(ResponseBody::h2(resp, stream));
@@ -272,10 +269,10 @@ impl Upstreams {
                     return Err(Failure { error: AttemptError::Failed, unsent: None });
                 }
                 Timed::Answered(Err(H2Error::Failed(e))) => {
-                    return Err(failed(ExchangeError::Io(e), watch.as_deref(), endpoint, record))
+                    return Err(failed(ExchangeError::Io(e), watch, endpoint, record))
                 }
                 Timed::Slow => return Err(Failure { error: AttemptError::BodyTimeout, unsent: None }),
-                Timed::Late => return Err(late(watch.as_deref(), s, record)),
+                Timed::Late => return Err(late(watch, s, record)),
             }
         }
         // Closed twice under it: the endpoint is going away, not failing.

@@ -92,17 +92,16 @@ async fn h2_get(
             .await
             .map_err(|e| format!("http2 handshake error: {e}"))?;
         let conn = tokio::spawn(conn);
-        let scheme = if to.uri.scheme_str() == Some("h2") { "https" } else { "http" };
         let authority = to.host.as_ref().and_then(|h| h.to_str().ok()).or(to.uri.authority().map(|a| a.as_str()));
-        let authority = authority.unwrap_or_default();
+        let uri = |target: &str| super::h2::uri(&to.uri, authority.unwrap_or_default(), target);
         let req = if to.grpc {
-            http::Request::post(format!("{scheme}://{authority}/grpc.health.v1.Health/Check"))
+            http::Request::post(uri("/grpc.health.v1.Health/Check"))
                 .header(http::header::CONTENT_TYPE, "application/grpc")
                 .header(http::header::TE, "trailers")
                 .body(Full::new(bytes::Bytes::from_static(&[0, 0, 0, 0, 0])))
         } else {
             let target = to.uri.path_and_query().map_or("/", |p| p.as_str());
-            http::Request::get(format!("{scheme}://{authority}{target}")).body(Full::new(bytes::Bytes::new()))
+            http::Request::get(uri(target)).body(Full::new(bytes::Bytes::new()))
         };
         let mut req = req.map_err(|e| e.to_string())?;
         *req.version_mut() = http::Version::HTTP_2;

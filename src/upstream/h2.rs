@@ -264,6 +264,14 @@ fn gone_away(e: &hyper::Error) -> bool {
     false
 }
 
+/// The URI of an HTTP/2 request to the endpoint `at` names: `https` over
+/// TLS (`h2://`), else `http`, with `authority` (the endpoint's `Host`) and
+/// `target`.
+pub fn uri(at: &http::Uri, authority: &str, target: &str) -> String {
+    let scheme = if at.scheme_str() == Some("h2") { "https" } else { "http" };
+    format!("{scheme}://{authority}{target}")
+}
+
 /// The request head for `endpoint`: `:authority` is the endpoint's `Host`
 /// (the client's does not go), the fields are the client's, then the
 /// header rules' and the proxy's; `te: trailers` says that trailers are
@@ -271,8 +279,7 @@ fn gone_away(e: &hyper::Error) -> bool {
 fn request(endpoint: &Upstream, out: &Outgoing<'_>) -> Result<Request<()>, String> {
     // The endpoint's `Host` (its name, for one DNS found by address).
     let authority = out.host.to_str().map_err(|e| e.to_string())?;
-    let scheme = if endpoint.uri.scheme_str() == Some("h2") { "https" } else { "http" };
-    let uri = format!("{scheme}://{authority}{}", out.target);
+    let uri = uri(&endpoint.uri, authority, out.target);
     let mut req = Request::builder().method(out.method.clone()).uri(uri).body(()).map_err(|e| e.to_string())?;
     *req.version_mut() = http::Version::HTTP_2;
     let headers = req.headers_mut();
