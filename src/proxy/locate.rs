@@ -74,8 +74,8 @@ pub struct Rejected<'t> {
 }
 
 /// The route `parts` match, for what must be known before [`locate`]
-/// runs: whether it carries gRPC calls only, whether it reads its id from a
-/// call's first message (which the caller then reads, `message`).
+/// runs: whether a gRPC call's route reads its id from the call's first
+/// message (which the caller then reads, `message`).
 pub fn matched<'t>(table: &'t Table, parts: &Parts) -> Option<&'t Route> {
     let m = table.match_route(&parts.method, parts.uri.path())?;
     table.routes().get(m.route.index)
@@ -108,6 +108,10 @@ pub fn locate<'t>(
     // The match borrows the path too; the route itself lives as long as the table.
     let route = table.routes().get(m.route.index).ok_or(Rejected { route: None, error: ProxyError::NoRoute })?;
     let rejected = |error| Rejected { route: Some(route), error };
+    // A route for gRPC calls only refuses anything else, before reading its id.
+    if route.grpc_only && !crate::grpc::status::is_call(parts) {
+        return Err(rejected(ProxyError::NotGrpc));
+    }
     if let Some(rule) = &route.fanout {
         return Ok(Plan::Fanout(route, rule));
     }

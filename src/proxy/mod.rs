@@ -287,9 +287,6 @@ impl Proxy {
         }
         ctx.hops = relay.hops.count;
         ctx.relayed = from_peer && ctx.hops > 0;
-        if !ctx.arrival.grpc && locate::matched(table, parts).is_some_and(|r| r.grpc_only) {
-            return Err(ProxyError::NotGrpc);
-        }
         let (first, body) = message::if_routed_by(table, parts, ctx.arrival.grpc, ctx.arrival.started, body).await?;
         let message = first.as_ref().map(message::First::message);
         let plan = locate::locate(table, parts, message, &self.minters, ctx.relayed).map_err(|rejected| {
