@@ -119,8 +119,10 @@ pub fn from_upstream(
     crate::mesh::strip_from_response(resp.headers_mut());
     remove_ours(resp.headers_mut());
     // A gRPC call that failed at once (a Trailers-Only answer) created nothing either.
-    let failed_call = resp.headers().get("grpc-status").is_some_and(|s| s != "0");
-    if let Some((header, id, location)) = minted.filter(|_| resp.status().is_success() && !failed_call) {
+    let created = |resp: &Response<ResponseBody>| {
+        resp.status().is_success() && resp.headers().get("grpc-status").is_none_or(|s| s == "0")
+    };
+    if let Some((header, id, location)) = minted.filter(|_| created(&resp)) {
         if let Ok(v) = HeaderValue::from_str(&id) {
             if let Some(loc) = location.and_then(|l| HeaderValue::from_str(&l.replace("{id}", &id)).ok()) {
                 resp.headers_mut().insert(header::LOCATION, loc);
