@@ -83,11 +83,10 @@ pub(super) async fn first(mut body: RequestBody, limit: usize, pace: Pace) -> Re
 pub(super) async fn if_routed_by(
     table: &Table,
     parts: &Parts,
-    call: bool,
     started: Instant,
     body: RequestBody,
 ) -> Result<(Option<First>, RequestBody), ProxyError> {
-    if !call || !super::locate::matched(table, parts).is_some_and(super::locate::reads_message) {
+    if !super::locate::matched(table, parts).is_some_and(super::locate::reads_message) {
         return Ok((None, body));
     }
     let server = &table.settings().server;

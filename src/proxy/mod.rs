@@ -287,7 +287,11 @@ impl Proxy {
         }
         ctx.hops = relay.hops.count;
         ctx.relayed = from_peer && ctx.hops > 0;
-        let (first, body) = message::if_routed_by(table, parts, ctx.arrival.grpc, ctx.arrival.started, body).await?;
+        // Boxed, and only for gRPC calls: its state would otherwise widen every request's future.
+        let (first, body) = match ctx.arrival.grpc {
+            true => Box::pin(message::if_routed_by(table, parts, ctx.arrival.started, body)).await?,
+            false => (None, body),
+        };
         let message = first.as_ref().map(message::First::message);
         let plan = locate::locate(table, parts, message, &self.minters, ctx.relayed).map_err(|rejected| {
             ctx.journal.route = rejected.route;

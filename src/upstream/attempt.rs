@@ -191,7 +191,8 @@ impl Upstreams {
         let record = |failed: bool| health.record(&endpoint.uri, failed, s.policy.eject_after, s.policy.eject_for);
         let watch = body.watch();
         if is_h2(endpoint.uri.scheme_str()) {
-            return self.attempt_h2(&a, body, s, watch.as_deref(), &record).await;
+            // Boxed: its state (hyper's) would otherwise widen every HTTP/1 attempt's future.
+            return Box::pin(self.attempt_h2(&a, body, s, watch.as_deref(), &record)).await;
         }
         let deadline = s.started + s.policy.request_timeout;
         loop {

@@ -381,7 +381,8 @@ pub struct ResponseBody {
     fields: Fields,
     /// An HTTP/2 endpoint's answer ([`super::h2`]), its stream counted
     /// while it is read; its fields are in the response's map.
-    h2: Option<(Incoming, Stream)>,
+    /// Boxed: an HTTP/1 answer's body, moved about with it, stays small.
+    h2: Option<Box<(Incoming, Stream)>>,
 }
 
 impl ResponseBody {
@@ -393,7 +394,7 @@ impl ResponseBody {
             reusable: false,
             upgrade: false,
             fields: Fields::default(),
-            h2: Some((incoming, stream)),
+            h2: Some(Box::new((incoming, stream))),
         })
     }
 }
@@ -440,7 +441,7 @@ impl Body for ResponseBody {
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = &mut *self;
-        if let Some((incoming, _)) = &mut this.h2 {
+        if let Some((incoming, _)) = this.h2.as_deref_mut() {
             return Pin::new(incoming).poll_frame(cx).map_err(BodyError::Stream);
         }
         if this.upgrade {
@@ -468,14 +469,14 @@ impl Body for ResponseBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        if let Some((incoming, _)) = &self.h2 {
+        if let Some((incoming, _)) = self.h2.as_deref() {
             return incoming.is_end_stream();
         }
         self.upgrade || self.conn.is_none() || self.decoder.is_done()
     }
 
     fn size_hint(&self) -> SizeHint {
-        if let Some((incoming, _)) = &self.h2 {
+        if let Some((incoming, _)) = self.h2.as_deref() {
             return incoming.size_hint();
         }
         if self.upgrade {
