@@ -70,6 +70,8 @@ pub enum ServeError {
     },
     /// Serving failed.
     Io(io::Error),
+    /// The table source (etcd, the audit trail) cannot be used.
+    Source(String),
 }
 
 impl std::fmt::Display for ServeError {
@@ -81,6 +83,7 @@ impl std::fmt::Display for ServeError {
             ServeError::Tls(e) => write!(f, "{e}; not starting"),
             ServeError::Bind { listener, addr, error } => write!(f, "cannot listen on {addr} ({listener}): {error}"),
             ServeError::Io(e) => write!(f, "{e}"),
+            ServeError::Source(e) => write!(f, "{e}; not starting"),
         }
     }
 }
@@ -256,9 +259,19 @@ impl Instance {
     /// Publishes a validated table (loaded from `path`, when given) and builds
     /// the proxy, reloader and admin state. `token`: the admin bearer token.
     pub fn new(cfg: &Config, text: &str, path: Option<PathBuf>, token: Option<String>) -> Instance {
+        Instance::with_reloader(cfg, text, token, |shared| path.map(|p| Reloader::new(p, shared)))
+    }
+
+    /// [`Instance::new`] with the reloader `make` builds over the live table.
+    pub fn with_reloader(
+        cfg: &Config,
+        text: &str,
+        token: Option<String>,
+        make: impl FnOnce(Arc<SharedTable>) -> Option<Reloader>,
+    ) -> Instance {
         let proxy = build_proxy(cfg, text);
         let shared = Arc::clone(&proxy.shared().table);
-        let reloader = path.map(|p| Arc::new(Reloader::new(p, Arc::clone(&shared))));
+        let reloader = make(Arc::clone(&shared)).map(Arc::new);
         let admin = Arc::new(AdminState::new(proxy.shared().clone(), reloader.clone()).with_token(token));
         Instance { shared, proxy, reloader, admin, tls: None }
     }
@@ -325,9 +338,113 @@ pub async fn drain_sequence(drain: Drain, shared: Arc<SharedTable>) -> Duration 
     grace
 }
 
-/// `shardgate serve -c FILE`: serves until a signal or `POST /drain`.
-pub async fn serve(path: PathBuf) -> Result<Exit, ServeError> {
-    let (cfg, text) = config::load_file(&path).map_err(|errors| ServeError::Config { path: path.clone(), errors })?;
+/// Where `serve` takes its table from.
+#[derive(Debug, Clone)]
+pub enum TableFrom {
+    /// A file, watched.
+    File(PathBuf),
+    /// An etcd key, followed by revision.
+    Etcd(EtcdOptions),
+}
+
+/// How to reach and follow an etcd key.
+#[derive(Debug, Clone)]
+pub struct EtcdOptions {
+    /// The endpoints and the key.
+    pub target: crate::source::etcd::Target,
+    /// TLS to the endpoints (`None`: plain HTTP).
+    pub tls: Option<crate::config::schema::UpstreamTls>,
+    /// User and password, when etcd has authentication on.
+    pub user: Option<(String, String)>,
+    /// Where the last good table is kept.
+    pub local_copy: PathBuf,
+    /// How often the source is confirmed current.
+    pub progress: Duration,
+}
+
+/// What `serve` is given on its command line.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// The table's source.
+    pub table: TableFrom,
+    /// Per-instance values put over the table's.
+    pub flags: crate::config::instance::InstanceFlags,
+    /// The audit trail to append to.
+    pub audit: Option<PathBuf>,
+}
+
+impl ServeOptions {
+    /// Serving the table file `path`, nothing else given.
+    pub fn file(path: PathBuf) -> ServeOptions {
+        ServeOptions { table: TableFrom::File(path), flags: Default::default(), audit: None }
+    }
+}
+
+/// The etcd side of a serving instance.
+struct Followed {
+    client: Arc<crate::source::etcd::Client>,
+    options: EtcdOptions,
+    revision: i64,
+    status: Arc<crate::source::Status>,
+}
+
+/// The table text to start with, its source's name, and the etcd client
+/// following it.
+async fn first_table(table: &TableFrom) -> Result<(String, String, Option<Followed>), ServeError> {
+    match table {
+        TableFrom::File(path) => {
+            let name = path.display().to_string();
+            let text = config::read_text(path).map_err(|m| ServeError::Config {
+                path: path.clone(),
+                errors: config::ConfigErrors::single(&name, m, None),
+            })?;
+            Ok((text, name, None))
+        }
+        TableFrom::Etcd(options) => {
+            let tls = match &options.tls {
+                Some(t) => Some(Arc::new(crate::tls::client_config(t).map_err(ServeError::Tls)?)),
+                None => None,
+            };
+            let settings = ClientSettings {
+                connect_timeout: Duration::from_secs(3),
+                pool_idle_timeout: Duration::from_secs(30),
+                tls,
+            };
+            let tls_on = options.tls.is_some();
+            let client = crate::source::etcd::Client::new(
+                &options.target,
+                crate::upstream::connector(&settings),
+                tls_on,
+                options.user.clone(),
+            );
+            let (text, revision, cached) = crate::source::initial(&client, &options.target, &options.local_copy)
+                .await
+                .map_err(ServeError::Source)?;
+            if !cached {
+                let name = options.target.name();
+                let copy = crate::source::LocalCopy { source: name, revision, text: text.clone() };
+                if let Err(e) = copy.write(&options.local_copy) {
+                    tracing::warn!(error = %e, "cannot keep the local copy of the table");
+                }
+            }
+            let status = Arc::new(crate::source::Status::default());
+            crate::source::started(&status, revision, &crate::routing::shared::sha256_hex(&text), cached);
+            let followed = Followed { client: Arc::new(client), options: options.clone(), revision, status };
+            Ok((text, options.target.name(), Some(followed)))
+        }
+    }
+}
+
+/// `shardgate serve`: serves until a signal or `POST /drain`.
+pub async fn serve(options: ServeOptions) -> Result<Exit, ServeError> {
+    let audit = match &options.audit {
+        Some(p) => Some(Arc::new(crate::routing::audit::Audit::open(p).map_err(ServeError::Source)?)),
+        None => None,
+    };
+    let (text, name, followed) = first_table(&options.table).await?;
+    let path = PathBuf::from(&name);
+    let mut cfg = config::load_str(&text, &name).map_err(|errors| ServeError::Config { path: path.clone(), errors })?;
+    options.flags.apply(&mut cfg, &name).map_err(|errors| ServeError::Config { path: path.clone(), errors })?;
     let tls = crate::tls::load(&cfg).map_err(ServeError::Tls)?;
     let bind = |listener, addr| async move {
         TcpListener::bind(addr).await.map_err(|error| ServeError::Bind { listener, addr, error })
@@ -344,15 +461,46 @@ pub async fn serve(path: PathBuf) -> Result<Exit, ServeError> {
         );
     }
     for warning in cfg.warnings() {
-        tracing::warn!(table = %path.display(), "{warning}");
+        tracing::warn!(table = %name, "{warning}");
     }
     let tls_on = tls.is_some();
     // Opened now, so a path that cannot be written is told at start.
     crate::telemetry::access::ACCESS_FILE.follow(cfg.settings.log.access_file.as_ref());
-    let inst = Instance::new(&cfg, &text, Some(path.clone()), token.clone()).with_tls(tls);
+    let source = match &options.table {
+        TableFrom::File(p) => reload::Source::File(p.clone()),
+        TableFrom::Etcd(_) => reload::Source::Pushed(name.clone()),
+    };
+    let flags = options.flags.clone();
+    let inst = Instance::with_reloader(&cfg, &text, token.clone(), |shared| {
+        Some(Reloader::from_source(source, shared).with_flags(flags).with_audit(audit))
+    })
+    .with_tls(tls);
     let (stop_tx, stop_rx) = watch::channel(false);
-    if let Some(reloader) = &inst.reloader {
+    if let (Some(reloader), TableFrom::File(_)) = (&inst.reloader, &options.table) {
         spawn_reload_triggers(reloader, stop_rx.clone());
+    }
+    if let (Some(reloader), Some(f)) = (&inst.reloader, followed) {
+        let fleet = Arc::new(crate::source::fleet::Fleet::new(
+            Arc::clone(&f.client),
+            f.options.target.clone(),
+            cfg.settings.restart.instance.clone(),
+            cfg.settings.restart.region.clone(),
+            Arc::clone(&f.status),
+        ));
+        inst.admin.set_fleet(Arc::clone(&fleet));
+        let follow =
+            crate::source::FollowOptions { local_copy: f.options.local_copy.clone(), progress: f.options.progress };
+        tokio::spawn(crate::source::follow(
+            f.client,
+            f.options.target.clone(),
+            Arc::clone(reloader),
+            f.status,
+            follow,
+            f.revision,
+            stop_rx.clone(),
+        ));
+        tokio::spawn(fleet.publish(f.options.progress, stop_rx.clone()));
+        spawn_hup_ignored(stop_rx.clone());
     }
     let fast_exit = spawn_drain_signals(inst.drain().clone(), stop_rx);
     let mut opts = server_options(&cfg);
@@ -362,7 +510,7 @@ pub async fn serve(path: PathBuf) -> Result<Exit, ServeError> {
         admin = %admin,
         admin_token = token.is_some(),
         tls = tls_on,
-        table = %path.display(),
+        table = %name,
         open_files,
         "shardgate serving"
     );
@@ -373,6 +521,22 @@ pub async fn serve(path: PathBuf) -> Result<Exit, ServeError> {
     let _ = stop_tx.send(true);
     tracing::info!(?exit, "shardgate stopped");
     exit.map_err(ServeError::Io)
+}
+
+/// SIGHUP, where the table follows etcd: noted and ignored (its default
+/// action would kill the process).
+fn spawn_hup_ignored(mut stop: watch::Receiver<bool>) {
+    #[cfg(unix)]
+    tokio::spawn(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let Ok(mut hup) = signal(SignalKind::hangup()) else { return };
+        loop {
+            tokio::select! {
+                _ = hup.recv() => tracing::info!("SIGHUP: the table follows etcd; nothing to reload"),
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    });
 }
 
 /// SIGTERM and SIGQUIT start the drain (a second one exits at once);
@@ -425,7 +589,7 @@ fn spawn_reload_triggers(reloader: &Arc<Reloader>, stop: watch::Receiver<bool>) 
             loop {
                 tokio::select! {
                     _ = hup.recv() => {
-                        let _ = r.reload_now();
+                        let _ = r.reload_now(&reload::Provenance::by("SIGHUP"));
                     }
                     _ = stop.wait_for(|s| *s) => return,
                 }

@@ -87,6 +87,8 @@
 //!   HTTP/1.1 server, idle deadlines, the drain; it hands requests to a
 //!   [`server::Handler`].
 //! * [`proxy`]: the request path above: the handler of the proxy listener.
+//! * [`source`]: tables from an etcd key (watched by revision, kept on
+//!   local disk) and the fleet view every instance publishes there.
 //! * [`admin`]: the admin listener: probes, metrics, the table, reload,
 //!   drain, `explain`.
 //! * [`app`]: assembly of the daemon: table, proxy, admin, reload triggers, signals.
@@ -118,6 +120,7 @@ pub mod problem;
 pub mod proxy;
 pub mod routing;
 pub mod server;
+pub mod source;
 pub mod telemetry;
 pub mod tls;
 pub mod upstream;

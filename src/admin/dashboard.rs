@@ -123,7 +123,7 @@ pub(super) fn data(state: &AdminState) -> Response<AdminBody> {
                 "version": snap.version,
                 "sha256": snap.sha256,
                 "loaded_at": iso_time(snap.loaded_at, 0),
-                "path": state.reloader.as_ref().map(|r| r.path().display().to_string()),
+                "path": state.reloader.as_ref().map(|r| r.source().to_string()),
             },
             "view": state.view.get(&snap),
             "health": health,

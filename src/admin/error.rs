@@ -150,7 +150,9 @@ impl fmt::Display for AdminError {
             }
             E::ExplainWithoutId => f.write_str("give the id to explain as ?id=…"),
             E::UnknownRoute { name } => write!(f, "no route named {}", quote(name)),
-            E::NoTableFile => f.write_str("this instance was not started from a table file"),
+            E::NoTableFile => f.write_str(
+                "this instance was not started from a table file (a table from etcd is applied as each revision is put)",
+            ),
             E::InvalidTable { errors } => {
                 write!(f, "{} problem(s) in {}; the running table is kept", errors.len(), errors.source_name)
             }

@@ -8,7 +8,10 @@
 //! | `/ready`, `/readyz`, `/healthz` | GET | 200 with a table loaded and not draining, else 503 |
 //! | `/metrics` | GET | Prometheus metrics (OpenMetrics text) |
 //! | `/config` | GET | the active table's text, sha256, load time and version |
-//! | `/reload` | POST | reload the table file now: 200 with the outcome, 422 with every error |
+//! | `/reload` | POST | reload the table file now: 200 with the outcome (the units that moved), 422 with every error |
+//! | `/reload?dry_run=1` | POST | the plan of the table in the body (or of the file, with an empty body) against the running one, with each unit's traffic; nothing applied |
+//! | `/fleet` | GET | every instance following the same etcd key: the revision each runs, since when, what it rejected, who is behind (a table file: this instance alone) |
+//! | `/placement` | GET | the requests each placement unit placed over the last five minutes (what `plan` reads) |
 //! | `/drain` | POST | start the graceful drain (as SIGTERM does): 202 |
 //! | `/explain?id=…[&route=…]` | GET | decoded fields, every valid format, region and rule, the link that fetches it (a search route: where the id was found; a fan-out route: its regions) |
 //! | `/` (and `/dashboard.js`, `/dashboard.css`) | GET | the dashboard: table, health, traffic, reloads, id lookup |
@@ -56,7 +59,7 @@ use crate::ids::clock::iso8601;
 use crate::metrics::{self, ScrapeInputs};
 use crate::problem::{http1_answer, Problem};
 use crate::proxy::Shared;
-use crate::routing::{ReloadError, Reloader, SharedTable};
+use crate::routing::{Provenance, ReloadError, Reloader, SharedTable};
 use crate::server::accept::Acceptor;
 use crate::server::idle::{until_idle, Watched};
 use crate::server::{Refused, ServerOptions};
@@ -78,6 +81,7 @@ pub struct AdminState {
     token: Option<String>,
     traffic: traffic::Traffic,
     view: dashboard::TableView,
+    fleet: std::sync::OnceLock<Arc<crate::source::fleet::Fleet>>,
 }
 
 impl AdminState {
@@ -85,13 +89,47 @@ impl AdminState {
     /// and upstream counters); `reloader` is the table file's reloader
     /// (`None`: `/reload` answers 409).
     pub fn new(shared: Shared, reloader: Option<Arc<Reloader>>) -> AdminState {
-        AdminState { shared, reloader, token: None, traffic: Default::default(), view: Default::default() }
+        AdminState {
+            shared,
+            reloader,
+            token: None,
+            traffic: Default::default(),
+            view: Default::default(),
+            fleet: Default::default(),
+        }
     }
 
     /// Requires `Authorization: Bearer <token>` on every non-probe endpoint.
     pub fn with_token(mut self, token: Option<String>) -> AdminState {
         self.token = token.filter(|t| !t.is_empty());
         self
+    }
+
+    /// Answers `/fleet` from `fleet` (the table follows etcd).
+    pub fn set_fleet(&self, fleet: Arc<crate::source::fleet::Fleet>) {
+        let _ = self.fleet.set(fleet);
+    }
+
+    async fn fleet(&self) -> Value {
+        match self.fleet.get() {
+            Some(f) => f.view().await,
+            None => {
+                let snap = self.table().snapshot();
+                let settings = &snap.table.settings().restart;
+                json!({
+                    "source": self.reloader.as_ref().map(|r| r.source().to_string()),
+                    "reachable": true,
+                    "instances": [{
+                        "instance": settings.instance,
+                        "region": settings.region,
+                        "version": snap.version,
+                        "sha256": snap.sha256,
+                        "applied_at": iso_time(snap.loaded_at, 3),
+                    }],
+                    "note": "tables from a file: each instance runs its own; follow an etcd key (serve --source etcd://...) for a fleet view",
+                })
+            }
+        }
     }
 
     fn table(&self) -> &Arc<SharedTable> {
@@ -108,6 +146,12 @@ impl AdminState {
     pub fn sample_traffic(&self) {
         let sample = traffic::Sample::read(&self.render_metrics(), traffic::now());
         self.traffic.push(sample);
+    }
+
+    /// The requests each placement unit placed over the last minutes.
+    pub fn placement_window(&self) -> crate::routing::plan::Window {
+        let now = traffic::Sample::read(&self.render_metrics(), traffic::now());
+        self.traffic.window(&now)
     }
 
     /// The `/metrics` body.
@@ -130,6 +174,10 @@ impl AdminState {
                 let read = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
                 (read(&d.answered), read(&d.failed), read(&d.changed))
             },
+            source: self.fleet.get().map(|f| {
+                let status = f.status();
+                (status.revision(), status.stale_seconds(), status.apply_seconds())
+            }),
         };
         s.metrics.refresh(&self.table().snapshot(), &inputs);
         s.metrics.render()
@@ -213,6 +261,8 @@ enum Endpoint {
     Reload,
     Drain,
     Explain,
+    Placement,
+    Fleet,
     Dashboard,
     DashboardData,
 }
@@ -227,6 +277,8 @@ impl Endpoint {
             "/reload" => Endpoint::Reload,
             "/drain" => Endpoint::Drain,
             "/explain" => Endpoint::Explain,
+            "/placement" => Endpoint::Placement,
+            "/fleet" => Endpoint::Fleet,
             "/" | "/dashboard.js" | "/dashboard.css" => Endpoint::Dashboard,
             "/dashboard.json" => Endpoint::DashboardData,
             _ => return None,
@@ -276,7 +328,10 @@ pub async fn handle(state: &AdminState, req: Request<Incoming>, local: Option<So
             resp
         }
         Endpoint::Config => config(state),
+        Endpoint::Reload if query_flag(req.uri().query(), "dry_run") => dry_run(state, req).await,
         Endpoint::Reload => reload(state).await,
+        Endpoint::Placement => json_response(StatusCode::OK, &json!(state.placement_window())),
+        Endpoint::Fleet => json_response(StatusCode::OK, &state.fleet().await),
         Endpoint::Drain => drain(state),
         Endpoint::Explain => {
             explain::explain(&state.table().snapshot(), &state.shared.found, req.uri().query().unwrap_or(""))
@@ -397,19 +452,59 @@ fn config(state: &AdminState) -> Response<AdminBody> {
             "sha256": snap.sha256,
             "loaded_at": iso,
             "loaded_at_unix_s": at,
-            "path": state.reloader.as_ref().map(|r| r.path().display().to_string()),
+            "path": state.reloader.as_ref().map(|r| r.source().to_string()),
             "summary": snap.table.summary(),
             "source": snap.source_text,
         }),
     )
 }
 
-async fn reload(state: &AdminState) -> Response<AdminBody> {
+/// Whether `name` is in `query` as `name`, `name=1` or `name=true`.
+fn query_flag(query: Option<&str>, name: &str) -> bool {
+    query.unwrap_or("").split('&').any(|p| {
+        let (k, v) = p.split_once('=').unwrap_or((p, "1"));
+        k == name && matches!(v, "1" | "true" | "")
+    })
+}
+
+/// The largest table text `POST /reload?dry_run=1` reads.
+const MAX_TABLE_BYTES: usize = 8 << 20;
+
+async fn dry_run(state: &AdminState, req: Request<Incoming>) -> Response<AdminBody> {
+    use http_body_util::BodyExt;
     let Some(reloader) = state.reloader.clone() else {
         return problem(&AdminError::NoTableFile, "/reload");
     };
+    let body = match http_body_util::Limited::new(req.into_body(), MAX_TABLE_BYTES).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            return problem(&AdminError::ReloadFailed { detail: format!("cannot read the table: {e}") }, "/reload")
+        }
+    };
+    let text = match String::from_utf8(body.to_vec()) {
+        Ok(t) if t.trim().is_empty() => None,
+        Ok(t) => Some(t),
+        Err(_) => return problem(&AdminError::ReloadFailed { detail: "the table is not UTF-8".into() }, "/reload"),
+    };
+    let window = state.placement_window();
+    let plan = tokio::task::spawn_blocking(move || reloader.dry_run(text, Some(&window))).await;
+    match plan {
+        Ok(Ok(plan)) => {
+            json_response(StatusCode::OK, &json!({ "result": "dry_run", "moves": plan.moves.len(), "plan": plan }))
+        }
+        Ok(Err(ReloadError::Invalid(errors))) => problem(&AdminError::InvalidTable { errors }, "/reload"),
+        Ok(Err(ReloadError::NeedsRestart(detail))) => problem(&AdminError::NeedsRestart { detail }, "/reload"),
+        Err(e) => problem(&AdminError::ReloadFailed { detail: e.to_string() }, "/reload"),
+    }
+}
+
+async fn reload(state: &AdminState) -> Response<AdminBody> {
+    let Some(reloader) = state.reloader.clone().filter(|r| r.path().is_some()) else {
+        return problem(&AdminError::NoTableFile, "/reload");
+    };
+    let by = Provenance::by(if state.token.is_some() { "POST /reload (admin token)" } else { "POST /reload" });
     // File I/O and compilation stay off the async workers.
-    let outcome = match tokio::task::spawn_blocking(move || reloader.reload_now()).await {
+    let outcome = match tokio::task::spawn_blocking(move || reloader.reload_now(&by)).await {
         Ok(outcome) => outcome,
         Err(e) => return problem(&AdminError::ReloadFailed { detail: e.to_string() }, "/reload"),
     };
@@ -421,6 +516,7 @@ async fn reload(state: &AdminState) -> Response<AdminBody> {
                 "version": o.version,
                 "sha256": o.sha256,
                 "needs_restart": o.needs_restart,
+                "moves": o.moves,
             }),
         ),
         Err(ReloadError::Invalid(errors)) => problem(&AdminError::InvalidTable { errors }, "/reload"),

@@ -37,15 +37,29 @@ pub struct Sample {
     pub regions: BTreeMap<String, Totals>,
     /// By outcome.
     pub outcomes: BTreeMap<String, Totals>,
+    /// Requests placed, by placement unit (`plan`'s traffic).
+    pub units: BTreeMap<String, u64>,
 }
 
 const SERIES: &str = "shardgate_http_server_request_duration_seconds";
+const UNITS: &str = "shardgate_placement_requests_total{";
+
+/// How far back `plan` looks for the traffic of placement units.
+pub const PLAN_WINDOW: f64 = 300.0;
 
 impl Sample {
     /// The totals in `metrics` (OpenMetrics text), read at `at`.
     pub fn read(metrics: &str, at: f64) -> Sample {
         let mut sample = Sample { at, ..Sample::default() };
         for line in metrics.lines() {
+            if let Some(rest) = line.strip_prefix(UNITS) {
+                let Some((labels, value)) = rest.rsplit_once("} ") else { continue };
+                let unit = parse_labels(labels).into_iter().find(|(n, _)| n == "unit").map(|(_, v)| v);
+                if let (Some(unit), Ok(n)) = (unit, value.trim().parse::<u64>()) {
+                    sample.units.insert(unit, n);
+                }
+                continue;
+            }
             let Some(rest) = line.strip_prefix(SERIES) else { continue };
             let (is_count, rest) = match (rest.strip_prefix("_count{"), rest.strip_prefix("_sum{")) {
                 (Some(r), _) => (true, r),
@@ -148,6 +162,24 @@ impl Traffic {
             points.push(json!({ "at": b.at, "regions": rates(&a.regions, &b.regions), "outcomes": rates(&a.outcomes, &b.outcomes) }));
         }
         json!({ "interval_s": INTERVAL.as_secs(), "points": points })
+    }
+}
+
+impl Traffic {
+    /// The requests each placement unit placed between the oldest sample
+    /// of the last [`PLAN_WINDOW`] seconds and `now` (a unit a reload
+    /// added counts from zero).
+    pub fn window(&self, now: &Sample) -> crate::routing::plan::Window {
+        let samples = self.samples.lock().unwrap_or_else(|p| p.into_inner());
+        let empty = Sample::default();
+        let oldest = samples.iter().find(|s| now.at - s.at <= PLAN_WINDOW && s.at <= now.at).unwrap_or(&empty);
+        let units: std::collections::HashMap<String, u64> = now
+            .units
+            .iter()
+            .map(|(name, &n)| (name.clone(), n.saturating_sub(oldest.units.get(name).copied().unwrap_or(0))))
+            .collect();
+        let seconds = if oldest.at > 0.0 { now.at - oldest.at } else { 0.0 };
+        crate::routing::plan::Window { seconds, total: units.values().sum(), units }
     }
 }
 

@@ -3,17 +3,21 @@
 //!
 //! * `serve` (the default): [`crate::app::serve`], the daemon;
 //! * [`check`]: validate a table file;
+//! * [`plan`]: what a new table moves, and the traffic it carried;
+//! * [`audit`]: verify an audit trail's hash chain;
 //! * [`decode`] and [`mint`]: the id tools support engineers and scripts run;
 //! * [`demo`]: the proxy on an embedded table with in-process [`backend`]s;
 //! * [`backend`]: the demo's regional backend on its own;
 //! * [`probe`]: one GET, the container image's health check.
 
+pub mod audit;
 pub mod backend;
 pub mod check;
 pub mod decode;
 pub mod demo;
 pub mod exit;
 pub mod mint;
+pub mod plan;
 pub mod probe;
 
 use std::io;
@@ -47,11 +51,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the proxy with a routing table (the default command).
-    Serve {
-        /// The routing table (YAML).
-        #[arg(short = 'c', long = "config")]
-        config: PathBuf,
-    },
+    Serve(Box<ServeArgs>),
     /// Validate a routing table: every problem with file:line:col, exit 78 if any.
     Check {
         /// The routing table (YAML).
@@ -60,6 +60,15 @@ pub enum Command {
         /// Print the effective table with defaults filled in.
         #[arg(long)]
         print: bool,
+    },
+    /// List every placement unit a new table moves and the traffic it
+    /// carried; exit 0 when nothing moves, 1 when something does, 78 when invalid.
+    Plan(plan::PlanArgs),
+    /// Audit trail tools.
+    Audit {
+        /// What to do.
+        #[command(subcommand)]
+        command: AuditCommand,
     },
     /// Run the proxy on an embedded demo table with three in-process regional backends.
     Demo {
@@ -90,11 +99,111 @@ pub enum Command {
     },
 }
 
+/// `shardgate serve`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// The routing table (YAML), watched for changes.
+    #[arg(short = 'c', long = "config", required_unless_present = "source", conflicts_with = "source")]
+    pub config: Option<PathBuf>,
+    /// The table from etcd instead: etcd://HOST:PORT[,HOST:PORT...]/KEY, followed by revision.
+    #[arg(long, env = "SHARDGATE_SOURCE")]
+    pub source: Option<String>,
+    /// This instance's proxy listener, over the table's `listen`.
+    #[arg(long, env = "SHARDGATE_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// This instance's admin listener, over the table's `admin`.
+    #[arg(long, env = "SHARDGATE_ADMIN")]
+    pub admin: Option<SocketAddr>,
+    /// This instance's name, over the table's `instance`.
+    #[arg(long, env = "SHARDGATE_INSTANCE")]
+    pub instance: Option<String>,
+    /// The region this instance serves, over the table's `region`.
+    #[arg(long, env = "SHARDGATE_REGION")]
+    pub region: Option<String>,
+    /// Append every table applied or rejected to this hash-chained JSON-lines file.
+    #[arg(long, env = "SHARDGATE_AUDIT_LOG")]
+    pub audit_log: Option<PathBuf>,
+    /// With --source: where the last good table is kept, to start from when etcd is unreachable.
+    #[arg(long, env = "SHARDGATE_LOCAL_COPY", default_value = "shardgate-table.json")]
+    pub local_copy: PathBuf,
+    /// With --source: how often etcd is asked whether the running table is still the latest.
+    #[arg(long, default_value = "2s", value_parser = crate::config::duration::parse_duration)]
+    pub progress: std::time::Duration,
+    /// With --source: PEM CA file of etcd's server certificates (TLS to etcd).
+    #[arg(long, env = "SHARDGATE_ETCD_CA")]
+    pub etcd_ca: Option<String>,
+    /// With --source: PEM client certificate for etcd (with --etcd-key).
+    #[arg(long, env = "SHARDGATE_ETCD_CERT", requires = "etcd_key")]
+    pub etcd_cert: Option<String>,
+    /// With --source: PEM private key of --etcd-cert.
+    #[arg(long, env = "SHARDGATE_ETCD_KEY", requires = "etcd_cert")]
+    pub etcd_key: Option<String>,
+    /// With --source: etcd user (the password from SHARDGATE_ETCD_PASSWORD).
+    #[arg(long, env = "SHARDGATE_ETCD_USER")]
+    pub etcd_user: Option<String>,
+}
+
+impl ServeArgs {
+    /// Serving the table file `config`, nothing else given.
+    pub fn file(config: PathBuf) -> ServeArgs {
+        ServeArgs {
+            config: Some(config),
+            source: None,
+            listen: None,
+            admin: None,
+            instance: None,
+            region: None,
+            audit_log: None,
+            local_copy: PathBuf::from("shardgate-table.json"),
+            progress: std::time::Duration::from_secs(2),
+            etcd_ca: None,
+            etcd_cert: None,
+            etcd_key: None,
+            etcd_user: None,
+        }
+    }
+
+    /// The daemon's options, or why they are not usable.
+    pub fn options(self) -> Result<crate::app::ServeOptions, String> {
+        use crate::app::{EtcdOptions, ServeOptions, TableFrom};
+        let table = match (self.config, self.source) {
+            (Some(path), _) => TableFrom::File(path),
+            (None, Some(source)) => {
+                let target = crate::source::etcd::Target::parse(&source)?;
+                let tls = (self.etcd_ca.is_some() || self.etcd_cert.is_some()).then_some(
+                    crate::config::schema::UpstreamTls { ca: self.etcd_ca, cert: self.etcd_cert, key: self.etcd_key },
+                );
+                let password = || std::env::var("SHARDGATE_ETCD_PASSWORD").unwrap_or_default();
+                let user = self.etcd_user.map(|u| (u, password()));
+                TableFrom::Etcd(EtcdOptions { target, tls, user, local_copy: self.local_copy, progress: self.progress })
+            }
+            (None, None) => return Err("give a table: -c FILE or --source etcd://HOST:PORT/KEY".into()),
+        };
+        let flags = crate::config::instance::InstanceFlags {
+            listen: self.listen,
+            admin: self.admin,
+            instance: self.instance,
+            region: self.region,
+        };
+        Ok(ServeOptions { table, flags, audit: self.audit_log })
+    }
+}
+
+/// `shardgate audit …`.
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Check the hash chain of an audit trail: exit 0 when intact, 1 at the first broken line.
+    Verify {
+        /// The trail (JSON lines).
+        file: PathBuf,
+    },
+}
+
 /// Runs a parsed command line and returns the process exit code.
 pub fn run(cli: Cli) -> i32 {
     let command = match (cli.command, cli.config) {
         (Some(c), _) => c,
-        (None, Some(config)) => Command::Serve { config },
+        (None, Some(config)) => Command::Serve(Box::new(ServeArgs::file(config))),
         (None, None) => {
             eprintln!("shardgate: nothing to do: give a routing table with -c FILE, or a subcommand (see --help)");
             return exit::USAGE;
@@ -109,10 +218,20 @@ pub fn run(cli: Cli) -> i32 {
             let stderr = io::stderr();
             Ok(check::run(&config, print, &mut stdout.lock(), &mut stderr.lock()))
         }
-        Command::Serve { config } => {
-            crate::telemetry::init(cli.log_json);
-            block_on(cli.threads, crate::app::serve(config)).map(served)
+        Command::Plan(args) => Ok(plan::run(&args, &mut io::stdout().lock(), &mut io::stderr().lock())),
+        Command::Audit { command: AuditCommand::Verify { file } } => {
+            Ok(audit::verify_file(&file, &mut io::stdout().lock(), &mut io::stderr().lock()))
         }
+        Command::Serve(args) => match args.options() {
+            Ok(options) => {
+                crate::telemetry::init(cli.log_json);
+                block_on(cli.threads, crate::app::serve(options)).map(served)
+            }
+            Err(e) => {
+                eprintln!("shardgate serve: {e}");
+                return exit::USAGE;
+            }
+        },
         Command::Demo { listen } => {
             crate::telemetry::init(cli.log_json);
             block_on(cli.threads, demo::run(listen)).and_then(|r| r)
@@ -148,7 +267,7 @@ fn served(result: Result<Exit, ServeError>) -> i32 {
             eprintln!("shardgate: {e}");
             match e {
                 ServeError::Config { .. } | ServeError::Tls(_) => exit::CONFIG,
-                ServeError::Bind { .. } | ServeError::Io(_) => exit::FAILURE,
+                ServeError::Bind { .. } | ServeError::Io(_) | ServeError::Source(_) => exit::FAILURE,
             }
         }
     }

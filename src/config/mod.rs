@@ -28,6 +28,7 @@ pub mod assemble;
 pub mod duration;
 pub mod env;
 pub mod fields;
+pub mod instance;
 pub mod keys;
 pub mod model;
 pub mod report;

@@ -13,7 +13,6 @@
 //! budget, endpoint health, the active table) are copied into the registry
 //! when `/metrics` is scraped ([`Metrics::refresh`]), so they cannot drift.
 
-use std::fmt::{self, Write as _};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicI64, AtomicU64};
@@ -22,7 +21,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use http::Method;
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::gauge::Gauge;
@@ -33,6 +31,11 @@ use rustc_hash::FxHashMap;
 
 use crate::outcome::Outcome;
 use crate::routing::shared::Loaded;
+use labels::*;
+
+mod labels;
+
+pub use labels::Label;
 
 /// The metric name prefix.
 pub const PREFIX: &str = "shardgate";
@@ -43,97 +46,6 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 /// Histogram buckets for request and upstream durations, in seconds.
 const DURATION_BUCKETS: [f64; 14] =
     [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
-
-/// A label value shared without copying (a route or region name).
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
-pub struct Label(Arc<str>);
-
-impl Label {
-    /// A label value from text (allocates once).
-    pub fn new(text: &str) -> Label {
-        Label(Arc::from(text))
-    }
-
-    /// The text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl EncodeLabelValue for Label {
-    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), fmt::Error> {
-        encoder.write_str(&self.0)
-    }
-}
-
-/// Labels of `shardgate_http_server_request_duration_seconds`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RequestLabels {
-    http_request_method: &'static str,
-    http_route: Label,
-    http_response_status_code: u16,
-    region: Label,
-    outcome: &'static str,
-}
-
-/// Labels of `shardgate_http_client_request_duration_seconds`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct UpstreamLabels {
-    region: Label,
-    http_response_status_code: u16,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct FormatLabels {
-    format: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct DecodeFailureLabels {
-    format: &'static str,
-    reason: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct MintLabels {
-    format: &'static str,
-    region: Label,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct HealthLabels {
-    region: String,
-    endpoint: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ListenerLabels {
-    listener: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ResultLabels {
-    result: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct LegLabels {
-    kind: &'static str,
-    route: String,
-    region: String,
-    outcome: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct TableInfoLabels {
-    version: u64,
-    sha256: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct BuildLabels {
-    version: &'static str,
-}
 
 /// Builds histograms with [`DURATION_BUCKETS`].
 #[derive(Clone, Copy, Debug)]
@@ -300,6 +212,10 @@ pub struct ScrapeInputs {
     pub spans: Option<(u64, u64, u64)>,
     /// DNS lookups of named endpoints: answered, failed, changed addresses.
     pub dns: (u64, u64, u64),
+    /// A followed table source: the applied revision, seconds since it was
+    /// last seen current (`None`: never), seconds from the last revision's
+    /// arrival to its swap.
+    pub source: Option<(i64, Option<f64>, f64)>,
 }
 
 /// Every metric shardgate exports, and the registry that renders them.
@@ -320,6 +236,10 @@ pub struct Metrics {
     reloads: Family<ResultLabels, Counter>,
     last_reload_success: Gauge<f64, AtomicU64>,
     table_info: Family<TableInfoLabels, Gauge>,
+    placement: Family<UnitLabels, Counter>,
+    source_revision: Gauge,
+    source_stale: Gauge<f64, AtomicU64>,
+    source_apply: Gauge<f64, AtomicU64>,
     legs: Family<LegLabels, Counter>,
     search_cache: Family<ResultLabels, Counter>,
     search_cache_evictions: Counter,
@@ -394,6 +314,32 @@ impl Metrics {
         );
         let table_info = Family::default();
         registry.register("config_info", "The active routing table: version counter and sha256", table_info.clone());
+        let placement = Family::default();
+        registry.register(
+            "placement_requests",
+            "Requests placed by each placement unit of the table (a country, an override, a shard range, ...)",
+            placement.clone(),
+        );
+        let source_revision = Gauge::default();
+        registry.register(
+            "table_source_revision",
+            "The source revision of the running table (etcd's mod_revision of the key)",
+            source_revision.clone(),
+        );
+        let source_stale = Gauge::<f64, AtomicU64>::default();
+        registry.register_with_unit(
+            "table_source_staleness",
+            "Time since the table source was last seen current (grows while etcd is unreachable)",
+            Unit::Seconds,
+            source_stale.clone(),
+        );
+        let source_apply = Gauge::<f64, AtomicU64>::default();
+        registry.register_with_unit(
+            "table_source_apply_delay",
+            "Time from the last revision's arrival from the source to its table being swapped in",
+            Unit::Seconds,
+            source_apply.clone(),
+        );
         let build = Family::<BuildLabels, Gauge>::default();
         build.get_or_create(&BuildLabels { version: env!("CARGO_PKG_VERSION") }).set(1);
         registry.register("build_info", "Build information", build);
@@ -456,6 +402,10 @@ impl Metrics {
             reloads,
             last_reload_success,
             table_info,
+            placement,
+            source_revision,
+            source_stale,
+            source_apply,
             labels: ArcSwap::from_pointee(empty),
         }
     }
@@ -598,6 +548,16 @@ impl Metrics {
         if self.table_info.get(&info).is_none() {
             self.table_info.clear();
             self.table_info.get_or_create(&info).set(1);
+        }
+        if let Some((revision, stale, apply)) = inputs.source {
+            self.source_revision.set(revision);
+            self.source_stale.set(stale.unwrap_or(f64::INFINITY));
+            self.source_apply.set(apply);
+        }
+        // Units a reload removed go; the others' counts were carried over.
+        self.placement.clear();
+        for (unit, n) in loaded.table.units().counts() {
+            self.placement.get_or_create(&UnitLabels { unit: unit.to_string() }).inner().store(n, Relaxed);
         }
         if let Some(endpoints) = &inputs.endpoints {
             self.upstream_health.clear();

@@ -145,6 +145,9 @@ impl Record<'_> {
     }
 
     fn write(&self, metrics: &Metrics, loaded: &Loaded, arrival: &Arrival, journal: &Journal<'_>) {
+        if let (Some(rule), Some(region)) = (journal.rule, journal.region) {
+            loaded.table.units().count(rule, region);
+        }
         let duration = self.duration;
         let labels = metrics.labels(loaded);
         metrics.observe_request(

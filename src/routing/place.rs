@@ -138,7 +138,7 @@ impl Table {
     }
 
     /// Highest-random-weight choice among the hash regions.
-    fn rendezvous(&self, key: u64) -> Option<RegionId> {
+    pub(crate) fn rendezvous(&self, key: u64) -> Option<RegionId> {
         if self.hash_weighted {
             let mut best: Option<(f64, u16)> = None;
             for c in self.hash.iter() {

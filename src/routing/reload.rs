@@ -1,6 +1,11 @@
 //! Live reload: read → parse → validate → compile → one atomic swap.
 //!
-//! Triggers: [`watch`] (a debounced watch on the file's directory, so that
+//! Every source feeds [`Reloader::apply`]: a file (this module's triggers)
+//! or an etcd key (`crate::source::etcd`). Each attempt is kept in the
+//! history and, with an [`Audit`] trail, appended to it with what moved.
+//! [`Reloader::dry_run`] answers the [`Plan`] of a text without applying it.
+//!
+//! File triggers: [`watch`] (a debounced watch on the file's directory, so that
 //! editors' rename-on-save and the Kubernetes ConfigMap `..data` symlink swap
 //! both work, plus optional polling for mounts where inotify is silent),
 //! SIGHUP and `POST /reload` (both call [`Reloader::reload_now`]). A file that
@@ -16,12 +21,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use super::shared::{sha256_hex, SharedTable};
+use serde_json::json;
 
+use super::audit::Audit;
+use super::plan::{Move, Plan, Window};
+use super::shared::{sha256_hex, SharedTable};
+use super::table::Table;
+
+use crate::config::instance::InstanceFlags;
 use crate::config::{self, ConfigErrors};
 
 /// What a successful reload did.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ReloadOutcome {
     /// Version of the published table.
     pub version: u64,
@@ -29,6 +40,44 @@ pub struct ReloadOutcome {
     pub sha256: String,
     /// Restart-only keys that changed in the file and were not applied.
     pub needs_restart: Vec<&'static str>,
+    /// The placement units whose owner changed.
+    pub moves: Vec<Move>,
+}
+
+/// Where a table came from and what made it change, for the history and
+/// the audit trail.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Provenance {
+    /// What triggered it: `file watch`, `SIGHUP`, `POST /reload by …`, `etcd`.
+    pub who: String,
+    /// The source's revision (etcd's mod_revision of the key).
+    pub revision: Option<i64>,
+}
+
+impl Provenance {
+    /// A change triggered by `who`, without a revision.
+    pub fn by(who: impl Into<String>) -> Provenance {
+        Provenance { who: who.into(), revision: None }
+    }
+}
+
+/// Where a reloader's tables come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// A file, read on every trigger.
+    File(PathBuf),
+    /// A source that pushes each new text to [`Reloader::apply`] (an etcd
+    /// key, named as `etcd://…/key`).
+    Pushed(String),
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::File(p) => write!(f, "{}", p.display()),
+            Source::Pushed(name) => f.write_str(name),
+        }
+    }
 }
 
 /// Why a reload was rejected (the running table stays).
@@ -82,11 +131,13 @@ pub struct ReloadRecord {
 /// Reload attempts the history keeps (the newest).
 pub const HISTORY: usize = 20;
 
-/// Reloads one file into one [`SharedTable`].
+/// Reloads one source into one [`SharedTable`].
 #[derive(Debug)]
 pub struct Reloader {
-    path: PathBuf,
+    source: Source,
     shared: Arc<SharedTable>,
+    audit: Option<Arc<Audit>>,
+    flags: InstanceFlags,
     successes: AtomicU64,
     failures: AtomicU64,
     /// Serialises reloads; holds a fingerprint of the last text attempted
@@ -100,10 +151,17 @@ impl Reloader {
     /// A reloader for `path` publishing into `shared`. The table in `shared`
     /// is taken as the one loaded from the file's current text.
     pub fn new(path: impl Into<PathBuf>, shared: Arc<SharedTable>) -> Self {
+        Reloader::from_source(Source::File(path.into()), shared)
+    }
+
+    /// A reloader for `source` publishing into `shared`.
+    pub fn from_source(source: Source, shared: Arc<SharedTable>) -> Self {
         let sha = shared.snapshot().sha256.clone();
         Reloader {
-            path: path.into(),
+            source,
             shared,
+            audit: None,
+            flags: InstanceFlags::default(),
             successes: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             last_attempt: Mutex::new(Some(sha)),
@@ -111,9 +169,36 @@ impl Reloader {
         }
     }
 
-    /// The watched file.
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// Appends every attempt to `audit`.
+    pub fn with_audit(mut self, audit: Option<Arc<Audit>>) -> Self {
+        self.audit = audit;
+        self
+    }
+
+    /// Puts the per-instance `flags` over every table it loads.
+    pub fn with_flags(mut self, flags: InstanceFlags) -> Self {
+        self.flags = flags;
+        self
+    }
+
+    /// Loads `text` as a table of this instance (its flags put over it).
+    fn load(&self, text: &str, name: &str) -> Result<crate::config::Config, ReloadError> {
+        let mut cfg = config::load_str(text, name).map_err(ReloadError::Invalid)?;
+        self.flags.apply(&mut cfg, name).map_err(ReloadError::Invalid)?;
+        Ok(cfg)
+    }
+
+    /// Where the tables come from.
+    pub fn source(&self) -> &Source {
+        &self.source
+    }
+
+    /// The table file, when tables come from one.
+    pub fn path(&self) -> Option<&Path> {
+        match &self.source {
+            Source::File(p) => Some(p),
+            Source::Pushed(_) => None,
+        }
     }
 
     /// The table this reloader publishes into.
@@ -137,35 +222,72 @@ impl Reloader {
         history.iter().rev().cloned().collect()
     }
 
+    /// The source's current text: the file read now (a pushed source has
+    /// none to read: its texts come to [`Reloader::apply`]).
+    fn read(&self) -> Result<String, String> {
+        match &self.source {
+            Source::File(p) => config::read_text(p),
+            Source::Pushed(name) => Err(format!("tables from {name} are applied as they are put there")),
+        }
+    }
+
     /// Reloads now, whatever the file's content (SIGHUP, `POST /reload`).
-    pub fn reload_now(&self) -> Result<ReloadOutcome, ReloadError> {
+    pub fn reload_now(&self, by: &Provenance) -> Result<ReloadOutcome, ReloadError> {
         let mut last = self.last_attempt.lock().unwrap_or_else(|p| p.into_inner());
-        let read = config::read_text(&self.path);
+        let read = self.read();
         *last = Some(fingerprint(&read));
-        self.run(read)
+        self.run(read, by)
     }
 
     /// Reloads only if the file's content (or its read error) differs from
     /// the last attempt; `None` when nothing changed.
     pub fn reload_if_changed(&self) -> Option<Result<ReloadOutcome, ReloadError>> {
         let mut last = self.last_attempt.lock().unwrap_or_else(|p| p.into_inner());
-        let read = config::read_text(&self.path);
+        let read = self.read();
         let fp = fingerprint(&read);
         if last.as_deref() == Some(fp.as_str()) {
             return None;
         }
         *last = Some(fp);
-        Some(self.run(read))
+        Some(self.run(read, &Provenance::by("file watch")))
     }
 
-    fn run(&self, read: Result<String, String>) -> Result<ReloadOutcome, ReloadError> {
-        let name = self.path.display().to_string();
+    /// Applies `text` from the source (a pushed source's new revision):
+    /// validate, compile, swap, or keep the running table and say why.
+    pub fn apply(&self, text: String, by: &Provenance) -> Result<ReloadOutcome, ReloadError> {
+        let mut last = self.last_attempt.lock().unwrap_or_else(|p| p.into_inner());
+        *last = Some(sha256_hex(&text));
+        self.run(Ok(text), by)
+    }
+
+    /// What applying `text` (or the source's current text) would move, with
+    /// the traffic of `window`; nothing is applied.
+    pub fn dry_run(&self, text: Option<String>, window: Option<&Window>) -> Result<Plan, ReloadError> {
+        let name = self.source.to_string();
+        let text = match text {
+            Some(t) => t,
+            None => self.read().map_err(|m| ReloadError::Invalid(ConfigErrors::single(&name, m, None)))?,
+        };
+        let cfg = self.load(&text, &name)?;
+        let running = self.shared.snapshot();
+        let mut next = Table::compile(&cfg);
+        next.keep_restart_only(&running.table).map_err(ReloadError::NeedsRestart)?;
+        Ok(Plan::between(&running.table, &next, window))
+    }
+
+    fn run(&self, read: Result<String, String>, by: &Provenance) -> Result<ReloadOutcome, ReloadError> {
+        let name = self.source.to_string();
+        let running = self.shared.snapshot();
+        let mut digest = None;
         let result = read.map_err(|m| ReloadError::Invalid(ConfigErrors::single(&name, m, None))).and_then(|text| {
-            let cfg = config::load_str(&text, &name).map_err(ReloadError::Invalid)?;
             let sha256 = sha256_hex(&text);
+            digest = Some(sha256.clone());
+            let cfg = self.load(&text, &name)?;
             let (version, needs_restart) = self.shared.publish_config(&cfg, text).map_err(ReloadError::NeedsRestart)?;
-            Ok(ReloadOutcome { version, sha256, needs_restart })
+            let moves = Plan::between(&running.table, &self.shared.snapshot().table, None).moves;
+            Ok(ReloadOutcome { version, sha256, needs_restart, moves })
         });
+        self.record(&name, by, digest.as_deref(), &result);
         {
             let mut history = self.history.lock().unwrap_or_else(|p| p.into_inner());
             if history.len() == HISTORY {
@@ -181,6 +303,8 @@ impl Reloader {
                     version = o.version,
                     sha256 = %o.sha256,
                     needs_restart = ?o.needs_restart,
+                    moved = o.moves.len(),
+                    by = %by.who,
                     "routing table reloaded"
                 );
                 if !o.needs_restart.is_empty() {
@@ -197,6 +321,38 @@ impl Reloader {
             }
         }
         result
+    }
+}
+
+impl Reloader {
+    /// Appends the attempt to the audit trail, if there is one.
+    fn record(&self, source: &str, by: &Provenance, sha256: Option<&str>, result: &Result<ReloadOutcome, ReloadError>) {
+        let Some(audit) = &self.audit else { return };
+        let mut entry = json!({ "source": source, "who": by.who, "sha256": sha256 });
+        if let Some(r) = by.revision {
+            entry["revision"] = json!(r);
+        }
+        match result {
+            Ok(o) => {
+                entry["event"] = json!("applied");
+                entry["version"] = json!(o.version);
+                entry["moves"] = serde_json::to_value(&o.moves).unwrap_or_default();
+                entry["deferred"] = json!(o.needs_restart);
+            }
+            Err(ReloadError::Invalid(errors)) => {
+                entry["event"] = json!("rejected");
+                let located: Vec<String> =
+                    errors.errors.iter().map(|e| format!("{}:{e}", errors.source_name)).collect();
+                entry["errors"] = json!(located);
+            }
+            Err(ReloadError::NeedsRestart(why)) => {
+                entry["event"] = json!("rejected");
+                entry["errors"] = json!([why]);
+            }
+        }
+        if let Err(e) = audit.append(entry) {
+            tracing::error!(audit = %audit.path().display(), error = %e, "cannot append to the audit trail");
+        }
     }
 }
 
@@ -223,7 +379,7 @@ pub async fn watch_with(reloader: Arc<Reloader>, options: WatchOptions, shutdown
     use notify::Watcher;
 
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
-    let path = reloader.path().to_path_buf();
+    let Some(path) = reloader.path().map(Path::to_path_buf) else { return };
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),

@@ -78,7 +78,9 @@ impl SharedTable {
     pub fn publish_config(&self, cfg: &Config, source_text: String) -> Result<(u64, Vec<&'static str>), String> {
         let resolved = self.resolved.lock().unwrap_or_else(|p| p.into_inner());
         let mut table = Table::compile_with(cfg, &resolved);
-        let needs_restart = table.keep_restart_only(&self.snapshot().table)?;
+        let running = self.snapshot();
+        let needs_restart = table.keep_restart_only(&running.table)?;
+        table.units().carry(running.table.units());
         Ok((self.publish(table, source_text), needs_restart))
     }
 
@@ -98,6 +100,7 @@ impl SharedTable {
         if table.keep_restart_only(&running.table).is_err() {
             return false;
         }
+        table.units().carry(running.table.units());
         let loaded = Loaded {
             table,
             sha256: running.sha256.clone(),

@@ -104,6 +104,8 @@ pub struct Table {
     entity_names: Vec<Option<String>>,
     settings: Settings,
     counts: Counts,
+    /// The placement units and the requests each placed.
+    units: super::units::Units,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -242,6 +244,7 @@ impl Table {
             entities,
             entity_names,
             settings: cfg.settings.clone(),
+            units: super::units::Units::compile(cfg),
             counts: Counts {
                 overrides: cfg.overrides.len(),
                 node_entries: n.locality_mac.len()
@@ -423,11 +426,16 @@ impl Table {
     }
 
     /// Settings with defaults filled in.
+    /// The placement units and the requests each placed.
+    pub fn units(&self) -> &super::units::Units {
+        &self.units
+    }
+
     pub fn settings(&self) -> &Settings {
         &self.settings
     }
 
-    /// A human explanation of a rule with names, e.g. `override KZ/WalletAccount`
+    /// A human explanation of a rule with names, e.g. `override KZ:WalletAccount`
     /// or `country 7 (KZ)`.
     pub fn explain(&self, rule: Rule) -> Explain<'_> {
         Explain { table: self, rule }

@@ -124,3 +124,61 @@ async fn h2_get(
         Err(_) => Err(format!("no answer within {timeout:?}")),
     }
 }
+
+/// A request of the control plane (an etcd gateway, a running instance's
+/// admin listener) on a connection of its own, over HTTP/1.1 with hyper's
+/// client: the answer's head within `timeout`, its body streaming (a
+/// watch's answer never ends). `headers`: extra fields, `body`: sent whole.
+pub async fn open(
+    connector: &Connector,
+    method: Method,
+    uri: &Uri,
+    headers: &[(&str, &str)],
+    body: bytes::Bytes,
+    timeout: Duration,
+) -> Result<http::Response<hyper::body::Incoming>, String> {
+    use hyper_util::rt::TokioIo;
+    let exchange = async {
+        let io = connector.connect(uri, None).await?;
+        let (mut send, conn) =
+            hyper::client::conn::http1::handshake(TokioIo::new(io)).await.map_err(|e| format!("handshake: {e}"))?;
+        tokio::spawn(conn);
+        let target = uri.path_and_query().map_or("/", |p| p.as_str());
+        let mut req = http::Request::builder()
+            .method(method)
+            .uri(target)
+            .header(http::header::HOST, uri.authority().map_or("", |a| a.as_str()))
+            .header(http::header::USER_AGENT, "shardgate");
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        let req = req.body(http_body_util::Full::new(body)).map_err(|e| e.to_string())?;
+        send.send_request(req).await.map_err(|e| format!("request failed: {e}"))
+    };
+    match tokio::time::timeout(timeout, exchange).await {
+        Ok(result) => result,
+        Err(_) => Err(format!("no answer within {timeout:?}")),
+    }
+}
+
+/// [`open`], then the whole body (within `timeout` in all).
+pub async fn fetch(
+    connector: &Connector,
+    method: Method,
+    uri: &Uri,
+    headers: &[(&str, &str)],
+    body: bytes::Bytes,
+    timeout: Duration,
+) -> Result<(StatusCode, bytes::Bytes), String> {
+    use http_body_util::BodyExt;
+    let whole = async {
+        let resp = open(connector, method, uri, headers, body, timeout).await?;
+        let status = resp.status();
+        let body = resp.into_body().collect().await.map_err(|e| format!("reading the answer: {e}"))?;
+        Ok((status, body.to_bytes()))
+    };
+    match tokio::time::timeout(timeout, whole).await {
+        Ok(result) => result,
+        Err(_) => Err(format!("no answer within {timeout:?}")),
+    }
+}

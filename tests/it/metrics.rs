@@ -51,6 +51,9 @@ async fn ops_metrics_parse_with_expected_series_and_labels() -> TestResult {
             assert!(labels.values().all(|v| !v.contains('/') || v.starts_with("http://")), "{labels:?}");
         }
     }
+    // The unit that placed the routed request, counted under its name as the table writes it.
+    assert_eq!(value(&m, "shardgate_placement_requests_total", &[("unit", "country KZ")])?, 1.0);
+    assert_eq!(value(&m, "shardgate_placement_requests_total", &[("unit", "country DE")])?, 0.0);
     let upstream = "shardgate_http_client_request_duration_seconds_count";
     assert_eq!(value(&m, upstream, &[("region", "kz"), ("http_response_status_code", "200")])?, 1.0);
     assert_eq!(value(&m, "shardgate_ids_decoded_total", &[("format", "iuid")])?, 1.0);

@@ -35,12 +35,12 @@ fn routing_reload_now_keeps_last_good_table() -> Result<(), Box<dyn std::error::
     assert_eq!(owner_of_kz(r.shared()), "kz");
 
     std::fs::write(&file, mini("eu"))?;
-    let o = r.reload_now()?;
+    let o = r.reload_now(&shardgate::routing::Provenance::by("test"))?;
     assert_eq!((o.version, o.needs_restart.len()), (2, 0));
     assert_eq!(owner_of_kz(r.shared()), "eu");
 
     std::fs::write(&file, mini("mars"))?;
-    let e = r.reload_now().err().ok_or("accepted an invalid table")?;
+    let e = r.reload_now(&shardgate::routing::Provenance::by("test")).err().ok_or("accepted an invalid table")?;
     let ReloadError::Invalid(errs) = &e else { return Err(format!("{e}").into()) };
     assert!(errs.has_path("countries.KZ.region"), "{errs}");
     assert_eq!(owner_of_kz(r.shared()), "eu");
@@ -50,14 +50,14 @@ fn routing_reload_now_keeps_last_good_table() -> Result<(), Box<dyn std::error::
 
     // Restart-only keys are reported and keep their running values.
     std::fs::write(&file, mini("kz").replace("127.0.0.1:8080", "127.0.0.1:8181"))?;
-    let o = r.reload_now()?;
+    let o = r.reload_now(&shardgate::routing::Provenance::by("test"))?;
     assert_eq!(o.needs_restart, vec!["listen"]);
     let snap = r.shared().snapshot();
     assert_eq!(snap.table.settings().restart.listen.port(), 8080);
     assert_eq!(owner_of_kz(r.shared()), "kz");
 
     std::fs::remove_file(&file)?;
-    assert!(r.reload_now().is_err());
+    assert!(r.reload_now(&shardgate::routing::Provenance::by("test")).is_err());
     assert_eq!(owner_of_kz(r.shared()), "kz");
     assert_eq!(r.failures(), 2);
     Ok(())
@@ -135,20 +135,20 @@ fn every_restart_only_key_is_kept_and_reported_while_the_rest_applies() -> TestR
     for (i, key) in keys.iter().enumerate() {
         let owner = if i % 2 == 0 { "eu" } else { "kz" };
         std::fs::write(&file, table(owner, &[key]))?;
-        let outcome = r.reload_now().map_err(|e| format!("{key}: {e}"))?;
+        let outcome = r.reload_now(&shardgate::routing::Provenance::by("test")).map_err(|e| format!("{key}: {e}"))?;
         assert_eq!(outcome.needs_restart, [*key], "{key}");
         assert_eq!(owner_of_kz(&shared), owner, "{key}: the country move did not apply");
         assert_eq!(shared.snapshot().table.settings().restart, running, "{key}: the running value was not kept");
     }
     // Every key at once, and a move.
     std::fs::write(&file, table("eu", &keys))?;
-    let outcome = r.reload_now()?;
+    let outcome = r.reload_now(&shardgate::routing::Provenance::by("test"))?;
     assert_eq!(outcome.needs_restart, RESTART_ONLY);
     assert_eq!(owner_of_kz(&shared), "eu");
     assert_eq!(shared.snapshot().table.settings().restart, running);
     // The next edit still applies (nothing froze): the move back.
     std::fs::write(&file, table("kz", &keys))?;
-    assert_eq!(r.reload_now()?.needs_restart, RESTART_ONLY);
+    assert_eq!(r.reload_now(&shardgate::routing::Provenance::by("test"))?.needs_restart, RESTART_ONLY);
     assert_eq!(owner_of_kz(&shared), "kz");
     Ok(())
 }
@@ -182,7 +182,7 @@ async fn still_on_first_table(p: &Running, r: &Reloader) -> TestResult {
 }
 
 fn reload_error(r: &Reloader) -> Result<String, BoxError> {
-    match r.reload_now() {
+    match r.reload_now(&shardgate::routing::Provenance::by("test")) {
         Ok(o) => Err(format!("reload accepted: {o:?}").into()),
         Err(e @ ReloadError::Invalid(_)) => Ok(e.to_string()),
         Err(e) => Err(format!("unexpected: {e}").into()),
@@ -246,7 +246,7 @@ async fn failed_reloads_keep_the_last_good_table() -> TestResult {
     // The good file back: the reload succeeds (and only then the version moves).
     std::fs::remove_file(&file)?;
     std::fs::write(&file, &good)?;
-    assert_eq!(r.reload_now()?.version, 2);
+    assert_eq!(r.reload_now(&shardgate::routing::Provenance::by("test"))?.version, 2);
     assert_eq!(r.failures(), failures);
     Ok(())
 }
@@ -385,7 +385,8 @@ async fn ops_reload_under_load_keeps_every_request_on_the_table_in_force() -> Te
         };
         replace_file(&o.file, text)?;
         let r = Arc::clone(&reloader);
-        let outcome = tokio::task::spawn_blocking(move || r.reload_now()).await?;
+        let outcome =
+            tokio::task::spawn_blocking(move || r.reload_now(&shardgate::routing::Provenance::by("test"))).await?;
         assert_eq!(outcome.is_ok(), valid, "reload {i}: {outcome:?}");
         if valid {
             last_valid = text.clone();

@@ -201,6 +201,32 @@ function renderTraces(d) {
     : el("p", { class: "muted" }, "off (set telemetry.otlp_endpoint or OTEL_EXPORTER_OTLP_ENDPOINT)"));
 }
 
+/** The fleet: each instance's revision, and who is behind or rejected one. */
+function renderFleet(f) {
+  const rows = (f.instances || []).map((i) => [
+    el("span", { class: "mono" }, i.instance || "–"),
+    el("span", {}, i.region || "–"),
+    el("span", { class: "mono" }, i.revision !== undefined ? `revision ${i.revision}` : `version ${i.version}`),
+    el("span", { class: "mono when" }, i.applied_at || "–"),
+    i.rejected
+      ? el("span", {}, badge("rejected"), ` revision ${i.rejected.revision}: `,
+          el("ul", { class: "errors" }, i.rejected.errors.slice(0, ERRORS_SHOWN).map((e) => el("li", { class: "mono" }, e))))
+      : i.behind ? badge("behind") : badge(i.behind === null ? "unknown" : "current"),
+  ]);
+  table($("fleet"), ["instance", "region", "runs", "applied", "state"], rows);
+  const note = f.reachable === false ? f.error : f.note;
+  if (note) $("fleet").append(el("p", { class: "muted" }, note));
+}
+
+async function refreshFleet() {
+  try {
+    const r = await fetch("/fleet", { cache: "no-store" });
+    if (r.ok) renderFleet(await r.json());
+  } catch (e) {
+    $("fleet").replaceChildren(el("p", { class: "muted" }, `cannot read /fleet: ${e.message}`));
+  }
+}
+
 function render(d) {
   last = d;
   const role = d.local_region ? `region ${d.local_region}` : "front door";
@@ -225,6 +251,7 @@ async function refresh() {
     const r = await fetch("/dashboard.json", { cache: "no-store" });
     if (!r.ok) throw new Error(`/dashboard.json answered ${r.status}`);
     render(await r.json());
+    refreshFleet();
   } catch (e) {
     $("status").className = "bad";
     $("status").textContent = `cannot read the proxy's state: ${e.message}`;

@@ -1,0 +1,167 @@
+use super::*;
+use crate::routing::rule::Rule;
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+const BASE: &str = r#"version: 1
+regions:
+  eu: { upstreams: ["http://127.0.0.1:1"] }
+  kz: { upstreams: ["http://127.0.0.1:2"] }
+  us: { upstreams: ["http://127.0.0.1:3"] }
+default_region: eu
+countries: { KZ: { id: 7, region: kz }, DE: { id: 49, region: eu }, US: { id: 1, region: us } }
+entities: { Order: 3, Wallet: 4 }
+overrides: [{ country: KZ, entity: Wallet, region: eu }]
+shards: { count: 16, regions: { eu: "0-7", kz: "8-13", us: "14-15" } }
+nodes:
+  snowflake_datacenter: { 1: eu, 2: kz }
+key_ranges: [{ start: "0000000000000000", region: eu }, { start: "8000000000000000", region: kz }]
+hash: { regions: [eu, kz, us] }
+time_ranges: [{ until: "2024-01-01T00:00:00Z", region: us }, { region: eu }]
+"#;
+
+fn table(text: &str) -> Result<Table, crate::config::ConfigErrors> {
+    Ok(Table::compile(&crate::config::load_str(text, "t.yaml")?))
+}
+
+type Moved = (String, Option<String>, Option<String>);
+
+fn moves(old: &str, new: &str) -> Result<Vec<Moved>, crate::config::ConfigErrors> {
+    let plan = Plan::between(&table(old)?, &table(new)?, None);
+    Ok(plan.moves.into_iter().map(|m| (m.unit, m.from, m.to)).collect())
+}
+
+fn mv(unit: &str, from: &str, to: &str) -> Moved {
+    (unit.to_string(), Some(from.to_string()), Some(to.to_string()))
+}
+
+#[test]
+fn the_same_table_moves_nothing() -> TestResult {
+    assert_eq!(moves(BASE, BASE)?, vec![]);
+    // Reordering and restating is not a move.
+    let restated = BASE.replace(r#"eu: "0-7""#, r#"eu: ["0-3", "4-7"]"#);
+    assert_eq!(moves(BASE, &restated)?, vec![]);
+    Ok(())
+}
+
+#[test]
+fn a_moved_country_and_not_its_overridden_entity() -> TestResult {
+    let new = BASE.replace("KZ: { id: 7, region: kz }", "KZ: { id: 7, region: us }");
+    assert_eq!(moves(BASE, &new)?, vec![mv("country KZ", "kz", "us")]);
+    // The override now sends Wallet where the country goes: it moves too.
+    let new = new.replace("overrides: [{ country: KZ, entity: Wallet, region: eu }]", "overrides: []");
+    assert_eq!(moves(BASE, &new)?, vec![mv("country KZ", "kz", "us"), mv("override KZ:Wallet", "eu", "us")]);
+    Ok(())
+}
+
+#[test]
+fn an_override_added_or_changed() -> TestResult {
+    let new = BASE.replace(
+        "overrides: [{ country: KZ, entity: Wallet, region: eu }]",
+        "overrides: [{ country: KZ, entity: Wallet, region: us }, { country: DE, entity: Order, region: kz }]",
+    );
+    assert_eq!(moves(BASE, &new)?, vec![mv("override KZ:Wallet", "eu", "us"), mv("override DE:Order", "eu", "kz")]);
+    Ok(())
+}
+
+#[test]
+fn a_shard_range_split() -> TestResult {
+    let new = BASE.replace(r#"eu: "0-7", kz: "8-13""#, r#"eu: "0-5", kz: "6-13""#);
+    assert_eq!(moves(BASE, &new)?, vec![mv("shards 6-7", "eu", "kz")]);
+    let new = BASE.replace(r#"us: "14-15""#, r#"us: "14", eu: ["0-7", "15"]"#).replace(r#"eu: "0-7", "#, "");
+    assert_eq!(moves(BASE, &new)?, vec![mv("shard 15", "us", "eu")]);
+    Ok(())
+}
+
+#[test]
+fn a_key_range_split_with_its_key_space() -> TestResult {
+    let new = BASE.replace(
+        r#"{ start: "8000000000000000", region: kz }]"#,
+        r#"{ start: "8000000000000000", region: kz }, { start: "c000000000000000", region: us }]"#,
+    );
+    let plan = Plan::between(&table(BASE)?, &table(&new)?, None);
+    assert_eq!(plan.moves.len(), 1, "{plan}");
+    let m = &plan.moves[0];
+    assert_eq!(
+        (m.unit.as_str(), m.from.as_deref(), m.to.as_deref()),
+        ("key_range c000000000000000..end", Some("kz"), Some("us"))
+    );
+    assert_eq!(m.key_share, Some(0.25));
+    Ok(())
+}
+
+#[test]
+fn a_hash_weight_change_moves_its_share_of_the_key_space() -> TestResult {
+    // eu from a third of the keys to a half: a sixth of the key space moves to it.
+    let new = BASE.replace("hash: { regions: [eu, kz, us] }", "hash: { regions: [eu, kz, us], weights: { eu: 2 } }");
+    let plan = Plan::between(&table(BASE)?, &table(&new)?, None);
+    let to_eu: f64 = plan
+        .moves
+        .iter()
+        .filter(|m| m.unit == "hash")
+        .filter(|m| m.to.as_deref() == Some("eu"))
+        .filter_map(|m| m.key_share)
+        .sum();
+    assert!((to_eu - 1.0 / 6.0).abs() < 0.01, "{plan}");
+    assert!(plan.moves.iter().all(|m| m.unit != "hash" || m.to.as_deref() == Some("eu")), "{plan}");
+    Ok(())
+}
+
+#[test]
+fn node_entries_time_ranges_and_the_default() -> TestResult {
+    let new = BASE
+        .replace("snowflake_datacenter: { 1: eu, 2: kz }", "snowflake_datacenter: { 1: eu, 2: us }")
+        .replace(r#"until: "2024-01-01T00:00:00Z""#, r#"until: "2025-01-01T00:00:00Z""#)
+        .replace("default_region: eu", "default_region: kz");
+    assert_eq!(
+        moves(BASE, &new)?,
+        vec![
+            mv("snowflake_datacenter 2", "kz", "us"),
+            mv("time_range 2024-01-01T00:00:00Z..2025-01-01T00:00:00Z", "eu", "us"),
+            mv("default", "eu", "kz"),
+        ]
+    );
+    Ok(())
+}
+
+#[test]
+fn traffic_shares_from_the_running_units() -> TestResult {
+    let running = table(BASE)?;
+    let units = running.units();
+    let (kz, eu) = (RegionId(1), RegionId(0));
+    for _ in 0..30 {
+        units.count(Rule::Country { country: 7 }, kz);
+    }
+    for _ in 0..10 {
+        units.count(Rule::Override { country: 7, entity: 4 }, eu);
+    }
+    for _ in 0..40 {
+        units.count(Rule::Shard { shard: 1 }, eu);
+    }
+    for _ in 0..20 {
+        units.count(Rule::KeyRange { index: 1 }, kz);
+    }
+    let window = Window { seconds: 60.0, total: 100, units: units.counts().map(|(n, c)| (n.to_string(), c)).collect() };
+    let new = BASE
+        .replace("KZ: { id: 7, region: kz }", "KZ: { id: 7, region: us }")
+        .replace(r#"eu: "0-7", kz: "8-13""#, r#"eu: "0-5", kz: "6-13""#)
+        .replace(
+            r#"{ start: "8000000000000000", region: kz }]"#,
+            r#"{ start: "8000000000000000", region: kz }, { start: "c000000000000000", region: us }]"#,
+        );
+    let plan = Plan::between(&running, &table(&new)?, Some(&window));
+    let traffic = |unit: &str| plan.moves.iter().find(|m| m.unit == unit).and_then(|m| m.traffic.clone());
+    assert_eq!(traffic("country KZ"), Some(Traffic { requests: 30.0, share: 0.3, measure: Measure::Exact }));
+    // Two of the range's eight shards.
+    assert_eq!(traffic("shards 6-7"), Some(Traffic { requests: 10.0, share: 0.1, measure: Measure::Estimated }));
+    // Half of the range's key space.
+    assert_eq!(
+        traffic("key_range c000000000000000..end"),
+        Some(Traffic { requests: 10.0, share: 0.1, measure: Measure::Estimated })
+    );
+    let text = plan.to_string();
+    assert!(text.contains("3 placement units move"), "{text}");
+    assert!(text.contains("30.00% of traffic"), "{text}");
+    assert!(text.contains("over the last 60 s: 100 placed requests, 50.00%"), "{text}");
+    Ok(())
+}

@@ -1,0 +1,361 @@
+//! Placement units: the entries of a table that own ids, named as operators
+//! write them, each with the number of requests it placed.
+//!
+//! A unit is one line of the table's placement sections:
+//!
+//! | unit | name |
+//! |---|---|
+//! | a country | `country KZ` |
+//! | a (country, entity) override | `override KZ:WalletAccount` |
+//! | a shard range of a region | `shards 0-7` (`shard 5` when one) |
+//! | a node entry | `locality_mac c110002`, `snowflake_datacenter 1`, `instagram_shard 0-4095`, … |
+//! | a key range, by its start | `key_range 8000000000000000` |
+//! | a time range, by its end | `time_range until 2024-01-01T00:00:00Z` (`time_range open` for the last) |
+//! | a region of rendezvous hashing | `hash eu` |
+//! | `default_region` | `default` |
+//!
+//! [`Units::count`] is called once per placed request (`proxy::respond`):
+//! a match on the rule, one array load or a binary search over the table's
+//! few entries, and one relaxed atomic add. The counts are exported as
+//! `shardgate_placement_requests_total{unit}` and carried over a reload by
+//! name ([`Units::carry`]), so a unit's series stays monotonic; `plan`
+//! reads them to say how much traffic a change moves.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::rule::{RegionId, Rule};
+use crate::config::model::Config;
+
+/// No unit.
+const NO: u32 = u32::MAX;
+
+/// The node tables, in [`Rule`] order.
+const LOCALITY_MAC: u8 = 0;
+const LOCALITY_PID: u8 = 1;
+const SNOWFLAKE_DC: u8 = 2;
+const SNOWFLAKE_WORKER: u8 = 3;
+const SONYFLAKE: u8 = 4;
+
+/// A table's placement units and their request counts.
+#[derive(Debug, Default)]
+pub struct Units {
+    names: Box<[String]>,
+    counts: Box<[AtomicU64]>,
+    /// Country id → unit.
+    countries: Box<[u32]>,
+    /// `(country << 8) | entity`, sorted, → unit.
+    overrides: Box<[(u16, u32)]>,
+    /// Shard → the unit of the range holding it.
+    shards: Box<[u32]>,
+    /// Instagram ranges (first, last), sorted, → unit.
+    instagram: Box<[(u16, u16, u32)]>,
+    /// (node table, key), sorted, → unit.
+    nodes: Box<[((u8, u64), u32)]>,
+    /// The first key range's unit (the others follow in order).
+    key_ranges: u32,
+    /// The first time range's unit (the others follow in order).
+    time_ranges: u32,
+    /// Hash region, → unit.
+    hash: Box<[(u16, u32)]>,
+    default: u32,
+}
+
+/// `a-b` as written, `a` when one.
+fn span<T: std::fmt::Display + PartialEq>(a: T, b: T) -> String {
+    if a == b {
+        a.to_string()
+    } else {
+        format!("{a}-{b}")
+    }
+}
+
+/// A time range's end, as a unit name.
+pub(crate) fn time_name(until: Option<u64>) -> String {
+    match until.and_then(|ms| crate::ids::clock::iso8601(ms.saturating_mul(1000), 0)) {
+        Some(t) => format!("time_range until {t}"),
+        None if until.is_some() => format!("time_range until {}", until.unwrap_or_default()),
+        None => "time_range open".to_string(),
+    }
+}
+
+/// The unit name of the node table entry `key` of table `kind` (0 to 4:
+/// Locality MAC and pid, Snowflake datacenter and worker, Sonyflake machine).
+pub(crate) fn node_name(kind: u8, key: u64) -> String {
+    match kind {
+        LOCALITY_MAC => format!("locality_mac {key:07x}"),
+        LOCALITY_PID => format!("locality_pid {key}"),
+        SNOWFLAKE_DC => format!("snowflake_datacenter {key}"),
+        SNOWFLAKE_WORKER => format!("snowflake_worker {key}"),
+        _ => format!("sonyflake_machine {key}"),
+    }
+}
+
+/// The unit name of a key range starting at `start`.
+pub(crate) fn key_name(start: u64) -> String {
+    format!("key_range {start:016x}")
+}
+
+/// Unit names as they are given out.
+#[derive(Default)]
+struct Names(Vec<String>);
+
+impl Names {
+    /// The index the next name gets.
+    fn next(&self) -> u32 {
+        u32::try_from(self.0.len()).unwrap_or(NO)
+    }
+
+    fn add(&mut self, name: String) -> u32 {
+        let i = self.next();
+        self.0.push(name);
+        i
+    }
+}
+
+impl Units {
+    /// The units of a validated table.
+    pub fn compile(cfg: &Config) -> Units {
+        let mut names = Names::default();
+
+        let country_name =
+            |id: u8| cfg.countries.iter().find(|c| c.id == id).map_or(id.to_string(), |c| c.name.clone());
+        let entity_name =
+            |code: u8| cfg.entities.iter().find(|e| e.code == code).map_or(code.to_string(), |e| e.name.clone());
+        let mut countries = vec![NO; 256].into_boxed_slice();
+        for c in &cfg.countries {
+            countries[usize::from(c.id)] = names.add(format!("country {}", c.name));
+        }
+        let mut overrides: Vec<(u16, u32)> = cfg
+            .overrides
+            .iter()
+            .map(|o| {
+                let key = (u16::from(o.country) << 8) | u16::from(o.entity);
+                (key, names.add(format!("override {}:{}", country_name(o.country), entity_name(o.entity))))
+            })
+            .collect();
+        overrides.sort_unstable();
+        let mut shards = vec![NO; cfg.shards.as_ref().map_or(0, |s| s.count as usize)].into_boxed_slice();
+        for &(a, b, _) in cfg.shards.iter().flat_map(|s| &s.ranges) {
+            let unit = names.add(format!("{} {}", if a == b { "shard" } else { "shards" }, span(a, b)));
+            if let Some(cells) = shards.get_mut(a as usize..=b as usize) {
+                cells.fill(unit);
+            }
+        }
+        let n = &cfg.nodes;
+        let mut nodes: Vec<((u8, u64), u32)> = Vec::new();
+        let keys = [
+            (LOCALITY_MAC, n.locality_mac.iter().map(|&(k, _)| u64::from(k)).collect::<Vec<_>>()),
+            (LOCALITY_PID, n.locality_pid.iter().map(|&(k, _)| u64::from(k)).collect()),
+            (SNOWFLAKE_DC, n.snowflake_datacenter.iter().map(|&(k, _)| k).collect()),
+            (SNOWFLAKE_WORKER, n.snowflake_worker.iter().map(|&(k, _)| k).collect()),
+            (SONYFLAKE, n.sonyflake_machine.iter().map(|&(k, _)| u64::from(k)).collect()),
+        ];
+        for (kind, keys) in keys {
+            for key in keys {
+                nodes.push(((kind, key), names.add(node_name(kind, key))));
+            }
+        }
+        nodes.sort_unstable();
+        let mut instagram: Vec<(u16, u16, u32)> = n
+            .instagram_shard
+            .iter()
+            .map(|&(a, b, _)| (a, b, names.add(format!("instagram_shard {}", span(a, b)))))
+            .collect();
+        instagram.sort_unstable();
+        let key_ranges = names.next();
+        for &(start, _) in &cfg.key_ranges {
+            names.add(key_name(start));
+        }
+        let time_ranges = names.next();
+        for &(until, _) in &cfg.time_ranges {
+            names.add(time_name(until));
+        }
+        let hash = cfg
+            .hash
+            .iter()
+            .map(|&(r, _)| (u16::try_from(r).unwrap_or(u16::MAX), names.add(format!("hash {}", cfg.regions[r].name))))
+            .collect();
+        let default = if cfg.default_region.is_some() { names.add("default".to_string()) } else { NO };
+        Units {
+            counts: names.0.iter().map(|_| AtomicU64::new(0)).collect(),
+            names: names.0.into_boxed_slice(),
+            countries,
+            overrides: overrides.into_boxed_slice(),
+            shards,
+            instagram: instagram.into_boxed_slice(),
+            nodes: nodes.into_boxed_slice(),
+            key_ranges,
+            time_ranges,
+            hash,
+            default,
+        }
+    }
+
+    /// The unit that placed a request by `rule` in `region`.
+    fn unit_of(&self, rule: Rule, region: RegionId) -> u32 {
+        let node = |kind: u8, key: u64| {
+            self.nodes.binary_search_by_key(&(kind, key), |&(k, _)| k).map_or(NO, |i| self.nodes[i].1)
+        };
+        let offset = |base: u32, index: usize| match u32::try_from(index) {
+            Ok(i) if base != NO => base.saturating_add(i),
+            _ => NO,
+        };
+        match rule {
+            Rule::Country { country } => self.countries.get(usize::from(country)).copied().unwrap_or(NO),
+            Rule::Override { country, entity } => {
+                let key = (u16::from(country) << 8) | u16::from(entity);
+                self.overrides.binary_search_by_key(&key, |&(k, _)| k).map_or(NO, |i| self.overrides[i].1)
+            }
+            Rule::Shard { shard } => self.shards.get(shard as usize).copied().unwrap_or(NO),
+            Rule::LocalityMac { fragment } => node(LOCALITY_MAC, u64::from(fragment)),
+            Rule::LocalityPid { pid } => node(LOCALITY_PID, u64::from(pid)),
+            Rule::SnowflakeDatacenter { id } => node(SNOWFLAKE_DC, id),
+            Rule::SnowflakeWorker { id } => node(SNOWFLAKE_WORKER, id),
+            Rule::SonyflakeMachine { id } => node(SONYFLAKE, u64::from(id)),
+            Rule::InstagramShard { shard } => self.instagram_unit(shard),
+            Rule::KeyRange { index } => offset(self.key_ranges, index),
+            Rule::TimeRange { index } => offset(self.time_ranges, index),
+            Rule::Hash => self.hash.iter().find(|&&(r, _)| r == region.0).map_or(NO, |&(_, u)| u),
+            Rule::Default => self.default,
+            Rule::Route | Rule::Local => NO,
+        }
+    }
+
+    fn instagram_unit(&self, shard: u16) -> u32 {
+        let n = self.instagram.partition_point(|&(first, _, _)| first <= shard);
+        match n.checked_sub(1).map(|i| self.instagram[i]) {
+            Some((_, last, unit)) if shard <= last => unit,
+            _ => NO,
+        }
+    }
+
+    /// Counts one request placed by `rule` in `region`.
+    #[inline]
+    pub fn count(&self, rule: Rule, region: RegionId) {
+        if let Some(c) = self.counts.get(self.unit_of(rule, region) as usize) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Adds the counts of `running`'s units to the units of the same name
+    /// here (a table about to replace `running`), so each series goes on
+    /// from where it was.
+    pub fn carry(&self, running: &Units) {
+        for (name, n) in running.counts() {
+            if let Some(i) = self.names.iter().position(|m| m == name) {
+                self.counts[i].fetch_add(n, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Every unit and the requests it placed.
+    pub fn counts(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.names.iter().zip(self.counts.iter()).map(|(n, c)| (n.as_str(), c.load(Ordering::Relaxed)))
+    }
+
+    /// Each shard's unit and the number of shards in it.
+    pub(crate) fn shard_units(&self) -> Vec<Option<(&str, usize)>> {
+        self.per_index(&self.shards)
+    }
+
+    /// Each Instagram shard's unit and the number of shards in it.
+    pub(crate) fn instagram_units(&self) -> Vec<Option<(&str, usize)>> {
+        let cells: Vec<u32> = (0..8192u16).map(|shard| self.instagram_unit(shard)).collect();
+        self.per_index(&cells)
+    }
+
+    fn per_index(&self, cells: &[u32]) -> Vec<Option<(&str, usize)>> {
+        let mut sizes = vec![0usize; self.names.len()];
+        for &u in cells {
+            if let Some(s) = sizes.get_mut(u as usize) {
+                *s += 1;
+            }
+        }
+        cells.iter().map(|&u| Some((self.names.get(u as usize)?.as_str(), sizes[u as usize]))).collect()
+    }
+
+    /// The unit name `rule` counts under (`None` for rules that are not a
+    /// placement unit: a route's fixed region, the local region).
+    pub fn name(&self, rule: Rule, region: RegionId) -> Option<&str> {
+        self.names.get(self.unit_of(rule, region) as usize).map(String::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEXT: &str = r#"version: 1
+regions:
+  eu: { upstreams: ["http://127.0.0.1:1"] }
+  kz: { upstreams: ["http://127.0.0.1:2"] }
+default_region: eu
+countries: { KZ: { id: 7, region: kz }, DE: { id: 49, region: eu } }
+entities: { Order: 3, Wallet: 4 }
+overrides: [{ country: KZ, entity: Wallet, region: eu }]
+shards: { count: 12, regions: { eu: "0-5", kz: ["6-10", "11"] } }
+nodes:
+  locality_mac: { "c110002": eu }
+  snowflake_datacenter: { 1: kz }
+  instagram_shard: { "0-99": eu, "100-8191": kz }
+key_ranges: [{ start: "0000000000000000", region: eu }, { start: "8000000000000000", region: kz }]
+hash: { regions: [eu, kz] }
+time_ranges: [{ until: 1600000000000, region: eu }, { region: kz }]
+"#;
+
+    fn units(text: &str) -> Result<Units, crate::config::ConfigErrors> {
+        Ok(Units::compile(&crate::config::load_str(text, "t.yaml")?))
+    }
+
+    #[test]
+    fn every_rule_counts_under_the_line_that_placed_it() -> Result<(), crate::config::ConfigErrors> {
+        let u = units(TEXT)?;
+        let cases = [
+            (Rule::Country { country: 7 }, 0, "country KZ"),
+            (Rule::Override { country: 7, entity: 4 }, 0, "override KZ:Wallet"),
+            (Rule::Shard { shard: 3 }, 0, "shards 0-5"),
+            (Rule::Shard { shard: 11 }, 1, "shard 11"),
+            (Rule::LocalityMac { fragment: 0xc110002 }, 0, "locality_mac c110002"),
+            (Rule::SnowflakeDatacenter { id: 1 }, 1, "snowflake_datacenter 1"),
+            (Rule::InstagramShard { shard: 100 }, 1, "instagram_shard 100-8191"),
+            (Rule::InstagramShard { shard: 99 }, 0, "instagram_shard 0-99"),
+            (Rule::KeyRange { index: 1 }, 1, "key_range 8000000000000000"),
+            (Rule::TimeRange { index: 0 }, 0, "time_range until 2020-09-13T12:26:40Z"),
+            (Rule::TimeRange { index: 1 }, 1, "time_range open"),
+            (Rule::Hash, 1, "hash kz"),
+            (Rule::Default, 0, "default"),
+        ];
+        for (rule, region, name) in cases {
+            assert_eq!(u.name(rule, RegionId(region)), Some(name), "{rule:?}");
+            u.count(rule, RegionId(region));
+        }
+        assert_eq!(u.name(Rule::Route, RegionId(0)), None);
+        assert_eq!(u.name(Rule::Shard { shard: 99 }, RegionId(0)), None);
+        u.count(Rule::Country { country: 7 }, RegionId(1));
+        let counts: std::collections::HashMap<_, _> = u.counts().collect();
+        assert_eq!(counts["country KZ"], 2);
+        assert_eq!(counts["country DE"], 0);
+        assert_eq!(counts["shard 11"], 1);
+        Ok(())
+    }
+
+    #[test]
+    fn counts_carry_over_to_the_units_of_the_same_name() -> Result<(), crate::config::ConfigErrors> {
+        let old = units(TEXT)?;
+        for _ in 0..3 {
+            old.count(Rule::Country { country: 7 }, RegionId(1));
+            old.count(Rule::Shard { shard: 1 }, RegionId(0));
+        }
+        let new = units(
+            &TEXT
+                .replace("KZ: { id: 7, region: kz }", "KZ: { id: 7, region: eu }")
+                .replace(r#"eu: "0-5""#, r#"eu: ["0-4", "5"]"#),
+        )?;
+        new.carry(&old);
+        let counts: std::collections::HashMap<_, _> = new.counts().collect();
+        assert_eq!(counts["country KZ"], 3);
+        // The range was split: its units are new.
+        assert_eq!(counts["shards 0-4"], 0);
+        Ok(())
+    }
+}

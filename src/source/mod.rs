@@ -1,0 +1,352 @@
+//! Tables from etcd, and the fleet view.
+//!
+//! * [`etcd`]: etcd's v3 API over its JSON gateway: get, list, put, leases,
+//!   watch;
+//! * [`follow`]: one key followed by revision into the [`Reloader`]'s
+//!   validate → compile → swap path: watched, resumed from the last
+//!   revision after a disconnect, read again after a compaction, confirmed
+//!   current every progress interval; each applied text kept on local
+//!   disk, so an instance starts when etcd is unreachable;
+//! * [`fleet`]: what each instance runs, published under a lease, and the
+//!   view of every instance (`GET /fleet`).
+
+pub mod etcd;
+pub mod fleet;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+use crate::routing::{Provenance, ReloadError, Reloader};
+use etcd::{Client, Event, Target};
+
+/// What this instance runs from its source, for `/fleet` and the metrics.
+#[derive(Debug)]
+pub struct Status {
+    /// The revision of the table running (0: none from etcd yet).
+    revision: AtomicI64,
+    inner: Mutex<StatusInner>,
+    /// Changes, for the fleet publisher.
+    changed: watch::Sender<u64>,
+}
+
+#[derive(Debug)]
+struct StatusInner {
+    applied_at: Option<SystemTime>,
+    sha256: String,
+    confirmed: Option<Instant>,
+    rejected: Option<(i64, Vec<String>)>,
+    apply_seconds: f64,
+    from_cache: bool,
+}
+
+impl Default for Status {
+    fn default() -> Self {
+        Status {
+            revision: AtomicI64::new(0),
+            inner: Mutex::new(StatusInner {
+                applied_at: None,
+                sha256: String::new(),
+                confirmed: None,
+                rejected: None,
+                apply_seconds: 0.0,
+                from_cache: false,
+            }),
+            changed: watch::channel(0).0,
+        }
+    }
+}
+
+impl Status {
+    fn lock(&self) -> std::sync::MutexGuard<'_, StatusInner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn notify(&self) {
+        self.changed.send_modify(|n| *n += 1);
+    }
+
+    /// The running table is `revision`'s (`sha256`), applied `seconds` after it arrived.
+    fn applied(&self, revision: i64, sha256: &str, seconds: f64, from_cache: bool) {
+        self.revision.store(revision, Ordering::Relaxed);
+        let mut s = self.lock();
+        s.applied_at = Some(SystemTime::now());
+        s.sha256 = sha256.to_string();
+        s.apply_seconds = seconds;
+        s.from_cache = from_cache;
+        if s.rejected.as_ref().is_some_and(|(r, _)| *r <= revision) {
+            s.rejected = None;
+        }
+        drop(s);
+        self.notify();
+    }
+
+    fn rejected(&self, revision: i64, errors: Vec<String>) {
+        self.lock().rejected = Some((revision, errors));
+        self.notify();
+    }
+
+    /// The source was seen current now (so the running table is its latest).
+    fn confirm(&self) {
+        let mut s = self.lock();
+        s.confirmed = Some(Instant::now());
+        s.from_cache = false;
+    }
+
+    /// The applied revision.
+    pub fn revision(&self) -> i64 {
+        self.revision.load(Ordering::Relaxed)
+    }
+
+    /// Seconds since the source was last seen current (`None`: never).
+    pub fn stale_seconds(&self) -> Option<f64> {
+        self.lock().confirmed.map(|c| c.elapsed().as_secs_f64())
+    }
+
+    /// Seconds from the last applied revision's arrival to its swap.
+    pub fn apply_seconds(&self) -> f64 {
+        self.lock().apply_seconds
+    }
+
+    /// What this instance reports to the fleet.
+    pub fn report(&self, instance: &str, region: Option<&str>) -> Value {
+        let s = self.lock();
+        let iso = |t: SystemTime| {
+            let micros = t.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
+            crate::ids::clock::iso8601(micros, 3).map(|t| t.to_string())
+        };
+        json!({
+            "instance": instance,
+            "region": region,
+            "revision": self.revision(),
+            "sha256": s.sha256,
+            "applied_at": s.applied_at.and_then(iso),
+            "stale_s": s.confirmed.map(|c| c.elapsed().as_secs_f64()),
+            "from_local_copy": s.from_cache,
+            "rejected": s.rejected.as_ref().map(|(r, e)| json!({ "revision": r, "errors": e })),
+        })
+    }
+
+    /// Waits for a change.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+}
+
+/// The last good table, as kept on local disk.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LocalCopy {
+    /// The source it came from.
+    pub source: String,
+    /// Its revision there.
+    pub revision: i64,
+    /// The table's text.
+    pub text: String,
+}
+
+impl LocalCopy {
+    /// Reads the copy at `path`.
+    pub fn read(path: &Path) -> Result<LocalCopy, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        serde_json::from_str(&text).map_err(|e| format!("{}: not a local copy: {e}", path.display()))
+    }
+
+    /// Writes it to `path` whole (a temporary file renamed over it).
+    pub fn write(&self, path: &Path) -> Result<(), String> {
+        let tmp = path.with_extension("tmp");
+        let body = serde_json::to_vec(self).map_err(|e| e.to_string())?;
+        std::fs::write(&tmp, body)
+            .and_then(|()| std::fs::rename(&tmp, path))
+            .map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
+
+/// How a followed key is read.
+#[derive(Debug, Clone)]
+pub struct FollowOptions {
+    /// Where the last good table is kept.
+    pub local_copy: PathBuf,
+    /// How often the source is confirmed current (a lost watch is seen within it).
+    pub progress: Duration,
+}
+
+/// The table at `target` when the instance starts: `(text, revision, from
+/// the local copy)`. etcd first; when it cannot be reached (or has no table
+/// there), the local copy.
+pub async fn initial(client: &Client, target: &Target, local_copy: &Path) -> Result<(String, i64, bool), String> {
+    let reached = tokio::time::timeout(Duration::from_secs(10), client.get(&target.key)).await;
+    let why = match reached {
+        Ok(Ok((Some(kv), _))) => return Ok((kv.value, kv.mod_revision, false)),
+        Ok(Ok((None, _))) => format!("{}: no such key", target.name()),
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => "no answer within 10 s".to_string(),
+    };
+    match LocalCopy::read(local_copy) {
+        Ok(copy) => {
+            tracing::warn!(source = %target.name(), error = %why, local_copy = %local_copy.display(), revision = copy.revision,
+                "etcd not reachable at start: serving the local copy of the last good table");
+            Ok((copy.text, copy.revision, true))
+        }
+        Err(e) => Err(format!("{why}; and no local copy to start from ({e})")),
+    }
+}
+
+/// Follows `target`'s key from `revision` (the one running) until `stop`.
+pub async fn follow(
+    client: Arc<Client>,
+    target: Target,
+    reloader: Arc<Reloader>,
+    status: Arc<Status>,
+    options: FollowOptions,
+    mut revision: i64,
+    mut stop: watch::Receiver<bool>,
+) {
+    let name = target.name();
+    let mut tick = tokio::time::interval(options.progress);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Events from `from` on: the running revision is read again first, so a
+    // table put while the instance started from its local copy is not missed.
+    let mut from = 0;
+    loop {
+        if from == 0 {
+            match client.get(&target.key).await {
+                Ok((kv, header)) => {
+                    status.confirm();
+                    if let Some(kv) = kv.filter(|kv| kv.mod_revision != revision) {
+                        revision = kv.mod_revision;
+                        apply(&reloader, &status, &options, &name, kv.value, revision, Instant::now()).await;
+                    }
+                    from = header + 1;
+                }
+                Err(e) => {
+                    tracing::warn!(source = %name, error = %e, "etcd not reachable; serving the last good table");
+                    if pause(&mut stop, Duration::from_millis(500)).await {
+                        return;
+                    }
+                    continue;
+                }
+            }
+        }
+        let mut watching = match client.watch(&target.key, from).await {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::warn!(source = %name, error = %e, "cannot watch the table key; trying again");
+                from = 0;
+                if pause(&mut stop, Duration::from_millis(500)).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        loop {
+            tokio::select! {
+                () = stopped(&mut stop) => return,
+                _ = tick.tick() => {
+                    // A watch can be lost without an error: the key is read
+                    // as well, and what the watch missed applied.
+                    if let Ok((kv, _)) = client.get(&target.key).await {
+                        status.confirm();
+                        if let Some(kv) = kv.filter(|kv| kv.mod_revision > revision) {
+                            revision = kv.mod_revision;
+                            from = revision + 1;
+                            apply(&reloader, &status, &options, &name, kv.value, revision, Instant::now()).await;
+                        }
+                    }
+                }
+                event = watching.next() => match event {
+                    Ok(Event::Created) => status.confirm(),
+                    Ok(Event::Progress(r)) => {
+                        status.confirm();
+                        from = from.max(r + 1);
+                    }
+                    Ok(Event::Put(kv)) => {
+                        let arrived = Instant::now();
+                        status.confirm();
+                        from = kv.mod_revision + 1;
+                        if kv.mod_revision > revision {
+                            revision = kv.mod_revision;
+                            apply(&reloader, &status, &options, &name, kv.value, revision, arrived).await;
+                        }
+                    }
+                    Ok(Event::Deleted(r)) => {
+                        from = r + 1;
+                        tracing::error!(source = %name, revision = r, "the table key was deleted; the last good table keeps serving");
+                    }
+                    Ok(Event::Compacted(c)) => {
+                        tracing::warn!(source = %name, compacted = c, "watch revision compacted; reading the key again");
+                        from = 0;
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!(source = %name, error = %e, from, "table watch lost; resuming");
+                        break;
+                    }
+                },
+            }
+        }
+    }
+}
+
+/// Resolves once `stop` says stop (or its sender is gone).
+pub(crate) async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// Sleeps `d`; whether `stop` came first.
+async fn pause(stop: &mut watch::Receiver<bool>, d: Duration) -> bool {
+    tokio::select! {
+        () = stopped(stop) => true,
+        () = tokio::time::sleep(d) => false,
+    }
+}
+
+/// Applies `text` (revision `revision`, arrived at `arrived`), keeps the
+/// local copy and reports it.
+async fn apply(
+    reloader: &Arc<Reloader>,
+    status: &Arc<Status>,
+    options: &FollowOptions,
+    source: &str,
+    text: String,
+    revision: i64,
+    arrived: Instant,
+) {
+    let sha = crate::routing::shared::sha256_hex(&text);
+    let running = reloader.shared().snapshot().sha256.clone();
+    if sha == running {
+        status.applied(revision, &sha, arrived.elapsed().as_secs_f64(), false);
+        keep(options, source, revision, text);
+        return;
+    }
+    let r = Arc::clone(reloader);
+    let by = Provenance { who: "etcd".into(), revision: Some(revision) };
+    let copy = text.clone();
+    let result = tokio::task::spawn_blocking(move || r.apply(copy, &by)).await;
+    match result {
+        Ok(Ok(_)) => {
+            status.applied(revision, &sha, arrived.elapsed().as_secs_f64(), false);
+            keep(options, source, revision, text);
+        }
+        Ok(Err(ReloadError::Invalid(errors))) => {
+            status.rejected(revision, errors.errors.iter().map(|e| format!("{}:{e}", errors.source_name)).collect())
+        }
+        Ok(Err(ReloadError::NeedsRestart(why))) => status.rejected(revision, vec![why]),
+        Err(e) => status.rejected(revision, vec![format!("the apply task failed: {e}")]),
+    }
+}
+
+fn keep(options: &FollowOptions, source: &str, revision: i64, text: String) {
+    let copy = LocalCopy { source: source.to_string(), revision, text };
+    if let Err(e) = copy.write(&options.local_copy) {
+        tracing::warn!(error = %e, "cannot keep the local copy of the table");
+    }
+}
+
+/// Marks the table an instance started with as applied (from etcd or its local copy).
+pub fn started(status: &Status, revision: i64, sha256: &str, from_cache: bool) {
+    status.applied(revision, sha256, 0.0, from_cache);
+}

@@ -1,0 +1,387 @@
+//! Tables from a real etcd: a three-member cluster on loopback, started by
+//! the test (Debian's `etcd-server`), written to with etcd's own `etcdctl`,
+//! and three `shardgate` binaries following one key.
+//!
+//! Skipped with a message where `etcd` or `etcdctl` is not installed;
+//! `SHARDGATE_REQUIRE_ETCD` (set by `.ci/run`, which installs them) makes
+//! that a failure.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::support::binary::{free_ports, Child};
+use super::support::{get, iuid, table, three_backends, BoxError};
+
+type TestResult = Result<(), BoxError>;
+
+const KEY: &str = "/shardgate/table";
+
+/// Whether etcd is here; `Err` when it must be and is not.
+fn etcd_installed() -> Result<bool, BoxError> {
+    let found = [("etcd", "--version"), ("etcdctl", "version")].iter().all(|(b, arg)| {
+        Command::new(b).arg(arg).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+    });
+    if !found && std::env::var_os("SHARDGATE_REQUIRE_ETCD").is_some() {
+        return Err("SHARDGATE_REQUIRE_ETCD is set but etcd or etcdctl is not installed".into());
+    }
+    if !found {
+        eprintln!("SKIPPED: etcd and etcdctl are not installed (Debian: apt-get install etcd-server etcd-client)");
+    }
+    Ok(found)
+}
+
+struct Member {
+    name: String,
+    client: u16,
+    peer: u16,
+    child: Option<Child>,
+}
+
+/// A three-member etcd cluster on loopback.
+struct Cluster {
+    dir: PathBuf,
+    members: Vec<Member>,
+}
+
+impl Cluster {
+    async fn start(dir: &Path) -> Result<Cluster, BoxError> {
+        let mut members = Vec::new();
+        for i in 0..3 {
+            let (client, peer) = free_ports()?;
+            members.push(Member { name: format!("m{i}"), client, peer, child: None });
+        }
+        let mut cluster = Cluster { dir: dir.to_path_buf(), members };
+        for i in 0..3 {
+            cluster.run(i, "new")?;
+        }
+        cluster.wait_healthy(Duration::from_secs(20)).await?;
+        Ok(cluster)
+    }
+
+    fn initial(&self) -> String {
+        self.members.iter().map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer)).collect::<Vec<_>>().join(",")
+    }
+
+    /// Starts member `i` (`state`: "new" the first time, "existing" after).
+    fn run(&mut self, i: usize, state: &str) -> Result<(), BoxError> {
+        let initial = self.initial();
+        let m = &mut self.members[i];
+        let data = self.dir.join(&m.name);
+        let log = std::fs::File::create(self.dir.join(format!("{}.log", m.name)))?;
+        let child = Command::new("etcd")
+            .args(["--name", &m.name])
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["--listen-client-urls", &format!("http://127.0.0.1:{}", m.client)])
+            .args(["--advertise-client-urls", &format!("http://127.0.0.1:{}", m.client)])
+            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{}", m.peer)])
+            .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{}", m.peer)])
+            .args(["--initial-cluster", &initial, "--initial-cluster-state", state])
+            .args(["--initial-cluster-token", "shardgate-test"])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()?;
+        m.child = Some(Child(child));
+        Ok(())
+    }
+
+    fn kill(&mut self, i: usize) {
+        self.members[i].child = None;
+    }
+
+    fn endpoints(&self) -> String {
+        self.members.iter().map(|m| format!("127.0.0.1:{}", m.client)).collect::<Vec<_>>().join(",")
+    }
+
+    fn live_endpoints(&self) -> String {
+        let live = self.members.iter().filter(|m| m.child.is_some());
+        live.map(|m| format!("127.0.0.1:{}", m.client)).collect::<Vec<_>>().join(",")
+    }
+
+    async fn wait_healthy(&self, within: Duration) -> TestResult {
+        let deadline = Instant::now() + within;
+        loop {
+            let ok = self.etcdctl(&["endpoint", "health"], None).is_ok();
+            if ok {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err("etcd did not become healthy".into());
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// `etcdctl ARGS` against the live members, `input` on its standard input.
+    fn etcdctl(&self, args: &[&str], input: Option<&str>) -> Result<String, BoxError> {
+        use std::io::Write;
+        let mut child = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &self.live_endpoints(), "--command-timeout", "5s"])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin.write_all(input.unwrap_or("").as_bytes())?;
+        }
+        let out = child.wait_with_output()?;
+        if !out.status.success() {
+            return Err(format!("etcdctl {args:?}: {}", String::from_utf8_lossy(&out.stderr)).into());
+        }
+        Ok(String::from_utf8(out.stdout)?)
+    }
+
+    /// Puts `text` at the table key; etcd's revision after it.
+    fn put(&self, text: &str) -> Result<i64, BoxError> {
+        // A cluster that just lost its leader answers again after an election.
+        let mut tries = 0;
+        while let Err(e) = self.etcdctl(&["put", KEY], Some(text)) {
+            tries += 1;
+            if tries == 5 {
+                return Err(e);
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        let status = self.etcdctl(&["get", KEY, "-w", "json"], None)?;
+        let v: serde_json::Value = serde_json::from_str(&status)?;
+        v["header"]["revision"].as_i64().ok_or_else(|| "no revision".into())
+    }
+}
+
+/// A shardgate following the key.
+struct Instance {
+    name: String,
+    port: u16,
+    admin: u16,
+    child: Option<Child>,
+    local_copy: PathBuf,
+}
+
+impl Instance {
+    async fn start(dir: &Path, endpoints: &str, name: &str) -> Result<Instance, BoxError> {
+        let (port, admin) = free_ports()?;
+        let mut i =
+            Instance { name: name.into(), port, admin, child: None, local_copy: dir.join(format!("{name}.json")) };
+        i.run(dir, endpoints).await?;
+        Ok(i)
+    }
+
+    async fn run(&mut self, dir: &Path, endpoints: &str) -> TestResult {
+        let log = std::fs::File::create(dir.join(format!("{}.log", self.name)))?;
+        let child = Command::new(env!("CARGO_BIN_EXE_shardgate"))
+            .arg("serve")
+            .args(["--source", &format!("etcd://{endpoints}{KEY}")])
+            .args(["--listen", &format!("127.0.0.1:{}", self.port), "--admin", &format!("127.0.0.1:{}", self.admin)])
+            .args(["--instance", &self.name, "--progress", "300ms"])
+            .arg("--local-copy")
+            .arg(&self.local_copy)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()?;
+        self.child = Some(Child(child));
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while get(&self.url("/ready")).await.map(|r| r.status.as_u16()).unwrap_or(0) != 200 {
+            if Instant::now() > deadline {
+                return Err(format!("{} did not become ready", self.name).into());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.admin)
+    }
+
+    async fn sha256(&self) -> Result<String, BoxError> {
+        Ok(get(&self.url("/config")).await?.json()?["sha256"].as_str().unwrap_or_default().to_string())
+    }
+
+    async fn metric(&self, name: &str) -> Result<f64, BoxError> {
+        let body = get(&self.url("/metrics")).await?.body;
+        let text = String::from_utf8_lossy(&body).into_owned();
+        let line = text.lines().find(|l| l.starts_with(name)).ok_or_else(|| format!("no {name}"))?;
+        Ok(line.rsplit(' ').next().unwrap_or("").parse()?)
+    }
+}
+
+fn sha256(text: &str) -> String {
+    shardgate::routing::shared::sha256_hex(text)
+}
+
+/// Waits until every instance runs `text`; how long it took from `since`.
+async fn converged(instances: &[&Instance], text: &str, since: Instant) -> Result<Duration, BoxError> {
+    let want = sha256(text);
+    let deadline = since + Duration::from_secs(10);
+    for i in instances {
+        while i.sha256().await? != want {
+            if Instant::now() > deadline {
+                return Err(format!("{} did not apply the revision within 10 s", i.name).into());
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    Ok(since.elapsed())
+}
+
+/// `/fleet` of `at` once `done` holds of it (within 5 s).
+async fn fleet_where(at: &Instance, done: impl Fn(&serde_json::Value) -> bool) -> Result<serde_json::Value, BoxError> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let fleet = get(&at.url("/fleet")).await?.json()?;
+        if done(&fleet) {
+            return Ok(fleet);
+        }
+        if Instant::now() > deadline {
+            return Err(format!("the fleet view did not settle: {fleet}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The table of revision `n`: the base table and one more country.
+fn revision(base: &str, n: u32) -> String {
+    base.replace(
+        "  US: { id: 1, region: us }",
+        &format!("  US: {{ id: 1, region: us }}\n  C{n}: {{ id: {}, region: eu }}", 100 + n),
+    )
+}
+
+#[tokio::test]
+async fn etcd_three_instances_follow_every_revision_and_the_fleet_sees_them() -> TestResult {
+    if !etcd_installed()? {
+        return Ok(());
+    }
+    let dir = tempfile::tempdir()?;
+    let mut cluster = Cluster::start(dir.path()).await?;
+    let [eu, kz, us] = three_backends().await?;
+    let base = table(eu.addr, kz.addr, us.addr, "");
+    cluster.put(&base)?;
+    let endpoints = cluster.endpoints();
+    let mut instances = Vec::new();
+    for name in ["gw-1", "gw-2", "gw-3"] {
+        instances.push(Instance::start(dir.path(), &endpoints, name).await?);
+    }
+    let all: Vec<&Instance> = instances.iter().collect();
+    converged(&all, &base, Instant::now()).await?;
+
+    // 20 successive revisions, each applied by all three.
+    let mut took = Vec::new();
+    for n in 0..20 {
+        let text = revision(&base, n);
+        let put = Instant::now();
+        cluster.put(&text)?;
+        took.push(converged(&all, &text, put).await?);
+    }
+    took.sort();
+    let p99 = took[took.len() - 1];
+    assert!(p99 < Duration::from_secs(2), "convergence p99 {p99:?}: {took:?}");
+    eprintln!("convergence from put to the last instance: median {:?}, max {p99:?}", took[took.len() / 2]);
+
+    // The fleet: three instances on the key's revision, none behind (each
+    // publishes what it runs just after it swaps).
+    let fleet = fleet_where(&instances[0], |f| f["behind"] == 0).await?;
+    let listed = fleet["instances"].as_array().ok_or("no instances")?;
+    assert_eq!(listed.len(), 3, "{fleet}");
+    assert_eq!(fleet["behind"], 0, "{fleet}");
+    assert!(listed.iter().all(|i| i["revision"] == fleet["revision"]), "{fleet}");
+
+    // A bad revision: rejected by all three with its located errors; the last good table serves.
+    let good = revision(&base, 19);
+    let bad = good.replace("version: 1", "version: 1\nbogus: true");
+    cluster.put(&bad)?;
+    let rejected = |f: &serde_json::Value| {
+        f["instances"].as_array().map_or(0, |a| a.iter().filter(|i| !i["rejected"].is_null()).count())
+    };
+    let fleet = fleet_where(&instances[1], |f| rejected(f) == 3).await?;
+    for i in fleet["instances"].as_array().ok_or("no instances")? {
+        let errors = i["rejected"]["errors"].to_string();
+        assert!(errors.contains(&format!("{KEY}:2:1: bogus")), "{i}");
+        assert_eq!(i["behind"], true, "{i}");
+    }
+    for i in &instances {
+        assert_eq!(i.sha256().await?, sha256(&good), "{} changed its table", i.name);
+        let r = get(&format!("http://127.0.0.1:{}/v1/orders/{}", i.port, iuid(7))).await?;
+        assert_eq!(r.status, 200);
+    }
+
+    // One member killed: the others carry on, and so do the instances.
+    cluster.kill(0);
+    // The two left elect a leader if it was the one killed.
+    cluster.wait_healthy(Duration::from_secs(20)).await?;
+    let text = revision(&base, 40);
+    let put = Instant::now();
+    cluster.put(&text)?;
+    let took = converged(&all, &text, put).await?;
+    assert!(took < Duration::from_secs(5), "with a member down: {took:?}");
+    let fleet = fleet_where(&instances[2], |f| f["behind"] == 0).await?;
+    assert!(fleet["instances"].as_array().is_some_and(|a| a.iter().all(|i| i["rejected"].is_null())), "{fleet}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn etcd_down_the_last_good_table_serves_a_restart_starts_from_the_local_copy_and_a_compaction_resyncs(
+) -> TestResult {
+    if !etcd_installed()? {
+        return Ok(());
+    }
+    let dir = tempfile::tempdir()?;
+    let mut cluster = Cluster::start(dir.path()).await?;
+    let [eu, kz, us] = three_backends().await?;
+    let base = table(eu.addr, kz.addr, us.addr, "");
+    let first = revision(&base, 1);
+    cluster.put(&first)?;
+    let endpoints = cluster.endpoints();
+    let mut a = Instance::start(dir.path(), &endpoints, "gw-a").await?;
+    let b = Instance::start(dir.path(), &endpoints, "gw-b").await?;
+    converged(&[&a, &b], &first, Instant::now()).await?;
+
+    // Every member stopped: both keep serving; staleness grows; /fleet says so.
+    for i in 0..3 {
+        cluster.kill(i);
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let stale = a.metric("shardgate_table_source_staleness_seconds").await?;
+    assert!(stale >= 1.0, "staleness {stale}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(a.metric("shardgate_table_source_staleness_seconds").await? > stale);
+    let fleet = get(&a.url("/fleet")).await?.json()?;
+    assert_eq!(fleet["reachable"], false, "{fleet}");
+    assert!(fleet["error"].as_str().is_some_and(|e| e.contains("etcd not reachable")), "{fleet}");
+    for i in [&a, &b] {
+        let r = get(&format!("http://127.0.0.1:{}/v1/orders/{}", i.port, iuid(7))).await?;
+        assert_eq!((r.status.as_u16(), r.json()?["region"].as_str().map(str::to_string)), (200, Some("kz".into())));
+    }
+
+    // Restarted while etcd is down: it starts from its local copy.
+    a.child = None;
+    a.run(dir.path(), &endpoints).await?;
+    assert_eq!(a.sha256().await?, sha256(&first));
+    let fleet = get(&a.url("/fleet")).await?.json()?;
+    assert_eq!(fleet["instances"][0]["from_local_copy"], true, "{fleet}");
+
+    // etcd back; b is frozen while revisions are put and compacted past
+    // what its watch has seen: on waking it reads the key again and misses nothing.
+    for i in 0..3 {
+        cluster.run(i, "existing")?;
+    }
+    cluster.wait_healthy(Duration::from_secs(20)).await?;
+    let pid = b.child.as_ref().map(|c| c.0.id().to_string()).ok_or("no b")?;
+    Command::new("kill").args(["-STOP", &pid]).status()?;
+    let mut last = String::new();
+    let mut rev = 0;
+    for n in 2..6 {
+        last = revision(&base, n);
+        rev = cluster.put(&last)?;
+    }
+    cluster.etcdctl(&["compact", &rev.to_string()], None)?;
+    Command::new("kill").args(["-CONT", &pid]).status()?;
+    converged(&[&a, &b], &last, Instant::now()).await?;
+    let stale = b.metric("shardgate_table_source_staleness_seconds").await?;
+    assert!(stale < 1.0, "b still stale after etcd came back: {stale}");
+    Ok(())
+}
