@@ -209,6 +209,10 @@ async fn drive(c: &Client, admin: SocketAddr, path: &std::path::Path, yaml: &str
     c.find(Locator::Css("#overrides-filter")).await?.send_keys("AB").await?;
     assert_eq!(count(c, "#overrides tbody tr").await?, 12);
 
+    // The fleet panel: a table file's instance alone, on its version.
+    let fleet = until_text(c, "#fleet", "current").await?;
+    assert!(fleet.contains("version 1") && fleet.contains("tables from a file"), "{fleet}");
+
     // The title names the instance and its role once.
     let title = c.title().await?;
     assert_eq!(title, "shardgate · front door");

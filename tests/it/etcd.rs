@@ -385,3 +385,161 @@ async fn etcd_down_the_last_good_table_serves_a_restart_starts_from_the_local_co
     assert!(stale < 1.0, "b still stale after etcd came back: {stale}");
     Ok(())
 }
+
+/// One etcd member with `extra` flags on `scheme` (http or https); its client port.
+async fn single(dir: &Path, scheme: &str, extra: &[&str]) -> Result<(Child, u16), BoxError> {
+    let (client, peer) = free_ports()?;
+    let log = std::fs::File::create(dir.join("single.log"))?;
+    let child = Command::new("etcd")
+        .args(["--name", "solo"])
+        .arg("--data-dir")
+        .arg(dir.join("solo"))
+        .args(["--listen-client-urls", &format!("{scheme}://127.0.0.1:{client}")])
+        .args(["--advertise-client-urls", &format!("{scheme}://127.0.0.1:{client}")])
+        .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
+        .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{peer}")])
+        .args(["--initial-cluster", &format!("solo=http://127.0.0.1:{peer}")])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()?;
+    Ok((Child(child), client))
+}
+
+/// `etcdctl` against one member with `auth` flags (TLS files, user).
+fn etcdctl_with(port: u16, scheme: &str, auth: &[String], args: &[&str], input: &str) -> Result<String, BoxError> {
+    use std::io::Write;
+    let mut child = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .args(["--endpoints", &format!("{scheme}://127.0.0.1:{port}"), "--command-timeout", "5s"])
+        .args(auth)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(input.as_bytes())?;
+    }
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        return Err(format!("etcdctl {args:?}: {}", String::from_utf8_lossy(&out.stderr)).into());
+    }
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+/// Retries `f` for up to 20 s (a member that just started).
+async fn eventually<T>(mut f: impl FnMut() -> Result<T, BoxError>) -> Result<T, BoxError> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match f() {
+            Ok(v) => return Ok(v),
+            Err(e) if Instant::now() > deadline => return Err(e),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// A shardgate following `source` with `extra` flags (and `env`); ready, and its admin port.
+async fn follower(dir: &Path, source: &str, extra: &[String], env: &[(&str, &str)]) -> Result<(Child, u16), BoxError> {
+    let (port, admin) = free_ports()?;
+    let log = std::fs::File::create(dir.join("follower.log"))?;
+    let child = Command::new(env!("CARGO_BIN_EXE_shardgate"))
+        .args(["serve", "--source", source])
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--admin", &format!("127.0.0.1:{admin}")])
+        .arg("--local-copy")
+        .arg(dir.join("copy.json"))
+        .args(extra)
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()?;
+    let mut child = Child(child);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while get(&format!("http://127.0.0.1:{admin}/ready")).await.map(|r| r.status.as_u16()).unwrap_or(0) != 200 {
+        if let Some(status) = child.0.try_wait()? {
+            let log = std::fs::read_to_string(dir.join("follower.log")).unwrap_or_default();
+            return Err(format!("the follower exited ({status}):\n{log}").into());
+        }
+        if Instant::now() > deadline {
+            let log = std::fs::read_to_string(dir.join("follower.log")).unwrap_or_default();
+            return Err(format!("the follower did not become ready:\n{log}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok((child, admin))
+}
+
+#[tokio::test]
+async fn etcd_over_tls_with_a_client_certificate_and_with_a_user() -> TestResult {
+    if !etcd_installed()? {
+        return Ok(());
+    }
+    let [eu, kz, us] = three_backends().await?;
+    let base = table(eu.addr, kz.addr, us.addr, "");
+
+    // TLS, the client certificate required.
+    let dir = tempfile::tempdir()?;
+    let d = dir.path();
+    let ca = crate::tls::Ca::new("etcd test CA")?;
+    let server = ca.leaf("etcd")?;
+    let client = ca.leaf("shardgate")?;
+    let ca_file = crate::tls::write(d, "ca.crt", &ca.pem())?;
+    let (server_crt, server_key) =
+        (crate::tls::write(d, "etcd.crt", &server.cert_pem)?, crate::tls::write(d, "etcd.key", &server.key_pem)?);
+    let (client_crt, client_key) =
+        (crate::tls::write(d, "sg.crt", &client.cert_pem)?, crate::tls::write(d, "sg.key", &client.key_pem)?);
+    let tls =
+        ["--cert-file", &server_crt, "--key-file", &server_key, "--client-cert-auth", "--trusted-ca-file", &ca_file];
+    let (_etcd, port) = single(d, "https", &tls).await?;
+    let auth: Vec<String> =
+        ["--cacert", &ca_file, "--cert", &client_crt, "--key", &client_key].map(String::from).to_vec();
+    eventually(|| etcdctl_with(port, "https", &auth, &["put", KEY], &base)).await?;
+    let flags: Vec<String> =
+        ["--etcd-ca", &ca_file, "--etcd-cert", &client_crt, "--etcd-key", &client_key].map(String::from).to_vec();
+    let source = format!("etcd://127.0.0.1:{port}{KEY}");
+    let (_sg, admin) = follower(d, &source, &flags, &[]).await?;
+    let next = revision(&base, 7);
+    etcdctl_with(port, "https", &auth, &["put", KEY], &next)?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while get(&format!("http://127.0.0.1:{admin}/config")).await?.json()?["sha256"] != sha256(&next) {
+        if Instant::now() > deadline {
+            return Err("the TLS follower did not apply the new revision".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Without the client certificate etcd refuses it, and it does not start (no local copy).
+    let other = tempfile::tempdir()?;
+    let refused = follower(other.path(), &source, &["--etcd-ca".to_string(), ca_file.clone()], &[]).await;
+    let why = refused.err().ok_or("started without the client certificate etcd requires")?.to_string();
+    assert!(why.contains("exited") && why.contains("no local copy"), "{why}");
+
+    // A user: authentication on, the password from the environment.
+    let dir = tempfile::tempdir()?;
+    let d = dir.path();
+    let (_etcd, port) = single(d, "http", &[]).await?;
+    eventually(|| etcdctl_with(port, "http", &[], &["user", "add", "root:rootpw"], "")).await?;
+    etcdctl_with(port, "http", &[], &["auth", "enable"], "")?;
+    let root = vec!["--user".to_string(), "root:rootpw".to_string()];
+    etcdctl_with(port, "http", &root, &["put", KEY], &base)?;
+    let source = format!("etcd://127.0.0.1:{port}{KEY}");
+    let user = ["--etcd-user".to_string(), "root".to_string()];
+    let (_sg, admin) = follower(d, &source, &user, &[("SHARDGATE_ETCD_PASSWORD", "rootpw")]).await?;
+    let next = revision(&base, 8);
+    etcdctl_with(port, "http", &root, &["put", KEY], &next)?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while get(&format!("http://127.0.0.1:{admin}/config")).await?.json()?["sha256"] != sha256(&next) {
+        if Instant::now() > deadline {
+            return Err("the authenticated follower did not apply the new revision".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The fleet report was written with the same token.
+    let fleet = get(&format!("http://127.0.0.1:{admin}/fleet")).await?.json()?;
+    assert_eq!(fleet["reachable"], true, "{fleet}");
+    let other = tempfile::tempdir()?;
+    let wrong = follower(other.path(), &source, &user, &[("SHARDGATE_ETCD_PASSWORD", "wrong")]).await;
+    let why = wrong.err().ok_or("started with a wrong etcd password")?.to_string();
+    assert!(why.contains("authentication as root failed"), "{why}");
+    Ok(())
+}
