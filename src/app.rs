@@ -388,17 +388,26 @@ struct Followed {
     status: Arc<crate::source::Status>,
 }
 
-/// The table text to start with, its source's name, and the etcd client
-/// following it.
-async fn first_table(table: &TableFrom) -> Result<(String, String, Option<Followed>), ServeError> {
+/// A table's text loaded as this instance's (its flags put over it).
+fn load_as(text: &str, name: &str, flags: &crate::config::instance::InstanceFlags) -> Result<Config, ConfigErrors> {
+    let mut cfg = config::load_str(text, name)?;
+    flags.apply(&mut cfg, name)?;
+    Ok(cfg)
+}
+
+/// The table to start with (valid, the flags put over it), its text, its
+/// source's name, and the etcd client following it.
+async fn first_table(
+    table: &TableFrom,
+    flags: &crate::config::instance::InstanceFlags,
+) -> Result<(Config, String, String, Option<Followed>), ServeError> {
     match table {
         TableFrom::File(path) => {
             let name = path.display().to_string();
-            let text = config::read_text(path).map_err(|m| ServeError::Config {
-                path: path.clone(),
-                errors: config::ConfigErrors::single(&name, m, None),
-            })?;
-            Ok((text, name, None))
+            let invalid = |errors| ServeError::Config { path: path.clone(), errors };
+            let text = config::read_text(path).map_err(|m| invalid(ConfigErrors::single(&name, m, None)))?;
+            let cfg = load_as(&text, &name, flags).map_err(invalid)?;
+            Ok((cfg, text, name, None))
         }
         TableFrom::Etcd(options) => {
             let tls = match &options.tls {
@@ -417,20 +426,37 @@ async fn first_table(table: &TableFrom) -> Result<(String, String, Option<Follow
                 tls_on,
                 options.user.clone(),
             );
-            let (text, revision, cached) = crate::source::initial(&client, &options.target, &options.local_copy)
-                .await
-                .map_err(ServeError::Source)?;
+            let name = options.target.name();
+            let (mut text, mut revision, mut cached) =
+                crate::source::initial(&client, &options.target, &options.local_copy)
+                    .await
+                    .map_err(ServeError::Source)?;
+            let status = Arc::new(crate::source::Status::default());
+            let cfg = match load_as(&text, &name, flags) {
+                Ok(cfg) => cfg,
+                // etcd's table is invalid: the last good one on disk, if there is one.
+                Err(errors) if !cached => {
+                    let copy = crate::source::LocalCopy::read(&options.local_copy)
+                        .map_err(|_| ServeError::Config { path: PathBuf::from(&name), errors: errors.clone() })?;
+                    let cfg = load_as(&copy.text, &name, flags)
+                        .map_err(|_| ServeError::Config { path: PathBuf::from(&name), errors: errors.clone() })?;
+                    tracing::error!(source = %name, revision, errors = %errors,
+                        "the table in etcd is invalid: starting from the local copy of the last good one");
+                    crate::source::rejected(&status, revision, &errors);
+                    (text, revision, cached) = (copy.text, copy.revision, true);
+                    cfg
+                }
+                Err(errors) => return Err(ServeError::Config { path: PathBuf::from(&name), errors }),
+            };
             if !cached {
-                let name = options.target.name();
-                let copy = crate::source::LocalCopy { source: name, revision, text: text.clone() };
+                let copy = crate::source::LocalCopy { source: name.clone(), revision, text: text.clone() };
                 if let Err(e) = copy.write(&options.local_copy) {
                     tracing::warn!(error = %e, "cannot keep the local copy of the table");
                 }
             }
-            let status = Arc::new(crate::source::Status::default());
             crate::source::started(&status, revision, &crate::routing::shared::sha256_hex(&text), cached);
             let followed = Followed { client: Arc::new(client), options: options.clone(), revision, status };
-            Ok((text, options.target.name(), Some(followed)))
+            Ok((cfg, text, name, Some(followed)))
         }
     }
 }
@@ -441,10 +467,7 @@ pub async fn serve(options: ServeOptions) -> Result<Exit, ServeError> {
         Some(p) => Some(Arc::new(crate::routing::audit::Audit::open(p).map_err(ServeError::Source)?)),
         None => None,
     };
-    let (text, name, followed) = first_table(&options.table).await?;
-    let path = PathBuf::from(&name);
-    let mut cfg = config::load_str(&text, &name).map_err(|errors| ServeError::Config { path: path.clone(), errors })?;
-    options.flags.apply(&mut cfg, &name).map_err(|errors| ServeError::Config { path: path.clone(), errors })?;
+    let (cfg, text, name, followed) = first_table(&options.table, &options.flags).await?;
     let tls = crate::tls::load(&cfg).map_err(ServeError::Tls)?;
     let bind = |listener, addr| async move {
         TcpListener::bind(addr).await.map_err(|error| ServeError::Bind { listener, addr, error })

@@ -6,6 +6,8 @@ pub const OK: i32 = 0;
 pub const FAILURE: i32 = 1;
 /// A usage error (clap's own errors exit 2 as well).
 pub const USAGE: i32 = 2;
+/// A service needed is unavailable (sysexits.h `EX_UNAVAILABLE`): `plan`'s instance.
+pub const UNAVAILABLE: i32 = 69;
 /// An invalid configuration (sysexits.h `EX_CONFIG`).
 pub const CONFIG: i32 = 78;
 /// Interrupted by SIGINT (Ctrl-C): 128 + 2, the shell convention.

@@ -170,6 +170,9 @@ impl ServeArgs {
             (Some(path), _) => TableFrom::File(path),
             (None, Some(source)) => {
                 let target = crate::source::etcd::Target::parse(&source)?;
+                if self.progress < std::time::Duration::from_millis(10) {
+                    return Err(format!("--progress {:?} is too short: at least 10ms", self.progress));
+                }
                 let tls = (self.etcd_ca.is_some() || self.etcd_cert.is_some()).then_some(
                     crate::config::schema::UpstreamTls { ca: self.etcd_ca, cert: self.etcd_cert, key: self.etcd_key },
                 );
@@ -179,13 +182,29 @@ impl ServeArgs {
             }
             (None, None) => return Err("give a table: -c FILE or --source etcd://HOST:PORT/KEY".into()),
         };
+        // Instances sharing a table from etcd each need a name of their own
+        // (their fleet reports are kept under it): the host's, unless given.
+        let instance = match (&table, self.instance) {
+            (_, Some(name)) => Some(name),
+            (TableFrom::Etcd(_), None) => Some(host_name()),
+            (TableFrom::File(_), None) => None,
+        };
         let flags = crate::config::instance::InstanceFlags {
             listen: self.listen,
             admin: self.admin,
-            instance: self.instance,
+            instance,
             region: self.region,
         };
         Ok(ServeOptions { table, flags, audit: self.audit_log })
+    }
+}
+
+/// This host's name (`/proc/sys/kernel/hostname`, `HOSTNAME`), else `shardgate-<pid>`.
+fn host_name() -> String {
+    let read = std::fs::read_to_string("/proc/sys/kernel/hostname").ok().or_else(|| std::env::var("HOSTNAME").ok());
+    match read.map(|h| h.trim().to_string()).filter(|h| !h.is_empty()) {
+        Some(h) => h,
+        None => format!("shardgate-{}", std::process::id()),
     }
 }
 
@@ -196,6 +215,10 @@ pub enum AuditCommand {
     Verify {
         /// The trail (JSON lines).
         file: PathBuf,
+        /// The hash of its last line as the log recorded it ("audit trail appended"):
+        /// the trail must end there.
+        #[arg(long)]
+        head: Option<String>,
     },
 }
 
@@ -219,8 +242,8 @@ pub fn run(cli: Cli) -> i32 {
             Ok(check::run(&config, print, &mut stdout.lock(), &mut stderr.lock()))
         }
         Command::Plan(args) => Ok(plan::run(&args, &mut io::stdout().lock(), &mut io::stderr().lock())),
-        Command::Audit { command: AuditCommand::Verify { file } } => {
-            Ok(audit::verify_file(&file, &mut io::stdout().lock(), &mut io::stderr().lock()))
+        Command::Audit { command: AuditCommand::Verify { file, head } } => {
+            Ok(audit::verify_file(&file, head.as_deref(), &mut io::stdout().lock(), &mut io::stderr().lock()))
         }
         Command::Serve(args) => match args.options() {
             Ok(options) => {

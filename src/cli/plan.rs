@@ -3,7 +3,8 @@
 //! the traffic each placement unit carried over the last minutes).
 //!
 //! Exit 0 when nothing moves, 1 when something does (a CI gate can ask for
-//! a review), 78 when either table is invalid, 2 for a usage error.
+//! a review), 78 when either table is invalid, 69 when the instance cannot
+//! be asked, 2 for a usage error.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -52,7 +53,7 @@ pub fn run(args: &PlanArgs, out: &mut impl Write, err: &mut impl Write) -> i32 {
             }
             Err(e) => {
                 let _ = writeln!(err, "shardgate plan: {url}: {e}");
-                return exit::FAILURE;
+                return exit::UNAVAILABLE;
             }
         },
         (None, None) => {

@@ -7,22 +7,26 @@
 //! |---|---|
 //! | `seq` | 1 for the first line, +1 per line |
 //! | `at` | when, RFC 3339 UTC |
-//! | `event` | `applied`, `rejected` |
+//! | `event` | `applied`, `rejected` (restart-only keys left at their running values are an applied table's `deferred`) |
 //! | `source` | the table file or the etcd key |
 //! | `revision` | the etcd revision (absent for files) |
 //! | `sha256` | the digest of the table's text |
 //! | `version` | the version it was published as (applied) |
-//! | `who` | what made the change: `file watch`, `SIGHUP`, `POST /reload by <token name or address>`, `etcd` |
+//! | `who` | what made the change: `file watch`, `SIGHUP`, `POST /reload`, `POST /reload (admin token)`, `etcd` |
 //! | `moves` | the placement units whose owner changed, as `plan` lists them |
 //! | `deferred` | restart-only keys that changed and keep their running values |
 //! | `errors` | the located problems of a rejected table |
 //! | `prev` | the `hash` of the line before (64 zeros for the first) |
 //! | `hash` | SHA-256 of `prev`, a newline and the line without `hash` |
 //!
-//! So a line changed, removed or inserted breaks the chain at that line,
-//! and [`verify`] (`shardgate audit verify FILE`) finds it. An instance
-//! that opens an existing trail goes on from its last line; a trail whose
-//! last line does not parse is refused at start, not silently restarted.
+//! A line must be exactly its canonical form (compact JSON, keys sorted,
+//! as written here), so a line changed, removed or inserted breaks the
+//! chain at that line, and [`verify`] (`shardgate audit verify FILE`) finds
+//! it. Lines cut from the end leave a shorter chain that holds: each
+//! append's `seq` and `hash` also go to the log, and `verify --head HASH`
+//! checks the trail ends where the log says it did. An instance that opens
+//! an existing trail goes on from its last line; a trail that cannot be
+//! read to its end, or whose last line does not parse, is refused at start.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
@@ -63,7 +67,14 @@ impl Audit {
     pub fn open(path: &Path) -> Result<Audit, String> {
         let (mut seq, mut prev) = (0, ORIGIN.to_string());
         if let Ok(file) = File::open(path) {
-            let last = BufReader::new(file).lines().map_while(Result::ok).filter(|l| !l.trim().is_empty()).last();
+            let mut last = None;
+            for line in BufReader::new(file).lines() {
+                let line =
+                    line.map_err(|e| format!("audit trail {}: cannot be read to its end ({e})", path.display()))?;
+                if !line.trim().is_empty() {
+                    last = Some(line);
+                }
+            }
             if let Some(line) = last {
                 let v: Value = serde_json::from_str(&line)
                     .map_err(|e| format!("audit trail {}: its last line is not JSON ({e})", path.display()))?;
@@ -102,6 +113,7 @@ impl Audit {
         line.push('\n');
         tail.file.write_all(line.as_bytes())?;
         tail.file.sync_data()?;
+        tracing::info!(audit = %self.path.display(), seq, hash = %hash, "audit trail appended");
         tail.seq = seq;
         tail.prev = hash;
         Ok(())
@@ -122,9 +134,9 @@ pub struct Broken {
     pub reason: String,
 }
 
-/// Checks the whole chain of the trail in `reader`: the number of lines,
-/// or the first line that breaks it.
-pub fn verify(reader: impl BufRead) -> Result<usize, Broken> {
+/// Checks the whole chain of the trail in `reader`: the number of lines and
+/// the last one's hash, or the first line that breaks it.
+pub fn verify(reader: impl BufRead) -> Result<(usize, String), Broken> {
     let mut prev = ORIGIN.to_string();
     let mut count = 0;
     for (i, line) in reader.lines().enumerate() {
@@ -134,9 +146,12 @@ pub fn verify(reader: impl BufRead) -> Result<usize, Broken> {
         if line.trim().is_empty() {
             continue;
         }
-        let Value::Object(mut record) =
-            serde_json::from_str::<Value>(&line).map_err(|e| broken(format!("not JSON: {e}")))?
-        else {
+        let parsed = serde_json::from_str::<Value>(&line).map_err(|e| broken(format!("not JSON: {e}")))?;
+        let canonical = serde_json::to_string(&parsed).map_err(|e| broken(e.to_string()))?;
+        if canonical != line {
+            return Err(broken("not in its canonical form (keys sorted, compact, no duplicates)".into()));
+        }
+        let Value::Object(mut record) = parsed else {
             return Err(broken("not a JSON object".into()));
         };
         let Some(Value::String(hash)) = record.remove("hash") else {
@@ -154,7 +169,7 @@ pub fn verify(reader: impl BufRead) -> Result<usize, Broken> {
         prev = hash;
         count += 1;
     }
-    Ok(count)
+    Ok((count, prev))
 }
 
 #[cfg(test)]
@@ -178,9 +193,9 @@ mod tests {
     fn a_trail_verifies_and_goes_on_after_a_restart() -> TestResult {
         let dir = tempfile::tempdir()?;
         let path = trail(dir.path())?;
-        assert_eq!(verify(BufReader::new(File::open(&path)?)), Ok(3));
+        assert_eq!(verify(BufReader::new(File::open(&path)?)).map(|v| v.0), Ok(3));
         Audit::open(&path)?.append(json!({ "event": "rejected", "errors": ["t.yaml:3:1: bad"] }))?;
-        assert_eq!(verify(BufReader::new(File::open(&path)?)), Ok(4));
+        assert_eq!(verify(BufReader::new(File::open(&path)?)).map(|v| v.0), Ok(4));
         Ok(())
     }
 
@@ -194,6 +209,12 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         let removed = format!("{}\n{}\n", lines[0], lines[2]);
         assert_eq!(verify(removed.as_bytes()).map_err(|b| b.line), Err(2));
+        // The same record written another way (a key repeated, spaces) is not the line.
+        let first = lines[0].replacen("{", "{\"who\":\"alice\",", 1);
+        let dup = format!("{first}\n{}\n{}\n", lines[1], lines[2]);
+        assert_eq!(verify(dup.as_bytes()).map_err(|b| b.line), Err(1));
+        let spaced = text.replacen(",", ", ", 1);
+        assert_eq!(verify(spaced.as_bytes()).map_err(|b| b.line), Err(1));
         // Every single byte: any change breaks the chain.
         for i in 0..text.len() {
             let mut bytes = text.clone().into_bytes();

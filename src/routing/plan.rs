@@ -76,7 +76,7 @@ pub struct Traffic {
 pub struct Move {
     /// The unit, named as in `shardgate_placement_requests_total`.
     pub unit: String,
-    /// Its owner now (`None`: no owner, so `default_region` or 502).
+    /// Its owner now (`None`: no entry, so the next table, `default_region` or 502 decides).
     pub from: Option<String>,
     /// Its owner under the new table.
     pub to: Option<String>,
@@ -213,8 +213,9 @@ impl Plan {
 
     fn overrides(&mut self, running: &Table, next: &Table, window: Option<&Window>) {
         let cells = running.country_entity.iter().zip(next.country_entity.iter()).enumerate();
+        let is_override = |c: u16| c != NONE && c & OVERRIDE_FLAG != 0;
         for (i, (&old, &new)) in cells {
-            if (old | new) & OVERRIDE_FLAG == 0 || old == NONE && new == NONE {
+            if !is_override(old) && !is_override(new) {
                 continue;
             }
             let (from, to) = (owner(running, old), owner(next, new));
@@ -226,7 +227,7 @@ impl Plan {
             let (c, e) = named(next).or_else(|| named(running)).unwrap_or((country.to_string(), entity.to_string()));
             let mut tally = Tally::new(window);
             // Without an override, the running table counted it with its country.
-            if old != NONE && old & OVERRIDE_FLAG != 0 {
+            if is_override(old) {
                 let (c, e) = named(running).unwrap_or((country.to_string(), entity.to_string()));
                 tally.add(&format!("override {c}:{e}"), 1.0, Measure::Exact);
             }
@@ -348,7 +349,8 @@ impl Plan {
             let mut tally = Tally::new(window);
             if let Some(i) = old {
                 let until = running.time_until[i];
-                let whole = (i == 0 || running.time_until[i - 1] == a) && u128::from(until) == b;
+                let starts_here = if i == 0 { a == 0 } else { running.time_until[i - 1] == a };
+                let whole = starts_here && u128::from(until) == b;
                 let name = time_name((until != u64::MAX).then_some(until));
                 // A part of a range: time is not uniform, so its whole count bounds it.
                 tally.add(&name, 1.0, if whole { Measure::Exact } else { Measure::AtMost });
@@ -438,7 +440,7 @@ impl fmt::Display for Plan {
         writeln!(f, "{n} placement unit{} move{}:", if n == 1 { "" } else { "s" }, if n == 1 { "s" } else { "" })?;
         let width = self.moves.iter().map(|m| m.unit.len()).max().unwrap_or(0);
         for m in &self.moves {
-            let region = |r: &Option<String>| r.clone().unwrap_or_else(|| "(no owner)".into());
+            let region = |r: &Option<String>| r.clone().unwrap_or_else(|| "(no entry)".into());
             let route = format!("{} -> {}", region(&m.from), region(&m.to));
             write!(f, "  {:width$}  {route:24}", m.unit)?;
             if let Some(k) = m.key_share {
@@ -453,20 +455,30 @@ impl fmt::Display for Plan {
                     };
                     write!(f, "  {how}{:.2}% of traffic ({how}{:.0} requests)", t.share * 100.0, t.requests)?;
                 }
-                (None, Some(_)) => f.write_str("  traffic not counted apart (it was counted with its country)")?,
+                (None, Some(_)) if m.unit.starts_with("override ") => {
+                    f.write_str("  traffic not counted apart (the running table counts it with its country)")?
+                }
+                (None, Some(_)) => f.write_str("  no traffic counted (no entry in the running table)")?,
                 (None, None) => {}
             }
             writeln!(f)?;
         }
         match &self.window {
             Some(w) => {
-                let moving: f64 = self.moves.iter().filter_map(|m| m.traffic.as_ref()).map(|t| t.requests).sum();
+                // Parts of time ranges are bounds, not counts: they are left out of the sum.
+                let counted =
+                    self.moves.iter().filter_map(|m| m.traffic.as_ref()).filter(|t| t.measure != Measure::AtMost);
+                let moving: f64 = counted.map(|t| t.requests).sum();
                 let share = if w.total == 0 { 0.0 } else { moving / w.total as f64 * 100.0 };
                 writeln!(
                     f,
                     "traffic over the last {:.0} s: {} placed requests, {share:.2}% of them on moving units",
                     w.seconds, w.total
-                )
+                )?;
+                if self.moves.iter().any(|m| m.traffic.as_ref().is_some_and(|t| t.measure == Measure::AtMost)) {
+                    writeln!(f, "(parts of time ranges are not in that sum: each is at most its range's traffic)")?;
+                }
+                Ok(())
             }
             None => writeln!(f, "traffic: none available (give --admin URL of a running instance)"),
         }

@@ -221,14 +221,19 @@ impl Client {
                 return Ok(v);
             }
             let message = v["message"].as_str().or(v["error"].as_str()).unwrap_or("").to_string();
-            if message.contains("token") && self.user.is_some() {
+            if (message.contains("token") || message.contains("permission denied")) && self.user.is_some() {
                 // Expired or revoked: authenticate again, once.
-                *self.token.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                self.forget_token();
                 continue;
             }
             return Err(EtcdError(format!("{path}: {status} {message}")));
         }
         Err(EtcdError(format!("{path}: the token was refused twice")))
+    }
+
+    /// Drops the authentication token: the next call authenticates again.
+    pub fn forget_token(&self) {
+        *self.token.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
     /// The key's value (`None`: no such key) and the cluster's revision.

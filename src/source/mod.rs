@@ -283,6 +283,12 @@ pub async fn follow(
                     }
                     Err(e) => {
                         tracing::warn!(source = %name, error = %e, from, "table watch lost; resuming");
+                        if e.0.contains("permission denied") || e.0.contains("auth") {
+                            client.forget_token();
+                        }
+                        if pause(&mut stop, Duration::from_millis(200)).await {
+                            return;
+                        }
                         break;
                     }
                 },
@@ -344,6 +350,11 @@ fn keep(options: &FollowOptions, source: &str, revision: i64, text: String) {
     if let Err(e) = copy.write(&options.local_copy) {
         tracing::warn!(error = %e, "cannot keep the local copy of the table");
     }
+}
+
+/// Marks `revision` rejected for `errors` (an invalid table found at start).
+pub fn rejected(status: &Status, revision: i64, errors: &crate::config::ConfigErrors) {
+    status.rejected(revision, errors.errors.iter().map(|e| format!("{}:{e}", errors.source_name)).collect());
 }
 
 /// Marks the table an instance started with as applied (from etcd or its local copy).

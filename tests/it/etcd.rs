@@ -337,7 +337,7 @@ async fn etcd_down_the_last_good_table_serves_a_restart_starts_from_the_local_co
     cluster.put(&first)?;
     let endpoints = cluster.endpoints();
     let mut a = Instance::start(dir.path(), &endpoints, "gw-a").await?;
-    let b = Instance::start(dir.path(), &endpoints, "gw-b").await?;
+    let mut b = Instance::start(dir.path(), &endpoints, "gw-b").await?;
     converged(&[&a, &b], &first, Instant::now()).await?;
 
     // Every member stopped: both keep serving; staleness grows; /fleet says so.
@@ -383,6 +383,18 @@ async fn etcd_down_the_last_good_table_serves_a_restart_starts_from_the_local_co
     converged(&[&a, &b], &last, Instant::now()).await?;
     let stale = b.metric("shardgate_table_source_staleness_seconds").await?;
     assert!(stale < 1.0, "b still stale after etcd came back: {stale}");
+
+    // An invalid table in etcd when an instance starts: it starts from its
+    // local copy (the last good table) and reports the rejection.
+    cluster.put(&last.replace("version: 1", "version: 1\nbogus: 1"))?;
+    b.child = None;
+    b.run(dir.path(), &endpoints).await?;
+    assert_eq!(b.sha256().await?, sha256(&last));
+    let fleet = fleet_where(&a, |f| {
+        f["instances"].as_array().is_some_and(|l| l.iter().any(|i| i["instance"] == "gw-b" && !i["rejected"].is_null()))
+    })
+    .await?;
+    assert!(fleet.to_string().contains("bogus"), "{fleet}");
     Ok(())
 }
 

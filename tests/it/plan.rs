@@ -103,6 +103,9 @@ async fn plan_lists_each_moved_unit_with_the_traffic_a_running_instance_carried(
     assert_eq!(code, 78, "{err}");
     assert!(err.contains("invalid.yaml:"), "{err}");
     assert_eq!(plan(&[new_file.to_str().ok_or("path")?])?.0, 2);
+    let (closed, _) = super::support::binary::free_ports()?;
+    let nobody = format!("http://127.0.0.1:{closed}");
+    assert_eq!(plan(&["--admin", &nobody, new_file.to_str().ok_or("path")?])?.0, 69);
     Ok(())
 }
 
@@ -163,6 +166,18 @@ async fn the_audit_trail_records_each_change_and_fails_to_verify_with_one_byte_c
     };
     let ok = verify(&trail)?;
     assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stderr));
+    // The last line cut off: the chain left holds, but not to the head the log recorded.
+    let text = std::fs::read_to_string(&trail)?;
+    let head = lines.last().and_then(|l| l["hash"].as_str()).ok_or("no hash")?.to_string();
+    let cut = dir.path().join("cut.jsonl");
+    let kept: Vec<&str> = text.lines().collect();
+    std::fs::write(&cut, format!("{}\n", kept[..kept.len() - 1].join("\n")))?;
+    assert_eq!(verify(&cut)?.status.code(), Some(0));
+    let with_head = |path: &std::path::Path| {
+        Command::new(env!("CARGO_BIN_EXE_shardgate")).args(["audit", "verify", "--head", &head]).arg(path).output()
+    };
+    assert_eq!(with_head(&trail)?.status.code(), Some(0));
+    assert_eq!(with_head(&cut)?.status.code(), Some(1));
     // One byte changed: the "kz" of the first move becomes "kx".
     let text = std::fs::read_to_string(&trail)?;
     let changed = dir.path().join("changed.jsonl");

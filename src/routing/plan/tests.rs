@@ -55,6 +55,14 @@ fn a_moved_country_and_not_its_overridden_entity() -> TestResult {
 }
 
 #[test]
+fn a_country_added_or_removed_is_one_move_not_an_override_per_entity() -> TestResult {
+    let new = BASE.replace("US: { id: 1, region: us }", "US: { id: 1, region: us }, FR: { id: 33, region: eu }");
+    assert_eq!(moves(BASE, &new)?, vec![("country FR".to_string(), None, Some("eu".to_string()))]);
+    assert_eq!(moves(&new, BASE)?, vec![("country FR".to_string(), Some("eu".to_string()), None)]);
+    Ok(())
+}
+
+#[test]
 fn an_override_added_or_changed() -> TestResult {
     let new = BASE.replace(
         "overrides: [{ country: KZ, entity: Wallet, region: eu }]",
