@@ -140,6 +140,13 @@ pub(crate) fn from_value(root: &Value, ctx: &mut Ctx<'_>) -> File {
         })
         .collect();
     let hash = get("hash").and_then(|v| item::<Hash>(ctx, v, &top.k("hash")));
+    let moves = seq_items::<Move>(ctx, get("moves"), &top.k("moves"))
+        .into_iter()
+        .map(|(i, mut m)| {
+            m.index = i;
+            m
+        })
+        .collect();
     let time_ranges = seq_items::<TimeRange>(ctx, get("time_ranges"), &top.k("time_ranges"))
         .into_iter()
         .map(|(i, mut r)| {
@@ -203,6 +210,7 @@ pub(crate) fn from_value(root: &Value, ctx: &mut Ctx<'_>) -> File {
         key_ranges,
         hash,
         time_ranges,
+        moves,
         ids,
         server,
         upstream,

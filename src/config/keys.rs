@@ -34,6 +34,7 @@ pub fn shape() -> &'static Shape {
             ("key_ranges", Seq(Box::new(KeyRange::shape(vec![])))),
             ("hash", Hash::shape(vec![("weights", Map(Box::new(any())))])),
             ("time_ranges", Seq(Box::new(TimeRange::shape(vec![])))),
+            ("moves", Seq(Box::new(Move::shape(vec![("hold", MoveHold::shape(vec![]))])))),
             (
                 "ids",
                 Ids::shape(vec![

@@ -42,6 +42,8 @@ pub struct Config {
     pub hash: Vec<(usize, f64)>,
     /// Time ranges (exclusive end in Unix ms, `None` for the open last one; region), ascending.
     pub time_ranges: Vec<(Option<u64>, usize)>,
+    /// Placement units being re-homed.
+    pub moves: Vec<MoveRule>,
     /// Per-format parsing parameters.
     pub ids: Params,
     /// Routes, in file order.
@@ -119,6 +121,27 @@ pub struct Country {
     pub id: u8,
     /// Owning region.
     pub region: usize,
+}
+
+/// A placement unit being re-homed (`moves[i]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MoveRule {
+    /// The unit, named as [`crate::routing::Units`] names it.
+    pub unit: String,
+    /// The region it moves to.
+    pub to: usize,
+    /// Where the move stands.
+    pub phase: crate::config::schema::MovePhase,
+    /// The unit's epoch.
+    pub epoch: u64,
+    /// Hold reads too, not only writes.
+    pub hold_all: bool,
+    /// Most requests held at once on one instance.
+    pub max_requests: usize,
+    /// Longest a request is held.
+    pub max_time: std::time::Duration,
+    /// Held requests released per second.
+    pub release_rate: u32,
 }
 
 /// A service entity: its name and 8-bit code.

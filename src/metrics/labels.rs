@@ -92,6 +92,12 @@ pub(super) struct UnitLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct MoveLabels {
+    pub(super) unit: String,
+    pub(super) result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct TableInfoLabels {
     pub(super) version: u64,
     pub(super) sha256: String,

@@ -241,6 +241,8 @@ pub struct Metrics {
     source_stale: Gauge<f64, AtomicU64>,
     source_apply: Gauge<f64, AtomicU64>,
     legs: Family<LegLabels, Counter>,
+    moves: Family<MoveLabels, Counter>,
+    held: Family<UnitLabels, Histogram, DurationHistogram>,
     search_cache: Family<ResultLabels, Counter>,
     search_cache_evictions: Counter,
     search_cache_entries: Gauge,
@@ -347,6 +349,19 @@ impl Metrics {
         for result in ["success", "failure"] {
             let _ = reloads.get_or_create(&ResultLabels { result });
         }
+        let moves = Family::default();
+        registry.register(
+            "move_requests",
+            "Requests of a placement unit being re-homed: held, released, aborted, expired, refused",
+            moves.clone(),
+        );
+        let held = Family::new_with_constructor(DurationHistogram);
+        registry.register_with_unit(
+            "move_hold_duration",
+            "How long requests of a moving unit were held",
+            Unit::Seconds,
+            held.clone(),
+        );
         let legs = Family::default();
         registry.register(
             "legs",
@@ -384,6 +399,8 @@ impl Metrics {
             trace_spans,
             dns_lookups,
             legs,
+            moves,
+            held,
             search_cache,
             search_cache_evictions,
             search_cache_entries,
@@ -572,6 +589,17 @@ impl Metrics {
     pub fn leg(&self, kind: &'static str, route: &str, region: &str, outcome: &'static str) {
         let labels = LegLabels { kind, route: route.to_string(), region: region.to_string(), outcome };
         self.legs.get_or_create(&labels).inc();
+    }
+
+    /// A request of moving `unit`: `held`, then `released`, `aborted` or
+    /// `expired`; or `refused` (the hold was full).
+    pub fn moved(&self, unit: &str, result: &'static str) {
+        self.moves.get_or_create(&MoveLabels { unit: unit.to_string(), result }).inc();
+    }
+
+    /// A request of moving `unit` held for `d`.
+    pub fn held_for(&self, unit: &str, d: std::time::Duration) {
+        self.held.get_or_create(&UnitLabels { unit: unit.to_string() }).observe(d.as_secs_f64());
     }
 
     /// The whole registry in OpenMetrics text.

@@ -39,6 +39,7 @@ pub mod extract;
 mod fanout;
 pub mod forward;
 pub mod headers;
+pub mod hold;
 mod legs;
 pub mod locate;
 mod message;
@@ -92,6 +93,8 @@ pub struct Shared {
     pub traces: Option<Arc<Traces>>,
     /// What DNS discovery of named endpoints did.
     pub dns: Arc<crate::upstream::dns::DnsStats>,
+    /// The requests held for moving placement units.
+    pub holds: Arc<hold::Holds>,
 }
 
 impl Shared {
@@ -105,6 +108,7 @@ impl Shared {
         Shared {
             traces,
             found: Arc::new(Found::new(fixed.search_cache_capacity)),
+            holds: Arc::default(),
             table,
             metrics: Arc::new(Metrics::new()),
             health: Arc::new(Health::default()),
@@ -187,11 +191,22 @@ impl Proxy {
     /// moved from stage to stage is copied into each one's future), and
     /// what the upstream leg needs changed in it is changed in place.
     pub async fn handle(&self, head: &mut Parts, body: RequestBody, conn: ConnInfo) -> Answer {
-        let loaded = self.shared.table.snapshot();
-        let (shared, table) = (&self.shared, &loaded.table);
-        if let Some(response) = endpoints::own_answer(head, table, &shared.drain, &self.minters, &self.me.name) {
+        let mut loaded = self.shared.table.snapshot();
+        let shared = &self.shared;
+        if let Some(response) = endpoints::own_answer(head, &loaded.table, &shared.drain, &self.minters, &self.me.name)
+        {
             return Answer { response, request_id: None, from_upstream: false, rules: RuleFields::new() };
         }
+        // A unit being re-homed: its requests wait before anything of them is read.
+        let mut refused = None;
+        if loaded.table.is_holding() {
+            let (holds, metrics) = (&shared.holds, &shared.metrics);
+            match Box::pin(hold::hold(&shared.table, holds, metrics, &self.minters, head, Arc::clone(&loaded))).await {
+                Ok(next) => loaded = next,
+                Err(e) => refused = Some(e),
+            }
+        }
+        let table = &loaded.table;
         self.handled.fetch_add(1, Ordering::Relaxed);
         let (request_id, fresh_request_id) = self.request_id(head);
         let arrival = Arrival {
@@ -206,7 +221,10 @@ impl Proxy {
         };
         let journal = Journal { trace: self.server_span(head), ..Journal::default() };
         let mut ctx = Ctx { table, conn, arrival, journal, hops: 0, relayed: false };
-        let result = self.route(&mut ctx, head, body).await;
+        let result = match refused {
+            Some(e) => Err(e),
+            None => self.route(&mut ctx, head, body).await,
+        };
         let report = respond::Report { metrics: &shared.metrics, drain: &shared.drain, name: &self.me.name };
         let (response, rules) = respond::finish(report, &loaded, &ctx, result);
         let from_upstream = matches!(response.body(), Either::Left(_));

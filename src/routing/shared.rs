@@ -40,6 +40,8 @@ pub struct SharedTable {
     next_version: AtomicU64,
     /// The addresses of named endpoints, as discovery last found them.
     resolved: Mutex<Resolved>,
+    /// Told of every table published (held requests wait on it).
+    changes: tokio::sync::watch::Sender<u64>,
 }
 
 /// Lowercase hex SHA-256 of `text`.
@@ -63,6 +65,7 @@ impl SharedTable {
             current: ArcSwap::from_pointee(loaded),
             next_version: AtomicU64::new(2),
             resolved: Mutex::new(Resolved::none()),
+            changes: tokio::sync::watch::channel(1).0,
         }
     }
 
@@ -109,7 +112,13 @@ impl SharedTable {
             source_text: running.source_text.clone(),
         };
         self.current.store(Arc::new(loaded));
+        self.changes.send_replace(running.version);
         true
+    }
+
+    /// Changes whenever a table is published.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     /// Replaces the table in one atomic swap; returns the new version.
@@ -119,6 +128,7 @@ impl SharedTable {
         let loaded =
             Loaded { table, sha256: sha256_hex(&source_text), version, loaded_at: SystemTime::now(), source_text };
         self.current.store(Arc::new(loaded));
+        self.changes.send_replace(version);
         version
     }
 }

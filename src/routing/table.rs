@@ -6,11 +6,12 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
-use crate::config::model::Config;
 pub use crate::config::model::{
     Balance, CountrySource, FieldValue, HeaderEdit, HeaderRules, IdRule, IdSource, MintRule, Region, Rewrite,
     RewritePath, Route, To, ValuePiece, Var,
 };
+use crate::config::model::{Config, MoveRule};
+use crate::config::schema::MovePhase;
 pub use crate::config::settings::{Settings, UpstreamPolicy};
 use crate::config::template::insert_template;
 pub use crate::config::values::Upstream;
@@ -106,6 +107,10 @@ pub struct Table {
     counts: Counts,
     /// The placement units and the requests each placed.
     units: super::units::Units,
+    /// Units being re-homed, each with its unit's index in `units`.
+    moves: Box<[(u32, MoveRule)]>,
+    /// Whether some move is in `hold`.
+    holding: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -211,6 +216,9 @@ impl Table {
             .map(|&(r, weight)| HashCandidate { region: rid(r).0, seed: name_seed(&cfg.regions[r].name), weight })
             .collect();
         let names_lists = Arc::new(super::rules::names(&regions, &country_names, &entity_names));
+        let units = super::units::Units::compile(cfg);
+        // Validation checked that each move names a unit of the table.
+        let moves = cfg.moves.iter().filter_map(|m| Some((units.index_of(&m.unit)?, m.clone()))).collect();
         let (routes, router) = compile_routes(&cfg.routes, &names_lists);
         Table {
             loads: regions.iter().map(|r| r.upstreams.iter().map(|_| AtomicUsize::new(0)).collect()).collect(),
@@ -244,7 +252,9 @@ impl Table {
             entities,
             entity_names,
             settings: cfg.settings.clone(),
-            units: super::units::Units::compile(cfg),
+            units,
+            holding: cfg.moves.iter().any(|m| m.phase == MovePhase::Hold),
+            moves,
             counts: Counts {
                 overrides: cfg.overrides.len(),
                 node_entries: n.locality_mac.len()
@@ -426,6 +436,26 @@ impl Table {
     }
 
     /// Settings with defaults filled in.
+    /// Whether some move holds requests.
+    #[inline]
+    pub fn is_holding(&self) -> bool {
+        self.holding
+    }
+
+    /// The move of the unit that placed a request by `rule` in `region`, if one is under way.
+    pub fn move_of(&self, rule: Rule, region: RegionId) -> Option<&MoveRule> {
+        if self.moves.is_empty() {
+            return None;
+        }
+        let unit = self.units.unit_of(rule, region);
+        self.moves.iter().find(|(u, _)| *u == unit).map(|(_, m)| m)
+    }
+
+    /// The moves under way.
+    pub fn moves(&self) -> impl Iterator<Item = &MoveRule> {
+        self.moves.iter().map(|(_, m)| m)
+    }
+
     /// The placement units and the requests each placed.
     pub fn units(&self) -> &super::units::Units {
         &self.units

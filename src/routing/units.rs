@@ -191,8 +191,13 @@ impl Units {
         }
     }
 
+    /// The index of the unit named `name`.
+    pub(crate) fn index_of(&self, name: &str) -> Option<u32> {
+        self.names.iter().position(|n| n == name).and_then(|i| u32::try_from(i).ok())
+    }
+
     /// The unit that placed a request by `rule` in `region`.
-    fn unit_of(&self, rule: Rule, region: RegionId) -> u32 {
+    pub(crate) fn unit_of(&self, rule: Rule, region: RegionId) -> u32 {
         let node = |kind: u8, key: u64| {
             self.nodes.binary_search_by_key(&(kind, key), |&(k, _)| k).map_or(NO, |i| self.nodes[i].1)
         };

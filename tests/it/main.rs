@@ -27,6 +27,7 @@ mod mesh;
 mod metrics;
 mod plan;
 mod proxy;
+mod rehoming;
 mod reload;
 mod routing;
 mod saturation;

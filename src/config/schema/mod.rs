@@ -86,6 +86,8 @@ pub struct File {
     pub search_cache: SearchCache,
     /// OpenTelemetry traces (off unless an OTLP endpoint is set here or in `OTEL_*`).
     pub telemetry: Telemetry,
+    /// Placement units being re-homed, and the phase each is in.
+    pub moves: Vec<Move>,
     /// Field edits of every route's requests and answers (before the route's own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub headers: Option<HeaderRulesSpec>,
@@ -187,6 +189,78 @@ pub struct TimeRange {
     /// Position in the file's list.
     #[serde(skip)]
     pub index: usize,
+}
+
+/// `moves[i]`: one placement unit being re-homed.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, expecting = "a move such as { unit: \"country KZ\", to: eu, phase: hold, epoch: 1 }")]
+pub struct Move {
+    /// The unit, named as `plan` and `shardgate_placement_requests_total` name it.
+    pub unit: String,
+    /// The region it moves to.
+    pub to: String,
+    /// `hold`, `switch` or `abort`.
+    pub phase: MovePhase,
+    /// The unit's epoch: raised by the tool for each move of the unit, carried by forwards.
+    pub epoch: u64,
+    /// What is held and for how long.
+    #[serde(default)]
+    pub hold: MoveHold,
+    /// Held requests released per second after the switch (or the abort).
+    #[serde(default = "default_release_rate")]
+    pub release_rate: u32,
+    /// Position in the file's list.
+    #[serde(skip)]
+    pub index: usize,
+}
+
+fn default_release_rate() -> u32 {
+    500
+}
+
+/// A move's phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MovePhase {
+    /// Requests for the unit are parked before their body is read.
+    Hold,
+    /// The unit has its new owner (in this table); held requests go there.
+    Switch,
+    /// The move is called off; held requests go to the owner in this table.
+    Abort,
+}
+
+/// `moves[i].hold`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, expecting = "a mapping such as { requests: writes, max_requests: 1000, max_time: 5s }")]
+pub struct MoveHold {
+    /// `writes` (POST, PUT, PATCH, DELETE: the default) or `all`.
+    #[serde(default = "default_hold_requests")]
+    pub requests: String,
+    /// Most requests held at once on one instance; more are answered 503 with `Retry-After`.
+    #[serde(default = "default_max_held")]
+    pub max_requests: usize,
+    /// Longest a request is held; then the instance aborts the move and sends held requests to the owner.
+    #[serde(default = "default_max_hold")]
+    pub max_time: Dur,
+}
+
+impl Default for MoveHold {
+    fn default() -> Self {
+        MoveHold { requests: default_hold_requests(), max_requests: default_max_held(), max_time: default_max_hold() }
+    }
+}
+
+fn default_hold_requests() -> String {
+    "writes".to_string()
+}
+
+fn default_max_held() -> usize {
+    10_000
+}
+
+fn default_max_hold() -> Dur {
+    Dur(std::time::Duration::from_secs(5))
 }
 
 /// `ids`: per-format parameters.

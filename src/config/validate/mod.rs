@@ -7,6 +7,7 @@
 //! defined, so one mistake is reported once, not again at every reference.
 
 mod headers;
+mod moves;
 mod names;
 mod paths;
 mod placement;
@@ -46,6 +47,14 @@ pub(crate) fn validate(file: &File, ctx: &mut Ctx<'_>) -> Config {
     let key_ranges = placement::key_ranges(file, &names, ctx);
     let hash = placement::hash(file, &names, ctx);
     let time_ranges = placement::time_ranges(file, &names, ctx);
+    let owners = moves::Owners {
+        countries: &countries,
+        entities: &entities,
+        overrides: &overrides,
+        shards: shards.as_ref(),
+        key_ranges: &key_ranges,
+    };
+    let moves = moves::moves(file, &names, &owners, ctx);
     let top = settings::top_level(file, &names, ctx);
     let ids = settings::ids(file, ctx);
     settings::limits_and_timeouts(file, ctx);
@@ -69,6 +78,7 @@ pub(crate) fn validate(file: &File, ctx: &mut Ctx<'_>) -> Config {
         key_ranges,
         hash,
         time_ranges,
+        moves,
         ids: ids.params,
         routes,
         variables: Vec::new(),

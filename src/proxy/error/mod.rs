@@ -91,6 +91,14 @@ pub enum ProxyError {
         /// What is wrong, naming the parameter and value.
         detail: String,
     },
+    /// The unit of the request is being re-homed and this instance holds as
+    /// many of its requests as the move allows.
+    HoldFull {
+        /// The placement unit.
+        unit: String,
+        /// `moves[i].hold.max_requests`.
+        max: usize,
+    },
     /// The owning region has no usable endpoint.
     RegionUnavailable {
         /// The region's name.
@@ -267,7 +275,7 @@ impl ProxyError {
     fn retry_after(&self) -> Option<&'static str> {
         match self {
             ProxyError::RegionUnavailable { .. } => Some("5"),
-            ProxyError::UpstreamSaturated { .. } => Some("1"),
+            ProxyError::UpstreamSaturated { .. } | ProxyError::HoldFull { .. } => Some("1"),
             _ => None,
         }
     }
@@ -303,6 +311,12 @@ impl fmt::Display for ProxyError {
                 write!(f, "{param} holds an id this route would not mint: {detail}")
             }
             E::BadMintRequest { detail } => write!(f, "invalid batch mint request: {detail}"),
+            E::HoldFull { unit, max } => {
+                write!(
+                    f,
+                    "{unit} is moving to another region and {max} of its requests are already held here; retry shortly"
+                )
+            }
             E::RegionUnavailable { region } => write!(f, "region {region} has no healthy endpoint"),
             E::UpstreamSaturated { region, full } => {
                 write!(f, "no endpoint of region {region} can take the request now: {}", full.explain())

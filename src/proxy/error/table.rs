@@ -52,6 +52,15 @@ const SATURATED: Spec = row(
     Outcome::Unavailable,
 )
 .with_grpc(Code::ResourceExhausted);
+const HOLD_FULL: Spec = row(
+    S::SERVICE_UNAVAILABLE,
+    "hold_full",
+    "connection_limit_reached",
+    "Placement unit moving",
+    "hold-full",
+    Outcome::Unavailable,
+)
+.with_grpc(Code::Unavailable);
 const UPSTREAM_TIMEOUT: Spec =
     row(S::GATEWAY_TIMEOUT, "upstream_timeout", LATE, "Upstream timeout", "timeout", Outcome::Timeout);
 const CONNECT: Spec = row(
@@ -137,6 +146,7 @@ impl ProxyError {
             E::ClientIdRejected { .. } => CLIENT_ID,
             E::BadMintRequest { .. } => BAD_MINT,
             E::RegionUnavailable { .. } => REGION_DOWN,
+            E::HoldFull { .. } => HOLD_FULL,
             E::UpstreamSaturated { .. } => SATURATED,
             E::UpstreamTimeout { .. } => UPSTREAM_TIMEOUT,
             E::UpstreamConnect { .. } => CONNECT,

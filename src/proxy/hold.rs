@@ -1,0 +1,160 @@
+//! Hold: the requests of a placement unit being re-homed, parked before
+//! their body is read.
+//!
+//! While a move of the table (`moves:`) is in `hold`, the writes of its unit
+//! (every request with `hold: { requests: all }`) wait here, before the
+//! request path reads anything of them: an HTTP/1 body stays in the
+//! client's socket, an HTTP/2 one behind flow control. Nothing else waits:
+//! a request is located first (the same pure [`locate`] the path runs), and
+//! only one whose unit is held is parked.
+//!
+//! A held request goes on when a table is published that no longer holds
+//! its move (the switch, which gives the unit its new owner; an abort; the
+//! move removed), placed by that table, at most `release_rate` a second per
+//! move. Bounds, per move and instance: `max_requests` held at once (more
+//! are answered 503 with `Retry-After`, [`ProxyError::HoldFull`]), and
+//! `max_time` each: past it this instance gives the move up on its own (the
+//! held and every later request of it go to the owner of the running table,
+//! still the source) until a table with a new epoch for the unit holds again.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use http::request::Parts;
+
+use super::error::ProxyError;
+use super::locate::{self, Plan};
+use super::mint::Minters;
+use crate::config::schema::MovePhase;
+use crate::metrics::Metrics;
+use crate::routing::{Loaded, SharedTable};
+
+/// One move on this instance, by unit and epoch.
+#[derive(Debug)]
+struct Held {
+    /// Requests parked now.
+    now: usize,
+    /// `max_time` passed: this instance gave the move up.
+    expired: bool,
+    /// When the next released request may go.
+    next_release: Instant,
+}
+
+/// The moves this instance holds requests for.
+#[derive(Debug, Default)]
+pub struct Holds {
+    moves: Mutex<HashMap<(String, u64), Held>>,
+}
+
+/// How a held request's wait ended.
+enum Ended {
+    /// A table that no longer holds the move: go, placed by it.
+    Released(Arc<Loaded>),
+    /// `max_time` passed: go to the owner of the running table.
+    Expired,
+}
+
+impl Holds {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, u64), Held>> {
+        self.moves.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes a place among the move's held requests; `None` when it has
+    /// `max` already, or gave the move up.
+    fn enter(&self, key: &(String, u64), max: usize) -> Result<bool, ()> {
+        let mut moves = self.lock();
+        let held = moves.entry(key.clone()).or_insert(Held { now: 0, expired: false, next_release: Instant::now() });
+        if held.expired {
+            return Ok(false);
+        }
+        if held.now >= max {
+            return Err(());
+        }
+        held.now += 1;
+        Ok(true)
+    }
+
+    fn leave(&self, key: &(String, u64), expired: bool) {
+        if let Some(held) = self.lock().get_mut(key) {
+            held.now = held.now.saturating_sub(1);
+            held.expired |= expired;
+        }
+    }
+
+    /// When a released request of the move may go, at `rate` a second.
+    fn release_at(&self, key: &(String, u64), rate: u32) -> Instant {
+        let now = Instant::now();
+        let gap = Duration::from_secs(1) / rate.max(1);
+        let mut moves = self.lock();
+        let Some(held) = moves.get_mut(key) else { return now };
+        let at = held.next_release.max(now);
+        held.next_release = at + gap;
+        at
+    }
+}
+
+/// Holds `head`'s request while its unit's move holds it: the table to
+/// route it with (`loaded` itself when it is not held), or why it is
+/// refused.
+pub(super) async fn hold(
+    table: &SharedTable,
+    holds: &Holds,
+    metrics: &Metrics,
+    minters: &Minters,
+    head: &Parts,
+    loaded: Arc<Loaded>,
+) -> Result<Arc<Loaded>, ProxyError> {
+    let Ok(Plan::One(located)) = locate::locate(&loaded.table, head, None, minters, false) else { return Ok(loaded) };
+    let (rule, region) = (located.placement.rule, located.placement.region);
+    let writes = !crate::upstream::retry::is_safe(&head.method);
+    let held = loaded.table.move_of(rule, region).filter(|m| m.phase == MovePhase::Hold && (m.hold_all || writes));
+    let Some(m) = held else { return Ok(loaded) };
+    let key = (m.unit.clone(), m.epoch);
+    let (max_time, rate) = (m.max_time, m.release_rate);
+    match holds.enter(&key, m.max_requests) {
+        Ok(true) => {}
+        Ok(false) => return Ok(loaded),
+        Err(()) => {
+            metrics.moved(&key.0, "refused");
+            return Err(ProxyError::HoldFull { unit: key.0, max: m.max_requests });
+        }
+    }
+    metrics.moved(&key.0, "held");
+    let started = Instant::now();
+    let ended = wait(table, &key, started + max_time).await;
+    let expired = matches!(ended, Ended::Expired);
+    holds.leave(&key, expired);
+    metrics.held_for(&key.0, started.elapsed());
+    match ended {
+        Ended::Released(next) => {
+            tokio::time::sleep_until(holds.release_at(&key, rate).into()).await;
+            let switched =
+                next.table.moves().any(|n| n.unit == key.0 && n.epoch == key.1 && n.phase == MovePhase::Switch);
+            metrics.moved(&key.0, if switched { "released" } else { "aborted" });
+            // The newest table: a release paced behind others may find a later one.
+            Ok(table.snapshot())
+        }
+        Ended::Expired => {
+            metrics.moved(&key.0, "expired");
+            tracing::warn!(unit = %key.0, epoch = key.1, ?max_time, "a held request waited max_time: this instance gives the move up");
+            Ok(table.snapshot())
+        }
+    }
+}
+
+/// Waits for a table that does not hold the move `key`, or for `deadline`.
+async fn wait(table: &SharedTable, key: &(String, u64), deadline: Instant) -> Ended {
+    let mut changes = table.changes();
+    loop {
+        let now = table.snapshot();
+        let still = now.table.moves().any(|m| m.unit == key.0 && m.epoch == key.1 && m.phase == MovePhase::Hold);
+        if !still {
+            return Ended::Released(now);
+        }
+        tokio::select! {
+            changed = changes.changed() => if changed.is_err() { return Ended::Expired },
+            () = tokio::time::sleep_until(deadline.into()) => return Ended::Expired,
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! Live re-homing on one instance: a move's `hold` parks the writes of its
+//! unit (only those) before their body is read, the `switch` revision sends
+//! them to the new owner at the release rate, an `abort` sends them back to
+//! the source, and the bounds (held at once, held for how long) answer 503
+//! or give the move up. Every request answered 200: nothing fails.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::Request;
+use http_body_util::Full;
+
+use super::support::{get, iuid, proxy, send, table, three_backends, BoxError, Got, Running};
+
+type TestResult = Result<(), BoxError>;
+
+/// Publishes `text` as the proxy's table.
+fn publish(p: &Running, text: &str) -> TestResult {
+    let proxy = p.proxy.as_ref().ok_or("not a proxy")?;
+    let cfg = shardgate::config::load_str(text, "t.yaml").map_err(|e| format!("{e}"))?;
+    proxy.shared().table.publish_config(&cfg, text.to_string())?;
+    Ok(())
+}
+
+fn put(p: &Running, country: u8) -> Result<Request<Full<Bytes>>, BoxError> {
+    let url = format!("http://{}/v1/orders/{}", p.addr, iuid(country));
+    Ok(Request::put(url).body(Full::new(Bytes::from_static(b"{\"state\":\"paid\"}")))?)
+}
+
+fn region(got: &Got) -> String {
+    got.headers.get("x-backend-region").and_then(|v| v.to_str().ok()).unwrap_or("").to_string()
+}
+
+fn moving(phase: &str, to: &str, epoch: u32, extra: &str) -> String {
+    format!("moves:\n  - {{ unit: \"country KZ\", to: {to}, phase: {phase}, epoch: {epoch}{extra} }}\n")
+}
+
+async fn metric(p: &Running, result: &str) -> Result<f64, BoxError> {
+    let proxy = p.proxy.as_ref().ok_or("not a proxy")?;
+    let text = proxy.shared().metrics.render();
+    let line = format!("shardgate_move_requests_total{{unit=\"country KZ\",result=\"{result}\"}} ");
+    Ok(text.lines().find_map(|l| l.strip_prefix(&line)).map_or(Ok(0.0), str::parse)?)
+}
+
+#[tokio::test]
+async fn rehoming_hold_then_switch_sends_held_writes_to_the_new_owner_at_the_release_rate() -> TestResult {
+    let [eu, kz, us] = three_backends().await?;
+    let base = table(eu.addr, kz.addr, us.addr, "");
+    let p = proxy(&base).await?;
+    // Hold: KZ's writes wait; its reads and other countries' writes do not.
+    publish(&p, &table(eu.addr, kz.addr, us.addr, &moving("hold", "eu", 1, ", release_rate: 20")))?;
+    let mut held = Vec::new();
+    for _ in 0..10 {
+        let req = put(&p, 7)?;
+        held.push(tokio::spawn(async move { (send(req).await, Instant::now()) }));
+    }
+    let read = get(&format!("http://{}/v1/orders/{}", p.addr, iuid(7))).await?;
+    assert_eq!((read.status.as_u16(), region(&read)), (200, "kz".into()));
+    let other = send(put(&p, 49)?).await?;
+    assert_eq!((other.status.as_u16(), region(&other)), (200, "eu".into()));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(held.iter().all(|h| !h.is_finished()), "a held write was answered during the hold");
+    let kz_before = kz.hits.load(Ordering::SeqCst);
+    assert_eq!(metric(&p, "held").await?, 10.0);
+
+    // Switch: KZ is eu's, and the held writes go there, 20 a second.
+    let switched = table(eu.addr, kz.addr, us.addr, &moving("switch", "eu", 1, ", release_rate: 20"))
+        .replace("KZ: { id: 7, region: kz }", "KZ: { id: 7, region: eu }");
+    let at = Instant::now();
+    publish(&p, &switched)?;
+    let mut last = at;
+    for h in held {
+        let (got, done) = h.await?;
+        let got = got?;
+        assert_eq!((got.status.as_u16(), region(&got)), (200, "eu".into()));
+        last = last.max(done);
+    }
+    // Ten at 20 a second: the last one about half a second after the switch.
+    assert!(last - at >= Duration::from_millis(400), "released too fast: {:?}", last - at);
+    assert_eq!(kz.hits.load(Ordering::SeqCst), kz_before, "a held write reached the old owner");
+    assert_eq!(metric(&p, "released").await?, 10.0);
+    // After the switch, nothing is held and KZ is eu's.
+    let after = send(put(&p, 7)?).await?;
+    assert_eq!((after.status.as_u16(), region(&after)), (200, "eu".into()));
+    Ok(())
+}
+
+#[tokio::test]
+async fn rehoming_abort_sends_held_writes_back_to_the_source_and_reverse_moves_it_back() -> TestResult {
+    let [eu, kz, us] = three_backends().await?;
+    let p = proxy(&table(eu.addr, kz.addr, us.addr, "")).await?;
+    publish(&p, &table(eu.addr, kz.addr, us.addr, &moving("hold", "eu", 1, "")))?;
+    let req = put(&p, 7)?;
+    let held = tokio::spawn(send(req));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!held.is_finished());
+    publish(&p, &table(eu.addr, kz.addr, us.addr, &moving("abort", "eu", 1, "")))?;
+    let got = held.await??;
+    assert_eq!((got.status.as_u16(), region(&got)), (200, "kz".into()));
+    assert_eq!(metric(&p, "aborted").await?, 1.0);
+
+    // Moved to eu (epoch 2), then back to kz the same way (epoch 3).
+    let to_eu = |phase: &str, epoch| {
+        let t = table(eu.addr, kz.addr, us.addr, &moving(phase, "eu", epoch, ""));
+        if phase == "switch" {
+            t.replace("KZ: { id: 7, region: kz }", "KZ: { id: 7, region: eu }")
+        } else {
+            t
+        }
+    };
+    publish(&p, &to_eu("hold", 2))?;
+    publish(&p, &to_eu("switch", 2))?;
+    let back = |phase: &str| {
+        let t = table(eu.addr, kz.addr, us.addr, &moving(phase, "kz", 3, ""));
+        if phase == "hold" {
+            t.replace("KZ: { id: 7, region: kz }", "KZ: { id: 7, region: eu }")
+        } else {
+            t
+        }
+    };
+    publish(&p, &back("hold"))?;
+    let held = tokio::spawn(send(put(&p, 7)?));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!held.is_finished());
+    publish(&p, &back("switch"))?;
+    let got = held.await??;
+    assert_eq!((got.status.as_u16(), region(&got)), (200, "kz".into()));
+    Ok(())
+}
+
+#[tokio::test]
+async fn rehoming_a_full_hold_answers_503_and_a_hold_past_its_time_gives_the_move_up() -> TestResult {
+    let [eu, kz, us] = three_backends().await?;
+    let p = proxy(&table(eu.addr, kz.addr, us.addr, "")).await?;
+    let bounds = ", hold: { max_requests: 2, max_time: 400ms }";
+    publish(&p, &table(eu.addr, kz.addr, us.addr, &moving("hold", "eu", 1, bounds)))?;
+    let started = Instant::now();
+    let first = tokio::spawn(send(put(&p, 7)?));
+    let second = tokio::spawn(send(put(&p, 7)?));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let third = send(put(&p, 7)?).await?;
+    assert_eq!(third.status.as_u16(), 503);
+    assert_eq!(third.headers.get("retry-after").and_then(|v| v.to_str().ok()), Some("1"));
+    assert_eq!(third.json()?["reason"], "hold_full", "{:?}", third.body);
+    // Past max_time the two held writes go to the source, and later ones are not held.
+    for h in [first, second] {
+        let got = h.await??;
+        assert_eq!((got.status.as_u16(), region(&got)), (200, "kz".into()));
+    }
+    assert!(started.elapsed() >= Duration::from_millis(400));
+    let quick = Instant::now();
+    let later = send(put(&p, 7)?).await?;
+    assert_eq!((later.status.as_u16(), region(&later)), (200, "kz".into()));
+    assert!(quick.elapsed() < Duration::from_millis(300), "held again after the move was given up");
+    assert_eq!(metric(&p, "expired").await?, 2.0);
+    assert_eq!(metric(&p, "refused").await?, 1.0);
+    // A new epoch holds again.
+    publish(&p, &table(eu.addr, kz.addr, us.addr, &moving("hold", "eu", 2, bounds)))?;
+    let held = tokio::spawn(send(put(&p, 7)?));
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(!held.is_finished(), "a new epoch did not hold");
+    assert_eq!(held.await??.status.as_u16(), 200);
+    Ok(())
+}
+
+#[test]
+fn rehoming_moves_are_checked_with_their_line() {
+    let t = |moves: &str, countries: &str| {
+        let at = |port: u16| std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let text = table(at(1), at(2), at(3), moves);
+        let text = text.replace("KZ: { id: 7, region: kz }", countries);
+        shardgate::config::load_str(&text, "t.yaml").err().map(|e| e.to_string()).unwrap_or_default()
+    };
+    let kz = "KZ: { id: 7, region: kz }";
+    let err = t(&moving("switch", "eu", 1, ""), kz);
+    assert!(err.contains("moves[0].phase") && err.contains("still gives it to another region"), "{err}");
+    let err = t(&moving("hold", "kz", 1, ""), kz);
+    assert!(err.contains("already belongs to \"kz\""), "{err}");
+    let err = t("moves:\n  - { unit: \"country XX\", to: eu, phase: hold, epoch: 1 }\n", kz);
+    assert!(err.contains("moves[0].unit") && err.contains("not a placement unit"), "{err}");
+    let err = t(&moving("hold", "eu", 0, ", hold: { requests: some }"), kz);
+    assert!(err.contains("epoch 0") && err.contains("not `writes` or `all`"), "{err}");
+    assert_eq!(t(&moving("hold", "eu", 1, ""), kz), "");
+    assert_eq!(t("moves:\n  - { unit: \"shards 6-10\", to: eu, phase: hold, epoch: 1 }\n", kz), "");
+}
