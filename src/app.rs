@@ -347,20 +347,7 @@ pub enum TableFrom {
     Etcd(EtcdOptions),
 }
 
-/// How to reach and follow an etcd key.
-#[derive(Debug, Clone)]
-pub struct EtcdOptions {
-    /// The endpoints and the key.
-    pub target: crate::source::etcd::Target,
-    /// TLS to the endpoints (`None`: plain HTTP).
-    pub tls: Option<crate::config::schema::UpstreamTls>,
-    /// User and password, when etcd has authentication on.
-    pub user: Option<(String, String)>,
-    /// Where the last good table is kept.
-    pub local_copy: PathBuf,
-    /// How often the source is confirmed current.
-    pub progress: Duration,
-}
+pub use crate::source::EtcdOptions;
 
 /// What `serve` is given on its command line.
 #[derive(Debug, Clone)]
@@ -380,14 +367,6 @@ impl ServeOptions {
     }
 }
 
-/// The etcd side of a serving instance.
-struct Followed {
-    client: Arc<crate::source::etcd::Client>,
-    options: EtcdOptions,
-    revision: i64,
-    status: Arc<crate::source::Status>,
-}
-
 /// A table's text loaded as this instance's (its flags put over it).
 fn load_as(text: &str, name: &str, flags: &crate::config::instance::InstanceFlags) -> Result<Config, ConfigErrors> {
     let mut cfg = config::load_str(text, name)?;
@@ -400,7 +379,7 @@ fn load_as(text: &str, name: &str, flags: &crate::config::instance::InstanceFlag
 async fn first_table(
     table: &TableFrom,
     flags: &crate::config::instance::InstanceFlags,
-) -> Result<(Config, String, String, Option<Followed>), ServeError> {
+) -> Result<(Config, String, String, Option<crate::source::Started>), ServeError> {
     match table {
         TableFrom::File(path) => {
             let name = path.display().to_string();
@@ -410,53 +389,15 @@ async fn first_table(
             Ok((cfg, text, name, None))
         }
         TableFrom::Etcd(options) => {
-            let tls = match &options.tls {
-                Some(t) => Some(Arc::new(crate::tls::client_config(t).map_err(ServeError::Tls)?)),
-                None => None,
-            };
-            let settings = ClientSettings {
-                connect_timeout: Duration::from_secs(3),
-                pool_idle_timeout: Duration::from_secs(30),
-                tls,
-            };
-            let tls_on = options.tls.is_some();
-            let client = crate::source::etcd::Client::new(
-                &options.target,
-                crate::upstream::connector(&settings),
-                tls_on,
-                options.user.clone(),
-            );
-            let name = options.target.name();
-            let (mut text, mut revision, mut cached) =
-                crate::source::initial(&client, &options.target, &options.local_copy)
-                    .await
-                    .map_err(ServeError::Source)?;
-            let status = Arc::new(crate::source::Status::default());
-            let cfg = match load_as(&text, &name, flags) {
-                Ok(cfg) => cfg,
-                // etcd's table is invalid: the last good one on disk, if there is one.
-                Err(errors) if !cached => {
-                    let copy = crate::source::LocalCopy::read(&options.local_copy)
-                        .map_err(|_| ServeError::Config { path: PathBuf::from(&name), errors: errors.clone() })?;
-                    let cfg = load_as(&copy.text, &name, flags)
-                        .map_err(|_| ServeError::Config { path: PathBuf::from(&name), errors: errors.clone() })?;
-                    tracing::error!(source = %name, revision, errors = %errors,
-                        "the table in etcd is invalid: starting from the local copy of the last good one");
-                    crate::source::rejected(&status, revision, &errors);
-                    (text, revision, cached) = (copy.text, copy.revision, true);
-                    cfg
+            let started = crate::source::start(options, |text, name| load_as(text, name, flags)).await;
+            let started = started.map_err(|e| match e {
+                crate::source::StartError::Tls(e) => ServeError::Tls(e),
+                crate::source::StartError::Unreachable(e) => ServeError::Source(e),
+                crate::source::StartError::Invalid(errors) => {
+                    ServeError::Config { path: PathBuf::from(options.target.name()), errors }
                 }
-                Err(errors) => return Err(ServeError::Config { path: PathBuf::from(&name), errors }),
-            };
-            if !cached {
-                let copy = crate::source::LocalCopy { source: name.clone(), revision, text: text.clone() };
-                if let Err(e) = copy.write(&options.local_copy) {
-                    tracing::warn!(error = %e, "cannot keep the local copy of the table");
-                }
-            }
-            crate::source::started(&status, revision, &crate::routing::shared::sha256_hex(&text), cached);
-            let followed = Followed { client: Arc::new(client), options: options.clone(), revision, status };
-            Ok((cfg, text, name, Some(followed)))
+            })?;
+            Ok((started.cfg.clone(), started.text.clone(), options.target.name(), Some(started)))
         }
     }
 }

@@ -49,6 +49,8 @@ outcomes! {
     BadId => "bad_id",
     /// The table names no owner, or cannot mint.
     NoOwner => "no_owner",
+    /// A peer forwarded a unit this instance's table moved elsewhere (a newer epoch): 421.
+    Misdirected => "misdirected",
     /// The request was refused as it came (framing, limits, a country, a page).
     BadRequest => "bad_request",
     /// The owner's region had no usable endpoint, or every one was at its limits.

@@ -71,7 +71,7 @@ const fn grpc_code(outcome: Outcome) -> Code {
         O::NoRoute => Code::Unimplemented,
         O::BadId | O::BadRequest => Code::InvalidArgument,
         O::NoOwner => Code::FailedPrecondition,
-        O::Unavailable | O::UpstreamError | O::Refused => Code::Unavailable,
+        O::Unavailable | O::UpstreamError | O::Refused | O::Misdirected => Code::Unavailable,
         O::Timeout => Code::DeadlineExceeded,
         O::TooLarge => Code::ResourceExhausted,
         O::Loop | O::ProxyError => Code::Internal,

@@ -40,8 +40,14 @@ pub const FAILOVER: HeaderName = HeaderName::from_static("x-shardgate-failover")
 pub const LEG: HeaderName = HeaderName::from_static("x-shardgate-leg");
 /// RFC 7239 `Forwarded`.
 pub const FORWARDED: HeaderName = HeaderName::from_static("forwarded");
+/// The epoch of the request's placement unit in the sender's table, when
+/// the unit is being (or was) re-homed (`moves`).
+pub const EPOCH: HeaderName = HeaderName::from_static("x-shardgate-epoch");
+/// On a `421` from a peer whose table has a newer epoch for the unit: the
+/// region that owns it now (the epoch goes in [`EPOCH`]).
+pub const OWNER: HeaderName = HeaderName::from_static("x-shardgate-owner");
 /// Every field the mesh sets, none of which a client may receive.
-const MESH_FIELDS: [HeaderName; 4] = [HOPS, FORWARDED, FAILOVER, LEG];
+const MESH_FIELDS: [HeaderName; 6] = [HOPS, FORWARDED, FAILOVER, LEG, EPOCH, OWNER];
 
 /// Mesh state of an incoming request.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -61,6 +67,8 @@ pub struct Relay {
     pub chain: Vec<String>,
     /// The region a peer asked this instance to serve a fan-out or search leg from.
     pub leg: Option<String>,
+    /// The epoch of the request's unit in the sender's table (0: none sent).
+    pub epoch: u64,
 }
 
 impl Relay {
@@ -71,7 +79,8 @@ impl Relay {
             return Relay::default();
         }
         let leg = headers.remove(LEG).and_then(|v| v.to_str().ok().map(|s| s.trim().to_string()));
-        Relay { hops: inspect(headers, node), chain: take_failover(headers), leg }
+        let epoch = headers.remove(EPOCH).and_then(|v| crate::ids::parse_canonical_u64(v.to_str().ok()?)).unwrap_or(0);
+        Relay { hops: inspect(headers, node), chain: take_failover(headers), leg, epoch }
     }
 
     /// The region a peer asked this instance to serve the request from: the
@@ -177,6 +186,11 @@ fn has_mesh_field(headers: &HeaderMap) -> bool {
 /// response must not carry to a client.
 pub fn is_mesh_field(name: &[u8]) -> bool {
     MESH_FIELDS.iter().any(|m| name.eq_ignore_ascii_case(m.as_str().as_bytes()))
+}
+
+/// Marks a forward with the epoch of its unit in this instance's table.
+pub fn mark_epoch(headers: &mut HeaderMap, epoch: u64) {
+    headers.insert(EPOCH, HeaderValue::from(epoch));
 }
 
 /// Removes mesh headers a peer put on its response before it reaches a client.

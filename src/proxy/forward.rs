@@ -68,6 +68,9 @@ pub(super) struct Leg<'t> {
     pub(super) rewrite: Option<&'t Rewrite>,
     /// Timeouts, retries and the retry budget: the route's own, else `upstream`'s.
     pub(super) policy: &'t UpstreamPolicy,
+    /// The epoch of the request's placement unit, when it is being re-homed:
+    /// sent to peers, which answer 421 when theirs is newer.
+    pub(super) epoch: Option<u64>,
 }
 
 impl<'t> Leg<'t> {
@@ -83,6 +86,7 @@ impl<'t> Leg<'t> {
             started: Instant::now(),
             rewrite: None,
             policy: table.upstream_of(region),
+            epoch: None,
         }
     }
 }
@@ -93,6 +97,24 @@ fn settings<'t>(leg: &Leg<'t>) -> AttemptSettings<'t> {
     let server = &leg.table.settings().server;
     let pace = Pace { since: leg.started, grace: server.body_timeout, min_rate: server.body_min_rate };
     AttemptSettings { policy: leg.policy, started: leg.started, pace, client_deadline: None }
+}
+
+/// The attempt settings of `leg`, and of a gRPC call (`call`) under its
+/// deadline (`bounded`, its policy within the deadline).
+fn call_settings<'b>(
+    leg: &Leg<'b>,
+    parts: &Parts,
+    call: bool,
+    bounded: Option<&'b UpstreamPolicy>,
+) -> AttemptSettings<'b> {
+    let mut s = AttemptSettings { policy: bounded.unwrap_or(leg.policy), ..settings(leg) };
+    if call {
+        // A streaming call's client may send its messages as slowly as its
+        // conversation goes: no pace, its deadline bounds it.
+        s.pace.min_rate = 0;
+        s.client_deadline = grpc::timeout(&parts.headers).map(|t| leg.started + t);
+    }
+    s
 }
 
 /// A gRPC call's policy under its deadline (`grpc-timeout`), which bounds
@@ -121,13 +143,7 @@ pub(super) async fn forward<'t>(
     let table = leg.table;
     let call = grpc::is_call(parts);
     let bounded = call.then(|| deadline(parts, leg.policy)).flatten();
-    let mut s = AttemptSettings { policy: bounded.as_ref().unwrap_or(leg.policy), ..settings(&leg) };
-    if call {
-        // A streaming call's client may send its messages as slowly as its
-        // conversation goes: no pace, its deadline bounds it.
-        s.pace.min_rate = 0;
-        s.client_deadline = grpc::timeout(&parts.headers).map(|t| leg.started + t);
-    }
+    let s = call_settings(&leg, parts, call, bounded.as_ref());
     let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
     let rewritten = leg.rewrite.map(|rule| rewrite::target(table, rule, &parts.method, &parts.uri)).transpose()?;
     let (body, use_) = prepare(parts, body, table, s.pace, call).await?;
@@ -137,6 +153,7 @@ pub(super) async fn forward<'t>(
     journal.upstream_started = Some(Instant::now());
     let mut tried: Vec<&'t Uri> = Vec::new();
     let mut last = None;
+    let mut fence = Fence { used: false };
     loop {
         let fail_over = leg.can_fail_over && !matches!(last, Some(ProxyError::UpstreamSaturated { .. }));
         let target = match dispatch(table, reach.health, &mut leg.chain, fail_over, &tried) {
@@ -163,22 +180,23 @@ pub(super) async fn forward<'t>(
         let out = Outgoing { method: &parts.method, target: asked.as_str(), host: &endpoint.host, headers, added };
         let attempt = Attempt { endpoint, admit, out, use_, limits: target.limits, count_5xx: !target.via_peer };
         let waiting = Waiting::on(target.loads.get(at));
+        let replay = fence.replay(&b, target.via_peer);
         let answered = reach.upstreams.attempt(attempt, b, &s, reach.health).await;
         drop(waiting);
         let failure = match answered {
             Ok(resp) => {
-                if let Some((span, _)) = traced.as_deref() {
-                    traces::answered(span, resp.status().as_u16());
-                }
-                return Ok(resp);
+                span_ends(traced.as_deref(), Ok(resp.status().as_u16()));
+                // A peer with a newer epoch for the unit names its owner: once, there.
+                let Some(again) = fence.redirect(&resp, replay, &mut leg) else { return Ok(resp) };
+                tried.push(&endpoint.uri);
+                body = Some(again);
+                continue;
             }
             Err(f) => f,
         };
         tried.push(&endpoint.uri);
         let error = ProxyError::from_attempt(failure.error, &target.region.name);
-        if let Some((span, _)) = traced.as_deref() {
-            traces::failed(span, error.reason());
-        }
+        span_ends(traced.as_deref(), Err(error.reason()));
         body = Some(match failure.unsent {
             // Nothing was sent: the next endpoint takes it as it is.
             Some(b) => b,
@@ -187,6 +205,56 @@ pub(super) async fn forward<'t>(
             None => return Err(error),
         });
         last = Some(error);
+    }
+}
+
+/// The one retry a `421` from a peer with a newer epoch earns: at the owner
+/// it names, with the body again (one read whole, or none; a body still
+/// streaming from the client cannot be sent twice, and its 421 goes back to
+/// the client, which may send it again).
+#[derive(Debug)]
+struct Fence {
+    used: bool,
+}
+
+impl Fence {
+    /// A copy of `body` to send again, for a request to a peer.
+    fn replay(&self, body: &UpstreamBody, via_peer: bool) -> Option<UpstreamBody> {
+        match body {
+            _ if self.used || !via_peer => None,
+            UpstreamBody::Empty => Some(UpstreamBody::Empty),
+            UpstreamBody::Whole(b) => Some(UpstreamBody::Whole(b.clone())),
+            UpstreamBody::Streamed(_) => None,
+        }
+    }
+
+    /// When `resp` is a peer's `421` naming an owner this table knows with a
+    /// peer: `leg` turned to it, with its epoch, and the body to send there.
+    fn redirect(
+        &mut self,
+        resp: &Response<ResponseBody>,
+        replay: Option<UpstreamBody>,
+        leg: &mut Leg<'_>,
+    ) -> Option<UpstreamBody> {
+        let table = leg.table;
+        if resp.status() != http::StatusCode::MISDIRECTED_REQUEST {
+            return None;
+        }
+        let again = replay?;
+        let field = |name: &http::HeaderName| -> Option<String> {
+            let raw =
+                resp.headers().get(name).map(|v| v.as_bytes()).or_else(|| resp.body().fields().get(name.as_str()))?;
+            Some(String::from_utf8_lossy(raw).trim().to_string())
+        };
+        let owner = table.region_by_name(&field(&mesh::OWNER)?)?;
+        let epoch = crate::ids::parse_canonical_u64(&field(&mesh::EPOCH)?)?;
+        if table.peers(owner).is_empty() {
+            return None;
+        }
+        self.used = true;
+        leg.chain = crate::proxy::dispatch::Chain::from_slice(&[owner]);
+        leg.epoch = Some(epoch);
+        Some(again)
     }
 }
 
@@ -248,6 +316,15 @@ async fn prepare(
 /// The client span of `attempt`, and `headers` naming it the upstream's
 /// parent. Boxed: held across the attempt's await, unboxed it would widen
 /// every request's future (and its moves) by a span and a header map.
+/// Ends an attempt's span, when it has one: answered with a status, or failed for a reason.
+fn span_ends(traced: Option<&(TraceSpan, HeaderMap)>, end: Result<u16, &'static str>) {
+    match (traced, end) {
+        (Some((span, _)), Ok(status)) => traces::answered(span, status),
+        (Some((span, _)), Err(reason)) => traces::failed(span, reason),
+        (None, _) => {}
+    }
+}
+
 fn trace_attempt(
     traces: &Traces,
     parent: &TraceSpan,
@@ -294,6 +371,9 @@ fn peer_headers(
     }
     if leg.chain.len() > 1 {
         mesh::mark_failover(&mut headers, leg.chain.iter().map(|&r| leg.table.region(r).name.as_str()));
+    }
+    if let Some(epoch) = leg.epoch {
+        mesh::mark_epoch(&mut headers, epoch);
     }
     Ok(Some(headers))
 }

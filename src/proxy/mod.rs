@@ -340,6 +340,7 @@ impl Proxy {
         }
         match plan {
             Plan::One(located) => {
+                fence(ctx, &located, &relay, served_here)?;
                 let leg = one_leg(ctx, &located, &relay, served_here, &parts.method);
                 let resp = forward::forward(reach, leg, parts, &added, body, &mut ctx.journal).await?;
                 // Through a peer, the owner's shardgate announces the id its
@@ -376,6 +377,28 @@ fn minted_id(located: &locate::Located<'_>, parts: &mut Parts) -> Option<headers
     Some((rule.header.clone(), id, rule.location.clone()))
 }
 
+/// A peer's forward of a unit this table re-homed with a newer epoch than
+/// the sender's, and no longer owned here: 421 naming the owner, which the
+/// sender tries once (nothing has reached a backend).
+fn fence(
+    ctx: &Ctx<'_>,
+    located: &locate::Located<'_>,
+    relay: &mesh::Relay,
+    served_here: Option<RegionId>,
+) -> Result<(), ProxyError> {
+    let table = ctx.table;
+    let Some(m) = table.move_of(located.placement.rule, located.placement.region) else { return Ok(()) };
+    let elsewhere = Some(located.placement.region) != table.local_region();
+    if ctx.relayed && served_here.is_none() && m.epoch > relay.epoch && elsewhere {
+        return Err(ProxyError::StaleEpoch {
+            unit: m.unit.clone(),
+            owner: table.region(located.placement.region).name.clone(),
+            epoch: m.epoch,
+        });
+    }
+    Ok(())
+}
+
 /// The upstream leg of one id's request: along the owner's failover chain,
 /// or the one a peer asks this instance to serve from.
 fn one_leg<'t>(
@@ -407,6 +430,7 @@ fn one_leg<'t>(
         started: ctx.arrival.started,
         rewrite: located.route.rewrite.as_ref(),
         policy: table.policy(located.route, located.placement.region),
+        epoch: table.move_of(located.placement.rule, located.placement.region).map(|m| m.epoch),
     }
 }
 

@@ -195,6 +195,95 @@ pub async fn initial(client: &Client, target: &Target, local_copy: &Path) -> Res
     }
 }
 
+/// How to reach and follow an etcd key.
+#[derive(Debug, Clone)]
+pub struct EtcdOptions {
+    /// The endpoints and the key.
+    pub target: crate::source::etcd::Target,
+    /// TLS to the endpoints (`None`: plain HTTP).
+    pub tls: Option<crate::config::schema::UpstreamTls>,
+    /// User and password, when etcd has authentication on.
+    pub user: Option<(String, String)>,
+    /// Where the last good table is kept.
+    pub local_copy: PathBuf,
+    /// How often the source is confirmed current.
+    pub progress: Duration,
+}
+
+/// An instance started on a table from etcd.
+#[derive(Debug)]
+pub struct Started {
+    /// The table, valid and loaded as this instance's.
+    pub cfg: crate::config::Config,
+    /// Its text.
+    pub text: String,
+    /// The client that read it, to follow the key.
+    pub client: Arc<Client>,
+    /// How.
+    pub options: EtcdOptions,
+    /// Its revision.
+    pub revision: i64,
+    /// What this instance runs, for the fleet.
+    pub status: Arc<Status>,
+}
+
+/// Why an instance cannot start from etcd.
+#[derive(Debug)]
+pub enum StartError {
+    /// The TLS files for etcd cannot be used.
+    Tls(crate::tls::TlsError),
+    /// Neither etcd nor a local copy gave a table.
+    Unreachable(String),
+    /// etcd's table is invalid and there is no valid local copy.
+    Invalid(crate::config::ConfigErrors),
+}
+
+/// Reads the table at `options`' key (or the local copy: etcd unreachable,
+/// the key missing, its table invalid) and loads it with `load`; keeps a
+/// valid table read from etcd as the local copy.
+pub async fn start(
+    options: &EtcdOptions,
+    load: impl Fn(&str, &str) -> Result<crate::config::Config, crate::config::ConfigErrors>,
+) -> Result<Started, StartError> {
+    let tls = match &options.tls {
+        Some(t) => Some(Arc::new(crate::tls::client_config(t).map_err(StartError::Tls)?)),
+        None => None,
+    };
+    let settings = crate::upstream::ClientSettings {
+        connect_timeout: Duration::from_secs(3),
+        pool_idle_timeout: Duration::from_secs(30),
+        tls,
+    };
+    let connector = crate::upstream::connector(&settings);
+    let client = Client::new(&options.target, connector, options.tls.is_some(), options.user.clone());
+    let name = options.target.name();
+    let (mut text, mut revision, mut cached) =
+        initial(&client, &options.target, &options.local_copy).await.map_err(StartError::Unreachable)?;
+    let status = Arc::new(Status::default());
+    let cfg = match load(&text, &name) {
+        Ok(cfg) => cfg,
+        // etcd's table is invalid: the last good one on disk, if there is one.
+        Err(errors) if !cached => {
+            let copy = LocalCopy::read(&options.local_copy).map_err(|_| StartError::Invalid(errors.clone()))?;
+            let cfg = load(&copy.text, &name).map_err(|_| StartError::Invalid(errors.clone()))?;
+            tracing::error!(source = %name, revision, errors = %errors,
+                "the table in etcd is invalid: starting from the local copy of the last good one");
+            rejected(&status, revision, &errors);
+            (text, revision, cached) = (copy.text, copy.revision, true);
+            cfg
+        }
+        Err(errors) => return Err(StartError::Invalid(errors)),
+    };
+    if !cached {
+        let copy = LocalCopy { source: name.clone(), revision, text: text.clone() };
+        if let Err(e) = copy.write(&options.local_copy) {
+            tracing::warn!(error = %e, "cannot keep the local copy of the table");
+        }
+    }
+    started(&status, revision, &crate::routing::shared::sha256_hex(&text), cached);
+    Ok(Started { cfg, text, client: Arc::new(client), options: options.clone(), revision, status })
+}
+
 /// Follows `target`'s key from `revision` (the one running) until `stop`.
 pub async fn follow(
     client: Arc<Client>,

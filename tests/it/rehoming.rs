@@ -4,6 +4,7 @@
 //! the source, and the bounds (held at once, held for how long) answer 503
 //! or give the move up. Every request answered 200: nothing fails.
 
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -167,7 +168,7 @@ async fn rehoming_a_full_hold_answers_503_and_a_hold_past_its_time_gives_the_mov
 #[test]
 fn rehoming_moves_are_checked_with_their_line() {
     let t = |moves: &str, countries: &str| {
-        let at = |port: u16| std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let at = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
         let text = table(at(1), at(2), at(3), moves);
         let text = text.replace("KZ: { id: 7, region: kz }", countries);
         shardgate::config::load_str(&text, "t.yaml").err().map(|e| e.to_string()).unwrap_or_default()
@@ -183,4 +184,78 @@ fn rehoming_moves_are_checked_with_their_line() {
     assert!(err.contains("epoch 0") && err.contains("not `writes` or `all`"), "{err}");
     assert_eq!(t(&moving("hold", "eu", 1, ""), kz), "");
     assert_eq!(t("moves:\n  - { unit: \"shards 6-10\", to: eu, phase: hold, epoch: 1 }\n", kz), "");
+}
+
+/// A gateway's table in a three-region mesh: each region's backend and
+/// gateway; `local` served here; KZ owned by `kz_owner`, `extra` added.
+fn mesh_table(local: &str, gw: &[SocketAddr; 3], be: &[SocketAddr; 3], kz_owner: &str, extra: &str) -> String {
+    format!(
+        r#"version: 1
+region: {local}
+instance: gw-{local}
+mesh: {{ trusted_peers: ["127.0.0.1/32"] }}
+regions:
+  eu: {{ upstreams: ["http://{}"], peer: "http://{}" }}
+  kz: {{ upstreams: ["http://{}"], peer: "http://{}" }}
+  us: {{ upstreams: ["http://{}"], peer: "http://{}" }}
+countries:
+  KZ: {{ id: 7, region: {kz_owner} }}
+  DE: {{ id: 49, region: eu }}
+  US: {{ id: 1, region: us }}
+entities: {{ IntercityOrder: 3 }}
+{extra}
+routes:
+  - name: orders
+    match: {{ path: "/v1/orders/{{id}}" }}
+    id: {{ path_param: id, formats: [iuid] }}
+"#,
+        be[0], gw[0], be[1], gw[1], be[2], gw[2]
+    )
+}
+
+#[tokio::test]
+async fn rehoming_a_gateway_frozen_on_the_old_table_reaches_the_new_owner_through_421_and_one_retry() -> TestResult {
+    let [eu, kz, us] = three_backends().await?;
+    let be = [eu.addr, kz.addr, us.addr];
+    let ([l_eu, l_kz, l_us], gw) = super::support::three_listeners().await?;
+    let gw_eu = super::support::proxy_on(l_eu, &mesh_table("eu", &gw, &be, "kz", "")).await?;
+    let gw_kz = super::support::proxy_on(l_kz, &mesh_table("kz", &gw, &be, "kz", "")).await?;
+    // us stays on the table from before the move: it never hears of it.
+    let gw_us = super::support::proxy_on(l_us, &mesh_table("us", &gw, &be, "kz", "")).await?;
+    let hold = moving("hold", "eu", 1, "");
+    let switch = moving("switch", "eu", 1, "");
+    for (p, local) in [(&gw_eu, "eu"), (&gw_kz, "kz")] {
+        publish(p, &mesh_table(local, &gw, &be, "kz", &hold))?;
+        publish(p, &mesh_table(local, &gw, &be, "eu", &switch))?;
+    }
+    let kz_before = kz.hits.load(Ordering::SeqCst);
+    // Through the stale gateway: it sends KZ's writes and reads to kz's
+    // gateway, which answers 421 naming eu; it tries eu, once.
+    for _ in 0..20 {
+        let got = send(put(&gw_us, 7)?).await?;
+        assert_eq!((got.status.as_u16(), region(&got)), (200, "eu".into()), "{:?}", got.body);
+        let got = get(&format!("http://{}/v1/orders/{}", gw_us.addr, iuid(7))).await?;
+        assert_eq!((got.status.as_u16(), region(&got)), (200, "eu".into()));
+    }
+    assert_eq!(kz.hits.load(Ordering::SeqCst), kz_before, "a request reached the old owner through the stale gateway");
+    // kz's gateway counted the 421s it answered.
+    let text = gw_kz.proxy.as_ref().ok_or("proxy")?.shared().metrics.render();
+    assert!(text.contains("outcome=\"misdirected\""), "no misdirected outcome at kz's gateway");
+    // Through the current gateways: straight to eu.
+    for p in [&gw_eu, &gw_kz] {
+        let got = send(put(p, 7)?).await?;
+        assert_eq!((got.status.as_u16(), region(&got)), (200, "eu".into()));
+    }
+    // Without the retry (a client of kz's gateway claiming to be a peer
+    // with an older epoch): the 421 itself, with the owner in its body.
+    let stale = Request::put(format!("http://{}/v1/orders/{}", gw_kz.addr, iuid(7)))
+        .header("x-shardgate-hops", "1")
+        .header("forwarded", "by=_gw-us")
+        .header("x-shardgate-epoch", "0")
+        .body(Full::new(Bytes::from_static(b"{}")))?;
+    let got = send(stale).await?;
+    assert_eq!(got.status.as_u16(), 421, "{:?}", got.body);
+    let body = got.json()?;
+    assert_eq!((body["owner"].as_str(), body["epoch"].as_u64()), (Some("eu"), Some(1)), "{body}");
+    Ok(())
 }

@@ -99,6 +99,16 @@ pub enum ProxyError {
         /// `moves[i].hold.max_requests`.
         max: usize,
     },
+    /// A peer forwarded a request for a unit this instance's table re-homed
+    /// with a newer epoch: it goes to `owner` now.
+    StaleEpoch {
+        /// The placement unit.
+        unit: String,
+        /// Its owner in this table.
+        owner: String,
+        /// Its epoch in this table.
+        epoch: u64,
+    },
     /// The owning region has no usable endpoint.
     RegionUnavailable {
         /// The region's name.
@@ -311,6 +321,9 @@ impl fmt::Display for ProxyError {
                 write!(f, "{param} holds an id this route would not mint: {detail}")
             }
             E::BadMintRequest { detail } => write!(f, "invalid batch mint request: {detail}"),
+            E::StaleEpoch { unit, owner, epoch } => {
+                write!(f, "{unit} moved to region {owner} (epoch {epoch}); the forwarding instance's table is older")
+            }
             E::HoldFull { unit, max } => {
                 write!(
                     f,
@@ -381,6 +394,11 @@ impl Problem for ProxyError {
             ProxyError::NotFoundAnywhere { asked } => {
                 body.insert("asked".into(), asked.clone().into());
             }
+            ProxyError::StaleEpoch { unit, owner, epoch } => {
+                body.insert("unit".into(), unit.clone().into());
+                body.insert("owner".into(), owner.clone().into());
+                body.insert("epoch".into(), (*epoch).into());
+            }
             _ => {}
         }
     }
@@ -388,6 +406,12 @@ impl Problem for ProxyError {
     fn fields(&self, h: &mut HeaderMap) {
         if let Some(after) = self.retry_after() {
             h.insert(header::RETRY_AFTER, HeaderValue::from_static(after));
+        }
+        if let ProxyError::StaleEpoch { owner, epoch, .. } = self {
+            if let Ok(v) = HeaderValue::from_str(owner) {
+                h.insert(crate::mesh::OWNER, v);
+            }
+            h.insert(crate::mesh::EPOCH, HeaderValue::from(*epoch));
         }
         if let ProxyError::MethodNotAllowed { allow, .. } = self {
             if let Ok(v) = HeaderValue::from_str(allow) {

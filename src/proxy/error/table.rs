@@ -61,6 +61,14 @@ const HOLD_FULL: Spec = row(
     Outcome::Unavailable,
 )
 .with_grpc(Code::Unavailable);
+const STALE_EPOCH: Spec = row(
+    S::MISDIRECTED_REQUEST,
+    "stale_epoch",
+    "destination_not_found",
+    "Placement unit moved",
+    "stale-epoch",
+    Outcome::Misdirected,
+);
 const UPSTREAM_TIMEOUT: Spec =
     row(S::GATEWAY_TIMEOUT, "upstream_timeout", LATE, "Upstream timeout", "timeout", Outcome::Timeout);
 const CONNECT: Spec = row(
@@ -147,6 +155,7 @@ impl ProxyError {
             E::BadMintRequest { .. } => BAD_MINT,
             E::RegionUnavailable { .. } => REGION_DOWN,
             E::HoldFull { .. } => HOLD_FULL,
+            E::StaleEpoch { .. } => STALE_EPOCH,
             E::UpstreamSaturated { .. } => SATURATED,
             E::UpstreamTimeout { .. } => UPSTREAM_TIMEOUT,
             E::UpstreamConnect { .. } => CONNECT,
