@@ -447,9 +447,9 @@ pub async fn serve(options: ServeOptions) -> Result<Exit, ServeError> {
         let fleet = Arc::new(crate::source::fleet::Fleet::new(
             Arc::clone(&f.client),
             f.options.target.clone(),
-            cfg.settings.restart.instance.clone(),
-            cfg.settings.restart.region.clone(),
+            (cfg.settings.restart.instance.clone(), cfg.settings.restart.region.clone()),
             Arc::clone(&f.status),
+            Arc::clone(&inst.shared),
         ));
         inst.admin.set_fleet(Arc::clone(&fleet));
         let follow =

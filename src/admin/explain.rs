@@ -130,6 +130,14 @@ fn explain_route(table: &Table, found: &Found, route: &Route, id: &str, named: b
             entry.insert("region".into(), table.region(p.region).name.clone().into());
             entry.insert("rule".into(), table.explain(p.rule).to_string().into());
             entry.insert("rule_kind".into(), p.rule.kind().into());
+            if let Some(name) = table.units().name(p.rule, p.region) {
+                entry.insert("unit".into(), name.into());
+            }
+            if let Some(m) = table.move_of(p.rule, p.region) {
+                let to = table.region(crate::routing::RegionId(u16::try_from(m.to).unwrap_or(u16::MAX))).name.clone();
+                let phase = serde_json::to_value(m.phase).unwrap_or_default();
+                entry.insert("move".into(), json!({ "unit": m.unit, "to": to, "phase": phase, "epoch": m.epoch }));
+            }
         }
         Err(e) => {
             entry.insert("error".into(), e.to_string().into());

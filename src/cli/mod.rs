@@ -5,6 +5,7 @@
 //! * [`check`]: validate a table file;
 //! * [`plan`]: what a new table moves, and the traffic it carried;
 //! * [`audit`]: verify an audit trail's hash chain;
+//! * [`rehome`]: `move`, a placement unit re-homed across a fleet (hold, barrier, switch);
 //! * [`decode`] and [`mint`]: the id tools support engineers and scripts run;
 //! * [`demo`]: the proxy on an embedded table with in-process [`backend`]s;
 //! * [`backend`]: the demo's regional backend on its own;
@@ -19,6 +20,7 @@ pub mod exit;
 pub mod mint;
 pub mod plan;
 pub mod probe;
+pub mod rehome;
 
 use std::io;
 use std::net::SocketAddr;
@@ -64,6 +66,10 @@ pub enum Command {
     /// List every placement unit a new table moves and the traffic it
     /// carried; exit 0 when nothing moves, 1 when something does, 78 when invalid.
     Plan(plan::PlanArgs),
+    /// Re-home a placement unit across the fleet following an etcd key: put the
+    /// hold table, wait until every instance holds, then put the switch table
+    /// (or put the table from before back). Exit 0 switched, 1 aborted.
+    Move(rehome::MoveArgs),
     /// Audit trail tools.
     Audit {
         /// What to do.
@@ -241,6 +247,7 @@ pub fn run(cli: Cli) -> i32 {
             let stderr = io::stderr();
             Ok(check::run(&config, print, &mut stdout.lock(), &mut stderr.lock()))
         }
+        Command::Move(args) => Ok(rehome::run(&args, &mut io::stdout().lock(), &mut io::stderr().lock())),
         Command::Plan(args) => Ok(plan::run(&args, &mut io::stdout().lock(), &mut io::stderr().lock())),
         Command::Audit { command: AuditCommand::Verify { file, head } } => {
             Ok(audit::verify_file(&file, head.as_deref(), &mut io::stdout().lock(), &mut io::stderr().lock()))

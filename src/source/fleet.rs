@@ -28,6 +28,7 @@ pub struct Fleet {
     instance: String,
     region: Option<String>,
     status: Arc<Status>,
+    table: Arc<crate::routing::SharedTable>,
 }
 
 impl Fleet {
@@ -35,11 +36,11 @@ impl Fleet {
     pub fn new(
         client: Arc<Client>,
         target: Target,
-        instance: String,
-        region: Option<String>,
+        (instance, region): (String, Option<String>),
         status: Arc<Status>,
+        table: Arc<crate::routing::SharedTable>,
     ) -> Fleet {
-        Fleet { client, target, instance, region, status }
+        Fleet { client, target, instance, region, status, table }
     }
 
     fn prefix(&self) -> String {
@@ -51,9 +52,20 @@ impl Fleet {
         &self.status
     }
 
-    /// This instance's report.
+    /// This instance's report: what it runs, and the moves under way in it.
     pub fn report(&self) -> Value {
-        self.status.report(&self.instance, self.region.as_deref())
+        let mut report = self.status.report(&self.instance, self.region.as_deref());
+        let snapshot = self.table.snapshot();
+        let table = &snapshot.table;
+        let moves: Vec<Value> = table
+            .moves()
+            .map(|m| {
+                let to = table.region(crate::routing::RegionId(u16::try_from(m.to).unwrap_or(u16::MAX))).name.clone();
+                json!({ "unit": m.unit, "to": to, "phase": m.phase, "epoch": m.epoch })
+            })
+            .collect();
+        report["moves"] = Value::Array(moves);
+        report
     }
 
     /// Publishes this instance's report on every change and every

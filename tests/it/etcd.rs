@@ -15,10 +15,10 @@ use super::support::{get, iuid, table, three_backends, BoxError};
 
 type TestResult = Result<(), BoxError>;
 
-const KEY: &str = "/shardgate/table";
+pub(crate) const KEY: &str = "/shardgate/table";
 
 /// Whether etcd is here; `Err` when it must be and is not.
-fn etcd_installed() -> Result<bool, BoxError> {
+pub(crate) fn etcd_installed() -> Result<bool, BoxError> {
     let found = [("etcd", "--version"), ("etcdctl", "version")].iter().all(|(b, arg)| {
         Command::new(b).arg(arg).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
     });
@@ -39,13 +39,13 @@ struct Member {
 }
 
 /// A three-member etcd cluster on loopback.
-struct Cluster {
+pub(crate) struct Cluster {
     dir: PathBuf,
     members: Vec<Member>,
 }
 
 impl Cluster {
-    async fn start(dir: &Path) -> Result<Cluster, BoxError> {
+    pub(crate) async fn start(dir: &Path) -> Result<Cluster, BoxError> {
         let mut members = Vec::new();
         for i in 0..3 {
             let (client, peer) = free_ports()?;
@@ -90,7 +90,7 @@ impl Cluster {
         self.members[i].child = None;
     }
 
-    fn endpoints(&self) -> String {
+    pub(crate) fn endpoints(&self) -> String {
         self.members.iter().map(|m| format!("127.0.0.1:{}", m.client)).collect::<Vec<_>>().join(",")
     }
 
@@ -135,7 +135,7 @@ impl Cluster {
     }
 
     /// Puts `text` at the table key; etcd's revision after it.
-    fn put(&self, text: &str) -> Result<i64, BoxError> {
+    pub(crate) fn put(&self, text: &str) -> Result<i64, BoxError> {
         // A cluster that just lost its leader answers again after an election.
         let mut tries = 0;
         while let Err(e) = self.etcdctl(&["put", KEY], Some(text)) {
@@ -152,16 +152,16 @@ impl Cluster {
 }
 
 /// A shardgate following the key.
-struct Instance {
+pub(crate) struct Instance {
     name: String,
-    port: u16,
+    pub(crate) port: u16,
     admin: u16,
-    child: Option<Child>,
+    pub(crate) child: Option<Child>,
     local_copy: PathBuf,
 }
 
 impl Instance {
-    async fn start(dir: &Path, endpoints: &str, name: &str) -> Result<Instance, BoxError> {
+    pub(crate) async fn start(dir: &Path, endpoints: &str, name: &str) -> Result<Instance, BoxError> {
         let (port, admin) = free_ports()?;
         let mut i =
             Instance { name: name.into(), port, admin, child: None, local_copy: dir.join(format!("{name}.json")) };
@@ -193,11 +193,11 @@ impl Instance {
         Ok(())
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.admin)
     }
 
-    async fn sha256(&self) -> Result<String, BoxError> {
+    pub(crate) async fn sha256(&self) -> Result<String, BoxError> {
         Ok(get(&self.url("/config")).await?.json()?["sha256"].as_str().unwrap_or_default().to_string())
     }
 
@@ -209,7 +209,7 @@ impl Instance {
     }
 }
 
-fn sha256(text: &str) -> String {
+pub(crate) fn sha256(text: &str) -> String {
     shardgate::routing::shared::sha256_hex(text)
 }
 

@@ -259,3 +259,230 @@ async fn rehoming_a_gateway_frozen_on_the_old_table_reaches_the_new_owner_throug
     assert_eq!((body["owner"].as_str(), body["epoch"].as_u64()), (Some("eu"), Some(1)), "{body}");
     Ok(())
 }
+
+/// What a recording backend saw: each request's method, path and arrival.
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<(http::Method, String, Instant)>>>;
+
+/// A backend of `region` that records every request but health checks.
+async fn recording(region: &'static str) -> Result<(Running, Seen), BoxError> {
+    let seen: Seen = Default::default();
+    let log = seen.clone();
+    let (running, _) = super::support::backend_with(move |req: Request<hyper::body::Incoming>| {
+        let log = log.clone();
+        async move {
+            if !super::support::is_health_check(&req) {
+                let entry = (req.method().clone(), req.uri().path().to_string(), Instant::now());
+                log.lock().unwrap_or_else(|p| p.into_inner()).push(entry);
+            }
+            use http_body_util::BodyExt;
+            let _ = req.into_body().collect().await;
+            let mut resp = http::Response::new(Full::new(Bytes::from_static(b"{}")).map_err(|e| match e {}).boxed());
+            resp.headers_mut().insert("x-backend-region", http::HeaderValue::from_static(region));
+            resp
+        }
+    })
+    .await?;
+    Ok((running, seen))
+}
+
+/// One request of the load: its kind (0 KZ write, 1 KZ read, 2 DE write,
+/// 3 US read), status (0: no answer), latency and start.
+type Sent = (u8, u16, Duration, Instant);
+
+/// The load: 64 clients, each sending in turn a KZ write, a KZ read, a DE
+/// write and a US read to an instance; (kind, status, latency) of each.
+struct Load {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    only_first: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<Vec<Sent>>>,
+}
+
+impl Load {
+    fn start(ports: [u16; 2]) -> Load {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let only_first = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let tasks = (0..64)
+            .map(|client| {
+                let (stop, only_first) = (stop.clone(), only_first.clone());
+                tokio::spawn(async move {
+                    let mut out = Vec::new();
+                    let mut n = client;
+                    while !stop.load(Ordering::SeqCst) {
+                        n += 1;
+                        let port = if only_first.load(Ordering::SeqCst) { ports[0] } else { ports[n % 2] };
+                        let kind = (n % 4) as u8;
+                        let (method, country) = match kind {
+                            0 => (http::Method::PUT, 7),
+                            1 => (http::Method::GET, 7),
+                            2 => (http::Method::PUT, 49),
+                            _ => (http::Method::GET, 1),
+                        };
+                        let url = format!("http://127.0.0.1:{port}/v1/orders/{}", iuid(country));
+                        let body =
+                            if method == http::Method::PUT { Bytes::from_static(b"{\"v\":1}") } else { Bytes::new() };
+                        let started = Instant::now();
+                        let status = match Request::builder().method(method).uri(url).body(Full::new(body)) {
+                            Ok(req) => send(req).await.map_or(0, |g| g.status.as_u16()),
+                            Err(_) => 0,
+                        };
+                        out.push((kind, status, started.elapsed(), started));
+                    }
+                    out
+                })
+            })
+            .collect();
+        Load { stop, only_first, tasks }
+    }
+
+    async fn finish(self) -> Result<Vec<Sent>, BoxError> {
+        self.stop.store(true, Ordering::SeqCst);
+        let mut all = Vec::new();
+        for t in self.tasks {
+            all.extend(t.await?);
+        }
+        Ok(all)
+    }
+}
+
+/// Runs `shardgate move` for the two tables; its exit code and output.
+async fn shardgate_move(
+    dir: &std::path::Path,
+    source: &str,
+    hold: &str,
+    switch: &str,
+    barrier: &str,
+) -> Result<(i32, String), BoxError> {
+    let (h, s) = (dir.join("hold.yaml"), dir.join("switch.yaml"));
+    std::fs::write(&h, hold)?;
+    std::fs::write(&s, switch)?;
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_shardgate"));
+    command.args(["move", "--source", source, "--barrier", barrier]).arg("--hold").arg(&h).arg("--switch").arg(&s);
+    let out = tokio::task::spawn_blocking(move || command.output()).await??;
+    Ok((
+        out.status.code().unwrap_or(-1),
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+    ))
+}
+
+/// When the first of `instances` ran `text`.
+fn first_applied(instances: Vec<(String, u16)>, text: &str) -> tokio::task::JoinHandle<Option<Instant>> {
+    let want = super::etcd::sha256(text);
+    tokio::spawn(async move {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            for (_, admin) in &instances {
+                let sha = get(&format!("http://127.0.0.1:{admin}/config")).await.ok().and_then(|g| g.json().ok());
+                if sha.is_some_and(|v| v["sha256"] == want) {
+                    return Some(Instant::now());
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        None
+    })
+}
+
+fn writes_of_kz_after(seen: &Seen, after: Instant, before: Instant) -> usize {
+    let kz = format!("/v1/orders/{}", iuid(7));
+    let seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+    seen.iter().filter(|(m, p, at)| *m == http::Method::PUT && *p == kz && *at > after && *at < before).count()
+}
+
+fn p99(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v.get(v.len().saturating_sub(1) * 99 / 100).copied().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn rehoming_a_fleet_under_load_moves_a_country_and_back_and_aborts_with_no_failed_request() -> TestResult {
+    if !super::etcd::etcd_installed()? {
+        return Ok(());
+    }
+    let dir = tempfile::tempdir()?;
+    let cluster = super::etcd::Cluster::start(dir.path()).await?;
+    let (eu, eu_seen) = recording("eu").await?;
+    let (kz, kz_seen) = recording("kz").await?;
+    let (us, _) = recording("us").await?;
+    let t = |extra: &str, kz_owner: &str| {
+        table(eu.addr, kz.addr, us.addr, extra)
+            .replace("KZ: { id: 7, region: kz }", &format!("KZ: {{ id: 7, region: {kz_owner} }}"))
+    };
+    cluster.put(&t("", "kz"))?;
+    let endpoints = cluster.endpoints();
+    let source = format!("etcd://{endpoints}{}", super::etcd::KEY);
+    let a = super::etcd::Instance::start(dir.path(), &endpoints, "gw-a").await?;
+    let mut b = super::etcd::Instance::start(dir.path(), &endpoints, "gw-b").await?;
+    let admins = vec![("a".to_string(), port_of(&a.url(""))), ("b".to_string(), port_of(&b.url("")))];
+    let load = Load::start([a.port, b.port]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // KZ to eu.
+    let (hold, switch) = (t(&moving("hold", "eu", 1, ""), "kz"), t(&moving("switch", "eu", 1, ""), "eu"));
+    let switched = first_applied(admins.clone(), &switch);
+    let (code, out) = shardgate_move(dir.path(), &source, &hold, &switch, "5s").await?;
+    assert_eq!(code, 0, "{out}");
+    let to_eu = switched.await?.ok_or("the switch was never applied")?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The phase is in the fleet view and in /explain of a KZ id.
+    let fleet = get(&a.url("/fleet")).await?.json()?.to_string();
+    assert!(fleet.contains(r#""moves":[{"epoch":1,"phase":"switch","to":"eu","unit":"country KZ"}]"#), "{fleet}");
+    let explain = get(&a.url(&format!("/explain?id={}&route=orders", iuid(7)))).await?.json()?.to_string();
+    assert!(explain.contains(r#""move":{"epoch":1,"phase":"switch","to":"eu","unit":"country KZ"}"#), "{explain}");
+
+    // And back to kz.
+    let (hold, switch) = (t(&moving("hold", "kz", 2, ""), "eu"), t(&moving("switch", "kz", 2, ""), "kz"));
+    let back_started = Instant::now();
+    let switched = first_applied(admins.clone(), &switch);
+    let (code, out) = shardgate_move(dir.path(), &source, &hold, &switch, "5s").await?;
+    assert_eq!(code, 0, "{out}");
+    let to_kz = switched.await?.ok_or("the switch back was never applied")?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let back_done = Instant::now();
+
+    // A third time with b frozen: it cannot confirm the hold, so the move is aborted.
+    load.only_first.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pid = b.child.as_ref().map(|c| c.0.id().to_string()).ok_or("no b")?;
+    std::process::Command::new("kill").args(["-STOP", &pid]).status()?;
+    let (hold, switch) = (t(&moving("hold", "eu", 3, ""), "kz"), t(&moving("switch", "eu", 3, ""), "eu"));
+    let (code, out) = shardgate_move(dir.path(), &source, &hold, &switch, "1s").await?;
+    std::process::Command::new("kill").args(["-CONT", &pid]).status()?;
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("gw-b") && out.contains("aborting"), "{out}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let results = load.finish().await?;
+    b.child = None;
+
+    let failed: Vec<_> = results.iter().filter(|r| r.1 != 200).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} requests failed: {:?}",
+        failed.len(),
+        results.len(),
+        &failed[..failed.len().min(5)]
+    );
+    // No write of KZ reached kz after the switch to eu, nor eu after the switch back.
+    assert_eq!(writes_of_kz_after(&kz_seen, to_eu, back_started), 0, "a KZ write reached kz after the switch");
+    assert_eq!(writes_of_kz_after(&eu_seen, to_kz, back_done), 0, "a KZ write reached eu after the switch back");
+    // Held writes waited at most the hold; the other countries did not notice.
+    let kz_writes: Vec<Duration> = results.iter().filter(|r| r.0 == 0).map(|r| r.2).collect();
+    let slowest = kz_writes.iter().max().copied().unwrap_or_default();
+    assert!(slowest < Duration::from_secs(2), "a KZ write took {slowest:?}");
+    let others = |during: bool| -> Vec<Duration> {
+        let moving = |at: Instant| {
+            (at >= to_eu - Duration::from_secs(1) && at <= to_eu)
+                || (at >= to_kz - Duration::from_secs(1) && at <= to_kz)
+        };
+        results.iter().filter(|r| r.0 >= 2 && moving(r.3) == during).map(|r| r.2).collect()
+    };
+    let (during, outside) = (p99(others(true)), p99(others(false)));
+    eprintln!(
+        "{} requests, none failed; KZ writes: slowest {slowest:?}; other countries' p99 {during:?} around the switches, {outside:?} otherwise",
+        results.len()
+    );
+    Ok(())
+}
+
+fn port_of(url: &str) -> u16 {
+    url.rsplit(':').next().and_then(|p| p.trim_end_matches('/').parse().ok()).unwrap_or(0)
+}

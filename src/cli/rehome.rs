@@ -1,0 +1,164 @@
+//! `shardgate move --source etcd://…/KEY --hold HOLD.yaml --switch SWITCH.yaml
+//! [--barrier 5s]`: re-homes a placement unit across a fleet that follows
+//! one etcd key, phase by phase.
+//!
+//! 1. Both tables are checked here first (and the hold table must hold a
+//!    move, the switch table switch it): nothing is put when either is invalid.
+//! 2. The hold table is put; then every instance of the fleet (each one's
+//!    report under `KEY/fleet/`) must report that it runs it, or a later
+//!    revision, within the barrier: each holds the unit's requests.
+//! 3. Only then is the switch table put, and its application awaited.
+//!    When an instance does not confirm the hold in time (down, frozen,
+//!    rejecting the table), the table that ran before the hold is put back:
+//!    the move is aborted and every held request goes to the source.
+//!
+//! Exit 0 when switched, 1 when aborted, 69 when etcd cannot be reached, 78
+//! when a table is invalid.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use super::exit;
+use crate::config::schema::MovePhase;
+use crate::source::etcd::{Client, Target};
+
+/// `move`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct MoveArgs {
+    /// The key the fleet follows: etcd://HOST:PORT[,HOST:PORT...]/KEY.
+    #[arg(long)]
+    pub source: String,
+    /// The table with the move in `phase: hold` (the unit still with its source).
+    #[arg(long)]
+    pub hold: PathBuf,
+    /// The table with the move in `phase: switch` (the unit given to its new region).
+    #[arg(long)]
+    pub switch: PathBuf,
+    /// How long every instance has to confirm the hold.
+    #[arg(long, default_value = "5s", value_parser = crate::config::duration::parse_duration)]
+    pub barrier: Duration,
+    /// With etcd authentication: the user (the password from SHARDGATE_ETCD_PASSWORD).
+    #[arg(long, env = "SHARDGATE_ETCD_USER")]
+    pub etcd_user: Option<String>,
+}
+
+/// Runs `move`; returns the exit code.
+pub fn run(args: &MoveArgs, out: &mut impl Write, err: &mut impl Write) -> i32 {
+    let target = match Target::parse(&args.source) {
+        Ok(t) => t,
+        Err(e) => {
+            let _ = writeln!(err, "shardgate move: {e}");
+            return exit::USAGE;
+        }
+    };
+    let (hold, switch) = match (checked(&args.hold, MovePhase::Hold), checked(&args.switch, MovePhase::Switch)) {
+        (Ok(h), Ok(s)) => (h, s),
+        (Err(e), _) | (_, Err(e)) => {
+            let _ = writeln!(err, "{e}");
+            return exit::CONFIG;
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            let _ = writeln!(err, "shardgate move: {e}");
+            return exit::FAILURE;
+        }
+    };
+    let settings = crate::upstream::ClientSettings {
+        connect_timeout: Duration::from_secs(3),
+        pool_idle_timeout: Duration::from_secs(30),
+        tls: None,
+    };
+    let user = args.etcd_user.clone().map(|u| (u, std::env::var("SHARDGATE_ETCD_PASSWORD").unwrap_or_default()));
+    let client = Client::new(&target, crate::upstream::connector(&settings), false, user);
+    match rt.block_on(drive(&client, &target, &hold, &switch, args.barrier, out)) {
+        Ok(true) => exit::OK,
+        Ok(false) => exit::FAILURE,
+        Err(e) => {
+            let _ = writeln!(err, "shardgate move: {}: {e}", target.name());
+            exit::UNAVAILABLE
+        }
+    }
+}
+
+/// The text of the table at `path`, valid and with every move in `phase`.
+fn checked(path: &std::path::Path, phase: MovePhase) -> Result<String, String> {
+    let (cfg, text) = crate::config::load_file(path).map_err(|e| format!("{e}\n{}: invalid", path.display()))?;
+    if cfg.moves.is_empty() || cfg.moves.iter().any(|m| m.phase != phase) {
+        return Err(format!(
+            "{}: every move of this table must be in phase {phase:?} (and there must be one)",
+            path.display()
+        ));
+    }
+    Ok(text)
+}
+
+/// Hold, barrier, switch (or back to the table before): whether it switched.
+async fn drive(
+    client: &Client,
+    target: &Target,
+    hold: &str,
+    switch: &str,
+    barrier: Duration,
+    out: &mut impl Write,
+) -> Result<bool, crate::source::etcd::EtcdError> {
+    let (before, _) = client.get(&target.key).await?;
+    let held = client.put(&target.key, hold, 0).await?;
+    let _ = writeln!(out, "hold put at revision {held}; waiting up to {barrier:?} for every instance");
+    let fleet = format!("{}/fleet/", target.key);
+    match confirmed(client, &fleet, held, barrier).await? {
+        Ok(n) => {
+            let _ = writeln!(out, "{n} instances hold");
+            let switched = client.put(&target.key, switch, 0).await?;
+            let _ = writeln!(out, "switch put at revision {switched}");
+            match confirmed(client, &fleet, switched, barrier).await? {
+                Ok(n) => {
+                    let _ = writeln!(out, "{n} instances switched");
+                }
+                Err(behind) => {
+                    let _ = writeln!(out, "switched; not yet confirmed by: {}", behind.join(", "));
+                }
+            }
+            Ok(true)
+        }
+        Err(behind) => {
+            let _ = writeln!(out, "not confirmed in time by: {}; aborting", behind.join(", "));
+            if let Some(before) = before {
+                let back = client.put(&target.key, &before.value, 0).await?;
+                let _ = writeln!(out, "the table from before the hold put back at revision {back}");
+            }
+            Ok(false)
+        }
+    }
+}
+
+/// Waits until every instance reports `revision` or later: how many there
+/// are, or the ones that did not within `within`.
+async fn confirmed(
+    client: &Client,
+    fleet: &str,
+    revision: i64,
+    within: Duration,
+) -> Result<Result<usize, Vec<String>>, crate::source::etcd::EtcdError> {
+    let deadline = Instant::now() + within;
+    loop {
+        let reports = client.list(fleet).await?;
+        let behind: Vec<String> = reports
+            .iter()
+            .filter_map(|kv| {
+                let v: serde_json::Value = serde_json::from_str(&kv.value).unwrap_or_default();
+                let name = v["instance"].as_str().unwrap_or(&kv.key).to_string();
+                (v["revision"].as_i64().unwrap_or(0) < revision).then_some(name)
+            })
+            .collect();
+        if behind.is_empty() && !reports.is_empty() {
+            return Ok(Ok(reports.len()));
+        }
+        if Instant::now() > deadline {
+            return Ok(Err(if reports.is_empty() { vec!["(no instance reports)".into()] } else { behind }));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
