@@ -212,8 +212,9 @@ function renderFleet(f) {
       ? el("span", {}, badge("rejected"), ` revision ${i.rejected.revision}: `,
           el("ul", { class: "errors" }, i.rejected.errors.slice(0, ERRORS_SHOWN).map((e) => el("li", { class: "mono" }, e))))
       : i.behind ? badge("behind") : badge(i.behind === null ? "unknown" : "current"),
+    el("span", {}, (i.moves || []).map((m) => el("div", { class: "mono" }, `${m.unit} → ${m.to} `, badge(m.phase), ` epoch ${m.epoch}`))),
   ]);
-  table($("fleet"), ["instance", "region", "runs", "applied", "state"], rows);
+  table($("fleet"), ["instance", "region", "runs", "applied", "state", "moves"], rows);
   const note = f.reachable === false ? f.error : f.note;
   if (note) $("fleet").append(el("p", { class: "muted" }, note));
 }
