@@ -14,6 +14,7 @@
 //! | `version` | the version it was published as (applied) |
 //! | `who` | what made the change: `file watch`, `SIGHUP`, `POST /reload`, `POST /reload (admin token)`, `etcd` |
 //! | `moves` | the placement units whose owner changed, as `plan` lists them |
+//! | `phases` | the table's re-homing moves (`moves:`), each with its phase and epoch |
 //! | `deferred` | restart-only keys that changed and keep their running values |
 //! | `errors` | the located problems of a rejected table |
 //! | `prev` | the `hash` of the line before (64 zeros for the first) |

@@ -338,6 +338,19 @@ impl Reloader {
                 entry["version"] = json!(o.version);
                 entry["moves"] = serde_json::to_value(&o.moves).unwrap_or_default();
                 entry["deferred"] = json!(o.needs_restart);
+                // The re-homing moves this table carries, each in its phase.
+                let running = self.shared.snapshot();
+                let table = &running.table;
+                let phases: Vec<_> = table
+                    .moves()
+                    .map(|m| {
+                        let to = table.region(super::RegionId(u16::try_from(m.to).unwrap_or(u16::MAX))).name.clone();
+                        json!({ "unit": m.unit, "to": to, "phase": m.phase, "epoch": m.epoch })
+                    })
+                    .collect();
+                if !phases.is_empty() {
+                    entry["phases"] = json!(phases);
+                }
             }
             Err(ReloadError::Invalid(errors)) => {
                 entry["event"] = json!("rejected");

@@ -150,6 +150,10 @@ async fn the_audit_trail_records_each_change_and_fails_to_verify_with_one_byte_c
     let post = |_: ()| reqwest_post(&url, String::new());
     reload(text.replace("KZ: { id: 7, region: kz }", "KZ: { id: 7, region: eu }"))?;
     assert_eq!(post(()).await?.0, 200);
+    let moving = text.replace("KZ: { id: 7, region: kz }", "KZ: { id: 7, region: eu }")
+        + "moves:\n  - { unit: \"country DE\", to: us, phase: hold, epoch: 1 }\n";
+    reload(moving)?;
+    assert_eq!(post(()).await?.0, 200);
     reload(text.replace("version: 1", "version: 1\nbogus: 2"))?;
     assert_eq!(post(()).await?.0, 422);
     let lines: Vec<serde_json::Value> =
@@ -159,6 +163,9 @@ async fn the_audit_trail_records_each_change_and_fails_to_verify_with_one_byte_c
         lines.iter().find(|l| l["event"] == "applied" && l["who"] == "POST /reload").ok_or("no applied entry")?;
     assert_eq!(applied["moves"][0]["unit"], "country KZ", "{applied}");
     assert_eq!((applied["moves"][0]["from"].as_str(), applied["moves"][0]["to"].as_str()), (Some("kz"), Some("eu")));
+    let phases = lines.iter().find(|l| !l["phases"].is_null()).ok_or("no entry with the move's phase")?;
+    assert_eq!(phases["phases"][0]["phase"], "hold", "{phases}");
+    assert_eq!(phases["phases"][0]["unit"], "country DE", "{phases}");
     let rejected = lines.iter().find(|l| l["event"] == "rejected").ok_or("no rejected entry")?;
     assert!(rejected["errors"][0].as_str().is_some_and(|e| e.contains("table.yaml:2:1")), "{rejected}");
     let verify = |path: &std::path::Path| {
