@@ -1,5 +1,5 @@
 //! `shardgate move --source etcd://…/KEY --hold HOLD.yaml --switch SWITCH.yaml
-//! [--barrier 5s]`: re-homes a placement unit across a fleet that follows
+//! [--barrier 3s]`: re-homes a placement unit across a fleet that follows
 //! one etcd key, phase by phase.
 //!
 //! 1. Both tables are checked here first (and the hold table must hold a
@@ -20,6 +20,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::exit;
+use crate::config::model::MoveRule;
 use crate::config::schema::MovePhase;
 use crate::source::etcd::{Client, Target};
 
@@ -35,8 +36,8 @@ pub struct MoveArgs {
     /// The table with the move in `phase: switch` (the unit given to its new region).
     #[arg(long)]
     pub switch: PathBuf,
-    /// How long every instance has to confirm the hold.
-    #[arg(long, default_value = "5s", value_parser = crate::config::duration::parse_duration)]
+    /// How long every instance has to confirm the hold (shorter than the moves' hold.max_time).
+    #[arg(long, default_value = "3s", value_parser = crate::config::duration::parse_duration)]
     pub barrier: Duration,
     /// With etcd authentication: the user (the password from SHARDGATE_ETCD_PASSWORD).
     #[arg(long, env = "SHARDGATE_ETCD_USER")]
@@ -59,6 +60,11 @@ pub fn run(args: &MoveArgs, out: &mut impl Write, err: &mut impl Write) -> i32 {
             return exit::CONFIG;
         }
     };
+    if let Err(e) = pair(&hold.1, &switch.1, args.barrier) {
+        let _ = writeln!(err, "shardgate move: {e}");
+        return exit::CONFIG;
+    }
+    let (hold, switch) = (hold.0, switch.0);
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -83,8 +89,8 @@ pub fn run(args: &MoveArgs, out: &mut impl Write, err: &mut impl Write) -> i32 {
     }
 }
 
-/// The text of the table at `path`, valid and with every move in `phase`.
-fn checked(path: &std::path::Path, phase: MovePhase) -> Result<String, String> {
+/// The text of the table at `path` and its moves, valid and every move in `phase`.
+fn checked(path: &std::path::Path, phase: MovePhase) -> Result<(String, Vec<MoveRule>), String> {
     let (cfg, text) = crate::config::load_file(path).map_err(|e| format!("{e}\n{}: invalid", path.display()))?;
     if cfg.moves.is_empty() || cfg.moves.iter().any(|m| m.phase != phase) {
         return Err(format!(
@@ -92,7 +98,33 @@ fn checked(path: &std::path::Path, phase: MovePhase) -> Result<String, String> {
             path.display()
         ));
     }
-    Ok(text)
+    Ok((text, cfg.moves))
+}
+
+/// The switch moves the units the hold holds, to the same regions, each at
+/// a higher epoch; and the barrier ends before a held request gives up.
+fn pair(hold: &[MoveRule], switch: &[MoveRule], barrier: Duration) -> Result<(), String> {
+    for h in hold {
+        let Some(s) = switch.iter().find(|s| s.unit == h.unit) else {
+            return Err(format!("the switch table does not switch {}", h.unit));
+        };
+        if s.to != h.to || s.epoch <= h.epoch {
+            return Err(format!(
+                "{}: the switch must go to the hold's region at a higher epoch than {}",
+                h.unit, h.epoch
+            ));
+        }
+        if barrier >= h.max_time {
+            return Err(format!(
+                "--barrier {barrier:?} is not shorter than {}'s hold.max_time {:?}: held requests would give up first",
+                h.unit, h.max_time
+            ));
+        }
+    }
+    if switch.len() != hold.len() {
+        return Err("the switch table switches a unit the hold table does not hold".into());
+    }
+    Ok(())
 }
 
 /// Hold, barrier, switch (or back to the table before): whether it switched.
@@ -104,16 +136,22 @@ async fn drive(
     barrier: Duration,
     out: &mut impl Write,
 ) -> Result<bool, crate::source::etcd::EtcdError> {
-    let (before, _) = client.get(&target.key).await?;
+    let Some(before) = client.get(&target.key).await?.0 else {
+        let _ = writeln!(out, "no table at {}: nothing to move", target.key);
+        return Ok(false);
+    };
+    // Every instance that reports now must confirm: one that drops out
+    // (its lease gone) does not leave the barrier open.
+    let fleet = format!("{}/fleet/", target.key);
+    let expected: Vec<String> = client.list(&fleet).await?.iter().map(|kv| kv.key.clone()).collect();
     let held = client.put(&target.key, hold, 0).await?;
     let _ = writeln!(out, "hold put at revision {held}; waiting up to {barrier:?} for every instance");
-    let fleet = format!("{}/fleet/", target.key);
-    match confirmed(client, &fleet, held, barrier).await? {
+    match confirmed(client, &fleet, &expected, held, barrier).await? {
         Ok(n) => {
             let _ = writeln!(out, "{n} instances hold");
             let switched = client.put(&target.key, switch, 0).await?;
             let _ = writeln!(out, "switch put at revision {switched}");
-            match confirmed(client, &fleet, switched, barrier).await? {
+            match confirmed(client, &fleet, &expected, switched, barrier).await? {
                 Ok(n) => {
                     let _ = writeln!(out, "{n} instances switched");
                 }
@@ -125,27 +163,27 @@ async fn drive(
         }
         Err(behind) => {
             let _ = writeln!(out, "not confirmed in time by: {}; aborting", behind.join(", "));
-            if let Some(before) = before {
-                let back = client.put(&target.key, &before.value, 0).await?;
-                let _ = writeln!(out, "the table from before the hold put back at revision {back}");
-            }
+            let back = client.put(&target.key, &before.value, 0).await?;
+            let _ = writeln!(out, "the table from before the hold put back at revision {back}");
             Ok(false)
         }
     }
 }
 
-/// Waits until every instance reports `revision` or later: how many there
-/// are, or the ones that did not within `within`.
+/// Waits until every instance reports `revision` or later (those of
+/// `expected`, by their report's key, among them): how many there are, or
+/// the ones that did not within `within`.
 async fn confirmed(
     client: &Client,
     fleet: &str,
+    expected: &[String],
     revision: i64,
     within: Duration,
 ) -> Result<Result<usize, Vec<String>>, crate::source::etcd::EtcdError> {
     let deadline = Instant::now() + within;
     loop {
         let reports = client.list(fleet).await?;
-        let behind: Vec<String> = reports
+        let mut behind: Vec<String> = reports
             .iter()
             .filter_map(|kv| {
                 let v: serde_json::Value = serde_json::from_str(&kv.value).unwrap_or_default();
@@ -153,6 +191,8 @@ async fn confirmed(
                 (v["revision"].as_i64().unwrap_or(0) < revision).then_some(name)
             })
             .collect();
+        let gone = expected.iter().filter(|k| !reports.iter().any(|kv| &kv.key == *k));
+        behind.extend(gone.map(|k| format!("{} (no report)", k.rsplit('/').next().unwrap_or(k))));
         if behind.is_empty() && !reports.is_empty() {
             return Ok(Ok(reports.len()));
         }

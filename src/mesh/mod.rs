@@ -147,7 +147,9 @@ pub fn strip_from_request(headers: &mut HeaderMap, keep_forwarded: bool) -> bool
     let forwarded = !keep_forwarded && headers.remove(FORWARDED).is_some();
     let failover = headers.remove(FAILOVER).is_some();
     let leg = headers.remove(LEG).is_some();
-    hops || forwarded || failover || leg
+    let epoch = headers.remove(EPOCH).is_some();
+    let owner = headers.remove(OWNER).is_some();
+    hops || forwarded || failover || leg || epoch || owner
 }
 
 /// Marks a fan-out or search leg to `region`'s shardgate: serve it there, as it is.

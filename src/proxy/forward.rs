@@ -248,7 +248,11 @@ impl Fence {
         };
         let owner = table.region_by_name(&field(&mesh::OWNER)?)?;
         let epoch = crate::ids::parse_canonical_u64(&field(&mesh::EPOCH)?)?;
-        if table.peers(owner).is_empty() {
+        // Followed only for a unit this table is moving too, to a newer epoch
+        // of it, at another region than the one that answered: a peer still on
+        // an older move's table cannot send a request back where it was.
+        let ours = leg.epoch?;
+        if epoch <= ours || leg.chain.last() == Some(&owner) || table.peers(owner).is_empty() {
             return None;
         }
         self.used = true;

@@ -9,8 +9,8 @@
 //! only one whose unit is held is parked.
 //!
 //! A held request goes on when a table is published that no longer holds
-//! its move (the switch, which gives the unit its new owner; an abort; the
-//! move removed), placed by that table, at most `release_rate` a second per
+//! its move (the switch, which gives the unit its new owner with a higher
+//! epoch; an abort; the move removed), placed by that table, at most `release_rate` a second per
 //! move. Bounds, per move and instance: `max_requests` held at once (more
 //! are answered 503 with `Retry-After`, [`ProxyError::HoldFull`]), and
 //! `max_time` each: past it this instance gives the move up on its own (the
@@ -42,9 +42,32 @@ struct Held {
 }
 
 /// The moves this instance holds requests for.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Holds {
     moves: Mutex<HashMap<(String, u64), Held>>,
+    /// Told when a move is given up, so every request it holds goes at once.
+    given_up: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for Holds {
+    fn default() -> Self {
+        Holds { moves: Mutex::default(), given_up: tokio::sync::watch::channel(0).0 }
+    }
+}
+
+/// A place among a move's held requests, given back when dropped (also
+/// when the client goes away while it waits).
+struct Place<'h> {
+    holds: &'h Holds,
+    key: (String, u64),
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        if let Some(held) = self.holds.lock().get_mut(&self.key) {
+            held.now = held.now.saturating_sub(1);
+        }
+    }
 }
 
 /// How a held request's wait ended.
@@ -75,11 +98,16 @@ impl Holds {
         Ok(true)
     }
 
-    fn leave(&self, key: &(String, u64), expired: bool) {
+    /// Gives the move up on this instance: its held requests go at once.
+    fn give_up(&self, key: &(String, u64)) {
         if let Some(held) = self.lock().get_mut(key) {
-            held.now = held.now.saturating_sub(1);
-            held.expired |= expired;
+            held.expired = true;
         }
+        self.given_up.send_modify(|n| *n += 1);
+    }
+
+    fn is_given_up(&self, key: &(String, u64)) -> bool {
+        self.lock().get(key).is_some_and(|h| h.expired)
     }
 
     /// When a released request of the move may go, at `rate` a second.
@@ -96,57 +124,70 @@ impl Holds {
 
 /// Holds `head`'s request while its unit's move holds it: the table to
 /// route it with (`loaded` itself when it is not held), or why it is
-/// refused.
+/// refused. A request released into a table that holds its unit again
+/// (another move of it) waits again.
 pub(super) async fn hold(
     table: &SharedTable,
     holds: &Holds,
     metrics: &Metrics,
     minters: &Minters,
     head: &Parts,
-    loaded: Arc<Loaded>,
+    mut loaded: Arc<Loaded>,
 ) -> Result<Arc<Loaded>, ProxyError> {
-    let Ok(Plan::One(located)) = locate::locate(&loaded.table, head, None, minters, false) else { return Ok(loaded) };
-    let (rule, region) = (located.placement.rule, located.placement.region);
-    let writes = !crate::upstream::retry::is_safe(&head.method);
-    let held = loaded.table.move_of(rule, region).filter(|m| m.phase == MovePhase::Hold && (m.hold_all || writes));
-    let Some(m) = held else { return Ok(loaded) };
-    let key = (m.unit.clone(), m.epoch);
-    let (max_time, rate) = (m.max_time, m.release_rate);
-    match holds.enter(&key, m.max_requests) {
-        Ok(true) => {}
-        Ok(false) => return Ok(loaded),
-        Err(()) => {
-            metrics.moved(&key.0, "refused");
-            return Err(ProxyError::HoldFull { unit: key.0, max: m.max_requests });
+    loop {
+        let Ok(Plan::One(located)) = locate::locate(&loaded.table, head, None, minters, false) else {
+            return Ok(loaded);
+        };
+        let (rule, region) = (located.placement.rule, located.placement.region);
+        let writes = !crate::upstream::retry::is_safe(&head.method);
+        let held = loaded.table.move_of(rule, region).filter(|m| m.phase == MovePhase::Hold && (m.hold_all || writes));
+        let Some(m) = held else { return Ok(loaded) };
+        let key = (m.unit.clone(), m.epoch);
+        let (max_time, rate) = (m.max_time, m.release_rate);
+        let place = match holds.enter(&key, m.max_requests) {
+            Ok(true) => Place { holds, key },
+            Ok(false) => return Ok(loaded),
+            Err(()) => {
+                metrics.moved(&key.0, "refused");
+                return Err(ProxyError::HoldFull { unit: key.0, max: m.max_requests });
+            }
+        };
+        metrics.moved(&place.key.0, "held");
+        let started = Instant::now();
+        let ended = wait(table, holds, &place.key, started + max_time).await;
+        metrics.held_for(&place.key.0, started.elapsed());
+        match ended {
+            Ended::Released(next) => {
+                tokio::time::sleep_until(holds.release_at(&place.key, rate).into()).await;
+                let key = &place.key;
+                let switched =
+                    next.table.moves().any(|n| n.unit == key.0 && n.epoch > key.1 && n.phase == MovePhase::Switch);
+                metrics.moved(&key.0, if switched { "released" } else { "aborted" });
+            }
+            Ended::Expired => {
+                metrics.moved(&place.key.0, "expired");
+                if !holds.is_given_up(&place.key) {
+                    tracing::warn!(unit = %place.key.0, epoch = place.key.1, ?max_time,
+                        "a held request waited max_time: this instance gives the move up");
+                    holds.give_up(&place.key);
+                }
+            }
         }
-    }
-    metrics.moved(&key.0, "held");
-    let started = Instant::now();
-    let ended = wait(table, &key, started + max_time).await;
-    let expired = matches!(ended, Ended::Expired);
-    holds.leave(&key, expired);
-    metrics.held_for(&key.0, started.elapsed());
-    match ended {
-        Ended::Released(next) => {
-            tokio::time::sleep_until(holds.release_at(&key, rate).into()).await;
-            let switched =
-                next.table.moves().any(|n| n.unit == key.0 && n.epoch == key.1 && n.phase == MovePhase::Switch);
-            metrics.moved(&key.0, if switched { "released" } else { "aborted" });
-            // The newest table: a release paced behind others may find a later one.
-            Ok(table.snapshot())
-        }
-        Ended::Expired => {
-            metrics.moved(&key.0, "expired");
-            tracing::warn!(unit = %key.0, epoch = key.1, ?max_time, "a held request waited max_time: this instance gives the move up");
-            Ok(table.snapshot())
-        }
+        drop(place);
+        // The newest table: a release paced behind others may find a later one.
+        loaded = table.snapshot();
     }
 }
 
-/// Waits for a table that does not hold the move `key`, or for `deadline`.
-async fn wait(table: &SharedTable, key: &(String, u64), deadline: Instant) -> Ended {
-    let mut changes = table.changes();
+/// Waits for a table that does not hold the move `key`, for the move to
+/// be given up on this instance, or for `deadline`. Both receivers are
+/// subscribed before the first look, so no change falls between.
+async fn wait(table: &SharedTable, holds: &Holds, key: &(String, u64), deadline: Instant) -> Ended {
+    let (mut changes, mut given_up) = (table.changes(), holds.given_up.subscribe());
     loop {
+        if holds.is_given_up(key) {
+            return Ended::Expired;
+        }
         let now = table.snapshot();
         let still = now.table.moves().any(|m| m.unit == key.0 && m.epoch == key.1 && m.phase == MovePhase::Hold);
         if !still {
@@ -154,6 +195,7 @@ async fn wait(table: &SharedTable, key: &(String, u64), deadline: Instant) -> En
         }
         tokio::select! {
             changed = changes.changed() => if changed.is_err() { return Ended::Expired },
+            _ = given_up.changed() => {}
             () = tokio::time::sleep_until(deadline.into()) => return Ended::Expired,
         }
     }

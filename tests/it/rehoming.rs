@@ -66,7 +66,7 @@ async fn rehoming_hold_then_switch_sends_held_writes_to_the_new_owner_at_the_rel
     assert_eq!(metric(&p, "held").await?, 10.0);
 
     // Switch: KZ is eu's, and the held writes go there, 20 a second.
-    let switched = table(eu.addr, kz.addr, us.addr, &moving("switch", "eu", 1, ", release_rate: 20"))
+    let switched = table(eu.addr, kz.addr, us.addr, &moving("switch", "eu", 2, ", release_rate: 20"))
         .replace("KZ: { id: 7, region: kz }", "KZ: { id: 7, region: eu }");
     let at = Instant::now();
     publish(&p, &switched)?;
@@ -101,7 +101,7 @@ async fn rehoming_abort_sends_held_writes_back_to_the_source_and_reverse_moves_i
     assert_eq!((got.status.as_u16(), region(&got)), (200, "kz".into()));
     assert_eq!(metric(&p, "aborted").await?, 1.0);
 
-    // Moved to eu (epoch 2), then back to kz the same way (epoch 3).
+    // Moved to eu (hold at epoch 2, switch at 3), then back to kz the same way (4, 5).
     let to_eu = |phase: &str, epoch| {
         let t = table(eu.addr, kz.addr, us.addr, &moving(phase, "eu", epoch, ""));
         if phase == "switch" {
@@ -111,9 +111,10 @@ async fn rehoming_abort_sends_held_writes_back_to_the_source_and_reverse_moves_i
         }
     };
     publish(&p, &to_eu("hold", 2))?;
-    publish(&p, &to_eu("switch", 2))?;
+    publish(&p, &to_eu("switch", 3))?;
     let back = |phase: &str| {
-        let t = table(eu.addr, kz.addr, us.addr, &moving(phase, "kz", 3, ""));
+        let epoch = if phase == "hold" { 4 } else { 5 };
+        let t = table(eu.addr, kz.addr, us.addr, &moving(phase, "kz", epoch, ""));
         if phase == "hold" {
             t.replace("KZ: { id: 7, region: kz }", "KZ: { id: 7, region: eu }")
         } else {
@@ -183,6 +184,11 @@ fn rehoming_moves_are_checked_with_their_line() {
     let err = t(&moving("hold", "eu", 0, ", hold: { requests: some }"), kz);
     assert!(err.contains("epoch 0") && err.contains("not `writes` or `all`"), "{err}");
     assert_eq!(t(&moving("hold", "eu", 1, ""), kz), "");
+    // Only as the table names its units: what would be accepted and never match is refused.
+    for unit in ["shards 06-10", "shard 6-6", "key_range 8000000000000000x"] {
+        let err = t(&format!("moves:\n  - {{ unit: \"{unit}\", to: eu, phase: hold, epoch: 1 }}\n"), kz);
+        assert!(err.contains("not a placement unit"), "{unit}: {err}");
+    }
     assert_eq!(t("moves:\n  - { unit: \"shards 6-10\", to: eu, phase: hold, epoch: 1 }\n", kz), "");
 }
 
@@ -220,17 +226,20 @@ async fn rehoming_a_gateway_frozen_on_the_old_table_reaches_the_new_owner_throug
     let ([l_eu, l_kz, l_us], gw) = super::support::three_listeners().await?;
     let gw_eu = super::support::proxy_on(l_eu, &mesh_table("eu", &gw, &be, "kz", "")).await?;
     let gw_kz = super::support::proxy_on(l_kz, &mesh_table("kz", &gw, &be, "kz", "")).await?;
-    // us stays on the table from before the move: it never hears of it.
     let gw_us = super::support::proxy_on(l_us, &mesh_table("us", &gw, &be, "kz", "")).await?;
-    let hold = moving("hold", "eu", 1, "");
-    let switch = moving("switch", "eu", 1, "");
-    for (p, local) in [(&gw_eu, "eu"), (&gw_kz, "kz")] {
+    let hold = moving("hold", "eu", 1, ", hold: { max_time: 300ms }");
+    let switch = moving("switch", "eu", 2, "");
+    for (p, local) in [(&gw_eu, "eu"), (&gw_kz, "kz"), (&gw_us, "us")] {
         publish(p, &mesh_table(local, &gw, &be, "kz", &hold))?;
+    }
+    // us confirmed the hold, then froze: it never hears of the switch.
+    for (p, local) in [(&gw_eu, "eu"), (&gw_kz, "kz")] {
         publish(p, &mesh_table(local, &gw, &be, "eu", &switch))?;
     }
     let kz_before = kz.hits.load(Ordering::SeqCst);
-    // Through the stale gateway: it sends KZ's writes and reads to kz's
-    // gateway, which answers 421 naming eu; it tries eu, once.
+    // Through the stale gateway: its writes wait out the hold it still has
+    // (300ms) and go on to kz's gateway, as its reads do at once; kz's
+    // gateway answers 421 naming eu at epoch 2; the stale gateway tries eu, once.
     for _ in 0..20 {
         let got = send(put(&gw_us, 7)?).await?;
         assert_eq!((got.status.as_u16(), region(&got)), (200, "eu".into()), "{:?}", got.body);
@@ -256,7 +265,7 @@ async fn rehoming_a_gateway_frozen_on_the_old_table_reaches_the_new_owner_throug
     let got = send(stale).await?;
     assert_eq!(got.status.as_u16(), 421, "{:?}", got.body);
     let body = got.json()?;
-    assert_eq!((body["owner"].as_str(), body["epoch"].as_u64()), (Some("eu"), Some(1)), "{body}");
+    assert_eq!((body["owner"].as_str(), body["epoch"].as_u64()), (Some("eu"), Some(2)), "{body}");
     Ok(())
 }
 
@@ -417,23 +426,23 @@ async fn rehoming_a_fleet_under_load_moves_a_country_and_back_and_aborts_with_no
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     // KZ to eu.
-    let (hold, switch) = (t(&moving("hold", "eu", 1, ""), "kz"), t(&moving("switch", "eu", 1, ""), "eu"));
+    let (hold, switch) = (t(&moving("hold", "eu", 1, ""), "kz"), t(&moving("switch", "eu", 2, ""), "eu"));
     let switched = first_applied(admins.clone(), &switch);
-    let (code, out) = shardgate_move(dir.path(), &source, &hold, &switch, "5s").await?;
+    let (code, out) = shardgate_move(dir.path(), &source, &hold, &switch, "3s").await?;
     assert_eq!(code, 0, "{out}");
     let to_eu = switched.await?.ok_or("the switch was never applied")?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     // The phase is in the fleet view and in /explain of a KZ id.
     let fleet = get(&a.url("/fleet")).await?.json()?.to_string();
-    assert!(fleet.contains(r#""moves":[{"epoch":1,"phase":"switch","to":"eu","unit":"country KZ"}]"#), "{fleet}");
+    assert!(fleet.contains(r#""moves":[{"epoch":2,"phase":"switch","to":"eu","unit":"country KZ"}]"#), "{fleet}");
     let explain = get(&a.url(&format!("/explain?id={}&route=orders", iuid(7)))).await?.json()?.to_string();
-    assert!(explain.contains(r#""move":{"epoch":1,"phase":"switch","to":"eu","unit":"country KZ"}"#), "{explain}");
+    assert!(explain.contains(r#""move":{"epoch":2,"phase":"switch","to":"eu","unit":"country KZ"}"#), "{explain}");
 
     // And back to kz.
-    let (hold, switch) = (t(&moving("hold", "kz", 2, ""), "eu"), t(&moving("switch", "kz", 2, ""), "kz"));
+    let (hold, switch) = (t(&moving("hold", "kz", 3, ""), "eu"), t(&moving("switch", "kz", 4, ""), "kz"));
     let back_started = Instant::now();
     let switched = first_applied(admins.clone(), &switch);
-    let (code, out) = shardgate_move(dir.path(), &source, &hold, &switch, "5s").await?;
+    let (code, out) = shardgate_move(dir.path(), &source, &hold, &switch, "3s").await?;
     assert_eq!(code, 0, "{out}");
     let to_kz = switched.await?.ok_or("the switch back was never applied")?;
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -444,7 +453,7 @@ async fn rehoming_a_fleet_under_load_moves_a_country_and_back_and_aborts_with_no
     tokio::time::sleep(Duration::from_millis(300)).await;
     let pid = b.child.as_ref().map(|c| c.0.id().to_string()).ok_or("no b")?;
     std::process::Command::new("kill").args(["-STOP", &pid]).status()?;
-    let (hold, switch) = (t(&moving("hold", "eu", 3, ""), "kz"), t(&moving("switch", "eu", 3, ""), "eu"));
+    let (hold, switch) = (t(&moving("hold", "eu", 5, ""), "kz"), t(&moving("switch", "eu", 6, ""), "eu"));
     let (code, out) = shardgate_move(dir.path(), &source, &hold, &switch, "1s").await?;
     std::process::Command::new("kill").args(["-CONT", &pid]).status()?;
     assert_eq!(code, 1, "{out}");
@@ -485,4 +494,35 @@ async fn rehoming_a_fleet_under_load_moves_a_country_and_back_and_aborts_with_no
 
 fn port_of(url: &str) -> u16 {
     url.rsplit(':').next().and_then(|p| p.trim_end_matches('/').parse().ok()).unwrap_or(0)
+}
+
+/// A DELETE of a KZ order: a write without a body.
+fn delete(p: &Running) -> Result<Request<Full<Bytes>>, BoxError> {
+    Ok(Request::delete(format!("http://{}/v1/orders/{}", p.addr, iuid(7))).body(Full::new(Bytes::new()))?)
+}
+
+#[tokio::test]
+async fn rehoming_a_client_that_leaves_while_held_gives_its_place_back() -> TestResult {
+    let [eu, kz, us] = three_backends().await?;
+    let p = proxy(&table(eu.addr, kz.addr, us.addr, "")).await?;
+    publish(
+        &p,
+        &table(eu.addr, kz.addr, us.addr, &moving("hold", "eu", 1, ", hold: { max_requests: 1, max_time: 10s }")),
+    )?;
+    // A write without a body: the server watches its socket while it waits.
+    let gone = tokio::spawn(send(delete(&p)?));
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(send(delete(&p)?).await?.status.as_u16(), 503, "the one place was not taken");
+    // The held client goes away: its place is free again, long before max_time.
+    gone.abort();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let next = tokio::spawn(send(delete(&p)?));
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        if !next.is_finished() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the place of a client that left was never given back");
+    }
+    Ok(())
 }

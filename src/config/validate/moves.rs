@@ -24,8 +24,7 @@ pub(super) struct Owners<'a> {
     pub(super) key_ranges: &'a [(u64, usize)],
 }
 
-const UNIT_FORMS: &str =
-    "a unit of this table: `country KZ`, `override KZ:WalletAccount`, `shard 5`, `shards 6-7` (a range as the table lists it) or `key_range c000000000000000`";
+const UNIT_FORMS: &str = "a unit of this table, named as `plan` names it: `country KZ`, `override KZ:WalletAccount`, `shard 5`, `shards 6-7` (a range as the table lists it) or `key_range c000000000000000` (16 lowercase hex digits)";
 
 impl Owners<'_> {
     /// The region that owns `unit` in this table; `None` when it is not a unit of it.
@@ -42,11 +41,19 @@ impl Owners<'_> {
             "shard" | "shards" => {
                 let (a, b) = rest.split_once('-').unwrap_or((rest, rest));
                 let (a, b) = (a.parse::<u32>().ok()?, b.parse::<u32>().ok()?);
+                // Only as the table's units are named: `shard 5`, `shards 6-7`.
+                let canonical = if a == b { format!("shard {a}") } else { format!("shards {a}-{b}") };
+                if canonical != unit {
+                    return None;
+                }
                 let ranges = &self.shards?.ranges;
-                ranges.iter().find(|&&(x, y, _)| x == a && y == b && (kind == "shard") == (a == b)).map(|r| r.2)
+                ranges.iter().find(|&&(x, y, _)| x == a && y == b).map(|r| r.2)
             }
             "key_range" => {
-                let start = u64::from_str_radix(rest, 16).ok().filter(|_| rest.len() == 16)?;
+                let start = u64::from_str_radix(rest, 16).ok()?;
+                if format!("{start:016x}") != rest {
+                    return None;
+                }
                 self.key_ranges.iter().find(|&&(s, _)| s == start).map(|r| r.1)
             }
             _ => None,
