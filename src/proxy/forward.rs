@@ -228,8 +228,9 @@ impl Fence {
         }
     }
 
-    /// When `resp` is a peer's `421` naming an owner this table knows with a
-    /// peer: `leg` turned to it, with its epoch, and the body to send there.
+    /// When `resp` is a peer's `421` naming an owner this table knows:
+    /// `leg` turned to it (its backends when this instance serves it, else
+    /// its peer), with its epoch, and the body to send there.
     fn redirect(
         &mut self,
         resp: &Response<ResponseBody>,
@@ -252,7 +253,7 @@ impl Fence {
         // of it, at another region than the one that answered: a peer still on
         // an older move's table cannot send a request back where it was.
         let ours = leg.epoch?;
-        if epoch <= ours || leg.chain.last() == Some(&owner) || table.peers(owner).is_empty() {
+        if epoch <= ours || leg.chain.last() == Some(&owner) {
             return None;
         }
         self.used = true;

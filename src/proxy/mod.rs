@@ -198,11 +198,14 @@ impl Proxy {
             return Answer { response, request_id: None, from_upstream: false, rules: RuleFields::new() };
         }
         // A unit being re-homed: its requests wait before anything of them is read.
-        let mut refused = None;
+        let (mut refused, mut held) = (None, false);
         if loaded.table.is_holding() {
             let (holds, metrics) = (&shared.holds, &shared.metrics);
             match Box::pin(hold::hold(&shared.table, holds, metrics, &self.minters, head, Arc::clone(&loaded))).await {
-                Ok(next) => loaded = next,
+                Ok(next) => {
+                    held = !Arc::ptr_eq(&next, &loaded);
+                    loaded = next;
+                }
                 Err(e) => refused = Some(e),
             }
         }
@@ -220,7 +223,7 @@ impl Proxy {
             grpc: is_call(head),
         };
         let journal = Journal { trace: self.server_span(head), ..Journal::default() };
-        let mut ctx = Ctx { table, conn, arrival, journal, hops: 0, relayed: false };
+        let mut ctx = Ctx { table, conn, arrival, journal, hops: 0, relayed: false, held };
         let result = match refused {
             Some(e) => Err(e),
             None => self.route(&mut ctx, head, body).await,
@@ -387,6 +390,10 @@ fn fence(
     served_here: Option<RegionId>,
 ) -> Result<(), ProxyError> {
     let table = ctx.table;
+    // Held here and released into this table: placed by it, a forward on if need be.
+    if ctx.held {
+        return Ok(());
+    }
     let Some(m) = table.move_of(located.placement.rule, located.placement.region) else { return Ok(()) };
     let elsewhere = Some(located.placement.region) != table.local_region();
     if ctx.relayed && served_here.is_none() && m.epoch > relay.epoch && elsewhere {

@@ -13,7 +13,11 @@
 #   4. a create (POST with X-Country) mints an id that reads back from the
 #      same region; mesh headers and ids sent from the host are not believed;
 #   5. editing one region's table on the host changes routing, no restart;
-#   6. with kz's backend stopped, kz's entities fail over to eu (or get 503);
+#   6. live re-homing under load (tests/compose/rehoming.py, 64 clients): KZ
+#      moved to eu and back, then a move aborted, by editing all four tables
+#      phase by phase: no request fails, no KZ write reaches the old owner
+#      after a switch;
+#   7. with kz's backend stopped, kz's entities fail over to eu (or get 503);
 # and always brings the stack down and removes what it created (trap).
 #
 # Skips (exit 0) when no Docker engine answers `docker info`. Every wait is
@@ -264,6 +268,69 @@ done
 [[ "$(docker inspect -f '{{.State.StartedAt}}' "$kz_cid")" == "$started" ]] || fail "kz-gw restarted"
 expect_backend "$FRONT/v1/orders/$fr" eu "FR via the front door (its table unchanged)"
 say "reload: kz-gw routes FR to kz $((SECONDS - edited))s after the edit, without a restart"
+
+# --- live re-homing under load ------------------------------------------------
+# KZ moves from kz to eu and back while 64 clients on the host write and read
+# KZ and read DE through the front door and every gateway (tests/compose/
+# rehoming.py); then a third move is aborted. Each phase is a revision of all
+# four tables (new file, rename), applied by their file watchers. No request
+# may fail; after a switch has been applied, no KZ write may be answered by
+# the old owner's backend.
+for t in front eu kz us; do cp "$SHARDGATE_TABLES/$t.yaml" "$WORK/orig-$t.yaml"; done
+phase() { # OWNER PHASE EPOCH: KZ's owner, and its move (none when PHASE is -)
+  local t
+  for t in front eu kz us; do
+    sed "s/^  KZ: { id: 7, region: kz }$/  KZ: { id: 7, region: $1 }/" "$WORK/orig-$t.yaml" >"$SHARDGATE_TABLES/.$t.yaml.new"
+    if [[ $2 != - ]]; then
+      printf 'moves:\n  - { unit: "country KZ", to: %s, phase: %s, epoch: %s, hold: { max_time: 20s } }\n' \
+        "$4" "$2" "$3" >>"$SHARDGATE_TABLES/.$t.yaml.new"
+    fi
+    chmod 0644 "$SHARDGATE_TABLES/.$t.yaml.new"
+    mv -f "$SHARDGATE_TABLES/.$t.yaml.new" "$SHARDGATE_TABLES/$t.yaml"
+  done
+  echo "$(date +%s.%N) $1 $2 $3" >>"$WORK/phases"
+  sleep 3
+}
+kz_order=$("$BIN" mint --format iuid --country 7 --entity 3)
+de_order=$("$BIN" mint --format iuid --country 49 --entity 3)
+rm -f "$WORK/stop" "$WORK/phases"
+python3 tests/compose/rehoming.py "$WORK/load" "$WORK/stop" "$kz_order" "$de_order" \
+  "$FRONT" "${GW[eu]}" "${GW[kz]}" "${GW[us]}" &
+load_pid=$!
+sleep 2
+phase kz hold 1 eu
+phase eu switch 2 eu
+phase eu - 0
+phase eu hold 3 kz
+phase kz switch 4 kz
+phase kz - 0
+phase kz hold 5 eu
+phase kz abort 5 eu
+phase kz - 0
+touch "$WORK/stop"
+wait "$load_pid" || fail "the re-homing load generator failed"
+python3 - "$WORK/load" "$WORK/phases" <<'PY' || fail "live re-homing under load"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+phases = [l.split() for l in open(sys.argv[2])]
+t = {f"{p[1]} {p[2]}": float(p[0]) for p in phases}
+failed = [r for r in rows if r["status"] != 200]
+# After each switch has been applied everywhere (written + 1 s), until the next hold:
+# KZ writes answered by the new owner only.
+windows = [(t["eu switch"] + 1, t["eu hold"], "eu"), (t["kz switch"] + 1, t["kz hold"], "kz")]
+wrong = [r for r in rows if r["kind"] == "kz_write" for a, b, owner in windows if a < r["t"] < b and r["backend"] != owner]
+writes = [r["ms"] for r in rows if r["kind"] == "kz_write"]
+de = sorted(r["ms"] for r in rows if r["kind"] == "de_read")
+p99 = de[int(len(de) * 0.99) - 1] if de else 0
+print(f"  {len(rows)} requests, {len(failed)} failed; KZ writes: {len(writes)}, slowest {max(writes):.0f} ms; "
+      f"DE reads p99 {p99:.0f} ms; KZ writes at the old owner after a switch: {len(wrong)}")
+for r in (failed + wrong)[:5]:
+    print("  ", r)
+sys.exit(1 if failed or wrong or not writes else 0)
+PY
+for t in front eu kz us; do cp "$WORK/orig-$t.yaml" "$SHARDGATE_TABLES/.$t.yaml.new"; mv -f "$SHARDGATE_TABLES/.$t.yaml.new" "$SHARDGATE_TABLES/$t.yaml"; done
+sleep 2
+say "re-homing: KZ moved to eu and back and a move aborted under load: no request failed, no KZ write at the old owner after a switch"
 
 # --- a region's backend goes away --------------------------------------------
 kz_id=$("$BIN" mint --format iuid --country 7 --entity 3)

@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""Load for the compose test's live re-homing: 64 clients on the host, each
+sending in turn a write of a KZ order (PUT), a read of it and a read of a DE
+order, through the front door and each regional gateway in turn, until the
+file STOP exists. Every answer is written to OUT as a JSON line:
+{"t": start (Unix s), "kind": "kz_write"|"kz_read"|"de_read", "status": N,
+"backend": the region whose backend answered, "ms": latency}.
+
+    rehoming.py OUT STOP KZ_ID DE_ID BASE_URL...
+"""
+
+import json
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+out_path, stop_path, kz_id, de_id = sys.argv[1:5]
+bases = sys.argv[5:]
+lock = threading.Lock()
+out = open(out_path, "w")
+
+
+def one(method, url, body):
+    req = urllib.request.Request(url, data=body, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read() or b"{}").get("region", "")
+    except urllib.error.HTTPError as e:
+        return e.code, ""
+    except Exception:
+        return 0, ""
+
+
+def client(n):
+    import os
+    i = n
+    while not os.path.exists(stop_path):
+        i += 1
+        base = bases[i % len(bases)]
+        kind = ("kz_write", "kz_read", "de_read")[i % 3]
+        method, oid, body = {
+            "kz_write": ("PUT", kz_id, b'{"state":"paid"}'),
+            "kz_read": ("GET", kz_id, None),
+            "de_read": ("GET", de_id, None),
+        }[kind]
+        t = time.time()
+        status, backend = one(method, f"{base}/v1/orders/{oid}", body)
+        line = json.dumps({"t": t, "kind": kind, "status": status, "backend": backend,
+                           "ms": round((time.time() - t) * 1000, 1)})
+        with lock:
+            out.write(line + "\n")
+
+
+threads = [threading.Thread(target=client, args=(n,)) for n in range(64)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+out.close()
