@@ -367,13 +367,6 @@ impl ServeOptions {
     }
 }
 
-/// A table's text loaded as this instance's (its flags put over it).
-fn load_as(text: &str, name: &str, flags: &crate::config::instance::InstanceFlags) -> Result<Config, ConfigErrors> {
-    let mut cfg = config::load_str(text, name)?;
-    flags.apply(&mut cfg, name)?;
-    Ok(cfg)
-}
-
 /// The table to start with (valid, the flags put over it), its text, its
 /// source's name, and the etcd client following it.
 async fn first_table(
@@ -385,11 +378,11 @@ async fn first_table(
             let name = path.display().to_string();
             let invalid = |errors| ServeError::Config { path: path.clone(), errors };
             let text = config::read_text(path).map_err(|m| invalid(ConfigErrors::single(&name, m, None)))?;
-            let cfg = load_as(&text, &name, flags).map_err(invalid)?;
+            let cfg = flags.load(&text, &name).map_err(invalid)?;
             Ok((cfg, text, name, None))
         }
         TableFrom::Etcd(options) => {
-            let started = crate::source::start(options, |text, name| load_as(text, name, flags)).await;
+            let started = crate::source::start(options, |text, name| flags.load(text, name)).await;
             let started = started.map_err(|e| match e {
                 crate::source::StartError::Tls(e) => ServeError::Tls(e),
                 crate::source::StartError::Unreachable(e) => ServeError::Source(e),

@@ -134,9 +134,7 @@ fn explain_route(table: &Table, found: &Found, route: &Route, id: &str, named: b
                 entry.insert("unit".into(), name.into());
             }
             if let Some(m) = table.move_of(p.rule, p.region) {
-                let to = table.region(crate::routing::RegionId(u16::try_from(m.to).unwrap_or(u16::MAX))).name.clone();
-                let phase = serde_json::to_value(m.phase).unwrap_or_default();
-                entry.insert("move".into(), json!({ "unit": m.unit, "to": to, "phase": phase, "epoch": m.epoch }));
+                entry.insert("move".into(), table.move_json(m));
             }
         }
         Err(e) => {

@@ -55,10 +55,10 @@ use hyper_util::server::graceful::GracefulShutdown;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
-use crate::ids::clock::iso8601;
 use crate::metrics::{self, ScrapeInputs};
 use crate::problem::{http1_answer, Problem};
 use crate::proxy::Shared;
+use crate::routing::shared::iso_time;
 use crate::routing::{Provenance, ReloadError, Reloader, SharedTable};
 use crate::server::accept::Acceptor;
 use crate::server::idle::{until_idle, Watched};
@@ -540,11 +540,6 @@ fn drain(state: &AdminState) -> Response<AdminBody> {
             "shutdown_timeout_s": server.shutdown_timeout.as_secs_f64(),
         }),
     )
-}
-
-/// `t` as ISO 8601 UTC with `digits` of fractional seconds.
-fn iso_time(t: std::time::SystemTime, digits: u8) -> Option<String> {
-    iso8601((metrics::unix_seconds(t) * 1_000_000.0) as u64, digits).map(|t| t.to_string())
 }
 
 pub(crate) fn json_response(status: StatusCode, body: &Value) -> Response<AdminBody> {

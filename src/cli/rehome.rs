@@ -72,13 +72,9 @@ pub fn run(args: &MoveArgs, out: &mut impl Write, err: &mut impl Write) -> i32 {
             return exit::FAILURE;
         }
     };
-    let settings = crate::upstream::ClientSettings {
-        connect_timeout: Duration::from_secs(3),
-        pool_idle_timeout: Duration::from_secs(30),
-        tls: None,
-    };
+
     let user = args.etcd_user.clone().map(|u| (u, std::env::var("SHARDGATE_ETCD_PASSWORD").unwrap_or_default()));
-    let client = Client::new(&target, crate::upstream::connector(&settings), false, user);
+    let client = Client::new(&target, None, user);
     match rt.block_on(drive(&client, &target, &hold, &switch, args.barrier, out)) {
         Ok(true) => exit::OK,
         Ok(false) => exit::FAILURE,

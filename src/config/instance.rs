@@ -53,6 +53,13 @@ impl InstanceFlags {
         Ok(())
     }
 
+    /// Loads `text` (from `source`) as this instance's table: validated, the flags put over it.
+    pub fn load(&self, text: &str, source: &str) -> Result<Config, ConfigErrors> {
+        let mut cfg = super::load_str(text, source)?;
+        self.apply(&mut cfg, source)?;
+        Ok(cfg)
+    }
+
     /// Whether any flag is given.
     pub fn any(&self) -> bool {
         *self != InstanceFlags::default()

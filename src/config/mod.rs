@@ -101,6 +101,11 @@ impl ConfigErrors {
         self.errors.is_empty()
     }
 
+    /// Every problem as one line, `source:line:col: path: message (hint: ...)`.
+    pub fn located(&self) -> Vec<String> {
+        self.errors.iter().map(|e| format!("{}:{e}", self.source_name)).collect()
+    }
+
     /// Whether some error has exactly this path.
     pub fn has_path(&self, path: &str) -> bool {
         self.errors.iter().any(|e| e.path == path)

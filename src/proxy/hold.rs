@@ -70,6 +70,16 @@ impl Drop for Place<'_> {
     }
 }
 
+/// What a request of a held unit finds.
+enum Entry {
+    /// A place: it waits.
+    Held,
+    /// This instance gave the move up: it goes on.
+    GivenUp,
+    /// The move holds `max_requests` already: refused.
+    Full,
+}
+
 /// How a held request's wait ended.
 enum Ended {
     /// A table that no longer holds the move: go, placed by it.
@@ -83,19 +93,19 @@ impl Holds {
         self.moves.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Takes a place among the move's held requests; `None` when it has
-    /// `max` already, or gave the move up.
-    fn enter(&self, key: &(String, u64), max: usize) -> Result<bool, ()> {
+    /// Takes a place among the move's held requests, unless this instance
+    /// gave the move up or it holds `max` already.
+    fn enter(&self, key: &(String, u64), max: usize) -> Entry {
         let mut moves = self.lock();
         let held = moves.entry(key.clone()).or_insert(Held { now: 0, expired: false, next_release: Instant::now() });
         if held.expired {
-            return Ok(false);
+            return Entry::GivenUp;
         }
         if held.now >= max {
-            return Err(());
+            return Entry::Full;
         }
         held.now += 1;
-        Ok(true)
+        Entry::Held
     }
 
     /// Gives the move up on this instance: its held requests go at once.
@@ -145,9 +155,9 @@ pub(super) async fn hold(
         let key = (m.unit.clone(), m.epoch);
         let (max_time, rate) = (m.max_time, m.release_rate);
         let place = match holds.enter(&key, m.max_requests) {
-            Ok(true) => Place { holds, key },
-            Ok(false) => return Ok(loaded),
-            Err(()) => {
+            Entry::Held => Place { holds, key },
+            Entry::GivenUp => return Ok(loaded),
+            Entry::Full => {
                 metrics.moved(&key.0, "refused");
                 return Err(ProxyError::HoldFull { unit: key.0, max: m.max_requests });
             }

@@ -343,8 +343,8 @@ impl Proxy {
         }
         match plan {
             Plan::One(located) => {
-                fence(ctx, &located, &relay, served_here)?;
-                let leg = one_leg(ctx, &located, &relay, served_here, &parts.method);
+                let epoch = fence(ctx, &located, &relay, served_here)?;
+                let leg = Leg { epoch, ..one_leg(ctx, &located, &relay, served_here, &parts.method) };
                 let resp = forward::forward(reach, leg, parts, &added, body, &mut ctx.journal).await?;
                 // Through a peer, the owner's shardgate announces the id its
                 // backend stored (it mints again when it does not trust this
@@ -380,30 +380,28 @@ fn minted_id(located: &locate::Located<'_>, parts: &mut Parts) -> Option<headers
     Some((rule.header.clone(), id, rule.location.clone()))
 }
 
-/// A peer's forward of a unit this table re-homed with a newer epoch than
-/// the sender's, and no longer owned here: 421 naming the owner, which the
-/// sender tries once (nothing has reached a backend).
+/// The epoch of the request's unit when this table moves it (forwards
+/// carry it), or the 421 for a peer's forward of a unit this table re-homed
+/// with a newer epoch than the sender's and no longer owns: naming the
+/// owner, which the sender tries once (nothing has reached a backend).
 fn fence(
     ctx: &Ctx<'_>,
     located: &locate::Located<'_>,
     relay: &mesh::Relay,
     served_here: Option<RegionId>,
-) -> Result<(), ProxyError> {
+) -> Result<Option<u64>, ProxyError> {
     let table = ctx.table;
-    // Held here and released into this table: placed by it, a forward on if need be.
-    if ctx.held {
-        return Ok(());
-    }
-    let Some(m) = table.move_of(located.placement.rule, located.placement.region) else { return Ok(()) };
+    let Some(m) = table.move_of(located.placement.rule, located.placement.region) else { return Ok(None) };
     let elsewhere = Some(located.placement.region) != table.local_region();
-    if ctx.relayed && served_here.is_none() && m.epoch > relay.epoch && elsewhere {
+    // Held here and released into this table: placed by it, a forward on if need be.
+    if !ctx.held && ctx.relayed && served_here.is_none() && m.epoch > relay.epoch && elsewhere {
         return Err(ProxyError::StaleEpoch {
             unit: m.unit.clone(),
             owner: table.region(located.placement.region).name.clone(),
             epoch: m.epoch,
         });
     }
-    Ok(())
+    Ok(Some(m.epoch))
 }
 
 /// The upstream leg of one id's request: along the owner's failover chain,
@@ -437,7 +435,8 @@ fn one_leg<'t>(
         started: ctx.arrival.started,
         rewrite: located.route.rewrite.as_ref(),
         policy: table.policy(located.route, located.placement.region),
-        epoch: table.move_of(located.placement.rule, located.placement.region).map(|m| m.epoch),
+        // Set by [`fence`], which looks the unit's move up.
+        epoch: None,
     }
 }
 

@@ -122,8 +122,7 @@ impl Audit {
 }
 
 fn now_rfc3339() -> String {
-    let micros = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
-    crate::ids::clock::iso8601(micros, 3).map(|t| t.to_string()).unwrap_or_default()
+    super::shared::iso_time(SystemTime::now(), 3).unwrap_or_default()
 }
 
 /// Why a trail does not verify.

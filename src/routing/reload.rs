@@ -183,9 +183,7 @@ impl Reloader {
 
     /// Loads `text` as a table of this instance (its flags put over it).
     fn load(&self, text: &str, name: &str) -> Result<crate::config::Config, ReloadError> {
-        let mut cfg = config::load_str(text, name).map_err(ReloadError::Invalid)?;
-        self.flags.apply(&mut cfg, name).map_err(ReloadError::Invalid)?;
-        Ok(cfg)
+        self.flags.load(text, name).map_err(ReloadError::Invalid)
     }
 
     /// Where the tables come from.
@@ -341,22 +339,14 @@ impl Reloader {
                 // The re-homing moves this table carries, each in its phase.
                 let running = self.shared.snapshot();
                 let table = &running.table;
-                let phases: Vec<_> = table
-                    .moves()
-                    .map(|m| {
-                        let to = table.region(super::RegionId(u16::try_from(m.to).unwrap_or(u16::MAX))).name.clone();
-                        json!({ "unit": m.unit, "to": to, "phase": m.phase, "epoch": m.epoch })
-                    })
-                    .collect();
+                let phases: Vec<_> = table.moves().map(|m| table.move_json(m)).collect();
                 if !phases.is_empty() {
                     entry["phases"] = json!(phases);
                 }
             }
             Err(ReloadError::Invalid(errors)) => {
                 entry["event"] = json!("rejected");
-                let located: Vec<String> =
-                    errors.errors.iter().map(|e| format!("{}:{e}", errors.source_name)).collect();
-                entry["errors"] = json!(located);
+                entry["errors"] = json!(errors.located());
             }
             Err(ReloadError::NeedsRestart(why)) => {
                 entry["event"] = json!("rejected");

@@ -55,6 +55,13 @@ pub fn sha256_hex(text: &str) -> String {
     out
 }
 
+/// `t` as ISO 8601 UTC with `digits` of fractional seconds (a load, a
+/// reload, an audit line, a fleet report).
+pub fn iso_time(t: SystemTime, digits: u8) -> Option<String> {
+    let micros = t.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_micros());
+    crate::ids::clock::iso8601(u64::try_from(micros).unwrap_or(u64::MAX), digits).map(|t| t.to_string())
+}
+
 impl SharedTable {
     /// Starts with `table` (version 1).
     pub fn new(table: Table, source_text: impl Into<String>) -> Self {

@@ -456,6 +456,13 @@ impl Table {
         self.moves.iter().map(|(_, m)| m)
     }
 
+    /// A move as `/fleet`, `/explain` and the audit trail show it: its
+    /// unit, the region it goes to (by name), its phase and epoch.
+    pub fn move_json(&self, m: &MoveRule) -> serde_json::Value {
+        let to = self.region_of(To::Region(m.to)).map_or("", |r| self.region(r).name.as_str());
+        serde_json::json!({ "unit": m.unit, "to": to, "phase": m.phase, "epoch": m.epoch })
+    }
+
     /// The placement units and the requests each placed.
     pub fn units(&self) -> &super::units::Units {
         &self.units

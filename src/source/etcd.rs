@@ -146,10 +146,20 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
-    /// A client of `target`'s endpoints over `connector` (`tls`: https),
-    /// authenticating as `user` when given.
-    pub fn new(target: &Target, connector: Connector, tls: bool, user: Option<(String, String)>) -> Client {
-        let scheme = if tls { "https" } else { "http" };
+    /// A client of `target`'s endpoints (over TLS with `tls`, else plain
+    /// HTTP), authenticating as `user` when given.
+    pub fn new(
+        target: &Target,
+        tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+        user: Option<(String, String)>,
+    ) -> Client {
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let settings = crate::upstream::ClientSettings {
+            connect_timeout: Duration::from_secs(3),
+            pool_idle_timeout: Duration::from_secs(30),
+            tls,
+        };
+        let connector = crate::upstream::connector(&settings);
         let endpoints = target.endpoints.iter().filter_map(|e| format!("{scheme}://{e}").parse().ok()).collect();
         Client { endpoints, next: AtomicUsize::new(0), connector, user, token: Mutex::new(None) }
     }

@@ -57,13 +57,7 @@ impl Fleet {
         let mut report = self.status.report(&self.instance, self.region.as_deref());
         let snapshot = self.table.snapshot();
         let table = &snapshot.table;
-        let moves: Vec<Value> = table
-            .moves()
-            .map(|m| {
-                let to = table.region(crate::routing::RegionId(u16::try_from(m.to).unwrap_or(u16::MAX))).name.clone();
-                json!({ "unit": m.unit, "to": to, "phase": m.phase, "epoch": m.epoch })
-            })
-            .collect();
+        let moves: Vec<Value> = table.moves().map(|m| table.move_json(m)).collect();
         report["moves"] = Value::Array(moves);
         report
     }

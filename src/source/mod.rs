@@ -115,10 +115,7 @@ impl Status {
     /// What this instance reports to the fleet.
     pub fn report(&self, instance: &str, region: Option<&str>) -> Value {
         let s = self.lock();
-        let iso = |t: SystemTime| {
-            let micros = t.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
-            crate::ids::clock::iso8601(micros, 3).map(|t| t.to_string())
-        };
+        let iso = |t: SystemTime| crate::routing::shared::iso_time(t, 3);
         json!({
             "instance": instance,
             "region": region,
@@ -249,13 +246,7 @@ pub async fn start(
         Some(t) => Some(Arc::new(crate::tls::client_config(t).map_err(StartError::Tls)?)),
         None => None,
     };
-    let settings = crate::upstream::ClientSettings {
-        connect_timeout: Duration::from_secs(3),
-        pool_idle_timeout: Duration::from_secs(30),
-        tls,
-    };
-    let connector = crate::upstream::connector(&settings);
-    let client = Client::new(&options.target, connector, options.tls.is_some(), options.user.clone());
+    let client = Client::new(&options.target, tls, options.user.clone());
     let name = options.target.name();
     let (mut text, mut revision, mut cached) =
         initial(&client, &options.target, &options.local_copy).await.map_err(StartError::Unreachable)?;
@@ -268,7 +259,7 @@ pub async fn start(
             let cfg = load(&copy.text, &name).map_err(|_| StartError::Invalid(errors.clone()))?;
             tracing::error!(source = %name, revision, errors = %errors,
                 "the table in etcd is invalid: starting from the local copy of the last good one");
-            rejected(&status, revision, &errors);
+            status.rejected(revision, errors.located());
             (text, revision, cached) = (copy.text, copy.revision, true);
             cfg
         }
@@ -280,7 +271,7 @@ pub async fn start(
             tracing::warn!(error = %e, "cannot keep the local copy of the table");
         }
     }
-    started(&status, revision, &crate::routing::shared::sha256_hex(&text), cached);
+    status.applied(revision, &crate::routing::shared::sha256_hex(&text), 0.0, cached);
     Ok(Started { cfg, text, client: Arc::new(client), options: options.clone(), revision, status })
 }
 
@@ -426,9 +417,7 @@ async fn apply(
             status.applied(revision, &sha, arrived.elapsed().as_secs_f64(), false);
             keep(options, source, revision, text);
         }
-        Ok(Err(ReloadError::Invalid(errors))) => {
-            status.rejected(revision, errors.errors.iter().map(|e| format!("{}:{e}", errors.source_name)).collect())
-        }
+        Ok(Err(ReloadError::Invalid(errors))) => status.rejected(revision, errors.located()),
         Ok(Err(ReloadError::NeedsRestart(why))) => status.rejected(revision, vec![why]),
         Err(e) => status.rejected(revision, vec![format!("the apply task failed: {e}")]),
     }
@@ -439,14 +428,4 @@ fn keep(options: &FollowOptions, source: &str, revision: i64, text: String) {
     if let Err(e) = copy.write(&options.local_copy) {
         tracing::warn!(error = %e, "cannot keep the local copy of the table");
     }
-}
-
-/// Marks `revision` rejected for `errors` (an invalid table found at start).
-pub fn rejected(status: &Status, revision: i64, errors: &crate::config::ConfigErrors) {
-    status.rejected(revision, errors.errors.iter().map(|e| format!("{}:{e}", errors.source_name)).collect());
-}
-
-/// Marks the table an instance started with as applied (from etcd or its local copy).
-pub fn started(status: &Status, revision: i64, sha256: &str, from_cache: bool) {
-    status.applied(revision, sha256, 0.0, from_cache);
 }

@@ -68,10 +68,7 @@ pub async fn get(
             Err(HeadError::Bad(e)) => Err(format!("invalid response: {e}")),
         }
     };
-    match tokio::time::timeout(timeout, exchange).await {
-        Ok(result) => result,
-        Err(_) => Err(format!("no answer within {timeout:?}")),
-    }
+    within(timeout, exchange).await
 }
 
 /// [`get`] of an HTTP/2 endpoint (`h2c://`, `h2://`): the GET over
@@ -119,10 +116,7 @@ async fn h2_get(
         let serving = answer.to_bytes().get(5..) == Some(&[0x08, 0x01][..]);
         Ok(if status.is_success() && ok && serving { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE })
     };
-    match tokio::time::timeout(timeout, exchange).await {
-        Ok(result) => result,
-        Err(_) => Err(format!("no answer within {timeout:?}")),
-    }
+    within(timeout, exchange).await
 }
 
 /// A request of the control plane (an etcd gateway, a running instance's
@@ -155,10 +149,7 @@ pub async fn open(
         let req = req.body(http_body_util::Full::new(body)).map_err(|e| e.to_string())?;
         send.send_request(req).await.map_err(|e| format!("request failed: {e}"))
     };
-    match tokio::time::timeout(timeout, exchange).await {
-        Ok(result) => result,
-        Err(_) => Err(format!("no answer within {timeout:?}")),
-    }
+    within(timeout, exchange).await
 }
 
 /// [`open`], then the whole body (within `timeout` in all).
@@ -177,7 +168,15 @@ pub async fn fetch(
         let body = resp.into_body().collect().await.map_err(|e| format!("reading the answer: {e}"))?;
         Ok((status, body.to_bytes()))
     };
-    match tokio::time::timeout(timeout, whole).await {
+    within(timeout, whole).await
+}
+
+/// `exchange`'s result, or "no answer within …" when it takes longer than `timeout`.
+async fn within<T>(
+    timeout: Duration,
+    exchange: impl std::future::Future<Output = Result<T, String>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(timeout, exchange).await {
         Ok(result) => result,
         Err(_) => Err(format!("no answer within {timeout:?}")),
     }

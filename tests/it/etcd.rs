@@ -482,6 +482,18 @@ async fn follower(dir: &Path, source: &str, extra: &[String], env: &[(&str, &str
     Ok((child, admin))
 }
 
+/// Waits (10 s at most) until the instance with admin port `admin` runs `text`.
+async fn applies(admin: u16, text: &str, who: &str) -> TestResult {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while get(&format!("http://127.0.0.1:{admin}/config")).await?.json()?["sha256"] != sha256(text) {
+        if Instant::now() > deadline {
+            return Err(format!("{who} did not apply the new revision").into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn etcd_over_tls_with_a_client_certificate_and_with_a_user() -> TestResult {
     if !etcd_installed()? {
@@ -513,13 +525,7 @@ async fn etcd_over_tls_with_a_client_certificate_and_with_a_user() -> TestResult
     let (_sg, admin) = follower(d, &source, &flags, &[]).await?;
     let next = revision(&base, 7);
     etcdctl_with(port, "https", &auth, &["put", KEY], &next)?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while get(&format!("http://127.0.0.1:{admin}/config")).await?.json()?["sha256"] != sha256(&next) {
-        if Instant::now() > deadline {
-            return Err("the TLS follower did not apply the new revision".into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    applies(admin, &next, "the TLS follower").await?;
     // Without the client certificate etcd refuses it, and it does not start (no local copy).
     let other = tempfile::tempdir()?;
     let refused = follower(other.path(), &source, &["--etcd-ca".to_string(), ca_file.clone()], &[]).await;
@@ -539,13 +545,7 @@ async fn etcd_over_tls_with_a_client_certificate_and_with_a_user() -> TestResult
     let (_sg, admin) = follower(d, &source, &user, &[("SHARDGATE_ETCD_PASSWORD", "rootpw")]).await?;
     let next = revision(&base, 8);
     etcdctl_with(port, "http", &root, &["put", KEY], &next)?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while get(&format!("http://127.0.0.1:{admin}/config")).await?.json()?["sha256"] != sha256(&next) {
-        if Instant::now() > deadline {
-            return Err("the authenticated follower did not apply the new revision".into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    applies(admin, &next, "the authenticated follower").await?;
     // The fleet report was written with the same token.
     let fleet = get(&format!("http://127.0.0.1:{admin}/fleet")).await?.json()?;
     assert_eq!(fleet["reachable"], true, "{fleet}");
