@@ -395,6 +395,19 @@ async fn first_table(
     }
 }
 
+/// The admin listener's pending-connection queue (a few probes and operators).
+const ADMIN_BACKLOG: u32 = 128;
+
+/// A listener on `addr` with `backlog` pending connections (`server.backlog`;
+/// the kernel caps it at `net.core.somaxconn`), address reuse as
+/// `TcpListener::bind` sets it.
+fn listen_on(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(backlog)
+}
+
 /// `shardgate serve`: serves until a signal or `POST /drain`.
 pub async fn serve(options: ServeOptions) -> Result<Exit, ServeError> {
     let audit = match &options.audit {
@@ -403,12 +416,11 @@ pub async fn serve(options: ServeOptions) -> Result<Exit, ServeError> {
     };
     let (cfg, text, name, followed) = first_table(&options.table, &options.flags).await?;
     let tls = crate::tls::load(&cfg).map_err(ServeError::Tls)?;
-    let bind = |listener, addr| async move {
-        TcpListener::bind(addr).await.map_err(|error| ServeError::Bind { listener, addr, error })
-    };
+    let bind =
+        |listener, addr, backlog| listen_on(addr, backlog).map_err(|error| ServeError::Bind { listener, addr, error });
     let (listen, admin) = (cfg.settings.restart.listen, cfg.settings.restart.admin);
-    let listener = bind("listen", listen).await?;
-    let admin_listener = bind("admin", admin).await?;
+    let listener = bind("listen", listen, cfg.settings.restart.backlog)?;
+    let admin_listener = bind("admin", admin, ADMIN_BACKLOG)?;
     let token = admin::token_from_env();
     if token.is_none() && !admin.ip().is_loopback() {
         tracing::warn!(

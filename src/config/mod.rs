@@ -36,6 +36,7 @@ pub mod restart;
 pub mod schema;
 pub mod settings;
 pub mod template;
+pub mod tls;
 pub mod validate;
 pub mod values;
 pub mod yaml;

@@ -75,6 +75,8 @@ restart_only! {
     max_connections: usize => "server.max_connections",
     /// Most admin connections.
     admin_max_connections: usize => "server.admin_max_connections",
+    /// The proxy listener's pending-connection queue.
+    backlog: u32 => "server.backlog",
     /// TLS to upstreams and peers.
     upstream_tls: UpstreamTls => "upstream.tls",
     /// Upstream connect timeout.
@@ -107,6 +109,7 @@ mod tests {
             ("region: eu\ninstance: shardgate\n", "region"),
             ("server: { idle_timeout: 5s }\n", "server.idle_timeout"),
             ("server: { tls: { cert: a, key: b } }\n", "server.tls"),
+            ("server: { backlog: 100 }\n", "server.backlog"),
             ("upstream: { connect_timeout: 1s }\n", "upstream.connect_timeout"),
             ("ids: { locality: { pid: 7 } }\n", "ids.locality"),
             ("search_cache: { capacity: 5 }\n", "search_cache.capacity"),

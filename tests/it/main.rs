@@ -34,5 +34,6 @@ mod saturation;
 mod search;
 mod structure;
 mod tls;
+mod tls_settings;
 mod traces;
 mod vectors;

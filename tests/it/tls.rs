@@ -81,12 +81,12 @@ pub(crate) fn write(dir: &Path, name: &str, text: &str) -> Result<String, BoxErr
 }
 
 /// Paths of one instance's certificate and key, written under `dir`.
-fn write_leaf(dir: &Path, stem: &str, leaf: &Leaf) -> Result<(String, String), BoxError> {
+pub(crate) fn write_leaf(dir: &Path, stem: &str, leaf: &Leaf) -> Result<(String, String), BoxError> {
     Ok((write(dir, &format!("{stem}.crt"), &leaf.cert_pem)?, write(dir, &format!("{stem}.key"), &leaf.key_pem)?))
 }
 
 /// A client configuration trusting `ca`, presenting `client` when given, offering `alpn`.
-fn client_config(ca: &Ca, client: Option<&Leaf>, alpn: &[&[u8]]) -> Result<ClientConfig, BoxError> {
+pub(crate) fn client_config(ca: &Ca, client: Option<&Leaf>, alpn: &[&[u8]]) -> Result<ClientConfig, BoxError> {
     let mut roots = RootCertStore::empty();
     roots.add(ca.issuer.der().clone())?;
     let builder = ClientConfig::builder_with_provider(shardgate::tls::provider())
@@ -132,7 +132,7 @@ async fn get_with(
 }
 
 /// A TLS connection to `addr` (verified as 127.0.0.1).
-async fn tls_connect(addr: SocketAddr, cfg: ClientConfig) -> Result<TlsStream<TcpStream>, BoxError> {
+pub(crate) async fn tls_connect(addr: SocketAddr, cfg: ClientConfig) -> Result<TlsStream<TcpStream>, BoxError> {
     let tcp = TcpStream::connect(addr).await?;
     let name = ServerName::IpAddress(addr.ip().into());
     Ok(tokio::time::timeout(Duration::from_secs(10), TlsConnector::from(Arc::new(cfg)).connect(name, tcp)).await??)

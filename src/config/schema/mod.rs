@@ -411,6 +411,8 @@ pub struct Server {
     /// An upgraded connection (WebSocket tunnel) on which no byte moves
     /// either way for this long is closed (routes may set their own).
     pub tunnel_idle_timeout: Dur,
+    /// Pending-connection queue of the proxy listener (`listen(2)` backlog).
+    pub backlog: u32,
     /// TLS on the proxy listener (restart-only; the certificate and key
     /// files themselves are reloaded when they change on disk).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -418,7 +420,7 @@ pub struct Server {
 }
 
 /// `server.tls`: TLS (and optionally client certificates) on the proxy listener.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerTls {
     /// PEM certificate chain file, leaf first.
@@ -433,6 +435,58 @@ pub struct ServerTls {
     /// Refuse TLS handshakes without a trusted client certificate (needs `client_ca`).
     #[serde(default)]
     pub require_client_cert: bool,
+    /// The lowest protocol version accepted.
+    #[serde(default)]
+    pub min_version: crate::config::tls::TlsVersion,
+    /// Cipher suites by IANA name, most preferred first (empty: the provider's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cipher_suites: Vec<String>,
+    /// Key-exchange groups by name, most preferred first (empty: the provider's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
+    /// ALPN protocols offered, most preferred first.
+    #[serde(default = "default_alpn")]
+    pub alpn: Vec<String>,
+    /// Sessions remembered for resumption by session id (0: none).
+    #[serde(default = "default_session_cache")]
+    pub session_cache: usize,
+    /// Issue stateless session tickets (resumption without server state).
+    #[serde(default = "routes::yes")]
+    pub session_tickets: bool,
+    /// How long one ticket key encrypts new tickets; the previous key still
+    /// decrypts, so a ticket is accepted for at most twice this.
+    #[serde(default = "default_ticket_key_rotation")]
+    pub ticket_key_rotation: Dur,
+}
+
+fn default_alpn() -> Vec<String> {
+    crate::config::tls::ALPN.iter().map(|p| (*p).to_string()).collect()
+}
+
+fn default_session_cache() -> usize {
+    20_000
+}
+
+fn default_ticket_key_rotation() -> Dur {
+    Dur(Duration::from_secs(3600))
+}
+
+impl Default for ServerTls {
+    fn default() -> Self {
+        ServerTls {
+            cert: String::new(),
+            key: String::new(),
+            client_ca: None,
+            require_client_cert: false,
+            min_version: crate::config::tls::TlsVersion::default(),
+            cipher_suites: Vec::new(),
+            groups: Vec::new(),
+            alpn: default_alpn(),
+            session_cache: default_session_cache(),
+            session_tickets: true,
+            ticket_key_rotation: default_ticket_key_rotation(),
+        }
+    }
 }
 
 impl Default for Server {
@@ -453,6 +507,7 @@ impl Default for Server {
             body_timeout: Dur(Duration::from_secs(10)),
             body_min_rate: 1024,
             tunnel_idle_timeout: Dur(Duration::from_secs(300)),
+            backlog: 4096,
             tls: None,
         }
     }

@@ -102,7 +102,7 @@ pub struct PolicySpec {
     pub retry_budget: Option<super::RetryBudget>,
 }
 
-fn yes() -> bool {
+pub(super) fn yes() -> bool {
     true
 }
 

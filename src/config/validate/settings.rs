@@ -3,12 +3,15 @@
 
 use super::names::Names;
 use crate::config::report::Ctx;
-use crate::config::schema::{File, Flavor, LocalityModeName, Telemetry};
+use std::time::Duration;
+
+use crate::config::schema::{File, Flavor, LocalityModeName, ServerTls, Telemetry};
 use crate::config::settings::{
     DnsPolicy, HealthChecks, Limits, Locality, LogPolicy, MeshPolicy, MintBatchPolicy, RestartOnly, ServerPolicy,
     Settings, UpstreamPolicy,
 };
 use crate::config::show;
+use crate::config::tls::TlsVersion;
 use crate::config::yaml::YamlPath;
 use crate::ids::{self, parse_mac_fragment, LocalityMode, NodeIdentity, Params};
 
@@ -161,6 +164,7 @@ pub(super) fn typed(file: &File, top: &TopLevel, ids: &IdSettings) -> Settings {
         max_headers: server.max_headers,
         max_connections: server.max_connections,
         admin_max_connections: server.admin_max_connections,
+        backlog: server.backlog,
         upstream_tls: up.tls.clone(),
         connect_timeout: up.connect_timeout.0,
         pool_idle_timeout: up.pool_idle_timeout.0,
@@ -246,6 +250,7 @@ pub(super) fn limits_and_timeouts(file: &File, ctx: &mut Ctx<'_>) {
         ("max_uri_bytes", server.max_uri_bytes),
         ("max_connections", server.max_connections),
         ("admin_max_connections", server.admin_max_connections),
+        ("backlog", server.backlog as usize),
     ] {
         if v == 0 {
             ctx.at(&root.k("server").k(key), format!("{key} must be positive"), Some("a positive whole number"));
@@ -329,6 +334,7 @@ pub(super) fn tls(file: &File, ctx: &mut Ctx<'_>) {
                 Some("set `client_ca` to the PEM file of the CAs that sign client certificates"),
             );
         }
+        listener_tls(tls, &p, ctx);
     }
     let t = &file.upstream.tls;
     let p = root.k("upstream").k("tls");
@@ -344,6 +350,64 @@ pub(super) fn tls(file: &File, ctx: &mut Ctx<'_>) {
         _ => {}
     }
 }
+
+/// The listener's protocol choices: known cipher suites and groups (with a
+/// TLS 1.3 suite when 1.3 is the minimum), ALPN protocols the listener
+/// serves, each named once, a ticket key rotation rustls can express.
+fn listener_tls(tls: &ServerTls, p: &YamlPath, ctx: &mut Ctx<'_>) {
+    use crate::config::tls as names;
+    let mut suites = Vec::new();
+    for (i, name) in tls.cipher_suites.iter().enumerate() {
+        match names::cipher_suite(name) {
+            Some(s) => suites.push(s),
+            None => {
+                let hint = format!("one of {}", names::cipher_suite_names().join(", "));
+                ctx.at(&p.k("cipher_suites").i(i), format!("unknown cipher suite {name:?}"), Some(&hint));
+            }
+        }
+    }
+    if tls.min_version == TlsVersion::V1_3 && !suites.is_empty() && !suites.iter().any(|s| names::is_tls13(*s)) {
+        ctx.at(
+            &p.k("cipher_suites"),
+            "min_version is 1.3 but cipher_suites has no TLS 1.3 suite".into(),
+            Some("add TLS13_AES_128_GCM_SHA256, TLS13_AES_256_GCM_SHA384 or TLS13_CHACHA20_POLY1305_SHA256"),
+        );
+    }
+    for (i, name) in tls.groups.iter().enumerate() {
+        if names::kx_group(name).is_none() {
+            let hint = format!("one of {}", names::kx_group_names().join(", "));
+            ctx.at(&p.k("groups").i(i), format!("unknown key exchange group {name:?}"), Some(&hint));
+        }
+    }
+    let alpn_hint = Some("h2 and http/1.1, in the order of preference");
+    if tls.alpn.is_empty() {
+        ctx.at(&p.k("alpn"), "alpn is empty".into(), alpn_hint);
+    }
+    for (i, proto) in tls.alpn.iter().enumerate() {
+        if !names::ALPN.contains(&proto.as_str()) {
+            ctx.at(&p.k("alpn").i(i), format!("unknown ALPN protocol {proto:?}"), alpn_hint);
+        } else if tls.alpn[..i].contains(proto) {
+            ctx.at(&p.k("alpn").i(i), format!("ALPN protocol {proto:?} is listed twice"), alpn_hint);
+        }
+    }
+    if tls.session_cache > MAX_SESSION_CACHE {
+        let m = format!("session_cache {} is above {MAX_SESSION_CACHE}", tls.session_cache);
+        ctx.at(&p.k("session_cache"), m, Some("each entry is a few hundred bytes; 20000 is the default"));
+    }
+    let rotation = tls.ticket_key_rotation.0;
+    if rotation < Duration::from_secs(1) || rotation > MAX_TICKET_KEY_ROTATION {
+        ctx.at(
+            &p.k("ticket_key_rotation"),
+            format!("ticket_key_rotation {} is not between 1s and 24h", tls.ticket_key_rotation),
+            Some("e.g. 1h (the default): a ticket is accepted for at most twice this"),
+        );
+    }
+}
+
+/// Most sessions `server.tls.session_cache` may remember.
+const MAX_SESSION_CACHE: usize = 1_000_000;
+/// Longest `server.tls.ticket_key_rotation`: a ticket key must not outlive a day.
+const MAX_TICKET_KEY_ROTATION: Duration = Duration::from_secs(24 * 3600);
 
 /// `telemetry`: an `http://` collector URL (the exporter speaks plain
 /// OTLP/HTTP; a local collector forwards over TLS), a ratio between 0 and

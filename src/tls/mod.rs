@@ -6,7 +6,10 @@
 //!   disk (checked every [`RELOAD_CHECK_INTERVAL`]); new handshakes get the
 //!   new certificate, established connections keep their session. With
 //!   `client_ca`, client certificates are verified against it (and required
-//!   with `require_client_cert`). ALPN offers `h2` and `http/1.1`.
+//!   with `require_client_cert`). The protocol versions, cipher suites,
+//!   key-exchange groups and ALPN list are the table's; sessions resume
+//!   from a cache of `session_cache` entries or from stateless tickets
+//!   whose keys rotate (`tickets`).
 //! * [`client_config`]: the configuration for `https://` upstreams and
 //!   peers from `upstream.tls`: the system roots or a CA file, and an
 //!   optional client certificate (mutual TLS to peers).
@@ -22,12 +25,17 @@ use arc_swap::ArcSwap;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
+use rustls::server::{
+    ClientHello, NoServerSessionStorage, ResolvesServerCert, ServerSessionMemoryCache, WebPkiClientVerifier,
+};
 use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::schema as raw;
+use crate::config::tls as names;
+
+mod tickets;
 
 /// How often the certificate and key files are checked for changes.
 pub const RELOAD_CHECK_INTERVAL: Duration = Duration::from_secs(1);
@@ -219,9 +227,9 @@ impl ServerTls {
     pub fn load(cfg: &raw::ServerTls) -> Result<ServerTls, TlsError> {
         let key = load_certified_key(&cfg.cert, &cfg.key)?;
         let resolver = Arc::new(CertResolver::new(key));
-        let builder = ServerConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| TlsError(format!("tls protocol versions: {e}")))?;
+        let builder = ServerConfig::builder_with_provider(listener_provider(cfg)?)
+            .with_protocol_versions(cfg.min_version.versions())
+            .map_err(|e| TlsError(format!("server.tls cannot be used: {e}")))?;
         let builder = match &cfg.client_ca {
             Some(ca) => {
                 let roots = read_roots(ca, "tls client_ca")?;
@@ -234,7 +242,14 @@ impl ServerTls {
             None => builder.with_no_client_auth(),
         };
         let mut config = builder.with_cert_resolver(Arc::clone(&resolver) as Arc<dyn ResolvesServerCert>);
-        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        config.alpn_protocols = cfg.alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
+        config.session_storage = match cfg.session_cache {
+            0 => Arc::new(NoServerSessionStorage {}),
+            n => ServerSessionMemoryCache::new(n),
+        };
+        if cfg.session_tickets {
+            config.ticketer = tickets::rotating(cfg.ticket_key_rotation.0)?;
+        }
         let reloader = CertReloader {
             cert: cfg.cert.clone(),
             key: cfg.key.clone(),
@@ -282,6 +297,28 @@ impl ServerTls {
             }
         }))
     }
+}
+
+/// The provider with only the cipher suites and key-exchange groups
+/// `server.tls` names, in its order (validated names; one unknown here is
+/// an error, not a silent default).
+fn listener_provider(cfg: &raw::ServerTls) -> Result<Arc<CryptoProvider>, TlsError> {
+    let mut p = rustls::crypto::ring::default_provider();
+    if !cfg.cipher_suites.is_empty() {
+        p.cipher_suites = cfg
+            .cipher_suites
+            .iter()
+            .map(|n| names::cipher_suite(n).ok_or_else(|| TlsError(format!("unknown cipher suite {n:?}"))))
+            .collect::<Result<_, _>>()?;
+    }
+    if !cfg.groups.is_empty() {
+        p.kx_groups = cfg
+            .groups
+            .iter()
+            .map(|n| names::kx_group(n).ok_or_else(|| TlsError(format!("unknown key exchange group {n:?}"))))
+            .collect::<Result<_, _>>()?;
+    }
+    Ok(Arc::new(p))
 }
 
 /// The system's trust roots (`SSL_CERT_FILE`/`SSL_CERT_DIR`, else the
@@ -379,6 +416,41 @@ mod tests {
         assert!(e.iter().any(|m| m.contains("upstream.tls.cert needs upstream.tls.key")), "{e:?}");
         let e = errors("upstream: { tls: { ca: ca.pem, crt: a.pem } }");
         assert!(e.iter().any(|m| m.contains("upstream.tls.crt")), "{e:?}");
+    }
+
+    #[test]
+    fn listener_settings_are_validated_with_their_line() {
+        let tls = |s: &str| errors(&format!("server:\n  tls:\n    cert: a.pem\n    key: a.key\n{s}"));
+        for ok in [
+            "    min_version: 1.3\n",
+            "    min_version: \"1.2\"\n",
+            "    cipher_suites: [TLS13_AES_256_GCM_SHA384, TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]\n",
+            "    groups: [X25519, secp256r1]\n    alpn: [http/1.1]\n    session_cache: 0\n",
+            "    session_tickets: false\n    ticket_key_rotation: 24h\n",
+        ] {
+            assert!(tls(ok).is_empty(), "{ok}: {:?}", tls(ok));
+        }
+        for (bad, want) in [
+            ("    min_version: 1.1\n", "8:18: unsupported TLS version \"1.1\""),
+            ("    cipher_suites: [TLS13_AES_128_GCM_SHA256, RC4]\n", "8:47: unknown cipher suite \"RC4\""),
+            (
+                "    min_version: 1.3\n    cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]\n",
+                "9:20: min_version is 1.3 but cipher_suites has no TLS 1.3 suite",
+            ),
+            ("    groups: [x448]\n", "8:14: unknown key exchange group \"x448\""),
+            ("    alpn: []\n", "8:11: alpn is empty"),
+            ("    alpn: [h2, h3]\n", "8:16: unknown ALPN protocol \"h3\""),
+            ("    alpn: [h2, h2]\n", "8:16: ALPN protocol \"h2\" is listed twice"),
+            ("    session_cache: 2000000\n", "8:20: session_cache 2000000 is above 1000000"),
+            ("    ticket_key_rotation: 2d\n", "8:26: "),
+            ("    ticket_key_rotation: 25h\n", "8:26: ticket_key_rotation 25h is not between 1s and 24h"),
+        ] {
+            let e = tls(bad);
+            let (at, message) = want.split_once(": ").unwrap_or((want, ""));
+            assert!(e.iter().any(|m| m.starts_with(at) && m.contains(message)), "{bad}: {e:?}");
+        }
+        let e = errors("server: { backlog: 0 }\n");
+        assert!(e.iter().any(|m| m.contains("backlog must be positive")), "{e:?}");
     }
 
     #[test]
