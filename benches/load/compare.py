@@ -423,9 +423,9 @@ def check_routing(port, ids, mode, direct_region=None):
                 raise RuntimeError(f"routing check failed on port {port} ({mode}): {i} went to {got}, want {want}")
 
 
-def run_wrk(port, script, duration, conns):
+def run_wrk(port, script, duration, conns, scheme="http"):
     cmd = ["taskset", "-c", LOAD_CORE, WRK, "-t", "1", "-c", str(conns), "-d", f"{duration}s", "--timeout", "5s",
-           "-s", script, f"http://127.0.0.1:{port}"]
+           "-s", script, f"{scheme}://127.0.0.1:{port}"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 30).stdout
     m = re.search(r"RESULT requests=(\d+) errors=(\d+) non2xx=(\d+) p50=(\d+) p99=(\d+) p10=(\d+) p90=(\d+) "
                   r"mean=(\d+) sd=(\d+)", out)
@@ -436,12 +436,12 @@ def run_wrk(port, script, duration, conns):
             "p10_us": p10, "p90_us": p90, "mean_us": mean, "sd_us": sd}
 
 
-def measure(name, port, pids, backend_pids, script, duration, conns, ping=None):
-    run_wrk(port, script, 2, conns)  # warm-up: connections, pools, caches
+def measure(name, port, pids, backend_pids, script, duration, conns, ping=None, scheme="http"):
+    run_wrk(port, script, 2, conns, scheme)  # warm-up: connections, pools, caches
     ping_before = ping() if ping else 0
     u0, s0 = cpu_ticks(pids)
     b0, l0, c0 = cpu_ticks(backend_pids), os.times(), core_busy()
-    r = run_wrk(port, script, duration, conns)
+    r = run_wrk(port, script, duration, conns, scheme)
     u1, s1 = cpu_ticks(pids)
     b1, l1, c1 = cpu_ticks(backend_pids), os.times(), core_busy()
     r["ping_before_ns"], r["ping_after_ns"] = ping_before, ping() if ping else 0

@@ -9,7 +9,7 @@ requests served. Counting starts once the proxy is up and has routed the
 check requests (`callgrind_control -i on`), so start-up (loading the system's
 TLS roots, the table) does not weigh on a binary that served fewer requests.
 
-    benches/load/instructions.py [--mode path|header|pinned|ruled|fixed] [--seconds 15] [--cache-sim] [--backend] BINARY...
+    benches/load/instructions.py [--mode path,header,...] [--seconds 15] [--cache-sim] [--backend] BINARY...
 
 BINARY is a shardgate binary, or `nginx` or `haproxy` for the two reference
 proxies with compare.py's configurations (nginx without its master process,
@@ -45,20 +45,26 @@ import compare as c
 
 # The reference proxies, as BINARY names (proxy_command).
 REFERENCE = ("nginx", "nginx+fields", "haproxy", "haproxy+fields")
+MODES = ("path", "header", "pinned", "ruled", "fixed")
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mode", choices=["path", "header", "pinned", "ruled", "fixed"], default="path",
-                    help="pinned: a route without an id; ruled: the path route with three header rules "
-                         "with the request's values; fixed: the same with fixed values "
-                         "(these need a build that reads them)")
+    ap.add_argument("--mode", default="path",
+                    help="path, header, pinned, ruled or fixed, or several separated by commas (each binary "
+                         "in each mode, one after another); pinned: a route without an id; ruled: the path "
+                         "route with three header rules with the request's values; fixed: the same with "
+                         "fixed values (these need a build that reads them)")
     ap.add_argument("--seconds", type=int, default=15)
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--cache-sim", action="store_true")
     ap.add_argument("--backend", action="store_true", help="also count the backends' instructions a request")
     ap.add_argument("binaries", nargs="+")
     args = ap.parse_args()
+    modes = args.mode.split(",")
+    for mode in modes:
+        if mode not in MODES:
+            ap.error(f"unknown mode {mode!r}: {', '.join(MODES)}")
     # Ids are minted by the first shardgate binary given (or target/release's).
     minter = next((b for b in args.binaries if b not in REFERENCE), None)
     # With --backend, the backends count only while a proxy's wrk run lasts:
@@ -68,47 +74,55 @@ def main():
         print(f"the backends' callgrind files: {backend_out}.1 for the first row, .2 for the second, ...", flush=True)
     wrap = ("valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={backend_out}") \
         if args.backend else ()
-    front_door = args.mode in ("pinned", "ruled", "fixed")
+    front_door = any(m in ("pinned", "ruled", "fixed") for m in modes)
     tmp, backend, ids, config = c.one_proxy_workload("shardgate-callgrind-", minter, wrap, front_door)
     try:
-        script = c.lua_script(tmp, ids, args.mode)
-        sim = ["--cache-sim=yes", "--branch-sim=yes"] if args.cache_sim else []
-        for i, binary in enumerate(args.binaries):
-            out = os.path.join(tmp, f"callgrind.{i}.{args.mode}")
-            command, stop = proxy_command(binary, tmp, config)
-            proxy = c.start(["valgrind", "--tool=callgrind", "--instr-atstart=no", *sim,
-                             f"--callgrind-out-file={out}", *command], c.PROXY_CORE)
-            try:
-                c.wait_port(c.PROXY_PORT, proxy, timeout=120)
-                c.check_routing(c.PROXY_PORT, ids, args.mode)
-                callgrind_control("-i", "on", proxy.pid)
-                if args.backend:
-                    callgrind_control("-i", "on", backend.pid)
-                r = c.run_wrk(c.PROXY_PORT, script, args.seconds, args.connections)
-                if args.backend:
-                    # Dumped (which also zeroes the counts) while still
-                    # counting, then counting stops until the next proxy's
-                    # run: nothing between two runs is counted.
-                    callgrind_control("-d", backend.pid)
-                    callgrind_control("-i", "off", backend.pid)
-            finally:
-                proxy.send_signal(stop)
-                proxy.wait(120)
-            events, totals = read_totals(out)
-            if not totals or not totals[0] or r["requests"] == 0:
-                raise RuntimeError(f"{binary}: no instruction total or no requests ({out})")
-            n = r["requests"]
-            line = f"{binary}  {args.mode}  requests {n}  errors {r['errors']}  instructions/request {totals[0] / n:.0f}"
-            if args.backend:
-                _, backend_totals = read_totals(f"{backend_out}.{i + 1}")
-                if not backend_totals:
-                    raise RuntimeError(f"{binary}: no backend total ({backend_out}.{i + 1})")
-                line += f"  backend instructions/request {backend_totals[0] / n:.0f}"
-            if args.cache_sim:
-                line += "  per request: " + "  ".join(f"{e} {t / n:.0f}" for e, t in zip(events, totals))
-            print(f"{line}  ({out})", flush=True)
+        for k, mode in enumerate(modes):
+            # The backends' dumps are numbered on across the modes.
+            count(args, mode, tmp, backend, ids, config, backend_out, k * len(args.binaries))
     finally:
         c.stop(backend)
+
+
+def count(args, mode, tmp, backend, ids, config, backend_out, dumps_before):
+    """Every binary's instructions a request in one mode, one line each."""
+    script = c.lua_script(tmp, ids, mode)
+    sim = ["--cache-sim=yes", "--branch-sim=yes"] if args.cache_sim else []
+    for i, binary in enumerate(args.binaries):
+        out = os.path.join(tmp, f"callgrind.{i}.{mode}")
+        command, stop = proxy_command(binary, tmp, config)
+        proxy = c.start(["valgrind", "--tool=callgrind", "--instr-atstart=no", *sim,
+                         f"--callgrind-out-file={out}", *command], c.PROXY_CORE)
+        try:
+            c.wait_port(c.PROXY_PORT, proxy, timeout=120)
+            c.check_routing(c.PROXY_PORT, ids, mode)
+            callgrind_control("-i", "on", proxy.pid)
+            if args.backend:
+                callgrind_control("-i", "on", backend.pid)
+            r = c.run_wrk(c.PROXY_PORT, script, args.seconds, args.connections)
+            if args.backend:
+                # Dumped (which also zeroes the counts) while still
+                # counting, then counting stops until the next proxy's
+                # run: nothing between two runs is counted.
+                callgrind_control("-d", backend.pid)
+                callgrind_control("-i", "off", backend.pid)
+        finally:
+            proxy.send_signal(stop)
+            proxy.wait(120)
+        events, totals = read_totals(out)
+        if not totals or not totals[0] or r["requests"] == 0:
+            raise RuntimeError(f"{binary}: no instruction total or no requests ({out})")
+        n = r["requests"]
+        line = f"{binary}  {mode}  requests {n}  errors {r['errors']}  instructions/request {totals[0] / n:.0f}"
+        if args.backend:
+            dump = f"{backend_out}.{dumps_before + i + 1}"
+            _, backend_totals = read_totals(dump)
+            if not backend_totals:
+                raise RuntimeError(f"{binary}: no backend total ({dump})")
+            line += f"  backend instructions/request {backend_totals[0] / n:.0f}"
+        if args.cache_sim:
+            line += "  per request: " + "  ".join(f"{e} {t / n:.0f}" for e, t in zip(events, totals))
+        print(f"{line}  ({out})", flush=True)
 
 
 def callgrind_control(*args):

@@ -275,7 +275,7 @@ impl Proxy {
     fn request_id(&self, head: &mut Parts) -> (HeaderValue, bool) {
         let mut sent = head.headers.get_all(headers::X_REQUEST_ID).iter();
         let (first, second) = (sent.next(), sent.next());
-        match (first, second) {
+        let (mut id, fresh) = match (first, second) {
             (Some(v), None) if headers::acceptable_request_id(v) => (v.clone(), false),
             _ => {
                 if first.is_some() {
@@ -285,7 +285,12 @@ impl Proxy {
                 let id = self.request_ids.mint(&mut rand::rng());
                 (HeaderValue::from_bytes(&id.to_ascii()).unwrap_or(HeaderValue::from_static("-")), true)
             }
-        }
+        };
+        // A value no other message repeats: HPACK sends it as a literal
+        // that is never indexed, instead of adding it to the connection's
+        // table, where each new id would push out the fields that repeat.
+        id.set_sensitive(true);
+        (id, fresh)
     }
 
     /// trust → admit → locate → (one region, a fan-out, a search) → the
