@@ -209,18 +209,18 @@ pub fn items<'b>(spec: &Spec, params: &Params, region: &'b str, body: &'b [u8]) 
 fn key<'b>(spec: &Spec, params: &Params, region: &'b str, index: usize, raw: &'b RawValue) -> Result<Key<'b>, String> {
     let name = spec.sort.field();
     let text = raw.get();
-    let value = pick::field(text, name).map_err(|e| format!("not a JSON object: {e}"))?;
+    let value = pick::member(text, name).map_err(|e| format!("not a JSON object: {e}"))?;
     let Some(value) = value else { return Err(format!("no field {}", quoted(name))) };
     match &spec.sort {
         SortKey::IdTime { formats, .. } => {
-            let id = pick::string(value.get())
-                .map_err(|_| format!("field {} is {}, not an id", quoted(name), kind(value.get())))?;
+            let id =
+                pick::string(value).map_err(|_| format!("field {} is {}, not an id", quoted(name), kind(value)))?;
             let decoded = ids::parse_any(formats, &id, params)
                 .map_err(|e| format!("field {} is not an id of the route's formats: {e}", quoted(name)))?;
             Ok(Key { value: Value::Time(decoded.unix_ms()), tie: fnv(id.as_bytes()), region, index })
         }
         SortKey::Field(_) => {
-            let v = value.get();
+            let v = value;
             let value = if v.starts_with('"') {
                 let text = pick::string(v).map_err(|e| format!("field {}: {e}", quoted(name)))?;
                 // It travels in the cursor, whose length is bounded.
