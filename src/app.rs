@@ -403,6 +403,9 @@ const ADMIN_BACKLOG: u32 = 128;
 /// `TcpListener::bind` sets it.
 fn listen_on(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
     let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    // As `TcpListener::bind` does: on Windows the option would let another
+    // socket take a port in use.
+    #[cfg(not(windows))]
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
     socket.listen(backlog)

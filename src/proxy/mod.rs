@@ -348,8 +348,11 @@ impl Proxy {
         }
         match plan {
             Plan::One(located) => {
-                let epoch = fence(ctx, &located, &relay, served_here)?;
-                let leg = Leg { epoch, ..one_leg(ctx, &located, &relay, served_here, &parts.method) };
+                let (epoch, here) = fence(ctx, &located, &relay, served_here)?;
+                let mut leg = Leg { epoch, ..one_leg(ctx, &located, &relay, served_here, &parts.method) };
+                if let Some(here) = here {
+                    leg.chain = dispatch::Chain::from_slice(&[here]);
+                }
                 let resp = forward::forward(reach, leg, parts, &added, body, &mut ctx.journal).await?;
                 // Through a peer, the owner's shardgate announces the id its
                 // backend stored (it mints again when it does not trust this
@@ -389,15 +392,24 @@ fn minted_id(located: &locate::Located<'_>, parts: &mut Parts) -> Option<headers
 /// carry it), or the 421 for a peer's forward of a unit this table re-homed
 /// with a newer epoch than the sender's and no longer owns: naming the
 /// owner, which the sender tries once (nothing has reached a backend).
+/// The other way round, a peer's forward with a newer epoch than this
+/// table's (none: 0) is placed by the sender's newer table, which sent it
+/// to this region: it is served here (the region returned), never sent on
+/// by this instance's older placement, which would send it back towards
+/// the sender or to the unit's old owner.
 fn fence(
     ctx: &Ctx<'_>,
     located: &locate::Located<'_>,
     relay: &mesh::Relay,
     served_here: Option<RegionId>,
-) -> Result<Option<u64>, ProxyError> {
+) -> Result<(Option<u64>, Option<RegionId>), ProxyError> {
     let table = ctx.table;
-    let Some(m) = table.move_of(located.placement.rule, located.placement.region) else { return Ok(None) };
+    let m = table.move_of(located.placement.rule, located.placement.region);
     let elsewhere = Some(located.placement.region) != table.local_region();
+    if ctx.relayed && served_here.is_none() && elsewhere && relay.epoch > m.map_or(0, |m| m.epoch) {
+        return Ok((Some(relay.epoch), table.local_region()));
+    }
+    let Some(m) = m else { return Ok((None, None)) };
     // Held here and released into this table: placed by it, a forward on if need be.
     if !ctx.held && ctx.relayed && served_here.is_none() && m.epoch > relay.epoch && elsewhere {
         return Err(ProxyError::StaleEpoch {
@@ -406,7 +418,7 @@ fn fence(
             epoch: m.epoch,
         });
     }
-    Ok(Some(m.epoch))
+    Ok((Some(m.epoch), None))
 }
 
 /// The upstream leg of one id's request: along the owner's failover chain,

@@ -88,7 +88,7 @@ pub async fn serve<H: Handler>(
             _open: metrics.connection_opened("proxy"),
             _slot: slot,
         };
-        tokio::spawn(conn.run(stream, tls.as_ref().map(|t| (t.acceptor(), t.client_auth()))));
+        tokio::spawn(conn.run(stream, tls.clone()));
     };
     // From here on new connections are refused by the kernel.
     drop(acceptor);
@@ -124,7 +124,7 @@ struct Connection<H> {
 
 impl<H: Handler> Connection<H> {
     /// Serves the connection to its end: plain, or after the TLS handshake.
-    async fn run(self, mut stream: TcpStream, tls: Option<(tokio_rustls::TlsAcceptor, bool)>) {
+    async fn run(self, mut stream: TcpStream, tls: Option<Arc<ServerTls>>) {
         let peer = self.peer;
         if tls.is_some() {
             let first = tokio::time::timeout(self.opts.header_read_timeout, first_byte(&stream)).await;
@@ -139,24 +139,27 @@ impl<H: Handler> Connection<H> {
         }
         let stream = Watched::new(stream);
         let activity = Arc::clone(&stream.activity);
-        let Some((acceptor, client_auth)) = tls else {
+        let Some(tls) = tls else {
             let info = ConnInfo::plain(self.peer);
-            return self.serve(stream, info, &activity).await;
+            return self.serve(stream, info, true, &activity).await;
         };
-        let stream = match tokio::time::timeout(self.opts.header_read_timeout, acceptor.accept(stream)).await {
+        let client_auth = tls.client_auth();
+        let stream = match tokio::time::timeout(self.opts.header_read_timeout, tls.acceptor().accept(stream)).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => return tracing::debug!(error = %e, %peer, "tls handshake failed"),
             Err(_) => return tracing::debug!(%peer, "tls handshake timed out (server.header_read_timeout)"),
         };
         let verified = client_auth && stream.get_ref().1.peer_certificates().is_some_and(|c| !c.is_empty());
         let info = ConnInfo { peer, tls: true, client_auth, client_verified: verified };
-        self.serve(stream, info, &activity).await;
+        let h2 = tls.h2_allowed(stream.get_ref().1.alpn_protocol());
+        self.serve(stream, info, h2, &activity).await;
     }
 
     /// Serves HTTP on `io` until it ends or idles out: HTTP/2 (hyper) when
-    /// the client's first bytes are its preface, else HTTP/1.1 (the proxy's
-    /// own server); each request reaches the handler with `info`.
-    async fn serve<S: ClientIo + 'static>(self, mut io: S, info: ConnInfo, activity: &Activity) {
+    /// `h2` allows it and the client's first bytes are its preface, else
+    /// HTTP/1.1 (the proxy's own server); each request reaches the handler
+    /// with `info`.
+    async fn serve<S: ClientIo + 'static>(self, mut io: S, info: ConnInfo, h2: bool, activity: &Activity) {
         let Connection { handler, builder, watcher, mut stop, opts, peer, _open, _slot } = self;
         let conn = async move {
             let mut buf = BytesMut::with_capacity(8 * 1024);
@@ -170,7 +173,7 @@ impl<H: Handler> Connection<H> {
                     return Ok(());
                 }
                 let sniffed = buf.len().min(PREFACE.len());
-                if buf[..sniffed] != PREFACE[..sniffed] {
+                if !h2 || buf[..sniffed] != PREFACE[..sniffed] {
                     let wire = super::h1::Wire::new(Box::new(io), buf);
                     super::h1::serve(handler, wire, info, opts, stop).await;
                     return Ok(());

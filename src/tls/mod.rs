@@ -37,6 +37,8 @@ use crate::config::tls as names;
 
 mod tickets;
 
+use tickets::TicketKeys;
+
 /// How often the certificate and key files are checked for changes.
 pub const RELOAD_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -210,6 +212,10 @@ pub struct ServerTls {
     acceptor: TlsAcceptor,
     reloader: Arc<CertReloader>,
     client_auth: bool,
+    /// Whether `alpn` lists `h2`: a connection that negotiated no protocol
+    /// may speak HTTP/2 only then.
+    h2: bool,
+    tickets: Option<Arc<TicketKeys>>,
 }
 
 impl fmt::Debug for ServerTls {
@@ -226,6 +232,7 @@ impl ServerTls {
     /// Reads `server.tls`'s files and builds the listener configuration.
     pub fn load(cfg: &raw::ServerTls) -> Result<ServerTls, TlsError> {
         let key = load_certified_key(&cfg.cert, &cfg.key)?;
+        usable_suites(cfg, &key)?;
         let resolver = Arc::new(CertResolver::new(key));
         let builder = ServerConfig::builder_with_provider(listener_provider(cfg)?)
             .with_protocol_versions(cfg.min_version.versions())
@@ -247,8 +254,11 @@ impl ServerTls {
             0 => Arc::new(NoServerSessionStorage {}),
             n => ServerSessionMemoryCache::new(n),
         };
-        if cfg.session_tickets {
-            config.ticketer = tickets::rotating(cfg.ticket_key_rotation.0)?;
+        // The table's order of suites, not the client's.
+        config.ignore_client_order = !cfg.cipher_suites.is_empty();
+        let tickets = cfg.session_tickets.then(|| TicketKeys::new(cfg.ticket_key_rotation.0)).transpose()?;
+        if let Some(keys) = &tickets {
+            config.ticketer = Arc::clone(keys) as Arc<dyn rustls::server::ProducesTickets>;
         }
         let reloader = CertReloader {
             cert: cfg.cert.clone(),
@@ -260,6 +270,8 @@ impl ServerTls {
             acceptor: TlsAcceptor::from(Arc::new(config)),
             reloader: Arc::new(reloader),
             client_auth: cfg.client_ca.is_some(),
+            h2: cfg.alpn.iter().any(|p| p == "h2"),
+            tickets,
         })
     }
 
@@ -274,18 +286,31 @@ impl ServerTls {
         self.client_auth
     }
 
+    /// Whether a connection may speak HTTP/2, given the protocol its
+    /// handshake negotiated: the one negotiated, or, where none was (the
+    /// client offered no ALPN), whether the table's `alpn` lists `h2`.
+    pub fn h2_allowed(&self, negotiated: Option<&[u8]>) -> bool {
+        negotiated.map_or(self.h2, |p| p == b"h2")
+    }
+
     /// The certificate reloader.
     pub fn reloader(&self) -> &Arc<CertReloader> {
         &self.reloader
     }
 
-    /// Checks the certificate and key files every `interval` until the
-    /// returned guard is dropped (or this `ServerTls` is).
+    /// Checks the certificate and key files, and rolls the ticket keys,
+    /// every `interval` until the returned guard is dropped (or this
+    /// `ServerTls` is).
     pub fn watch(&self, interval: Duration) -> WatchGuard {
         let weak: Weak<CertReloader> = Arc::downgrade(&self.reloader);
+        let tickets = self.tickets.as_ref().map(Arc::downgrade);
         WatchGuard(tokio::spawn(async move {
             loop {
                 tokio::time::sleep(interval).await;
+                // Ticket keys are erased on time on an idle listener too.
+                if let Some(keys) = tickets.as_ref().and_then(Weak::upgrade) {
+                    keys.roll();
+                }
                 let Some(reloader) = weak.upgrade() else { return };
                 match reloader.check() {
                     Ok(true) => tracing::info!(cert = %reloader.cert, "tls certificate reloaded"),
@@ -297,6 +322,25 @@ impl ServerTls {
             }
         }))
     }
+}
+
+/// With `cipher_suites` listing no TLS 1.3 suite, one of its TLS 1.2
+/// suites must suit the certificate's key (ECDSA or RSA), or every
+/// handshake would fail: an error naming both, before the listener starts.
+fn usable_suites(cfg: &raw::ServerTls, key: &CertifiedKey) -> Result<(), TlsError> {
+    let suites: Vec<_> = cfg.cipher_suites.iter().filter_map(|n| names::cipher_suite(n)).collect();
+    if suites.is_empty() || suites.iter().any(|s| names::is_tls13(*s)) {
+        return Ok(());
+    }
+    let alg = key.key.algorithm();
+    if suites.iter().any(|s| s.usable_for_signature_algorithm(alg)) {
+        return Ok(());
+    }
+    Err(TlsError(format!(
+        "server.tls.cipher_suites has no suite for the {alg:?} key of {}: list a TLS 1.3 suite or a \
+         TLS 1.2 one for that key",
+        cfg.cert
+    )))
 }
 
 /// The provider with only the cipher suites and key-exchange groups
@@ -451,6 +495,27 @@ mod tests {
         }
         let e = errors("server: { backlog: 0 }\n");
         assert!(e.iter().any(|m| m.contains("backlog must be positive")), "{e:?}");
+    }
+
+    #[test]
+    fn tls12_suites_must_suit_the_certificates_key() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let key = rcgen::KeyPair::generate()?; // ECDSA P-256
+        let cert = rcgen::CertificateParams::new(vec!["localhost".to_string()])?.self_signed(&key)?;
+        let (c, k) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
+        std::fs::write(&c, cert.pem())?;
+        std::fs::write(&k, key.serialize_pem())?;
+        let tls = |suites: &[&str]| raw::ServerTls {
+            cert: c.display().to_string(),
+            key: k.display().to_string(),
+            cipher_suites: suites.iter().map(|s| (*s).to_string()).collect(),
+            ..Default::default()
+        };
+        let e = ServerTls::load(&tls(&["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"])).err().map(|e| e.0);
+        assert!(e.as_deref().is_some_and(|e| e.contains("no suite for the ECDSA key")), "{e:?}");
+        assert!(ServerTls::load(&tls(&["TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"])).is_ok());
+        assert!(ServerTls::load(&tls(&["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", "TLS13_AES_128_GCM_SHA256"])).is_ok());
+        Ok(())
     }
 
     #[test]

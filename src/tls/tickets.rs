@@ -9,20 +9,24 @@
 //! ```
 //!
 //! The key name is also the AEAD's associated data, so a ticket opens only
-//! under the key that sealed it. [`rotating`] wraps one key per period in
-//! rustls's `TicketRotator`: a new key every period, the previous one kept
-//! to open tickets for one more period, then erased. rustls's own ticketer
-//! fixes that period at six hours; a front door chooses it, so the key is
-//! made here, with `ring` (the provider rustls already uses).
+//! under the key that sealed it. `TicketKeys` holds two keys: the current
+//! one seals for one period, then becomes the previous one, which opens
+//! tickets for one period more and is then erased, so no ticket opens more
+//! than two periods after it was sealed, however long the listener was
+//! idle (the keys are rolled on every use and by `TicketKeys::roll`,
+//! which the listener calls every second). rustls's own ticketer fixes the
+//! period at six hours and rolls one step per use; a front door chooses the
+//! period, so the keys are made here, with `ring` (the provider rustls
+//! already uses). The clock is injected, so the rotation is tested without
+//! waiting.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305, NONCE_LEN};
 use ring::rand::{SecureRandom, SystemRandom};
 use rustls::server::ProducesTickets;
-use rustls::ticketer::TicketRotator;
 
 use super::TlsError;
 
@@ -42,15 +46,15 @@ impl fmt::Debug for TicketKey {
 }
 
 impl TicketKey {
-    /// A new random key (the `TicketRotator`'s generator).
-    fn generate() -> Result<Box<dyn ProducesTickets>, rustls::crypto::GetRandomFailed> {
+    /// A new random key (`None`: the system has no randomness to give).
+    fn generate() -> Option<TicketKey> {
         let rng = SystemRandom::new();
         let mut secret = [0u8; 32];
         let mut name = [0u8; KEY_NAME_LEN];
-        rng.fill(&mut secret).map_err(|_| rustls::crypto::GetRandomFailed)?;
-        rng.fill(&mut name).map_err(|_| rustls::crypto::GetRandomFailed)?;
-        let key = UnboundKey::new(&CHACHA20_POLY1305, &secret).map_err(|_| rustls::crypto::GetRandomFailed)?;
-        Ok(Box::new(TicketKey { name, key: LessSafeKey::new(key) }))
+        rng.fill(&mut secret).ok()?;
+        rng.fill(&mut name).ok()?;
+        let key = UnboundKey::new(&CHACHA20_POLY1305, &secret).ok()?;
+        Some(TicketKey { name, key: LessSafeKey::new(key) })
     }
 }
 
@@ -100,23 +104,106 @@ impl ProducesTickets for TicketKey {
     }
 }
 
-/// A ticketer with a new key every `period` (whole seconds, at least one),
-/// tickets accepted for at most two periods.
-pub(super) fn rotating(period: Duration) -> Result<Arc<dyn ProducesTickets>, TlsError> {
-    let secs = u32::try_from(period.as_secs().max(1)).unwrap_or(u32::MAX / 2);
-    TicketRotator::new(secs, TicketKey::generate)
-        .map(|r| Arc::new(r) as Arc<dyn ProducesTickets>)
-        .map_err(|e| TlsError(format!("cannot make tls session ticket keys: {e}")))
+/// The current and previous ticket keys, rolled by the clock.
+pub(super) struct TicketKeys {
+    period: u64,
+    clock: fn() -> u64,
+    state: RwLock<Keys>,
+}
+
+struct Keys {
+    current: TicketKey,
+    previous: Option<TicketKey>,
+    /// When `current` stops sealing (clock seconds).
+    until: u64,
+}
+
+impl fmt::Debug for TicketKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TicketKeys").field("period", &self.period).finish_non_exhaustive()
+    }
+}
+
+/// Seconds since the Unix epoch.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+impl TicketKeys {
+    /// Keys that roll every `period` (whole seconds, 1 s to a day) by the system clock.
+    pub(super) fn new(period: Duration) -> Result<Arc<TicketKeys>, TlsError> {
+        TicketKeys::with_clock(period, unix_now)
+    }
+
+    fn with_clock(period: Duration, clock: fn() -> u64) -> Result<Arc<TicketKeys>, TlsError> {
+        let period = period.as_secs().clamp(1, 24 * 3600);
+        let current = TicketKey::generate().ok_or_else(no_randomness)?;
+        let state = Keys { current, previous: None, until: clock().saturating_add(period) };
+        Ok(Arc::new(TicketKeys { period, clock, state: RwLock::new(state) }))
+    }
+
+    /// Rolls the keys the clock says are due: one period past `until` the
+    /// current key becomes the previous one; two periods past, both are
+    /// replaced (the previous one erased). Called on every use and by the
+    /// listener every second, so an idle listener erases keys on time.
+    pub(super) fn roll(&self) {
+        let now = (self.clock)();
+        if self.state.read().is_ok_and(|k| now < k.until) {
+            return;
+        }
+        let Ok(mut keys) = self.state.write() else { return };
+        if now < keys.until {
+            return;
+        }
+        let Some(next) = TicketKey::generate() else {
+            // No new key: stop issuing and accepting rather than keep an old one.
+            tracing::error!("no randomness for a new tls ticket key; tickets stop until there is");
+            keys.previous = None;
+            return;
+        };
+        let stale = now >= keys.until.saturating_add(self.period);
+        let old = std::mem::replace(&mut keys.current, next);
+        keys.previous = if stale { None } else { Some(old) };
+        keys.until = now.saturating_add(self.period);
+    }
+}
+
+fn no_randomness() -> TlsError {
+    TlsError("cannot make a tls session ticket key: no randomness".into())
+}
+
+impl ProducesTickets for TicketKeys {
+    fn enabled(&self) -> bool {
+        true
+    }
+
+    /// What clients are told: a ticket lives two periods at most.
+    fn lifetime(&self) -> u32 {
+        u32::try_from(self.period * 2).unwrap_or(u32::MAX)
+    }
+
+    fn encrypt(&self, plain: &[u8]) -> Option<Vec<u8>> {
+        self.roll();
+        self.state.read().ok()?.current.encrypt(plain)
+    }
+
+    fn decrypt(&self, ticket: &[u8]) -> Option<Vec<u8>> {
+        self.roll();
+        let keys = self.state.read().ok()?;
+        keys.current.decrypt(ticket).or_else(|| keys.previous.as_ref()?.decrypt(ticket))
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
     use super::*;
 
     #[test]
     fn a_ticket_opens_under_its_key_only() -> Result<(), Box<dyn std::error::Error>> {
-        let a = TicketKey::generate().map_err(|_| "no randomness")?;
-        let b = TicketKey::generate().map_err(|_| "no randomness")?;
+        let a = TicketKey::generate().ok_or("no randomness")?;
+        let b = TicketKey::generate().ok_or("no randomness")?;
         let ticket = a.encrypt(b"session state").ok_or("sealing failed")?;
         assert_eq!(a.decrypt(&ticket).as_deref(), Some(&b"session state"[..]));
         assert_eq!(b.decrypt(&ticket), None, "another key's ticket");
@@ -128,9 +215,33 @@ mod tests {
         for len in 0..KEY_NAME_LEN + NONCE_LEN + 16 {
             assert_eq!(a.decrypt(&ticket[..len]), None, "cut to {len} bytes");
         }
-        let r = rotating(Duration::from_secs(3600))?;
-        let t = r.encrypt(b"x").ok_or("sealing failed")?;
-        assert_eq!((r.decrypt(&t).as_deref(), r.lifetime()), (Some(&b"x"[..]), 7200));
+        Ok(())
+    }
+
+    static NOW: AtomicU64 = AtomicU64::new(1_000_000);
+
+    fn fake_clock() -> u64 {
+        NOW.load(Ordering::SeqCst)
+    }
+
+    #[test]
+    fn keys_roll_and_a_ticket_opens_for_two_periods_at_most() -> Result<(), Box<dyn std::error::Error>> {
+        let keys = TicketKeys::with_clock(Duration::from_secs(60), fake_clock)?;
+        assert_eq!(keys.lifetime(), 120);
+        let t0 = keys.encrypt(b"x").ok_or("sealing failed")?;
+        NOW.fetch_add(59, Ordering::SeqCst);
+        assert!(keys.decrypt(&t0).is_some(), "within its key's period");
+        NOW.fetch_add(2, Ordering::SeqCst); // one period: the key is the previous one
+        assert!(keys.decrypt(&t0).is_some(), "under the previous key");
+        let t1 = keys.encrypt(b"y").ok_or("sealing failed")?;
+        NOW.fetch_add(60, Ordering::SeqCst); // two periods: erased
+        assert!(keys.decrypt(&t0).is_none(), "two periods old");
+        assert!(keys.decrypt(&t1).is_some());
+        // Idle for a week, nothing used: the next use finds both keys too old.
+        let t2 = keys.encrypt(b"z").ok_or("sealing failed")?;
+        NOW.fetch_add(7 * 24 * 3600, Ordering::SeqCst);
+        assert!(keys.decrypt(&t2).is_none(), "a week-old ticket after an idle week");
+        assert!(keys.decrypt(&[]).is_none() && keys.decrypt(&[0; 100]).is_none());
         Ok(())
     }
 }
