@@ -57,6 +57,8 @@ cleanup() {
       echo "compose: --- state at failure ---"
       timeout 30 docker-compose ps
       timeout 30 docker-compose logs --no-color --tail 30
+      echo "compose: --- the last answers other than 2xx and 3xx, by every instance ---"
+      timeout 30 docker-compose logs --no-color | grep -E 'status=[45][0-9][0-9]' | tail -40
     fi
     say "docker-compose down -v --rmi local"
     timeout 120 docker-compose down -v --rmi local --remove-orphans --timeout 5 >/dev/null 2>&1 ||

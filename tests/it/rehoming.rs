@@ -294,6 +294,14 @@ async fn rehoming_a_gateway_behind_on_the_table_serves_what_a_newer_sender_place
         assert_eq!((got.status.as_u16(), region(&got)), (200, "eu".into()));
     }
     assert_eq!(kz.hits.load(Ordering::SeqCst), kz_before, "a request reached the old owner");
+    // The same for a write held at kz's gateway and released by the switch.
+    publish(&gw_kz, &mesh_table("kz", &gw, &be, "kz", &moving("hold", "eu", 1, "")))?;
+    let held = tokio::spawn(send(put(&gw_kz, 7)?));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    publish(&gw_kz, &mesh_table("kz", &gw, &be, "eu", &switch))?;
+    let got = held.await??;
+    assert_eq!((got.status.as_u16(), region(&got)), (200, "eu".into()), "{:?}", got.body);
+    assert_eq!(kz.hits.load(Ordering::SeqCst), kz_before, "a request reached the old owner");
     // A client of eu's gateway is placed by eu's table as it stands: to
     // kz's gateway, which fences it (421, the owner eu); eu's table has no
     // move to retry by (the fleet barrier puts the hold everywhere first).
@@ -559,5 +567,101 @@ async fn rehoming_a_client_that_leaves_while_held_gives_its_place_back() -> Test
         }
         assert!(Instant::now() < deadline, "the place of a client that left was never given back");
     }
+    Ok(())
+}
+
+/// A re-homing phase of KZ: its owner, and its move (phase, epoch, target).
+type Phase<'a> = (&'a str, Option<(&'a str, u32, &'a str)>);
+
+/// The front door's table in the three-region mesh: no region of its own.
+fn front_table(gw: &[SocketAddr; 3], kz_owner: &str, extra: &str) -> String {
+    format!(
+        r#"version: 1
+instance: gw-front
+mesh: {{ max_hops: 3 }}
+regions:
+  eu: {{ peer: "http://{}" }}
+  kz: {{ peer: "http://{}" }}
+  us: {{ peer: "http://{}" }}
+countries:
+  KZ: {{ id: 7, region: {kz_owner} }}
+  DE: {{ id: 49, region: eu }}
+  US: {{ id: 1, region: us }}
+entities: {{ IntercityOrder: 3 }}
+{extra}
+routes:
+  - name: orders
+    match: {{ path: "/v1/orders/{{id}}" }}
+    id: {{ path_param: id, formats: [iuid] }}
+"#,
+        gw[0], gw[1], gw[2]
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rehoming_phases_applied_one_instance_after_another_fail_no_held_write() -> TestResult {
+    let [eu, kz, us] = three_backends().await?;
+    let be = [eu.addr, kz.addr, us.addr];
+    let ([l_eu, l_kz, l_us], gw) = super::support::three_listeners().await?;
+    // As in the compose topology: kz fails over to eu, eu to us.
+    let gateway = |local: &str, owner: &str, extra: &str| {
+        mesh_table(local, &gw, &be, owner, extra)
+            .replace(&format!("peer: \"http://{}\" }}", gw[0]), &format!("peer: \"http://{}\", failover: us }}", gw[0]))
+            .replace(&format!("peer: \"http://{}\" }}", gw[1]), &format!("peer: \"http://{}\", failover: eu }}", gw[1]))
+            .replace("trusted_peers: [\"127.0.0.1/32\"] }", "trusted_peers: [\"127.0.0.1/32\"], max_hops: 3 }")
+    };
+    let gw_eu = super::support::proxy_on(l_eu, &gateway("eu", "kz", "")).await?;
+    let gw_kz = super::support::proxy_on(l_kz, &gateway("kz", "kz", "")).await?;
+    let gw_us = super::support::proxy_on(l_us, &gateway("us", "kz", "")).await?;
+    let front = proxy(&front_table(&gw, "kz", "")).await?;
+    let all = std::sync::Arc::new([front, gw_eu, gw_kz, gw_us]);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for c in 0..16usize {
+        let (all, stop) = (std::sync::Arc::clone(&all), std::sync::Arc::clone(&stop));
+        clients.push(tokio::spawn(async move {
+            let mut failed = Vec::new();
+            let mut n = 0usize;
+            while !stop.load(Ordering::SeqCst) {
+                let p = &all[(c + n) % 4];
+                n += 1;
+                match send(put(p, 7)?).await {
+                    Ok(got) if got.status == 200 => {}
+                    Ok(got) => failed.push(format!("via {n}: {} {}", got.status, String::from_utf8_lossy(&got.body))),
+                    Err(e) => failed.push(e.to_string()),
+                }
+            }
+            Ok::<_, BoxError>(failed)
+        }));
+    }
+    // Each phase to the four instances one after another (front, eu, kz,
+    // us), 30 ms apart, as file watchers apply an edit of four files.
+    let phases: [Phase; 9] = [
+        ("kz", Some(("hold", 1, "eu"))),
+        ("eu", Some(("switch", 2, "eu"))),
+        ("eu", None),
+        ("eu", Some(("hold", 3, "kz"))),
+        ("kz", Some(("switch", 4, "kz"))),
+        ("kz", None),
+        ("kz", Some(("hold", 5, "eu"))),
+        ("kz", Some(("abort", 5, "eu"))),
+        ("kz", None),
+    ];
+    for (owner, mv) in phases {
+        let extra =
+            mv.map_or(String::new(), |(phase, epoch, to)| moving(phase, to, epoch, ", hold: { max_time: 20s }"));
+        publish(&all[0], &front_table(&gw, owner, &extra))?;
+        for (p, local) in all[1..].iter().zip(["eu", "kz", "us"]) {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            publish(p, &gateway(local, owner, &extra))?;
+        }
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    let mut failed = Vec::new();
+    for c in clients {
+        failed.extend(c.await??);
+    }
+    assert!(failed.is_empty(), "{} failed: {:?}", failed.len(), &failed[..failed.len().min(5)]);
     Ok(())
 }
