@@ -306,7 +306,10 @@ impl Proxy {
         headers::admit(parts, table.settings())?;
         let relay = mesh::Relay::take(&mut parts.headers, &self.me.node);
         let served_here = relay.served_here(table);
-        if relay.hops.seen_self && served_here.is_none() {
+        // A request this instance forwarded may come back when a move's
+        // switch placed its unit here meanwhile: the sender then carries
+        // the unit's epoch, and the hop limit still bounds its way.
+        if relay.hops.seen_self && served_here.is_none() && relay.epoch == 0 {
             return Err(ProxyError::Loop {
                 detail: format!("this instance ({}) already forwarded the request", self.me.name),
             });

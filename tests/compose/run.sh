@@ -59,6 +59,8 @@ cleanup() {
       timeout 30 docker-compose logs --no-color --tail 30
       echo "compose: --- the last answers other than 2xx and 3xx, by every instance ---"
       timeout 30 docker-compose logs --no-color | grep -E 'status=[45][0-9][0-9]' | tail -40
+      echo "compose: --- the tables every instance applied or refused last ---"
+      timeout 30 docker-compose logs --no-color | grep -E 'routing table|reload' | tail -40
     fi
     say "docker-compose down -v --rmi local"
     timeout 120 docker-compose down -v --rmi local --remove-orphans --timeout 5 >/dev/null 2>&1 ||

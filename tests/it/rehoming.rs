@@ -312,6 +312,30 @@ async fn rehoming_a_gateway_behind_on_the_table_serves_what_a_newer_sender_place
     Ok(())
 }
 
+#[tokio::test]
+async fn rehoming_a_write_sent_on_before_a_hold_comes_back_after_the_switch() -> TestResult {
+    let [eu, kz, us] = three_backends().await?;
+    let be = [eu.addr, kz.addr, us.addr];
+    let ([l_eu, l_kz, l_us], gw) = super::support::three_listeners().await?;
+    // KZ is eu's; kz's gateway has not yet read the hold of its move back.
+    let gw_eu = super::support::proxy_on(l_eu, &mesh_table("eu", &gw, &be, "eu", "")).await?;
+    let gw_kz = super::support::proxy_on(l_kz, &mesh_table("kz", &gw, &be, "eu", "")).await?;
+    let _gw_us = super::support::proxy_on(l_us, &mesh_table("us", &gw, &be, "eu", "")).await?;
+    publish(&gw_eu, &mesh_table("eu", &gw, &be, "eu", &moving("hold", "kz", 3, "")))?;
+    // A write to kz's gateway goes on to eu's, which holds it ...
+    let held = tokio::spawn(send(put(&gw_kz, 7)?));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!held.is_finished(), "the write was not held at eu's gateway");
+    // ... until the switch gives KZ back to kz: it comes back through the
+    // gateway that sent it, which serves it (once it has the switch, or
+    // before, by the sender's newer epoch).
+    let switch = moving("switch", "kz", 4, "");
+    publish(&gw_eu, &mesh_table("eu", &gw, &be, "kz", &switch))?;
+    let got = held.await??;
+    assert_eq!((got.status.as_u16(), region(&got)), (200, "kz".into()), "{:?}", got.body);
+    Ok(())
+}
+
 /// What a recording backend saw: each request's method, path and arrival.
 type Seen = std::sync::Arc<std::sync::Mutex<Vec<(http::Method, String, Instant)>>>;
 
