@@ -306,14 +306,7 @@ impl Proxy {
         headers::admit(parts, table.settings())?;
         let relay = mesh::Relay::take(&mut parts.headers, &self.me.node);
         let served_here = relay.served_here(table);
-        // A request this instance forwarded may come back when a move's
-        // switch placed its unit here meanwhile: the sender then carries
-        // the unit's epoch, and the hop limit still bounds its way.
-        if relay.hops.seen_self && served_here.is_none() && relay.epoch == 0 {
-            return Err(ProxyError::Loop {
-                detail: format!("this instance ({}) already forwarded the request", self.me.name),
-            });
-        }
+        not_a_loop(&relay, served_here, &self.me.name)?;
         ctx.hops = relay.hops.count;
         ctx.relayed = from_peer && ctx.hops > 0;
         // Boxed, and only for gRPC calls: its state would otherwise widen every request's future.
@@ -389,6 +382,17 @@ fn minted_id(located: &locate::Located<'_>, parts: &mut Parts) -> Option<headers
         parts.headers.insert(rule.header.clone(), v);
     }
     Some((rule.header.clone(), id, rule.location.clone()))
+}
+
+/// A request this instance forwarded before is a loop, unless a peer
+/// failed its region over to this one (`served_here`) or a move's switch
+/// placed its unit here meanwhile (the sender carries the unit's epoch;
+/// the hop limit still bounds its way).
+fn not_a_loop(relay: &mesh::Relay, served_here: Option<RegionId>, me: &str) -> Result<(), ProxyError> {
+    if relay.hops.seen_self && served_here.is_none() && relay.epoch == 0 {
+        return Err(ProxyError::Loop { detail: format!("this instance ({me}) already forwarded the request") });
+    }
+    Ok(())
 }
 
 /// The epoch of the request's unit when this table moves it (forwards
