@@ -32,21 +32,22 @@ impl TlsVersion {
         }
     }
 
-    fn parse(text: &str) -> Option<TlsVersion> {
-        match text {
-            "1.2" => Some(TlsVersion::V1_2),
-            "1.3" => Some(TlsVersion::V1_3),
-            _ => None,
+    /// As the table writes it.
+    fn name(self) -> &'static str {
+        match self {
+            TlsVersion::V1_2 => "1.2",
+            TlsVersion::V1_3 => "1.3",
         }
+    }
+
+    fn parse(text: &str) -> Option<TlsVersion> {
+        [TlsVersion::V1_2, TlsVersion::V1_3].into_iter().find(|v| v.name() == text)
     }
 }
 
 impl fmt::Display for TlsVersion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            TlsVersion::V1_2 => "1.2",
-            TlsVersion::V1_3 => "1.3",
-        })
+        f.write_str(self.name())
     }
 }
 

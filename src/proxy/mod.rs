@@ -412,13 +412,14 @@ fn fence(
 ) -> Result<(Option<u64>, Option<RegionId>), ProxyError> {
     let table = ctx.table;
     let m = table.move_of(located.placement.rule, located.placement.region);
-    let elsewhere = Some(located.placement.region) != table.local_region();
-    if ctx.relayed && served_here.is_none() && elsewhere && relay.epoch > m.map_or(0, |m| m.epoch) {
+    // A peer's forward that this table would send on to another region.
+    let sent_on = ctx.relayed && served_here.is_none() && Some(located.placement.region) != table.local_region();
+    if sent_on && relay.epoch > m.map_or(0, |m| m.epoch) {
         return Ok((Some(relay.epoch), table.local_region()));
     }
     let Some(m) = m else { return Ok((None, None)) };
     // Held here and released into this table: placed by it, a forward on if need be.
-    if !ctx.held && ctx.relayed && served_here.is_none() && m.epoch > relay.epoch && elsewhere {
+    if sent_on && !ctx.held && m.epoch > relay.epoch {
         return Err(ProxyError::StaleEpoch {
             unit: m.unit.clone(),
             owner: table.region(located.placement.region).name.clone(),

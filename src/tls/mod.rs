@@ -29,7 +29,7 @@ use rustls::server::{
     ClientHello, NoServerSessionStorage, ResolvesServerCert, ServerSessionMemoryCache, WebPkiClientVerifier,
 };
 use rustls::sign::CertifiedKey;
-use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use rustls::{ClientConfig, RootCertStore, ServerConfig, SupportedCipherSuite};
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::schema as raw;
@@ -232,9 +232,10 @@ impl ServerTls {
     /// Reads `server.tls`'s files and builds the listener configuration.
     pub fn load(cfg: &raw::ServerTls) -> Result<ServerTls, TlsError> {
         let key = load_certified_key(&cfg.cert, &cfg.key)?;
-        usable_suites(cfg, &key)?;
+        let suited = listener_provider(cfg)?;
+        usable_suites(&suited.cipher_suites, &cfg.cert, &key)?;
         let resolver = Arc::new(CertResolver::new(key));
-        let builder = ServerConfig::builder_with_provider(listener_provider(cfg)?)
+        let builder = ServerConfig::builder_with_provider(suited)
             .with_protocol_versions(cfg.min_version.versions())
             .map_err(|e| TlsError(format!("server.tls cannot be used: {e}")))?;
         let builder = match &cfg.client_ca {
@@ -324,22 +325,17 @@ impl ServerTls {
     }
 }
 
-/// With `cipher_suites` listing no TLS 1.3 suite, one of its TLS 1.2
-/// suites must suit the certificate's key (ECDSA or RSA), or every
+/// With only TLS 1.2 suites (`cipher_suites` listing no TLS 1.3 one), one
+/// of them must suit the certificate's key (ECDSA or RSA), or every
 /// handshake would fail: an error naming both, before the listener starts.
-fn usable_suites(cfg: &raw::ServerTls, key: &CertifiedKey) -> Result<(), TlsError> {
-    let suites: Vec<_> = cfg.cipher_suites.iter().filter_map(|n| names::cipher_suite(n)).collect();
-    if suites.is_empty() || suites.iter().any(|s| names::is_tls13(*s)) {
-        return Ok(());
-    }
+fn usable_suites(suites: &[SupportedCipherSuite], cert: &str, key: &CertifiedKey) -> Result<(), TlsError> {
     let alg = key.key.algorithm();
-    if suites.iter().any(|s| s.usable_for_signature_algorithm(alg)) {
+    if suites.iter().any(|s| names::is_tls13(*s) || s.usable_for_signature_algorithm(alg)) {
         return Ok(());
     }
     Err(TlsError(format!(
-        "server.tls.cipher_suites has no suite for the {alg:?} key of {}: list a TLS 1.3 suite or a \
-         TLS 1.2 one for that key",
-        cfg.cert
+        "server.tls.cipher_suites has no suite for the {alg:?} key of {cert}: list a TLS 1.3 suite or a \
+         TLS 1.2 one for that key"
     )))
 }
 
@@ -349,20 +345,17 @@ fn usable_suites(cfg: &raw::ServerTls, key: &CertifiedKey) -> Result<(), TlsErro
 fn listener_provider(cfg: &raw::ServerTls) -> Result<Arc<CryptoProvider>, TlsError> {
     let mut p = rustls::crypto::ring::default_provider();
     if !cfg.cipher_suites.is_empty() {
-        p.cipher_suites = cfg
-            .cipher_suites
-            .iter()
-            .map(|n| names::cipher_suite(n).ok_or_else(|| TlsError(format!("unknown cipher suite {n:?}"))))
-            .collect::<Result<_, _>>()?;
+        p.cipher_suites = named(&cfg.cipher_suites, names::cipher_suite, "cipher suite")?;
     }
     if !cfg.groups.is_empty() {
-        p.kx_groups = cfg
-            .groups
-            .iter()
-            .map(|n| names::kx_group(n).ok_or_else(|| TlsError(format!("unknown key exchange group {n:?}"))))
-            .collect::<Result<_, _>>()?;
+        p.kx_groups = named(&cfg.groups, names::kx_group, "key exchange group")?;
     }
     Ok(Arc::new(p))
+}
+
+/// What each of `list`'s names is, by `find`; an unknown one is an error.
+fn named<T>(list: &[String], find: impl Fn(&str) -> Option<T>, what: &str) -> Result<Vec<T>, TlsError> {
+    list.iter().map(|n| find(n).ok_or_else(|| TlsError(format!("unknown {what} {n:?}")))).collect()
 }
 
 /// The system's trust roots (`SSL_CERT_FILE`/`SSL_CERT_DIR`, else the

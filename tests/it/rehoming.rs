@@ -219,14 +219,24 @@ routes:
     )
 }
 
+/// Three regions' backends and a gateway each, serving [`mesh_table`] with
+/// KZ owned by `kz_owner`: the backends, their addresses, the gateways'
+/// addresses and the gateways (eu, kz, us).
+async fn mesh_of(kz_owner: &str) -> Result<([Running; 3], [SocketAddr; 3], [SocketAddr; 3], [Running; 3]), BoxError> {
+    let backends = three_backends().await?;
+    let be = backends.each_ref().map(|b| b.addr);
+    let ([l_eu, l_kz, l_us], gw) = super::support::three_listeners().await?;
+    let gateways = [
+        super::support::proxy_on(l_eu, &mesh_table("eu", &gw, &be, kz_owner, "")).await?,
+        super::support::proxy_on(l_kz, &mesh_table("kz", &gw, &be, kz_owner, "")).await?,
+        super::support::proxy_on(l_us, &mesh_table("us", &gw, &be, kz_owner, "")).await?,
+    ];
+    Ok((backends, be, gw, gateways))
+}
+
 #[tokio::test]
 async fn rehoming_a_gateway_frozen_on_the_old_table_reaches_the_new_owner_through_421_and_one_retry() -> TestResult {
-    let [eu, kz, us] = three_backends().await?;
-    let be = [eu.addr, kz.addr, us.addr];
-    let ([l_eu, l_kz, l_us], gw) = super::support::three_listeners().await?;
-    let gw_eu = super::support::proxy_on(l_eu, &mesh_table("eu", &gw, &be, "kz", "")).await?;
-    let gw_kz = super::support::proxy_on(l_kz, &mesh_table("kz", &gw, &be, "kz", "")).await?;
-    let gw_us = super::support::proxy_on(l_us, &mesh_table("us", &gw, &be, "kz", "")).await?;
+    let ([_eu, kz, _us], be, gw, [gw_eu, gw_kz, gw_us]) = mesh_of("kz").await?;
     let hold = moving("hold", "eu", 1, ", hold: { max_time: 300ms }");
     let switch = moving("switch", "eu", 2, "");
     for (p, local) in [(&gw_eu, "eu"), (&gw_kz, "kz"), (&gw_us, "us")] {
@@ -271,12 +281,7 @@ async fn rehoming_a_gateway_frozen_on_the_old_table_reaches_the_new_owner_throug
 
 #[tokio::test]
 async fn rehoming_a_gateway_behind_on_the_table_serves_what_a_newer_sender_placed_in_its_region() -> TestResult {
-    let [eu, kz, us] = three_backends().await?;
-    let be = [eu.addr, kz.addr, us.addr];
-    let ([l_eu, l_kz, l_us], gw) = super::support::three_listeners().await?;
-    let gw_eu = super::support::proxy_on(l_eu, &mesh_table("eu", &gw, &be, "kz", "")).await?;
-    let gw_kz = super::support::proxy_on(l_kz, &mesh_table("kz", &gw, &be, "kz", "")).await?;
-    let gw_us = super::support::proxy_on(l_us, &mesh_table("us", &gw, &be, "kz", "")).await?;
+    let ([_eu, kz, _us], be, gw, [gw_eu, gw_kz, gw_us]) = mesh_of("kz").await?;
     // KZ switched to eu everywhere but at eu's own gateway, which has not
     // yet read the table (it still places KZ at kz, with no move).
     let switch = moving("switch", "eu", 2, "");
@@ -314,13 +319,8 @@ async fn rehoming_a_gateway_behind_on_the_table_serves_what_a_newer_sender_place
 
 #[tokio::test]
 async fn rehoming_a_write_sent_on_before_a_hold_comes_back_after_the_switch() -> TestResult {
-    let [eu, kz, us] = three_backends().await?;
-    let be = [eu.addr, kz.addr, us.addr];
-    let ([l_eu, l_kz, l_us], gw) = super::support::three_listeners().await?;
     // KZ is eu's; kz's gateway has not yet read the hold of its move back.
-    let gw_eu = super::support::proxy_on(l_eu, &mesh_table("eu", &gw, &be, "eu", "")).await?;
-    let gw_kz = super::support::proxy_on(l_kz, &mesh_table("kz", &gw, &be, "eu", "")).await?;
-    let _gw_us = super::support::proxy_on(l_us, &mesh_table("us", &gw, &be, "eu", "")).await?;
+    let ([_eu, _kz, _us], be, gw, [gw_eu, gw_kz, _gw_us]) = mesh_of("eu").await?;
     publish(&gw_eu, &mesh_table("eu", &gw, &be, "eu", &moving("hold", "kz", 3, "")))?;
     // A write to kz's gateway goes on to eu's, which holds it ...
     let held = tokio::spawn(send(put(&gw_kz, 7)?));
