@@ -219,6 +219,17 @@ routes:
     )
 }
 
+/// `n` KZ writes and reads through `p`, each answered 200 by `owner`'s backend.
+async fn kz_answered_by(p: &Running, n: usize, owner: &str) -> TestResult {
+    for _ in 0..n {
+        let got = send(put(p, 7)?).await?;
+        assert_eq!((got.status.as_u16(), region(&got)), (200, owner.into()), "{:?}", got.body);
+        let got = get(&format!("http://{}/v1/orders/{}", p.addr, iuid(7))).await?;
+        assert_eq!((got.status.as_u16(), region(&got)), (200, owner.into()));
+    }
+    Ok(())
+}
+
 /// Three regions' backends and a gateway each, serving [`mesh_table`] with
 /// KZ owned by `kz_owner`: the backends, their addresses, the gateways'
 /// addresses and the gateways (eu, kz, us).
@@ -250,12 +261,7 @@ async fn rehoming_a_gateway_frozen_on_the_old_table_reaches_the_new_owner_throug
     // Through the stale gateway: its writes wait out the hold it still has
     // (300ms) and go on to kz's gateway, as its reads do at once; kz's
     // gateway answers 421 naming eu at epoch 2; the stale gateway tries eu, once.
-    for _ in 0..20 {
-        let got = send(put(&gw_us, 7)?).await?;
-        assert_eq!((got.status.as_u16(), region(&got)), (200, "eu".into()), "{:?}", got.body);
-        let got = get(&format!("http://{}/v1/orders/{}", gw_us.addr, iuid(7))).await?;
-        assert_eq!((got.status.as_u16(), region(&got)), (200, "eu".into()));
-    }
+    kz_answered_by(&gw_us, 20, "eu").await?;
     assert_eq!(kz.hits.load(Ordering::SeqCst), kz_before, "a request reached the old owner through the stale gateway");
     // kz's gateway counted the 421s it answered.
     let text = gw_kz.proxy.as_ref().ok_or("proxy")?.shared().metrics.render();
@@ -292,12 +298,7 @@ async fn rehoming_a_gateway_behind_on_the_table_serves_what_a_newer_sender_place
     // us's gateway sends KZ to eu's, with epoch 2: eu's gateway serves it
     // from eu's backends instead of sending it on to kz by its older table
     // (from where kz's gateway, at epoch 2, would send it back).
-    for _ in 0..10 {
-        let got = send(put(&gw_us, 7)?).await?;
-        assert_eq!((got.status.as_u16(), region(&got)), (200, "eu".into()), "{:?}", got.body);
-        let got = get(&format!("http://{}/v1/orders/{}", gw_us.addr, iuid(7))).await?;
-        assert_eq!((got.status.as_u16(), region(&got)), (200, "eu".into()));
-    }
+    kz_answered_by(&gw_us, 10, "eu").await?;
     assert_eq!(kz.hits.load(Ordering::SeqCst), kz_before, "a request reached the old owner");
     // The same for a write held at kz's gateway and released by the switch.
     publish(&gw_kz, &mesh_table("kz", &gw, &be, "kz", &moving("hold", "eu", 1, "")))?;
