@@ -10,10 +10,20 @@ the arrays newest first (a page of 50). wrk (core 0) drives each workload in
 turn, alternating, REPS times; the table shows medians and the ratio of one
 fan-out's CPU to three routed requests'.
 
-    python3 benches/load/fanout.py [--duration 10] [--reps 3] [--items 20]
+With --instructions, each given shardgate binary serves each workload under
+`valgrind --tool=callgrind` (counting from the first request of the run, for
+--seconds on 16 connections) and the user-space instructions a request are
+printed, with the fan-out's over three routed requests': the steady figure
+beside the load run's CPU. The callgrind files stay in a temporary
+directory printed with each row.
+
+    python3 benches/load/fanout.py [--duration 10] [--reps 3] [--items 20] [--binary BIN]
+    python3 benches/load/fanout.py --instructions BIN... [--seconds 15] [--items 20]
 """
 import argparse
 import os
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -57,47 +67,35 @@ def fanout_script(tmp):
     return path
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--duration", type=int, default=10)
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--connections", type=int, default=64)
-    ap.add_argument("--items", type=int, default=20, help="orders per region in each fan-out answer")
-    args = ap.parse_args()
-    ids = c.mint_ids(max(args.items, 1000))
-    with tempfile.TemporaryDirectory() as tmp:
-        with open(f"{tmp}/backend.conf", "w") as f:
-            f.write(backend_conf(tmp, ids, args.items))
-        with open(f"{tmp}/sg.yaml", "w") as f:
-            f.write(shardgate_conf())
-        backend = c.start([c.NGINX, "-c", f"{tmp}/backend.conf", "-p", tmp], c.LOAD_CORE)
-        proxy = None
-        try:
-            for port in c.BACKEND_PORTS.values():
-                c.wait_port(port, backend)
-            proxy = c.start([c.SHARDGATE, "serve", "-c", f"{tmp}/sg.yaml"], c.PROXY_CORE)
-            c.wait_port(c.PROXY_PORT, proxy)
-            c.check_routing(c.PROXY_PORT, ids, "path")
-            out = subprocess.run(["curl", "-s", f"http://127.0.0.1:{c.PROXY_PORT}/v1/users/alice/orders"],
-                                 capture_output=True, text=True, check=True).stdout
-            if out.count('"region"') != min(50, 3 * args.items) + 3 or '"failed":[]' not in out:
-                raise RuntimeError(f"fan-out check failed: {out[:300]}")
-            scripts = {"routed": c.lua_script(tmp, ids, "path"), "fanout": fanout_script(tmp)}
-            pids, backend_pids = c.pids_of(proxy), c.pids_of(backend)
-            results = {}
-            for rep in range(args.reps):
-                for name, script in scripts.items():
-                    r = c.measure("shardgate", c.PROXY_PORT, pids, backend_pids, script, args.duration, args.connections)
-                    if r["errors"]:
-                        raise RuntimeError(f"{name}: {r['errors']} errors")
-                    results.setdefault(name, []).append(r)
-                    print(f"rep {rep + 1} {name:<7} {r['rps']:>9.0f} req/s  p99 {r['p99_us']:>6} us  "
-                          f"cpu {r['cpu_us_per_req']:.2f} us/req ({r['usr_us_per_req']:.2f}+{r['sys_us_per_req']:.2f})",
-                          flush=True)
-        finally:
-            if proxy:
-                c.stop(proxy)
-            c.stop(backend)
+def check(ids, items):
+    """The proxy on PROXY_PORT routes and fans out as the workloads expect."""
+    c.check_routing(c.PROXY_PORT, ids, "path")
+    out = subprocess.run(["curl", "-s", f"http://127.0.0.1:{c.PROXY_PORT}/v1/users/alice/orders"],
+                         capture_output=True, text=True, check=True).stdout
+    if out.count('"region"') != min(50, 3 * items) + 3 or '"failed":[]' not in out:
+        raise RuntimeError(f"fan-out check failed: {out[:300]}")
+
+
+def load(args, tmp, ids, config):
+    """The load run: each workload in turn, `args.reps` times; medians."""
+    proxy = c.start([args.binary, "serve", "-c", config], c.PROXY_CORE)
+    results = {}
+    try:
+        c.wait_port(c.PROXY_PORT, proxy)
+        check(ids, args.items)
+        scripts = {"routed": c.lua_script(tmp, ids, "path"), "fanout": fanout_script(tmp)}
+        pids, backend_pids = c.pids_of(proxy), c.pids_of(args.backend_proc)
+        for rep in range(args.reps):
+            for name, script in scripts.items():
+                r = c.measure("shardgate", c.PROXY_PORT, pids, backend_pids, script, args.duration, args.connections)
+                if r["errors"]:
+                    raise RuntimeError(f"{name}: {r['errors']} errors")
+                results.setdefault(name, []).append(r)
+                print(f"rep {rep + 1} {name:<7} {r['rps']:>9.0f} req/s  p99 {r['p99_us']:>6} us  "
+                      f"cpu {r['cpu_us_per_req']:.2f} us/req ({r['usr_us_per_req']:.2f}+{r['sys_us_per_req']:.2f})",
+                      flush=True)
+    finally:
+        c.stop(proxy)
     med = {n: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for n, rs in results.items()}
     print(f"\nmedians of {args.reps}, {args.duration} s each, {args.connections} connections, "
           f"{args.items} orders per region")
@@ -107,6 +105,66 @@ def main():
               f"{m['usr_us_per_req']:>7.2f}{m['sys_us_per_req']:>7.2f}")
     ratio = med["fanout"]["cpu_us_per_req"] / (3 * med["routed"]["cpu_us_per_req"])
     print(f"\none fan-out (3 legs + merge) / three routed requests, CPU: {ratio:.2f}x")
+
+
+def instructions(args, tmp, ids, config):
+    """Each binary's user-space instructions a request in each workload (callgrind)."""
+    import instructions as ins
+    scripts = {"routed": c.lua_script(tmp, ids, "path"), "fanout": fanout_script(tmp)}
+    for i, binary in enumerate(args.instructions):
+        per = {}
+        for name, script in scripts.items():
+            out = os.path.join(tmp, f"callgrind.{i}.{name}")
+            proxy = c.start(["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
+                             binary, "--threads", "1", "serve", "-c", config], c.PROXY_CORE)
+            try:
+                c.wait_port(c.PROXY_PORT, proxy, timeout=120)
+                check(ids, args.items)
+                ins.callgrind_control("-i", "on", proxy.pid)
+                r = c.run_wrk(c.PROXY_PORT, script, args.seconds, 16)
+            finally:
+                proxy.send_signal(signal.SIGTERM)
+                proxy.wait(120)
+            _, totals = ins.read_totals(out)
+            if not totals or not r["requests"] or r["errors"]:
+                raise RuntimeError(f"{binary} {name}: no instruction total, no requests or errors ({out})")
+            per[name] = totals[0] / r["requests"]
+            print(f"{binary}  {name}  requests {r['requests']}  instructions/request {per[name]:.0f}  ({out})",
+                  flush=True)
+        print(f"{binary}  one fan-out / three routed requests, instructions: "
+              f"{per['fanout'] / (3 * per['routed']):.2f}x", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--duration", type=int, default=10)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--connections", type=int, default=64)
+    ap.add_argument("--items", type=int, default=20, help="orders per region in each fan-out answer")
+    ap.add_argument("--binary", default=c.SHARDGATE, help="the shardgate binary of the load run")
+    ap.add_argument("--instructions", nargs="+", metavar="BIN", help="count instructions of these binaries")
+    ap.add_argument("--seconds", type=int, default=15, help="wrk's run under callgrind, each workload")
+    args = ap.parse_args()
+    ids = c.mint_ids(max(args.items, 1000), args.instructions[0] if args.instructions else args.binary)
+    # Kept with --instructions, for callgrind_annotate.
+    tmp = tempfile.mkdtemp(prefix="shardgate-fanout-")
+    with open(f"{tmp}/backend.conf", "w") as f:
+        f.write(backend_conf(tmp, ids, args.items))
+    config = f"{tmp}/sg.yaml"
+    with open(config, "w") as f:
+        f.write(shardgate_conf())
+    args.backend_proc = c.start([c.NGINX, "-c", f"{tmp}/backend.conf", "-p", tmp], c.LOAD_CORE)
+    try:
+        for port in c.BACKEND_PORTS.values():
+            c.wait_port(port, args.backend_proc)
+        if args.instructions:
+            instructions(args, tmp, ids, config)
+        else:
+            load(args, tmp, ids, config)
+    finally:
+        c.stop(args.backend_proc)
+        if not args.instructions:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -7,14 +7,14 @@
 //!  answer bytes ─► items                        ┘
 //! ```
 //!
-//! * Each answer is parsed once into borrowed elements (`serde_json`'s
-//!   `RawValue`): the elements reach the client byte for byte as their
-//!   region wrote them, never re-serialised.
-//! * Each element's sort key is read from one field by `pick`, which skips
-//!   the others without building them: by default the time embedded in the
-//!   element's id (iUIDs, UUIDv7, Locality UUIDs and Snowflakes are
-//!   k-sortable), or a named field's value (numbers, or strings such as
-//!   RFC 3339 times).
+//! * Each answer is read once (`split`): its elements, borrowed, each with
+//!   the field it is sorted by, the text checked as JSON on the way; what
+//!   that pass does not read goes to `serde_json` (`RawValue`, and `pick`
+//!   for the field), whose answer and messages stand. The elements reach the
+//!   client byte for byte as their region wrote them, never re-serialised.
+//! * The sort key is by default the time embedded in the element's id
+//!   (iUIDs, UUIDv7, Locality UUIDs and Snowflakes are k-sortable), or a
+//!   named field's value (numbers, or strings such as RFC 3339 times).
 //! * The order is total: the key, then a hash of the element's id (or of
 //!   the element), then the region's name, then the element's position in
 //!   its region's answer (two equal elements of one region differ there).
@@ -28,6 +28,7 @@
 
 mod cursor;
 mod pick;
+mod split;
 
 use std::borrow::Cow;
 use std::cmp::Ordering;
@@ -136,8 +137,8 @@ impl Key<'_> {
 pub struct Item<'b> {
     /// Where it goes in the order.
     pub key: Key<'b>,
-    /// The element as its region wrote it.
-    pub raw: &'b RawValue,
+    /// The element as its region wrote it (valid JSON).
+    pub raw: &'b str,
 }
 
 /// Why one region's answer cannot be merged.
@@ -191,25 +192,51 @@ pub fn items<'b>(spec: &Spec, params: &Params, region: &'b str, body: &'b [u8]) 
             Err(e) => return Err(LegError::NotJson(e)),
         },
     };
-    // One pass over the array; only when it fails is the text looked at again, to say why.
+    let name = spec.sort.field();
+    let mut out = Vec::new();
+    if let Some(elements) = split::elements(array, name) {
+        out.reserve_exact(elements.len());
+        for (index, e) in elements.into_iter().enumerate() {
+            // Not an object: the parser's message says what it is.
+            let member = match e.member {
+                Some(member) => Ok(member),
+                None => pick::member(e.text, name),
+            };
+            let key = key(spec, params, region, index, e.text, member)
+                .map_err(|detail| LegError::BadItem { index, detail })?;
+            out.push(Item { key, raw: e.text });
+        }
+        return Ok(out);
+    }
+    // The parser's pass; only when it fails is the text looked at again, to say why.
     let elements: Vec<&RawValue> =
         serde_json::from_str(array).map_err(|e| match serde_json::from_str::<&RawValue>(array) {
             Ok(value) => LegError::NoArray(format!("found {}", kind(value.get()))),
             Err(_) => LegError::NotJson(e.to_string()),
         })?;
-    let mut out = Vec::with_capacity(elements.len());
+    out.reserve_exact(elements.len());
     for (index, raw) in elements.into_iter().enumerate() {
-        let key = key(spec, params, region, index, raw).map_err(|detail| LegError::BadItem { index, detail })?;
-        out.push(Item { key, raw });
+        let text = raw.get();
+        let key = key(spec, params, region, index, text, pick::member(text, name))
+            .map_err(|detail| LegError::BadItem { index, detail })?;
+        out.push(Item { key, raw: text });
     }
     Ok(out)
 }
 
-/// The key of one element.
-fn key<'b>(spec: &Spec, params: &Params, region: &'b str, index: usize, raw: &'b RawValue) -> Result<Key<'b>, String> {
+/// The key of the element `text`, whose sort field is `member` (the
+/// field's value, `None` without it; an error when the element is not an
+/// object).
+fn key<'b>(
+    spec: &Spec,
+    params: &Params,
+    region: &'b str,
+    index: usize,
+    text: &'b str,
+    member: Result<Option<&'b str>, String>,
+) -> Result<Key<'b>, String> {
     let name = spec.sort.field();
-    let text = raw.get();
-    let value = pick::member(text, name).map_err(|e| format!("not a JSON object: {e}"))?;
+    let value = member.map_err(|e| format!("not a JSON object: {e}"))?;
     let Some(value) = value else { return Err(format!("no field {}", quoted(name))) };
     match &spec.sort {
         SortKey::IdTime { formats, .. } => {
@@ -271,13 +298,13 @@ pub fn page<'b>(spec: &Spec, mut all: Vec<Item<'b>>, after: Option<&Cursor>, lim
 
 /// Writes the page's elements as a JSON array (their bytes as received).
 pub fn write_array(items: &[Item<'_>], out: &mut Vec<u8>) {
-    out.reserve(items.iter().map(|i| i.raw.get().len() + 1).sum::<usize>() + 2);
+    out.reserve(items.iter().map(|i| i.raw.len() + 1).sum::<usize>() + 2);
     out.push(b'[');
     for (n, item) in items.iter().enumerate() {
         if n > 0 {
             out.push(b',');
         }
-        out.extend_from_slice(item.raw.get().as_bytes());
+        out.extend_from_slice(item.raw.as_bytes());
     }
     out.push(b']');
 }

@@ -270,20 +270,33 @@ fn write_answer(
 ) -> Vec<u8> {
     let mut out = Vec::with_capacity(256);
     out.push(b'{');
-    let key = rule.merge.items.as_deref().unwrap_or("items");
-    out.extend_from_slice(serde_json::Value::from(key).to_string().as_bytes());
+    json_into(&mut out, rule.merge.items.as_deref().unwrap_or("items"));
     out.push(b':');
     merge::write_array(&page.items, &mut out);
     let next = page.next.as_ref().map(|c| c.encode(&rule.merge));
-    let regions: Vec<serde_json::Value> =
-        answered.iter().map(|(r, n)| serde_json::json!({ "region": r, "items": n })).collect();
+    let regions: Vec<Answered<'_>> = answered.iter().map(|&(region, items)| Answered { items, region }).collect();
     let failed: Vec<serde_json::Value> = failed.iter().map(LegFailure::to_json).collect();
-    for (name, value) in [("next_cursor", next.into()), ("regions", regions.into()), ("failed", failed.into())] {
-        let value: serde_json::Value = value;
-        out.extend_from_slice(format!(",\"{name}\":{value}").as_bytes());
-    }
+    out.extend_from_slice(b",\"next_cursor\":");
+    json_into(&mut out, &next);
+    out.extend_from_slice(b",\"regions\":");
+    json_into(&mut out, &regions);
+    out.extend_from_slice(b",\"failed\":");
+    json_into(&mut out, &failed);
     out.push(b'}');
     out
+}
+
+/// One region's count in an answer's `regions`.
+#[derive(serde::Serialize)]
+struct Answered<'a> {
+    items: usize,
+    region: &'a str,
+}
+
+/// Appends `value` as JSON.
+fn json_into(out: &mut Vec<u8>, value: &(impl serde::Serialize + ?Sized)) {
+    // Into a Vec, of strings, numbers and maps with string keys: it cannot fail.
+    let _ = serde_json::to_writer(out, value);
 }
 
 /// The response: JSON, and the failed regions named in a header.
