@@ -2,9 +2,9 @@
 //! array in one order, a page at a time. Pure: answer bytes in, page out.
 //!
 //! ```text
-//!  answer bytes ─► items (parse once, borrow)  ─┐
-//!  answer bytes ─► items                        ├─► page (order, after the cursor, limit) ─► write
-//!  answer bytes ─► items                        ┘
+//!  answer bytes ─► items (split: one pass, borrowed, keys) ─┐
+//!  answer bytes ─► items                                    ├─► page (order, after the cursor, limit) ─► write
+//!  answer bytes ─► items                                    ┘
 //! ```
 //!
 //! * Each answer is read once (`split`): its elements, borrowed, each with
@@ -197,10 +197,11 @@ pub fn items<'b>(spec: &Spec, params: &Params, region: &'b str, body: &'b [u8]) 
     if let Some(elements) = split::elements(array, name) {
         out.reserve_exact(elements.len());
         for (index, e) in elements.into_iter().enumerate() {
-            // Not an object: the parser's message says what it is.
             let member = match e.member {
-                Some(member) => Ok(member),
-                None => pick::member(e.text, name),
+                split::Member::Value(v) => Ok(Some(v)),
+                split::Member::Absent => Ok(None),
+                // The parser's message says what it is.
+                split::Member::NotAnObject => pick::member(e.text, name),
             };
             let key = key(spec, params, region, index, e.text, member)
                 .map_err(|detail| LegError::BadItem { index, detail })?;

@@ -23,9 +23,19 @@
 pub(super) struct Element<'b> {
     /// The element's text, as written.
     pub text: &'b str,
-    /// For an object: the text of the member's value (the last, when the
-    /// member repeats), `None` when it has none. `None` for anything else.
-    pub member: Option<Option<&'b str>>,
+    /// What it holds of the member looked for.
+    pub member: Member<'b>,
+}
+
+/// What an element holds of the member looked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Member<'b> {
+    /// The element is not an object.
+    NotAnObject,
+    /// An object without the member.
+    Absent,
+    /// The member's value as written (the last, when the member repeats).
+    Value(&'b str),
 }
 
 /// The elements of the JSON array `text` with their member `name`; `None`
@@ -47,12 +57,12 @@ pub(super) fn elements<'b>(text: &'b str, name: &str) -> Option<Vec<Element<'b>>
             let (end, found) = scan.object(i)?;
             // The ranges lie on ASCII delimiters, so on `str` boundaries.
             let member = match found {
-                Some((start, stop)) => Some(text.get(start..stop)?),
-                None => None,
+                Some((start, stop)) => Member::Value(text.get(start..stop)?),
+                None => Member::Absent,
             };
-            (end, Some(member))
+            (end, member)
         } else {
-            (scan.value(i)?, None)
+            (scan.value(i)?, Member::NotAnObject)
         };
         out.push(Element { text: text.get(i..end)?, member });
         i = blank(b, end);

@@ -286,7 +286,8 @@ fn write_answer(
     out
 }
 
-/// One region's count in an answer's `regions`.
+/// One region's count in an answer's `regions`; the fields go out in
+/// this order (`{"items":3,"region":"eu"}`).
 #[derive(serde::Serialize)]
 struct Answered<'a> {
     items: usize,
@@ -296,7 +297,8 @@ struct Answered<'a> {
 /// Appends `value` as JSON.
 fn json_into(out: &mut Vec<u8>, value: &(impl serde::Serialize + ?Sized)) {
     // Into a Vec, of strings, numbers and maps with string keys: it cannot fail.
-    let _ = serde_json::to_writer(out, value);
+    let written = serde_json::to_writer(out, value);
+    debug_assert!(written.is_ok(), "{written:?}");
 }
 
 /// The response: JSON, and the failed regions named in a header.

@@ -171,6 +171,8 @@ async fn fanout_merges_three_regions_into_one_time_order_and_pages_through_it_on
     answered.sort();
     let counts = [("eu", eu_items.len()), ("kz", kz_items.len()), ("us", us_items.len())];
     assert_eq!(answered, counts.map(|(r, n)| (r.to_string(), n)), "each region with its count");
+    let text = String::from_utf8_lossy(&whole.body);
+    assert!(text.contains(&format!(r#"{{"items":{},"region":"eu"}}"#, eu_items.len())), "{text}");
     // Page by page with the cursor: the same elements, each once, in the same order.
     let mut paged = Vec::new();
     let mut url = p.url("/v1/users/alice/orders?limit=4");

@@ -26,7 +26,12 @@ fn parser(text: &str) -> Option<Vec<(String, Option<Option<String>>)>> {
 
 fn scanned(text: &str) -> Option<Vec<(String, Option<Option<String>>)>> {
     let elements = elements(text, "id")?;
-    Some(elements.into_iter().map(|e| (e.text.to_string(), e.member.map(|m| m.map(str::to_string)))).collect())
+    let member = |m| match m {
+        Member::NotAnObject => None,
+        Member::Absent => Some(None),
+        Member::Value(v) => Some(Some(v.to_string())),
+    };
+    Some(elements.into_iter().map(|e| (e.text.to_string(), member(e.member))).collect())
 }
 
 #[test]
@@ -56,6 +61,20 @@ fn valid_arrays_split_as_the_parser_splits_them() {
         assert!(got.is_some(), "not read: {text}");
         assert_eq!(got, parser(text), "{text}");
     }
+}
+
+/// Any member name, as written in the answer; one the answer must escape
+/// is the parser's. Nesting has no depth limit, as in the parser.
+#[test]
+fn members_of_any_name_and_any_depth() {
+    let member = |text, name| elements(text, name).map(|e| e.iter().map(|e| e.member).collect::<Vec<_>>());
+    assert_eq!(member(r#"[{"":1,"a":2}]"#, ""), Some(vec![Member::Value("1")]));
+    assert_eq!(member(r#"[{"é":"x"},{"e":1}]"#, "é"), Some(vec![Member::Value(r#""x""#), Member::Absent]));
+    assert_eq!(member(r#"[{"a\"b":1}]"#, "a\"b"), None);
+    assert_eq!(member(r#"[1,{}]"#, "id"), Some(vec![Member::NotAnObject, Member::Absent]));
+    let deep = format!(r#"[{{"id":1,"x":{}{}}}]"#, "[".repeat(500), "]".repeat(500));
+    assert_eq!(scanned(&deep).map(|e| e.len()), Some(1));
+    assert_eq!(scanned(&deep), parser(&deep), "the parser reads any depth too");
 }
 
 #[test]
