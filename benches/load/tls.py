@@ -156,8 +156,10 @@ def h2(pids, tmp, paths, duration):
     done, ok2xx = int(m.group(2)), int(status.group(1))
     # CPU over the warm-up and the run, requests of the run only: the
     # warm-up's share is added back by the ratio of the times.
-    cpu_s = ((u1 - u0) + (s1 - s0)) / c.CLK_TCK * duration / (duration + 1)
-    return {"rps": done / duration, "cpu_us": 1e6 * cpu_s / max(done, 1), "errors": done - ok2xx}
+    scale = 1e6 / c.CLK_TCK * duration / (duration + 1) / max(done, 1)
+    usr, sys_ = (u1 - u0) * scale, (s1 - s0) * scale
+    return {"rps": done / duration, "cpu_us": usr + sys_, "usr_us": round(usr, 2), "sys_us": round(sys_, 2),
+            "errors": done - ok2xx}
 
 
 def keepalive(pids, script, duration):
@@ -301,6 +303,8 @@ def report(results, names, args):
               f"{med(r['full-64'], 'cpu_us'):.0f} | {med(r['full-200'], 'cpu_us'):.0f} | "
               f"{med(r['resume-64'], 'resumed_pct'):.1f}% | {med(r['resume-64'], 'cpu_us'):.0f} | "
               f"{med(r['resume-200'], 'resumed_pct'):.1f}% | {med(r['resume-200'], 'cpu_us'):.0f} | {errors} |")
+    print("\nHTTP/2 CPU a request, user + system: " + ", ".join(
+        f"{n} {med(results[n]['h2'], 'usr_us'):.2f} + {med(results[n]['h2'], 'sys_us'):.2f} µs" for n in names))
     if "shardgate" not in names:
         return
     print("\nshardgate's same-repetition ratios (CPU below 1 and req/s above 1 favour shardgate):")
