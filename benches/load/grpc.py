@@ -153,7 +153,8 @@ with grpc.insecure_channel("127.0.0.1:%d") as ch:
 def check(path, data, md):
     """One call through the proxy with Python's grpcio: the region that answered (a gRPC
     error the proxy made is a 200 too, so h2load's status codes cannot tell)."""
-    out = subprocess.run(["/usr/bin/python3", "-c", CHECK, path, md or "", data], capture_output=True, text=True,
+    # -P: not this directory first on the path (its grpc.py would shadow grpcio).
+    out = subprocess.run(["/usr/bin/python3", "-P", "-c", CHECK, path, md or "", data], capture_output=True, text=True,
                          timeout=30)
     return out.stdout.strip() or out.stderr.strip().splitlines()[-1:]
 
@@ -208,8 +209,9 @@ def instructions(args, tmp, data_md, data_field, entity):
                         args.shardgate, "--threads", "1", "serve", "-c", conf], c.PROXY_CORE)
         try:
             c.wait_port(PROXY_PORT, proc, timeout=120)
-            if check(path, data, md) != "kz":
-                raise RuntimeError(f"{mode}: a call for kz went elsewhere")
+            answered = check(path, data, md)
+            if answered != "kz":
+                raise RuntimeError(f"{mode}: a call for kz was answered by {answered!r}")
             ins.callgrind_control("-i", "on", proc.pid)
             ok, failed, _ = h2load(args, data, path, md)
         finally:

@@ -16,12 +16,57 @@ const ADDED_MAX: usize = 5;
 /// client's fields instead of inserted into the client's header map: each
 /// insert hashes the name and may grow the map, and the head writer reads
 /// the fields in order anyway. Holds at most five, in the order they were
-/// pushed; the names are the proxy's own lowercase literals.
-/// Header rules' fields ([`RuleFields`]) go out with them, before them.
+/// pushed. Header rules' fields ([`RuleFields`]) go out with them, before
+/// them.
 #[derive(Clone, Debug, Default)]
 pub struct Added {
-    fields: [Option<(&'static str, HeaderValue)>; ADDED_MAX],
+    fields: [Option<(AddedField, HeaderValue)>; ADDED_MAX],
     rules: RuleFields,
+}
+
+/// A field a proxy adds: its name as the head writer writes it and as a
+/// header map holds it, both from here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AddedField {
+    /// `X-Forwarded-For`.
+    ForwardedFor,
+    /// `X-Forwarded-Proto`.
+    ForwardedProto,
+    /// `X-Forwarded-Host`.
+    ForwardedHost,
+    /// `X-Request-Id`.
+    RequestId,
+    /// `Via`.
+    Via,
+}
+
+impl AddedField {
+    /// The name, lowercase, as written.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            AddedField::ForwardedFor => "x-forwarded-for",
+            AddedField::ForwardedProto => "x-forwarded-proto",
+            AddedField::ForwardedHost => "x-forwarded-host",
+            AddedField::RequestId => "x-request-id",
+            AddedField::Via => "via",
+        }
+    }
+
+    /// The name for a header map (made when the crate is compiled, not
+    /// checked again on each use).
+    pub const fn name(self) -> HeaderName {
+        const FOR: HeaderName = HeaderName::from_static(AddedField::ForwardedFor.as_str());
+        const PROTO: HeaderName = HeaderName::from_static(AddedField::ForwardedProto.as_str());
+        const HOST: HeaderName = HeaderName::from_static(AddedField::ForwardedHost.as_str());
+        const ID: HeaderName = HeaderName::from_static(AddedField::RequestId.as_str());
+        match self {
+            AddedField::ForwardedFor => FOR,
+            AddedField::ForwardedProto => PROTO,
+            AddedField::ForwardedHost => HOST,
+            AddedField::RequestId => ID,
+            AddedField::Via => header::VIA,
+        }
+    }
 }
 
 impl Added {
@@ -39,7 +84,7 @@ impl Added {
     /// fixed by the code that fills it (one per field it adds), never by
     /// input; a sixth field is a programming error, caught in tests, and
     /// dropped in a release build rather than written anywhere else.
-    pub fn push(&mut self, name: &'static str, value: HeaderValue) {
+    pub fn push(&mut self, name: AddedField, value: HeaderValue) {
         let free = self.fields.iter_mut().find(|f| f.is_none());
         debug_assert!(free.is_some(), "more than {ADDED_MAX} added fields");
         if let Some(slot) = free {
@@ -48,7 +93,7 @@ impl Added {
     }
 
     /// The fields, in order.
-    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &HeaderValue)> {
+    pub fn iter(&self) -> impl Iterator<Item = (AddedField, &HeaderValue)> {
         self.fields.iter().map_while(|f| f.as_ref().map(|(n, v)| (*n, v)))
     }
 
@@ -57,9 +102,7 @@ impl Added {
     pub fn move_into(self, map: &mut HeaderMap) {
         self.rules.apply(map);
         for (name, value) in self.fields.into_iter().flatten() {
-            if let Ok(name) = HeaderName::from_bytes(name.as_bytes()) {
-                map.append(name, value);
-            }
+            map.append(name.name(), value);
         }
     }
 }
@@ -103,7 +146,7 @@ pub fn request_head(
         field(out, name.as_str(), &value);
     }
     for (name, value) in added.iter() {
-        field(out, name, value.as_bytes());
+        field(out, name.as_str(), value.as_bytes());
     }
     seen
 }
@@ -136,8 +179,8 @@ mod tests {
         headers.append("x-a", HeaderValue::from_static("2"));
         headers.append("via", HeaderValue::from_static("1.1 edge"));
         let mut added = Added::default();
-        added.push("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
-        added.push("via", HeaderValue::from_static("1.1 me"));
+        added.push(AddedField::ForwardedFor, HeaderValue::from_static("10.0.0.1"));
+        added.push(AddedField::Via, HeaderValue::from_static("1.1 me"));
         let mut out = Vec::new();
         let framing =
             request_head(&mut out, &Method::GET, "/v1/x?y=1", &HeaderValue::from_static("h:8080"), &headers, &added);
@@ -154,7 +197,8 @@ mod tests {
     #[test]
     fn added_fields_keep_their_order_in_a_map() {
         let mut added = Added::default();
-        for (name, value) in [("x-forwarded-for", "10.0.0.1"), ("x-forwarded-proto", "http"), ("via", "1.1 me")] {
+        use AddedField::{ForwardedFor, ForwardedProto, Via};
+        for (name, value) in [(ForwardedFor, "10.0.0.1"), (ForwardedProto, "http"), (Via, "1.1 me")] {
             added.push(name, HeaderValue::from_static(value));
         }
         let mut map = HeaderMap::new();
@@ -184,7 +228,7 @@ mod tests {
         }
         let mut added = Added::default();
         *added.rules_mut() = RuleFields::of(&rules, [None; 3], &HeaderValue::from_static("id"));
-        added.push("via", HeaderValue::from_static("1.1 me"));
+        added.push(AddedField::Via, HeaderValue::from_static("1.1 me"));
         let mut out = Vec::new();
         request_head(&mut out, &Method::GET, "/", &HeaderValue::from_static("h"), &headers, &added);
         assert_eq!(

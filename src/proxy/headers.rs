@@ -17,7 +17,7 @@ use hyper::body::Body;
 use super::ctx::Ctx;
 use super::error::ProxyError;
 use super::tunnel::Tunnel;
-use crate::http1::write::Added;
+use crate::http1::write::{Added, AddedField};
 use crate::http1::Fields;
 use crate::routing::{Route, Settings};
 use crate::server::upgrade::ClientUpgrade;
@@ -150,18 +150,12 @@ const HOP_BY_HOP: [HeaderName; HOP_COUNT] = [
 ];
 
 pub use crate::server::X_REQUEST_ID;
-/// `X-Forwarded-For`'s name, as written upstream.
-const XFF_NAME: &str = "x-forwarded-for";
-/// `X-Forwarded-Proto`'s name, as written upstream.
-const XFP_NAME: &str = "x-forwarded-proto";
-/// `X-Forwarded-Host`'s name, as written upstream.
-const XFH_NAME: &str = "x-forwarded-host";
 /// `X-Forwarded-For`.
-pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static(XFF_NAME);
+pub const X_FORWARDED_FOR: HeaderName = AddedField::ForwardedFor.name();
 /// `X-Forwarded-Proto`.
-pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static(XFP_NAME);
+pub const X_FORWARDED_PROTO: HeaderName = AddedField::ForwardedProto.name();
 /// `X-Forwarded-Host`.
-pub const X_FORWARDED_HOST: HeaderName = HeaderName::from_static(XFH_NAME);
+pub const X_FORWARDED_HOST: HeaderName = AddedField::ForwardedHost.name();
 
 /// `HTTP2-Settings`, which only an `Upgrade: h2c` request carries.
 const HTTP2_SETTINGS: HeaderName = HeaderName::from_static("http2-settings");
@@ -402,26 +396,26 @@ pub fn forwarded(
         headers.remove(X_FORWARDED_FOR);
     }
     if let Some(v) = value {
-        added.push(XFF_NAME, v);
+        added.push(AddedField::ForwardedFor, v);
     }
     if !(origin.trusted && has_proto) {
         if has_proto {
             headers.remove(X_FORWARDED_PROTO);
         }
-        added.push(XFP_NAME, HeaderValue::from_static(if origin.tls { "https" } else { "http" }));
+        added.push(AddedField::ForwardedProto, HeaderValue::from_static(if origin.tls { "https" } else { "http" }));
     }
     if !(origin.trusted && has_host) {
         if has_host {
             headers.remove(X_FORWARDED_HOST);
         }
         if let Some(h) = origin.host {
-            added.push(XFH_NAME, h);
+            added.push(AddedField::ForwardedHost, h);
         }
     }
     if let Some(id) = fresh_request_id {
-        added.push(crate::server::REQUEST_ID_NAME, id.clone());
+        added.push(AddedField::RequestId, id.clone());
     }
-    added.push("via", via.clone());
+    added.push(AddedField::Via, via.clone());
     added
 }
 
@@ -504,8 +498,8 @@ mod tests {
     }
 
     /// The fields `forwarded` adds, as `(name, value)` text.
-    fn added_text(added: &Added) -> Vec<(&'static str, String)> {
-        added.iter().map(|(n, v)| (n, String::from_utf8_lossy(v.as_bytes()).into_owned())).collect()
+    fn added_text(added: &Added) -> Vec<(&str, String)> {
+        added.iter().map(|(n, v)| (n.as_str(), String::from_utf8_lossy(v.as_bytes()).into_owned())).collect()
     }
 
     #[test]

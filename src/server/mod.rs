@@ -50,11 +50,9 @@ use crate::upstream::{RequestBody, ResponseBody};
 /// bytes they came in), or one made here.
 pub type AnswerBody = Either<ResponseBody, Full<Bytes>>;
 
-/// The request id's field name, as written.
-pub const REQUEST_ID_NAME: &str = "x-request-id";
 /// The request id's field: the answer carries the request's, and the
 /// upstream leg sends it.
-pub const X_REQUEST_ID: HeaderName = HeaderName::from_static(REQUEST_ID_NAME);
+pub const X_REQUEST_ID: HeaderName = crate::http1::write::AddedField::RequestId.name();
 
 /// What a request is answered with.
 #[derive(Debug)]
