@@ -193,34 +193,34 @@ pub fn items<'b>(spec: &Spec, params: &Params, region: &'b str, body: &'b [u8]) 
         },
     };
     let name = spec.sort.field();
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(32);
+    let mut add = |text: &'b str, member| {
+        let index = out.len();
+        let key =
+            key(spec, params, region, index, text, member).map_err(|detail| LegError::BadItem { index, detail })?;
+        out.push(Item { key, raw: text });
+        Ok(())
+    };
     if let Some(elements) = split::elements(array, name) {
-        out.reserve_exact(elements.len());
-        for (index, e) in elements.into_iter().enumerate() {
+        for e in elements {
             let member = match e.member {
                 split::Member::Value(v) => Ok(Some(v)),
                 split::Member::Absent => Ok(None),
                 // The parser's message says what it is.
                 split::Member::NotAnObject => pick::member(e.text, name),
             };
-            let key = key(spec, params, region, index, e.text, member)
-                .map_err(|detail| LegError::BadItem { index, detail })?;
-            out.push(Item { key, raw: e.text });
+            add(e.text, member)?;
         }
-        return Ok(out);
-    }
-    // The parser's pass; only when it fails is the text looked at again, to say why.
-    let elements: Vec<&RawValue> =
-        serde_json::from_str(array).map_err(|e| match serde_json::from_str::<&RawValue>(array) {
-            Ok(value) => LegError::NoArray(format!("found {}", kind(value.get()))),
-            Err(_) => LegError::NotJson(e.to_string()),
-        })?;
-    out.reserve_exact(elements.len());
-    for (index, raw) in elements.into_iter().enumerate() {
-        let text = raw.get();
-        let key = key(spec, params, region, index, text, pick::member(text, name))
-            .map_err(|detail| LegError::BadItem { index, detail })?;
-        out.push(Item { key, raw: text });
+    } else {
+        // The parser's pass; only when it fails is the text looked at again, to say why.
+        let elements: Vec<&RawValue> =
+            serde_json::from_str(array).map_err(|e| match serde_json::from_str::<&RawValue>(array) {
+                Ok(value) => LegError::NoArray(format!("found {}", kind(value.get()))),
+                Err(_) => LegError::NotJson(e.to_string()),
+            })?;
+        for raw in elements {
+            add(raw.get(), pick::member(raw.get(), name))?;
+        }
     }
     Ok(out)
 }
