@@ -208,8 +208,9 @@ fn blank(b: &[u8], mut i: usize) -> usize {
 /// The index of the quote that closes the string opening at `i`, and
 /// whether the string has escapes; `None` for a string that is not JSON
 /// (a control character, an unknown escape, a `\u` without four hex
-/// digits) or has no end.
-#[inline]
+/// digits) or has no end. Inlined into each caller: strings are most of
+/// an answer's bytes, and most are short, so the call itself weighed.
+#[inline(always)]
 fn string_end(b: &[u8], i: usize) -> Option<(usize, bool)> {
     let (mut j, mut escaped) = (i + 1, false);
     loop {
