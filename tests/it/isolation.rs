@@ -394,9 +394,17 @@ async fn failing_accepts_back_off_without_spinning_or_flooding_the_log() -> Test
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let text = std::fs::read_to_string(&log)?;
-        let warnings = text.lines().filter(|l| l.contains("accept failed")).count();
-        assert!((1..=2).contains(&warnings), "{warnings} accept warnings (one per listener at most):\n{text}");
-        assert!(text.contains("accepting again"), "{text}");
+        let count = |what: &str| text.lines().filter(|l| l.contains(what)).count();
+        let (warnings, recoveries) = (count("accept failed"), count("accepting again"));
+        // One warning an episode, however many accepts fail in it (about
+        // eight in the two seconds held, with the back-off), and each episode
+        // ends by saying so. Freeing the held connections lets the queued ones
+        // in at once, which may start another short episode, still open when
+        // the log is read.
+        assert!(
+            recoveries >= 1 && (recoveries..=recoveries + 1).contains(&warnings) && warnings <= 3,
+            "{warnings} accept warnings, {recoveries} recoveries:\n{text}"
+        );
         Ok::<_, BoxError>(())
     }
     .await;
