@@ -204,7 +204,22 @@ regions:
   eu: {{ upstreams: ["http://{}"], peer: "http://{}" }}
   kz: {{ upstreams: ["http://{}"], peer: "http://{}" }}
   us: {{ upstreams: ["http://{}"], peer: "http://{}" }}
-countries:
+{tail}"#,
+        be[0],
+        gw[0],
+        be[1],
+        gw[1],
+        be[2],
+        gw[2],
+        tail = mesh_tail(kz_owner, extra)
+    )
+}
+
+/// What every table of the three-region mesh ends with: the countries (KZ
+/// owned by `kz_owner`), `extra`, and the orders route.
+fn mesh_tail(kz_owner: &str, extra: &str) -> String {
+    format!(
+        r#"countries:
   KZ: {{ id: 7, region: {kz_owner} }}
   DE: {{ id: 49, region: eu }}
   US: {{ id: 1, region: us }}
@@ -215,7 +230,6 @@ routes:
     match: {{ path: "/v1/orders/{{id}}" }}
     id: {{ path_param: id, formats: [iuid] }}
 "#,
-        be[0], gw[0], be[1], gw[1], be[2], gw[2]
     )
 }
 
@@ -608,18 +622,11 @@ regions:
   eu: {{ peer: "http://{}" }}
   kz: {{ peer: "http://{}" }}
   us: {{ peer: "http://{}" }}
-countries:
-  KZ: {{ id: 7, region: {kz_owner} }}
-  DE: {{ id: 49, region: eu }}
-  US: {{ id: 1, region: us }}
-entities: {{ IntercityOrder: 3 }}
-{extra}
-routes:
-  - name: orders
-    match: {{ path: "/v1/orders/{{id}}" }}
-    id: {{ path_param: id, formats: [iuid] }}
-"#,
-        gw[0], gw[1], gw[2]
+{tail}"#,
+        gw[0],
+        gw[1],
+        gw[2],
+        tail = mesh_tail(kz_owner, extra)
     )
 }
 
