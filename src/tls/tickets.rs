@@ -112,7 +112,9 @@ pub(super) struct TicketKeys {
 }
 
 struct Keys {
-    current: TicketKey,
+    /// `None` after the system had no randomness for a new key: no ticket
+    /// is sealed or opened until it has.
+    current: Option<TicketKey>,
     previous: Option<TicketKey>,
     /// When `current` stops sealing (clock seconds).
     until: u64,
@@ -138,7 +140,7 @@ impl TicketKeys {
     fn with_clock(period: Duration, clock: fn() -> u64) -> Result<Arc<TicketKeys>, TlsError> {
         let period = period.as_secs().clamp(1, 24 * 3600);
         let current = TicketKey::generate().ok_or_else(no_randomness)?;
-        let state = Keys { current, previous: None, until: clock().saturating_add(period) };
+        let state = Keys { current: Some(current), previous: None, until: clock().saturating_add(period) };
         Ok(Arc::new(TicketKeys { period, clock, state: RwLock::new(state) }))
     }
 
@@ -155,15 +157,17 @@ impl TicketKeys {
         if now < keys.until {
             return;
         }
-        let Some(next) = TicketKey::generate() else {
+        let next = TicketKey::generate();
+        if next.is_none() {
             // No new key: stop issuing and accepting rather than keep an old one.
             tracing::error!("no randomness for a new tls ticket key; tickets stop until there is");
+            keys.current = None;
             keys.previous = None;
             return;
-        };
+        }
         let stale = now >= keys.until.saturating_add(self.period);
         let old = std::mem::replace(&mut keys.current, next);
-        keys.previous = if stale { None } else { Some(old) };
+        keys.previous = if stale { None } else { old };
         keys.until = now.saturating_add(self.period);
     }
 }
@@ -184,13 +188,13 @@ impl ProducesTickets for TicketKeys {
 
     fn encrypt(&self, plain: &[u8]) -> Option<Vec<u8>> {
         self.roll();
-        self.state.read().ok()?.current.encrypt(plain)
+        self.state.read().ok()?.current.as_ref()?.encrypt(plain)
     }
 
     fn decrypt(&self, ticket: &[u8]) -> Option<Vec<u8>> {
         self.roll();
         let keys = self.state.read().ok()?;
-        keys.current.decrypt(ticket).or_else(|| keys.previous.as_ref()?.decrypt(ticket))
+        keys.current.as_ref()?.decrypt(ticket).or_else(|| keys.previous.as_ref()?.decrypt(ticket))
     }
 }
 
