@@ -37,6 +37,7 @@ use std::fmt;
 use serde_json::value::RawValue;
 
 use crate::ids::{self, Format, Params};
+use split::{Member, Raw};
 
 pub use cursor::{Cursor, CursorError};
 
@@ -130,6 +131,31 @@ impl Key<'_> {
             .then_with(|| self.region.cmp(other.region))
             .then(self.index.cmp(&other.index))
     }
+
+    /// The key's leading part as one integer, ordered as the keys are:
+    /// keys whose leads differ compare as their leads do, and equal leads
+    /// leave the order to [`Key::cmp`]. Bits: the value's rank (2), the
+    /// value (64: a time, a number's bits in total order, a text's first
+    /// eight bytes), the tie's top 62; a text leaves its tie out, since
+    /// texts sharing eight bytes go on to compare the rest.
+    fn lead(&self) -> u128 {
+        let (value, tie) = match &self.value {
+            Value::Time(ms) => (*ms, self.tie),
+            Value::Number(n) => {
+                // `f64::total_cmp`'s order, as an unsigned integer.
+                let bits = n.to_bits() as i64;
+                let ordered = bits ^ ((((bits >> 63) as u64) >> 1) as i64);
+                ((ordered as u64) ^ (1 << 63), self.tie)
+            }
+            Value::Text(t) => {
+                let mut first = [0u8; 8];
+                let n = t.len().min(8);
+                first[..n].copy_from_slice(&t.as_bytes()[..n]);
+                (u64::from_be_bytes(first), 0)
+            }
+        };
+        u128::from(self.value.rank()) << 126 | u128::from(value) << 62 | u128::from(tie >> 2)
+    }
 }
 
 /// One element of an answer, with its key.
@@ -201,13 +227,15 @@ pub fn items<'b>(spec: &Spec, params: &Params, region: &'b str, body: &'b [u8]) 
         out.push(Item { key, raw: text });
         Ok(())
     };
+    // A member the parser found: not known to be a plain string.
+    let parsed = |found: Result<Option<&'b str>, String>| found.map(|v| v.map(|text| Raw { text, plain: false }));
     if let Some(elements) = split::elements(array, name) {
         for e in elements {
             let member = match e.member {
-                split::Member::Value(v) => Ok(Some(v)),
-                split::Member::Absent => Ok(None),
+                Member::Value(raw) => Ok(Some(raw)),
+                Member::Absent => Ok(None),
                 // The parser's message says what it is.
-                split::Member::NotAnObject => pick::member(e.text, name),
+                Member::NotAnObject => parsed(pick::member(e.text, name)),
             };
             add(e.text, member)?;
         }
@@ -219,7 +247,7 @@ pub fn items<'b>(spec: &Spec, params: &Params, region: &'b str, body: &'b [u8]) 
                 Err(_) => LegError::NotJson(e.to_string()),
             })?;
         for raw in elements {
-            add(raw.get(), pick::member(raw.get(), name))?;
+            add(raw.get(), parsed(pick::member(raw.get(), name)))?;
         }
     }
     Ok(out)
@@ -234,23 +262,22 @@ fn key<'b>(
     region: &'b str,
     index: usize,
     text: &'b str,
-    member: Result<Option<&'b str>, String>,
+    member: Result<Option<Raw<'b>>, String>,
 ) -> Result<Key<'b>, String> {
     let name = spec.sort.field();
     let value = member.map_err(|e| format!("not a JSON object: {e}"))?;
     let Some(value) = value else { return Err(format!("no field {}", quoted(name))) };
     match &spec.sort {
         SortKey::IdTime { formats, .. } => {
-            let id =
-                pick::string(value).map_err(|_| format!("field {} is {}, not an id", quoted(name), kind(value)))?;
+            let id = string(value).map_err(|_| format!("field {} is {}, not an id", quoted(name), kind(value.text)))?;
             let decoded = ids::parse_any(formats, &id, params)
                 .map_err(|e| format!("field {} is not an id of the route's formats: {e}", quoted(name)))?;
             Ok(Key { value: Value::Time(decoded.unix_ms()), tie: fnv(id.as_bytes()), region, index })
         }
         SortKey::Field(_) => {
-            let v = value;
+            let v = value.text;
             let value = if v.starts_with('"') {
-                let text = pick::string(v).map_err(|e| format!("field {}: {e}", quoted(name)))?;
+                let text = string(value).map_err(|e| format!("field {}: {e}", quoted(name)))?;
                 // It travels in the cursor, whose length is bounded.
                 if text.len() > MAX_TEXT_KEY {
                     return Err(format!("field {} is longer than {MAX_TEXT_KEY} bytes", quoted(name)));
@@ -264,6 +291,15 @@ fn key<'b>(
             };
             Ok(Key { value, tie: fnv(text.as_bytes()), region, index })
         }
+    }
+}
+
+/// The text of the JSON string `raw`: as it lies when it is plain, else
+/// the parser's reading.
+fn string(raw: Raw<'_>) -> Result<Cow<'_, str>, serde_json::Error> {
+    match raw.text.get(1..raw.text.len().saturating_sub(1)) {
+        Some(inner) if raw.plain => Ok(Cow::Borrowed(inner)),
+        _ => pick::string(raw.text),
     }
 }
 
@@ -284,17 +320,23 @@ pub fn page<'b>(spec: &Spec, mut all: Vec<Item<'b>>, after: Option<&Cursor>, lim
         let mark = c.key();
         all.retain(|i| order(&i.key, &mark) == Ordering::Greater);
     }
-    let limit = limit.min(all.len());
-    if limit < all.len() {
+    // Sorted as (lead, position) pairs, a third of an item's size: the
+    // whole keys are read only where leads are equal.
+    let mut sorted: Vec<(u128, usize)> = all.iter().enumerate().map(|(n, i)| (i.key.lead(), n)).collect();
+    let by = |a: &(u128, usize), b: &(u128, usize)| {
+        let (a, b) = if spec.descending { (b, a) } else { (a, b) };
+        a.0.cmp(&b.0).then_with(|| all[a.1].key.cmp(&all[b.1].key))
+    };
+    let more = limit < sorted.len();
+    if more {
         // Only the page needs sorting: partition it off first.
-        all.select_nth_unstable_by(limit, |a, b| order(&a.key, &b.key));
-        all.truncate(limit);
-        all.sort_unstable_by(|a, b| order(&a.key, &b.key));
-        let next = all.last().map(|i| Cursor::at(&i.key));
-        return Page { items: all, next };
+        sorted.select_nth_unstable_by(limit, by);
+        sorted.truncate(limit);
     }
-    all.sort_unstable_by(|a, b| order(&a.key, &b.key));
-    Page { items: all, next: None }
+    sorted.sort_unstable_by(by);
+    let items: Vec<Item<'b>> = sorted.iter().map(|&(_, n)| all[n].clone()).collect();
+    let next = if more { items.last().map(|i| Cursor::at(&i.key)) } else { None };
+    Page { items, next }
 }
 
 /// Writes the page's elements as a JSON array (their bytes as received).

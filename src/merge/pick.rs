@@ -83,13 +83,6 @@ pub(super) fn member<'b>(text: &'b str, name: &str) -> Result<Option<&'b str>, S
 
 /// A JSON string's text: borrowed from the input unless it has escapes.
 pub(super) fn string<'b>(raw: &'b str) -> Result<Cow<'b, str>, serde_json::Error> {
-    // Without escapes, quotes or control characters inside its quotes, a
-    // string is the text between them (the common id, read without the parser).
-    if let Some(inner) = raw.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
-        if super::split::plain_run(inner.as_bytes(), 0) == inner.len() {
-            return Ok(Cow::Borrowed(inner));
-        }
-    }
     serde_json::Deserializer::from_str(raw).deserialize_str(Text)
 }
 

@@ -34,8 +34,18 @@ pub(super) enum Member<'b> {
     NotAnObject,
     /// An object without the member.
     Absent,
-    /// The member's value as written (the last, when the member repeats).
-    Value(&'b str),
+    /// The member's value (the last, when the member repeats).
+    Value(Raw<'b>),
+}
+
+/// A member's value as written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Raw<'b> {
+    /// The JSON text.
+    pub text: &'b str,
+    /// It is a string without escapes: its value is the text between its
+    /// quotes, with no second look.
+    pub plain: bool,
 }
 
 /// The elements of the JSON array `text` with their member `name`; `None`
@@ -47,20 +57,14 @@ pub(super) fn elements<'b>(text: &'b str, name: &str) -> Option<Vec<Element<'b>>
         return None;
     }
     let mut out = Vec::with_capacity(32);
-    let mut scan = Scan { b, name: name.as_bytes(), stack: Vec::new() };
+    let mut scan = Scan { text, b, name: name.as_bytes(), stack: Vec::new() };
     i = blank(b, i + 1);
     if *b.get(i)? == b']' {
         return (blank(b, i + 1) == b.len()).then_some(out);
     }
     loop {
         let (end, member) = if *b.get(i)? == b'{' {
-            let (end, found) = scan.object(i)?;
-            // The ranges lie on ASCII delimiters, so on `str` boundaries.
-            let member = match found {
-                Some((start, stop)) => Member::Value(text.get(start..stop)?),
-                None => Member::Absent,
-            };
-            (end, member)
+            scan.object(i)?
         } else {
             (scan.value(i)?, Member::NotAnObject)
         };
@@ -74,23 +78,24 @@ pub(super) fn elements<'b>(text: &'b str, name: &str) -> Option<Vec<Element<'b>>
     }
 }
 
-/// The bytes and what the pass looks for.
-struct Scan<'s> {
-    b: &'s [u8],
-    name: &'s [u8],
+/// The text, its bytes, and what the pass looks for.
+struct Scan<'t, 'n> {
+    text: &'t str,
+    b: &'t [u8],
+    name: &'n [u8],
     /// The open brackets of the value being skipped (`true`: an object).
     stack: Vec<bool>,
 }
 
-impl Scan<'_> {
+impl<'t> Scan<'t, '_> {
     /// An element that is an object, opening at `i`: the index just past
-    /// it and the range of its member's value (`None`: no such member).
-    fn object(&mut self, i: usize) -> Option<(usize, Option<(usize, usize)>)> {
+    /// it and what it holds of the member.
+    fn object(&mut self, i: usize) -> Option<(usize, Member<'t>)> {
         let b = self.b;
-        let mut found = None;
+        let mut found = Member::Absent;
         let mut j = blank(b, i + 1);
         if *b.get(j)? == b'}' {
-            return Some((j + 1, None));
+            return Some((j + 1, found));
         }
         loop {
             if *b.get(j)? != b'"' {
@@ -106,12 +111,14 @@ impl Scan<'_> {
                 return None;
             }
             let start = blank(b, j + 1);
-            let stop = match *b.get(start)? {
-                b'{' | b'[' => self.value(start)?,
-                _ => scalar(b, start)?,
+            let (stop, plain) = match *b.get(start)? {
+                b'{' | b'[' => (self.value(start)?, false),
+                b'"' => string_end(b, start).map(|(end, escaped)| (end + 1, !escaped))?,
+                _ => (scalar(b, start)?, false),
             };
             if key == self.name {
-                found = Some((start, stop));
+                // The range lies on ASCII delimiters, so on `str` boundaries.
+                found = Member::Value(Raw { text: self.text.get(start..stop)?, plain });
             }
             j = blank(b, stop);
             match *b.get(j)? {
@@ -235,9 +242,9 @@ fn string_end(b: &[u8], i: usize) -> Option<(usize, bool)> {
 /// stops at. Eight bytes at a time: each of the three tests sets the high
 /// bit of every byte that matches (and, by the subtraction's borrow, maybe
 /// of bytes above a match, never below one), so the lowest bit set is the
-/// first match.
-#[inline]
-pub(super) fn plain_run(b: &[u8], mut i: usize) -> usize {
+/// first match. Inlined where strings are scanned, as `string_end` is.
+#[inline(always)]
+fn plain_run(b: &[u8], mut i: usize) -> usize {
     const ONES: u64 = u64::MAX / 255;
     const HIGH: u64 = ONES << 7;
     while let Some(chunk) = b.get(i..i + 8) {

@@ -161,3 +161,55 @@ fn cursors_belong_to_their_order() -> TestResult {
     }
     Ok(())
 }
+
+#[test]
+fn leads_order_keys_as_the_keys_do() {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+    let mut rng = StdRng::seed_from_u64(7);
+    let texts = ["", "a", "ab", "ab\0", "abcdefgh", "abcdefgh\0", "abcdefghi", "abcdefgz", "é", "\u{7f}", "zz"];
+    let numbers = [f64::NEG_INFINITY, -1e300, -1.5, -0.0, 0.0, 1e-300, 2.0, 2.5, f64::INFINITY, f64::NAN, -f64::NAN];
+    let value = |rng: &mut StdRng| match rng.random_range(0..3) {
+        0 => Value::Time(rng.random_range(0..4u64) * (u64::MAX / 3)),
+        1 => Value::Number(numbers[rng.random_range(0..numbers.len())]),
+        _ => Value::Text(Cow::Borrowed(texts[rng.random_range(0..texts.len())])),
+    };
+    let regions = ["eu", "kz", "us"];
+    let key = |rng: &mut StdRng| Key {
+        value: value(rng),
+        // Ties that differ only in their lowest bits, which the lead leaves out.
+        tie: [0, 1, 2, 3, 4, u64::MAX - 1, u64::MAX][rng.random_range(0..7)],
+        region: regions[rng.random_range(0..3)],
+        index: rng.random_range(0..3),
+    };
+    let mut decided = 0;
+    for _ in 0..50_000 {
+        let (a, b) = (key(&mut rng), key(&mut rng));
+        let lead = a.lead().cmp(&b.lead());
+        if lead != Ordering::Equal {
+            decided += 1;
+            assert_eq!(lead, a.cmp(&b), "{a:?} {b:?}");
+        }
+    }
+    // The lead decides most pairs; the rest go to the whole key.
+    assert!(decided > 30_000, "{decided}");
+    // A page is the first `limit` of the whole keys' order, either way.
+    for round in 0..400 {
+        let mut all: Vec<Item<'_>> =
+            (0..rng.random_range(0..40)).map(|_| Item { key: key(&mut rng), raw: "" }).collect();
+        for (n, item) in all.iter_mut().enumerate() {
+            item.key.index = n;
+        }
+        let spec = Spec { descending: round % 2 == 0, ..by_id(false) };
+        let limit = rng.random_range(0..45);
+        let more = limit < all.len();
+        let mut expected = all.clone();
+        expected.sort_by(|a, b| if spec.descending { b.key.cmp(&a.key) } else { a.key.cmp(&b.key) });
+        expected.truncate(limit);
+        let got = page(&spec, all, None, limit);
+        // Each item's index is its own (NaN keys are not equal to themselves).
+        let places = |items: &[Item<'_>]| items.iter().map(|i| i.key.index).collect::<Vec<_>>();
+        assert_eq!(places(&got.items), places(&expected));
+        assert_eq!(got.next.is_some(), more && limit > 0);
+    }
+}

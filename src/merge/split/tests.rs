@@ -29,7 +29,17 @@ fn scanned(text: &str) -> Option<Vec<(String, Option<Option<String>>)>> {
     let member = |m| match m {
         Member::NotAnObject => None,
         Member::Absent => Some(None),
-        Member::Value(v) => Some(Some(v.to_string())),
+        Member::Value(v) => {
+            // Plain exactly when a string has no escapes; then its value is
+            // the text between its quotes, as the parser reads it.
+            let string = v.text.starts_with('"');
+            assert_eq!(v.plain, string && !v.text.contains('\\'), "{v:?}");
+            if v.plain {
+                let read: Result<String, _> = serde_json::from_str(v.text);
+                assert_eq!(read.ok().as_deref(), v.text.get(1..v.text.len() - 1), "{v:?}");
+            }
+            Some(Some(v.text.to_string()))
+        }
     };
     Some(elements.into_iter().map(|e| (e.text.to_string(), member(e.member))).collect())
 }
@@ -68,8 +78,11 @@ fn valid_arrays_split_as_the_parser_splits_them() {
 #[test]
 fn members_of_any_name_and_any_depth() {
     let member = |text, name| elements(text, name).map(|e| e.iter().map(|e| e.member).collect::<Vec<_>>());
-    assert_eq!(member(r#"[{"":1,"a":2}]"#, ""), Some(vec![Member::Value("1")]));
-    assert_eq!(member(r#"[{"é":"x"},{"e":1}]"#, "é"), Some(vec![Member::Value(r#""x""#), Member::Absent]));
+    assert_eq!(member(r#"[{"":1,"a":2}]"#, ""), Some(vec![Member::Value(Raw { text: "1", plain: false })]));
+    assert_eq!(
+        member(r#"[{"é":"x"},{"e":1}]"#, "é"),
+        Some(vec![Member::Value(Raw { text: r#""x""#, plain: true }), Member::Absent])
+    );
     assert_eq!(member(r#"[{"a\"b":1}]"#, "a\"b"), None);
     assert_eq!(member(r#"[1,{}]"#, "id"), Some(vec![Member::NotAnObject, Member::Absent]));
     let deep = format!(r#"[{{"id":1,"x":{}{}}}]"#, "[".repeat(500), "]".repeat(500));
