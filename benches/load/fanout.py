@@ -8,7 +8,9 @@ GET /v1/users/{user}/orders with a JSON array of ITEMS orders of their region
 1) routes the first and fans the second out to all three regions, merging
 the arrays newest first (a page of 50). wrk (core 0) drives each workload in
 turn, alternating, REPS times; the table shows medians and the ratio of one
-fan-out's CPU to three routed requests'.
+fan-out's CPU to three routed requests'. With --baseline, each repetition
+runs the old binary and then the new one, and the same-repetition ratios
+of the two are printed too.
 
 With --instructions, each given shardgate binary serves each workload under
 `valgrind --tool=callgrind` (counting from the first request of the run, for
@@ -17,7 +19,7 @@ printed, with the fan-out's over three routed requests': the steady figure
 beside the load run's CPU. The callgrind files stay in a temporary
 directory printed with each row.
 
-    python3 benches/load/fanout.py [--duration 10] [--reps 3] [--items 20] [--binary BIN]
+    python3 benches/load/fanout.py [--duration 10] [--reps 3] [--items 20] [--binary BIN] [--baseline OLD]
     python3 benches/load/fanout.py --instructions BIN... [--seconds 15] [--items 20]
 """
 import argparse
@@ -77,34 +79,50 @@ def check(ids, items):
 
 
 def load(args, tmp, ids, config):
-    """The load run: each workload in turn, `args.reps` times; medians."""
-    proxy = c.start([args.binary, "serve", "-c", config], c.PROXY_CORE)
-    results = {}
-    try:
-        c.wait_port(c.PROXY_PORT, proxy)
-        check(ids, args.items)
-        scripts = {"routed": c.lua_script(tmp, ids, "path"), "fanout": fanout_script(tmp)}
-        pids, backend_pids = c.pids_of(proxy), c.pids_of(args.backend_proc)
-        for rep in range(args.reps):
-            for name, script in scripts.items():
-                r = c.measure("shardgate", c.PROXY_PORT, pids, backend_pids, script, args.duration, args.connections)
-                if r["errors"]:
-                    raise RuntimeError(f"{name}: {r['errors']} errors")
-                results.setdefault(name, []).append(r)
-                print(f"rep {rep + 1} {name:<7} {r['rps']:>9.0f} req/s  p99 {r['p99_us']:>6} us  "
-                      f"cpu {r['cpu_us_per_req']:.2f} us/req ({r['usr_us_per_req']:.2f}+{r['sys_us_per_req']:.2f})",
-                      flush=True)
-    finally:
-        c.stop(proxy)
-    med = {n: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for n, rs in results.items()}
+    """The load run: each workload in turn, `args.reps` times, with each
+    binary (the baseline first) in every repetition; medians."""
+    binaries = ([("baseline", args.baseline)] if args.baseline else []) + [("shardgate", args.binary)]
+    scripts = {"routed": c.lua_script(tmp, ids, "path"), "fanout": fanout_script(tmp)}
+    results = {label: {} for label, _ in binaries}
+    for rep in range(args.reps):
+        for label, binary in binaries:
+            proxy = c.start([binary, "serve", "-c", config], c.PROXY_CORE)
+            try:
+                c.wait_port(c.PROXY_PORT, proxy)
+                check(ids, args.items)
+                pids, backend_pids = c.pids_of(proxy), c.pids_of(args.backend_proc)
+                for name, script in scripts.items():
+                    r = c.measure("shardgate", c.PROXY_PORT, pids, backend_pids, script, args.duration,
+                                  args.connections)
+                    if r["errors"]:
+                        raise RuntimeError(f"{label} {name}: {r['errors']} errors")
+                    results[label].setdefault(name, []).append(r)
+                    print(f"rep {rep + 1} {label:<9} {name:<7} {r['rps']:>9.0f} req/s  p99 {r['p99_us']:>6} us  "
+                          f"cpu {r['cpu_us_per_req']:.2f} us/req ({r['usr_us_per_req']:.2f}+{r['sys_us_per_req']:.2f})",
+                          flush=True)
+            finally:
+                c.stop(proxy)
     print(f"\nmedians of {args.reps}, {args.duration} s each, {args.connections} connections, "
           f"{args.items} orders per region")
-    print(f"{'workload':<10}{'req/s':>10}{'p99 us':>9}{'CPU us/req':>12}{'usr':>7}{'sys':>7}")
-    for n, m in med.items():
-        print(f"{n:<10}{m['rps']:>10.0f}{m['p99_us']:>9.0f}{m['cpu_us_per_req']:>12.2f}"
-              f"{m['usr_us_per_req']:>7.2f}{m['sys_us_per_req']:>7.2f}")
-    ratio = med["fanout"]["cpu_us_per_req"] / (3 * med["routed"]["cpu_us_per_req"])
-    print(f"\none fan-out (3 legs + merge) / three routed requests, CPU: {ratio:.2f}x")
+    print(f"{'binary':<10}{'workload':<10}{'req/s':>10}{'p99 us':>9}{'CPU us/req':>12}{'usr':>7}{'sys':>7}")
+    ratios = {}
+    for label, per in results.items():
+        for n, rs in per.items():
+            m = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+            print(f"{label:<10}{n:<10}{m['rps']:>10.0f}{m['p99_us']:>9.0f}{m['cpu_us_per_req']:>12.2f}"
+                  f"{m['usr_us_per_req']:>7.2f}{m['sys_us_per_req']:>7.2f}")
+        # One fan-out's CPU over three routed requests', in each repetition.
+        ratios[label] = [f["cpu_us_per_req"] / (3 * r["cpu_us_per_req"]) for f, r in zip(per["fanout"], per["routed"])]
+    print()
+    for label, rs in ratios.items():
+        print(f"{label}: one fan-out (3 legs + merge) / three routed requests, CPU: median {statistics.median(rs):.2f}x "
+              f"(repetitions {min(rs):.2f}-{max(rs):.2f})")
+    if args.baseline:
+        same = [n / b for n, b in zip(ratios["shardgate"], ratios["baseline"])]
+        fan = [n["cpu_us_per_req"] / b["cpu_us_per_req"]
+               for n, b in zip(results["shardgate"]["fanout"], results["baseline"]["fanout"])]
+        print(f"shardgate / baseline, same repetition: fan-out CPU {statistics.median(fan):.3f}x, "
+              f"the ratio {statistics.median(same):.3f}x")
 
 
 def instructions(args, tmp, ids, config):
@@ -142,6 +160,7 @@ def main():
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--items", type=int, default=20, help="orders per region in each fan-out answer")
     ap.add_argument("--binary", default=c.SHARDGATE, help="the shardgate binary of the load run")
+    ap.add_argument("--baseline", metavar="OLD", help="also run this binary in every repetition, first")
     ap.add_argument("--instructions", nargs="+", metavar="BIN", help="count instructions of these binaries")
     ap.add_argument("--seconds", type=int, default=15, help="wrk's run under callgrind, each workload")
     args = ap.parse_args()
