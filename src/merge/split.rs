@@ -63,11 +63,7 @@ pub(super) fn elements<'b>(text: &'b str, name: &str) -> Option<Vec<Element<'b>>
         return (blank(b, i + 1) == b.len()).then_some(out);
     }
     loop {
-        let (end, member) = if *b.get(i)? == b'{' {
-            scan.object(i)?
-        } else {
-            (scan.value(i)?, Member::NotAnObject)
-        };
+        let (end, member) = if *b.get(i)? == b'{' { scan.object(i)? } else { (scan.value(i)?, Member::NotAnObject) };
         out.push(Element { text: text.get(i..end)?, member });
         i = blank(b, end);
         match *b.get(i)? {

@@ -76,7 +76,11 @@ impl Answer {
     pub fn into_response(self, via: &HeaderValue) -> Response<AnswerBody> {
         let Answer { mut response, request_id, from_upstream, rules } = self;
         if let Either::Left(body) = response.body_mut() {
-            std::mem::take(body.fields_mut()).move_into(response.headers_mut());
+            let fields = std::mem::take(body.fields_mut());
+            // Room for the upstream's fields and the two added below, so
+            // the map is sized once rather than grown for the last.
+            response.headers_mut().reserve(fields.len() + 2);
+            fields.move_into(response.headers_mut());
         }
         rules.apply(response.headers_mut());
         if from_upstream {
