@@ -26,6 +26,7 @@ defaults), and one worker (nginx), thread (HAProxy) or runtime thread
 (shardgate, `--threads 1`), on the proxy core.
 
     python3 benches/load/tls.py [--reps 7] [--duration 5] [--binary BIN] [--baseline OLD_BIN]
+        [--only nginx,haproxy,shardgate] [--workloads keepalive,h2,...] [--same-fields]
     python3 benches/load/tls.py --instructions [--requests 20000] BIN...
 
 --instructions counts each binary's user-space instructions a request
@@ -65,15 +66,15 @@ def certificate(tmp):
     return cert, key, both
 
 
-def nginx_conf(tmp, cert, key):
-    conf = c.nginx_conf(tmp)
+def nginx_conf(tmp, cert, key, same_fields=False):
+    conf = c.nginx_conf(tmp, same_fields)
     tls = (f"listen 127.0.0.1:{PORT} ssl http2 backlog=4096; ssl_certificate {cert}; ssl_certificate_key {key};\n"
            "    ssl_protocols TLSv1.2 TLSv1.3; ssl_session_cache shared:SSL:10m; ssl_session_tickets on;")
     return conf.replace(f"listen 127.0.0.1:{PORT} backlog=4096;", tls)
 
 
-def haproxy_conf(tmp, both):
-    conf = c.haproxy_conf(tmp)
+def haproxy_conf(tmp, both, same_fields=False):
+    conf = c.haproxy_conf(tmp, same_fields)
     return conf.replace(f"  bind 127.0.0.1:{PORT}\n", f"  bind 127.0.0.1:{PORT} ssl crt {both} alpn h2,http/1.1\n")
 
 
@@ -227,7 +228,13 @@ def main():
     ap.add_argument("--only", default="nginx,haproxy,shardgate")
     ap.add_argument("--instructions", nargs="+", metavar="BIN", help="count instructions of these binaries")
     ap.add_argument("--requests", type=int, default=20000)
+    ap.add_argument("--workloads", default=",".join(WORKLOADS), help="a subset of " + ",".join(WORKLOADS))
+    ap.add_argument("--same-fields", action="store_true",
+                    help="nginx and HAProxy add the fields shardgate adds (as compare.py's --same-fields)")
     args = ap.parse_args()
+    args.workloads = args.workloads.split(",")
+    if not set(args.workloads) <= set(WORKLOADS):
+        ap.error(f"--workloads: choose from {','.join(WORKLOADS)}")
     if args.instructions:
         return instructions(args.instructions, args.requests)
     tmp = tempfile.mkdtemp(prefix="shardgate-tls-")
@@ -240,7 +247,7 @@ def main():
     ids = c.mint_ids(200, args.binary)
     paths = [f"/v1/orders/{i}" for lst in ids.values() for i in lst]
     script = c.lua_script(tmp, ids, "path")
-    confs = {"nginx": nginx_conf(tmp, cert, key), "haproxy": haproxy_conf(tmp, both),
+    confs = {"nginx": nginx_conf(tmp, cert, key, args.same_fields), "haproxy": haproxy_conf(tmp, both, args.same_fields),
              "shardgate": shardgate_conf(cert, key)}
     for name, text in confs.items():
         with open(os.path.join(tmp, f"{name}.conf"), "w") as f:
@@ -264,40 +271,46 @@ def main():
                     c.wait_port(PORT, proc)
                     time.sleep(0.3)
                     pids = c.pids_of(proc)
-                    results[name]["keepalive"].append(keepalive(pids, script, args.duration))
-                    results[name]["h2"].append(h2(pids, tmp, paths, args.duration))
+                    if "keepalive" in args.workloads:
+                        results[name]["keepalive"].append(keepalive(pids, script, args.duration))
+                    if "h2" in args.workloads:
+                        results[name]["h2"].append(h2(pids, tmp, paths, args.duration))
                     for clients in (64, 200):
                         for mode in ("full", "resume"):
-                            r = measure_handshakes(pids, ctx, paths, clients, args.duration, mode == "resume")
-                            results[name][f"{mode}-{clients}"].append(r)
+                            if f"{mode}-{clients}" in args.workloads:
+                                r = measure_handshakes(pids, ctx, paths, clients, args.duration, mode == "resume")
+                                results[name][f"{mode}-{clients}"].append(r)
                 finally:
                     c.stop(proc)
                     time.sleep(0.5)
                 print(f"rep {rep + 1}/{args.reps} {name}: " + ", ".join(
-                    f"{w} {results[name][w][-1]}" for w in WORKLOADS), flush=True)
+                    f"{w} {results[name][w][-1]}" for w in args.workloads), flush=True)
     finally:
         c.stop(backend)
     report(results, names, args)
 
 
 def med(runs, field):
-    return statistics.median(r[field] for r in runs)
+    """The median of `field` over `runs`; NaN (shown as "nan") for a workload not run."""
+    return statistics.median(r[field] for r in runs) if runs else float("nan")
 
 
 def ratio(results, name, other, workload, field):
     """The median of the same-repetition ratios name/other."""
     a, b = results[name][workload], results[other][workload]
-    return statistics.median(x[field] / y[field] for x, y in zip(a, b) if y[field])
+    pairs = [x[field] / y[field] for x, y in zip(a, b) if y[field]]
+    return statistics.median(pairs) if pairs else float("nan")
 
 
 def report(results, names, args):
-    print(f"\nmedians of {args.reps} repetitions, {args.duration} s each; proxy on core {c.PROXY_CORE}")
+    print(f"\nmedians of {args.reps} repetitions, {args.duration} s each; proxy on core {c.PROXY_CORE}"
+          + ("; nginx and HAProxy add shardgate's fields" if args.same_fields else ""))
     print("\n| proxy | HTTPS keep-alive req/s | CPU µs/req | h2 req/s | CPU µs/req | full 64: CPU µs/handshake | full 200 | "
           "resume 64: resumed | CPU µs | resume 200: resumed | CPU µs | errors |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for n in names:
         r = results[n]
-        errors = sum(x["errors"] for w in WORKLOADS for x in r[w])
+        errors = sum(x["errors"] for w in args.workloads for x in r[w])
         print(f"| {n} | {med(r['keepalive'], 'rps'):,.0f} | {med(r['keepalive'], 'cpu_us'):.1f} | "
               f"{med(r['h2'], 'rps'):,.0f} | {med(r['h2'], 'cpu_us'):.1f} | "
               f"{med(r['full-64'], 'cpu_us'):.0f} | {med(r['full-200'], 'cpu_us'):.0f} | "

@@ -320,8 +320,8 @@ pub fn page<'b>(spec: &Spec, mut all: Vec<Item<'b>>, after: Option<&Cursor>, lim
         let mark = c.key();
         all.retain(|i| order(&i.key, &mark) == Ordering::Greater);
     }
-    // Sorted as (lead, position) pairs, a third of an item's size: the
-    // whole keys are read only where leads are equal.
+    // Sorted as (lead, position) pairs, under half an item's size, so the
+    // sort moves less.
     let mut sorted: Vec<(u128, usize)> = all.iter().enumerate().map(|(n, i)| (i.key.lead(), n)).collect();
     let by = |a: &(u128, usize), b: &(u128, usize)| {
         let (a, b) = if spec.descending { (b, a) } else { (a, b) };

@@ -213,3 +213,22 @@ fn leads_order_keys_as_the_keys_do() {
         assert_eq!(got.next.is_some(), more && limit > 0);
     }
 }
+
+#[test]
+fn a_sort_string_with_escapes_has_the_value_it_spells() -> TestResult {
+    let params = Params::default();
+    let spec = Spec { items: None, sort: SortKey::Field("k".into()), descending: false };
+    let body = r#"[{"k":"b"},{"k":"\u0061"},{"k":"a\"z"},{"k":"a"}]"#;
+    let all = items(&spec, &params, "eu", body.as_bytes())?;
+    let page = page(&spec, all, None, 10);
+    let values: Vec<String> = page
+        .items
+        .iter()
+        .map(|i| match &i.key.value {
+            Value::Text(t) => t.to_string(),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(values, ["a", "a", "a\"z", "b"]);
+    Ok(())
+}

@@ -77,8 +77,8 @@ impl Answer {
         let Answer { mut response, request_id, from_upstream, rules } = self;
         if let Either::Left(body) = response.body_mut() {
             let fields = std::mem::take(body.fields_mut());
-            // Room for the upstream's fields and the two added below, so
-            // the map is sized once rather than grown for the last.
+            // Room for the upstream's fields, `Via` and `X-Request-Id`
+            // (header rules' additions may still grow it).
             response.headers_mut().reserve(fields.len() + 2);
             fields.move_into(response.headers_mut());
         }
