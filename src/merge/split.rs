@@ -57,7 +57,7 @@ pub(super) fn elements<'b>(text: &'b str, name: &str) -> Option<Vec<Element<'b>>
         return None;
     }
     let mut out = Vec::with_capacity(32);
-    let mut scan = Scan { text, b, name: name.as_bytes(), stack: Vec::new() };
+    let mut scan = Scan { text, name: name.as_bytes(), stack: Vec::new() };
     i = blank(b, i + 1);
     if *b.get(i)? == b']' {
         return (blank(b, i + 1) == b.len()).then_some(out);
@@ -74,10 +74,9 @@ pub(super) fn elements<'b>(text: &'b str, name: &str) -> Option<Vec<Element<'b>>
     }
 }
 
-/// The text, its bytes, and what the pass looks for.
+/// The text and what the pass looks for.
 struct Scan<'t, 'n> {
     text: &'t str,
-    b: &'t [u8],
     name: &'n [u8],
     /// The open brackets of the value being skipped (`true`: an object).
     stack: Vec<bool>,
@@ -87,7 +86,7 @@ impl<'t> Scan<'t, '_> {
     /// An element that is an object, opening at `i`: the index just past
     /// it and what it holds of the member.
     fn object(&mut self, i: usize) -> Option<(usize, Member<'t>)> {
-        let b = self.b;
+        let b = self.text.as_bytes();
         let mut found = Member::Absent;
         let mut j = blank(b, i + 1);
         if *b.get(j)? == b'}' {
@@ -130,7 +129,7 @@ impl<'t> Scan<'t, '_> {
     /// depth (without recursion: each open container goes on the stack);
     /// `None` where there is none.
     fn value(&mut self, i: usize) -> Option<usize> {
-        let b = self.b;
+        let b = self.text.as_bytes();
         self.stack.clear();
         let mut j = i;
         loop {
