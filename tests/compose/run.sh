@@ -27,7 +27,9 @@ cd "$(dirname "$0")/../.."
 
 T0=$(date +%s)
 say() { echo "compose: [$(($(date +%s) - T0))s] $*"; }
+FAILED_WITH=""
 fail() {
+  FAILED_WITH="$*"
   echo "compose: FAIL: $*" >&2
   exit 1
 }
@@ -62,6 +64,8 @@ cleanup() {
       echo "compose: --- the tables every instance applied or refused last ---"
       timeout 30 docker-compose logs --no-color | grep -E 'routing table|reload' | tail -40
     fi
+    # The reason again, after the logs: a truncated output keeps its end.
+    [[ -z "$FAILED_WITH" ]] || echo "compose: FAIL (again, below the logs): $FAILED_WITH" >&2
     say "docker-compose down -v --rmi local"
     timeout 120 docker-compose down -v --rmi local --remove-orphans --timeout 5 >/dev/null 2>&1 ||
       echo "compose: warning: docker-compose down failed; remove project $COMPOSE_PROJECT_NAME by hand" >&2
@@ -313,12 +317,12 @@ phase kz abort 5 eu
 phase kz - 0
 touch "$WORK/stop"
 wait "$load_pid" || fail "the re-homing load generator failed"
-python3 - "$WORK/load" "$WORK/phases" <<'PY' || fail "live re-homing under load"
+python3 - "$WORK/load" "$WORK/phases" >"$WORK/rehoming" <<'PY' || fail "live re-homing under load: $(cat "$WORK/rehoming")"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 phases = [l.split() for l in open(sys.argv[2])]
 t = {f"{p[1]} {p[2]}": float(p[0]) for p in phases}
-failed = [r for r in rows if r["status"] != 200]
+failed = [r for r in rows if r["status"] != 200 or r["error"]]
 # After each switch has been applied everywhere (written + 1 s), until the next hold:
 # KZ writes answered by the new owner only.
 windows = [(t["eu switch"] + 1, t["eu hold"], "eu"), (t["kz switch"] + 1, t["kz hold"], "kz")]
@@ -328,10 +332,14 @@ de = sorted(r["ms"] for r in rows if r["kind"] == "de_read")
 p99 = de[int(len(de) * 0.99) - 1] if de else 0
 print(f"  {len(rows)} requests, {len(failed)} failed; KZ writes: {len(writes)}, slowest {max(writes):.0f} ms; "
       f"DE reads p99 {p99:.0f} ms; KZ writes at the old owner after a switch: {len(wrong)}")
+def phase_of(r):  # the phase written last before the request started, and how long before
+    before = [p for p in phases if float(p[0]) <= r["t"]]
+    return f"{before[-1][1]} {before[-1][2]} +{r['t'] - float(before[-1][0]):.2f}s" if before else "before the first"
 for r in (failed + wrong)[:5]:
-    print("  ", r)
+    print("  ", phase_of(r), r)
 sys.exit(1 if failed or wrong or not writes else 0)
 PY
+sed 's/^/  /' "$WORK/rehoming"
 for t in front eu kz us; do cp "$WORK/orig-$t.yaml" "$SHARDGATE_TABLES/.$t.yaml.new"; mv -f "$SHARDGATE_TABLES/.$t.yaml.new" "$SHARDGATE_TABLES/$t.yaml"; done
 sleep 2
 say "re-homing: KZ moved to eu and back and a move aborted under load: no request failed, no KZ write at the old owner after a switch"
