@@ -62,7 +62,7 @@ pub enum BodyError {
     /// The body's framing is broken, or the peer closed before its end.
     Framing(http1::Error),
     /// An HTTP/2 stream failed (reset, or its connection went).
-    Stream(hyper::Error),
+    Stream(h2::Error),
 }
 
 impl fmt::Display for BodyError {

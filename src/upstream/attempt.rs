@@ -257,9 +257,9 @@ impl Upstreams {
                 }
             };
             match timed(self.h2.send(endpoint, reserved, &a.out, body), watch, s).await {
-                Timed::Answered(Ok((resp, stream))) => {
+                Timed::Answered(Ok(resp)) => {
                     record(a.count_5xx && resp.status().is_server_error());
-                    return Ok(ResponseBody::h2(resp, stream));
+                    return Ok(ResponseBody::h2(resp));
                 }
                 Timed::Answered(Err(H2Error::Closed(e, unsent))) => {
                     tracing::debug!(endpoint = %endpoint.uri, error = %e, "http2 connection closed; sending on another");

@@ -25,10 +25,10 @@ use std::task::{ready, Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use http::{Method, Response};
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::h2::Stream;
+use super::h2::Answer;
 use super::outgoing::Outgoing;
 use super::pool::{Conn, ConnState};
 use crate::http1::response::MAX_HEAD_BYTES;
@@ -382,19 +382,19 @@ pub struct ResponseBody {
     /// An HTTP/2 endpoint's answer ([`super::h2`]), its stream counted
     /// while it is read; its fields are in the response's map.
     /// Boxed: an HTTP/1 answer's body, moved about with it, stays small.
-    h2: Option<Box<(Incoming, Stream)>>,
+    h2: Option<Box<Answer>>,
 }
 
 impl ResponseBody {
     /// An HTTP/2 endpoint's answer, read from its stream.
-    pub fn h2(resp: Response<Incoming>, stream: Stream) -> Response<ResponseBody> {
-        resp.map(|incoming| ResponseBody {
+    pub fn h2(resp: Response<Answer>) -> Response<ResponseBody> {
+        resp.map(|answer| ResponseBody {
             conn: None,
             decoder: Decoder::new(Framing::Empty),
             reusable: false,
             upgrade: false,
             fields: Fields::default(),
-            h2: Some(Box::new((incoming, stream))),
+            h2: Some(Box::new(answer)),
         })
     }
 }
@@ -441,8 +441,8 @@ impl Body for ResponseBody {
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = &mut *self;
-        if let Some((incoming, _)) = this.h2.as_deref_mut() {
-            return Pin::new(incoming).poll_frame(cx).map_err(BodyError::Stream);
+        if let Some(answer) = this.h2.as_deref_mut() {
+            return Pin::new(answer).poll_frame(cx).map_err(BodyError::Stream);
         }
         if this.upgrade {
             return Poll::Ready(None);
@@ -469,15 +469,15 @@ impl Body for ResponseBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        if let Some((incoming, _)) = self.h2.as_deref() {
-            return incoming.is_end_stream();
+        if let Some(answer) = self.h2.as_deref() {
+            return answer.is_end_stream();
         }
         self.upgrade || self.conn.is_none() || self.decoder.is_done()
     }
 
     fn size_hint(&self) -> SizeHint {
-        if let Some((incoming, _)) = self.h2.as_deref() {
-            return incoming.size_hint();
+        if let Some(answer) = self.h2.as_deref() {
+            return answer.size_hint();
         }
         if self.upgrade {
             return SizeHint::with_exact(0);

@@ -1,26 +1,33 @@
 //! HTTP/2 to `h2c://` (prior knowledge) and `h2://` (TLS, ALPN `h2`)
 //! endpoints: a few
-//! multiplexed connections per endpoint, each driven by hyper's HTTP/2
-//! client on a task of its own. A request takes the open connection with
+//! multiplexed connections per endpoint, each driven by the `h2` crate on a
+//! task of its own. A request takes the open connection with
 //! the fewest streams, a new one being opened when every open one carries
 //! [`STREAMS`] already, up to the endpoint's connection cap; the streams
 //! beyond that wait in the connection for the server's stream limit, as
 //! HTTP/2 has them. Bodies and trailers go both ways as frames, so gRPC's
 //! streaming calls and its status in trailers pass as they are.
 //!
-//! Why hyper's client here and not the proxy's own exchange
-//! ([`super::exchange`]): HTTP/2's framing, flow control and stream states
-//! are what hyper's `h2` is made for; the HTTP/1 leg stays as it is.
+//! Why `h2` here and not the proxy's own exchange ([`super::exchange`]):
+//! HTTP/2's framing, flow control and stream states are what `h2` is made
+//! for. Why `h2` itself and not hyper's client on it: hyper hands each
+//! request to the connection's task over a channel and spawns a task for
+//! each answer (and one more for a body still arriving), where here the
+//! request's own task opens the stream, sends a body it has whole, and
+//! reads the answer; only a body still arriving gets a task, to send it as
+//! the server's flow control allows while the answer is read.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use h2::client::SendRequest;
+use h2::{RecvStream, SendStream};
 use http::{header, HeaderValue, Request, Response};
-use hyper::body::Incoming;
-use hyper::client::conn::http2::{self, SendRequest};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper::body::Body;
+use tokio::sync::oneshot;
 
 use super::body::UpstreamBody;
 use super::connect::Connector;
@@ -56,11 +63,25 @@ struct Endpoint {
     failed: Option<(Instant, String)>,
 }
 
+/// A stream's flow-control window, as hyper's client sets it.
+const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
+
+/// The connection's flow-control window, as hyper's client sets it.
+const CONNECTION_WINDOW: u32 = 5 * 1024 * 1024;
+
 /// One connection and the streams open on it.
 #[derive(Clone, Debug)]
 struct Link {
-    send: SendRequest<UpstreamBody>,
+    send: SendRequest<Bytes>,
     streams: Arc<AtomicUsize>,
+    /// Set by the connection's task when the connection has ended.
+    closed: Arc<AtomicBool>,
+}
+
+impl Link {
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
 }
 
 /// A stream counted on its connection while its answer is read.
@@ -70,6 +91,88 @@ pub struct Stream(Arc<AtomicUsize>);
 impl Drop for Stream {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// An answer's body and trailers, read from its stream (counted on its
+/// connection until dropped); what is read is given back to the server's
+/// window at once. Dropped before its end, the stream is reset.
+#[derive(Debug)]
+pub struct Answer {
+    recv: RecvStream,
+    _stream: Stream,
+    /// The request body's piping, stopped if the answer is dropped before its end.
+    piping: Piping,
+    /// Bytes still to come, when the answer said (`content-length`).
+    remaining: Option<u64>,
+    /// The data is read; trailers (or the end) come next.
+    data_done: bool,
+    done: bool,
+}
+
+impl Answer {
+    /// `resp`'s body, on the stream `stream` counts, the request's body
+    /// sent by the task `piping` holds when there is one.
+    fn new(resp: Response<RecvStream>, stream: Stream, piping: Piping) -> Response<Answer> {
+        let remaining = resp
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        resp.map(|recv| Answer { recv, _stream: stream, piping, remaining, data_done: false, done: false })
+    }
+}
+
+impl Body for Answer {
+    type Data = Bytes;
+    type Error = h2::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, h2::Error>>> {
+        use hyper::body::Frame;
+        use std::task::{ready, Poll};
+        let this = &mut *self;
+        if this.done {
+            return Poll::Ready(None);
+        }
+        if !this.data_done {
+            match ready!(this.recv.poll_data(cx)) {
+                Some(Ok(data)) => {
+                    // Given back at once: the client leg's own window paces it.
+                    let _ = this.recv.flow_control().release_capacity(data.len());
+                    if let Some(n) = this.remaining.as_mut() {
+                        *n = n.saturating_sub(data.len() as u64);
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Some(Err(e)) => {
+                    this.done = true;
+                    return Poll::Ready(Some(Err(e)));
+                }
+                None => this.data_done = true,
+            }
+        }
+        let trailers = ready!(this.recv.poll_trailers(cx));
+        this.done = true;
+        this.piping.let_go();
+        Poll::Ready(match trailers {
+            Ok(Some(t)) => Some(Ok(Frame::trailers(t))),
+            Ok(None) => None,
+            Err(e) => Some(Err(e)),
+        })
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done || self.recv.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        match self.remaining {
+            Some(n) => hyper::body::SizeHint::with_exact(n),
+            None => hyper::body::SizeHint::default(),
+        }
     }
 }
 
@@ -155,32 +258,37 @@ impl H2 {
         reserved: Reserved,
         out: &Outgoing<'_>,
         body: UpstreamBody,
-    ) -> Result<(Response<Incoming>, Stream), H2Error> {
-        let Reserved { mut link, stream } = reserved;
+    ) -> Result<Response<Answer>, H2Error> {
+        let Reserved { link, stream } = reserved;
         let req = match request(endpoint, out) {
             Ok(head) => head,
             Err(e) => return Err(H2Error::Failed(e)),
         };
-        if link.send.ready().await.is_err() {
-            self.forget(endpoint, &link);
-            return Err(H2Error::Closed("the connection closed".into(), body));
-        }
-        match link.send.try_send_request(req.map(|()| body)).await {
-            Ok(resp) => Ok((resp, stream)),
-            Err(mut e) => {
-                if link.send.is_closed() {
-                    self.forget(endpoint, &link);
-                }
-                // A request hyper gives back never went.
-                match e.take_message() {
-                    Some(req) => Err(H2Error::Closed(e.error().to_string(), req.into_body())),
-                    None if gone_away(e.error()) => {
-                        self.forget(endpoint, &link);
-                        Err(H2Error::GoneAway(e.error().to_string()))
-                    }
-                    None => Err(H2Error::Failed(e.error().to_string())),
-                }
+        let mut send = match link.send.clone().ready().await {
+            Ok(send) => send,
+            Err(e) => {
+                self.forget(endpoint, &link);
+                return Err(H2Error::Closed(e.to_string(), body));
             }
+        };
+        let ends = body.is_end_stream();
+        let (answer, tx) = match send.send_request(req, ends) {
+            Ok(sent) => sent,
+            // The connection is going or gone: the head did not go.
+            Err(e) if e.is_go_away() || e.is_io() => {
+                self.forget(endpoint, &link);
+                return Err(H2Error::Closed(e.to_string(), body));
+            }
+            Err(e) => return Err(H2Error::Failed(e.to_string())),
+        };
+        let piping = if ends { Piping(None) } else { send_body(body, tx) };
+        match answer.await {
+            Ok(resp) => Ok(Answer::new(resp, stream, piping)),
+            Err(e) if e.is_go_away() && e.is_remote() => {
+                self.forget(endpoint, &link);
+                Err(H2Error::GoneAway(e.to_string()))
+            }
+            Err(e) => Err(H2Error::Failed(e.to_string())),
         }
     }
 
@@ -197,7 +305,7 @@ impl H2 {
     fn pick(&self, endpoint: &Upstream, max_connections: usize) -> Result<Link, Arc<tokio::sync::Mutex<()>>> {
         let mut all = self.endpoints.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let e = all.entry(endpoint.pool_key.clone()).or_default();
-        e.links.retain(|l| !l.send.is_closed());
+        e.links.retain(|l| !l.is_closed());
         let room = max_connections == 0 || e.links.len() < max_connections;
         match e.links.iter().min_by_key(|l| l.streams.load(Ordering::Relaxed)) {
             Some(least) if !(room && least.streams.load(Ordering::Relaxed) >= STREAMS) => Ok(least.clone()),
@@ -224,24 +332,21 @@ impl H2 {
 
     async fn handshake(&self, endpoint: &Upstream) -> Result<Link, String> {
         let stream = self.connector.connect(&endpoint.uri, endpoint.server_name.as_deref()).await?;
-        // Pings find a connection that died without a word (a half-open TCP
-        // connection would otherwise take calls until they time out).
-        let (send, conn) = http2::Builder::new(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .keep_alive_interval(KEEP_ALIVE)
-            .keep_alive_timeout(KEEP_ALIVE)
-            .keep_alive_while_idle(true)
-            .handshake(TokioIo::new(stream))
+        let (send, conn) = h2::client::Builder::new()
+            .initial_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW)
+            // hyper's client's limits too: 16 KiB of answer fields, 1 MiB
+            // buffered a stream before its sender waits for the window.
+            .max_header_list_size(16 * 1024)
+            .max_send_buffer_size(1024 * 1024)
+            .enable_push(false)
+            .handshake::<_, Bytes>(stream)
             .await
             .map_err(|e| format!("http2 handshake error: {e}"))?;
-        let at = endpoint.uri.clone();
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(endpoint = %at, error = %e, "http2 upstream connection closed with an error");
-            }
-        });
+        let closed = Arc::new(AtomicBool::new(false));
+        tokio::spawn(drive(conn, endpoint.uri.clone(), Arc::clone(&closed)));
         self.opened.fetch_add(1, Ordering::Relaxed);
-        Ok(Link { send, streams: Arc::new(AtomicUsize::new(0)) })
+        Ok(Link { send, streams: Arc::new(AtomicUsize::new(0)), closed })
     }
 
     fn forget(&self, endpoint: &Upstream, link: &Link) {
@@ -252,16 +357,166 @@ impl H2 {
     }
 }
 
-/// Whether `e` is the server's GOAWAY (rather than a reset or a broken connection).
-fn gone_away(e: &hyper::Error) -> bool {
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        if let Some(h2) = s.downcast_ref::<h2::Error>() {
-            return h2.is_go_away() && h2.is_remote();
+/// Drives one connection until it ends (the server closes it, it fails,
+/// or every handle to it and every stream on it is gone), pinging it every
+/// [`KEEP_ALIVE`]: a connection that died without a word (a half-open TCP
+/// connection) would otherwise take calls until they time out. No pong
+/// within [`KEEP_ALIVE`] ends it.
+async fn drive(
+    mut conn: h2::client::Connection<super::connect::Stream, Bytes>,
+    at: http::Uri,
+    closed: Arc<AtomicBool>,
+) {
+    let mut pings = conn.ping_pong();
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
+    let ended = loop {
+        tokio::select! {
+            ended = &mut conn => break ended,
+            _ = tick.tick() => {
+                let Some(pings) = pings.as_mut() else { continue };
+                let pong = tokio::time::timeout(KEEP_ALIVE, pings.ping(h2::Ping::opaque()));
+                tokio::select! {
+                    ended = &mut conn => break ended,
+                    answered = pong => if !matches!(answered, Ok(Ok(_))) {
+                        tracing::debug!(endpoint = %at, "http2 upstream connection did not answer a ping; closed");
+                        break Ok(());
+                    },
+                }
+            }
         }
-        source = s.source();
+    };
+    closed.store(true, Ordering::Release);
+    if let Err(e) = ended {
+        tracing::debug!(endpoint = %at, error = %e, "http2 upstream connection closed with an error");
     }
-    false
+}
+
+/// Sends a request's body on its stream: one read whole at once (the
+/// connection buffers it, at most `server.request_buffer_bytes`, until the
+/// server's window takes it); one still arriving from its client from a
+/// task of its own, each chunk as the server's window allows, its trailers
+/// after, while the request's task reads the answer; its [`Piping`] is
+/// held by the answer. A client body that fails resets the stream; a
+/// stream the server resets stops the piping.
+fn send_body(body: UpstreamBody, mut tx: SendStream<Bytes>) -> Piping {
+    match body {
+        UpstreamBody::Whole(Some(data)) => {
+            // A failure here is the stream's, and the answer reports it.
+            let _ = tx.send_data(data, true);
+            Piping(None)
+        }
+        body => {
+            let (stop, stopped) = oneshot::channel();
+            tokio::spawn(async move {
+                if pipe(body, &mut tx, stopped).await.is_err() {
+                    tx.send_reset(h2::Reason::CANCEL);
+                }
+            });
+            Piping(Some(stop))
+        }
+    }
+}
+
+/// The hold on a request body's piping task ([`send_body`]): dropped
+/// before the answer has ended (the client gone, a timeout), the piping
+/// stops and resets the stream; let go once the answer has ended, the rest
+/// of the body still goes.
+#[derive(Debug)]
+struct Piping(Option<oneshot::Sender<()>>);
+
+impl Piping {
+    /// The answer has ended: the body's piping goes on by itself.
+    fn let_go(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Piping {
+    fn drop(&mut self) {
+        if let Some(stop) = self.0.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// What ended a body's piping early: the client's body failed, the stream
+/// did (its connection gone), or its answer was given up.
+struct Stopped;
+
+/// What the piping found first.
+enum Next<F> {
+    Frame(F),
+    /// The server reset the stream: nothing more goes.
+    Reset,
+}
+
+/// [`send_body`]'s task: `body`'s frames onto `tx` under flow control,
+/// until the end, a reset, or word from its [`Piping`] to stop.
+async fn pipe(mut body: UpstreamBody, tx: &mut SendStream<Bytes>, stop: oneshot::Receiver<()>) -> Result<(), Stopped> {
+    use std::future::{poll_fn, Future};
+    use std::pin::Pin;
+    use std::task::Poll;
+    // Watched until the hold is let go (its sender dropped without a word).
+    let mut stop = Some(stop);
+    let mut stopped = move |cx: &mut std::task::Context<'_>| match stop.as_mut().map(|s| Pin::new(s).poll(cx)) {
+        Some(Poll::Ready(Ok(()))) => true,
+        Some(Poll::Ready(Err(_))) => {
+            stop = None;
+            false
+        }
+        Some(Poll::Pending) | None => false,
+    };
+    loop {
+        let next = poll_fn(|cx| {
+            if stopped(cx) {
+                return Poll::Ready(Err(Stopped));
+            }
+            if tx.poll_reset(cx).is_ready() {
+                return Poll::Ready(Ok(Next::Reset));
+            }
+            Pin::new(&mut body).poll_frame(cx).map(|f| Ok(Next::Frame(f)))
+        })
+        .await?;
+        let frame = match next {
+            Next::Reset => return Ok(()),
+            Next::Frame(None) => return tx.send_data(Bytes::new(), true).map_err(|_| Stopped),
+            Next::Frame(Some(Ok(frame))) => frame,
+            Next::Frame(Some(Err(_))) => return Err(Stopped),
+        };
+        let mut data = match frame.into_data() {
+            Ok(data) => data,
+            Err(frame) => match frame.into_trailers() {
+                Ok(trailers) => return tx.send_trailers(trailers).map_err(|_| Stopped),
+                Err(_) => continue,
+            },
+        };
+        while !data.is_empty() {
+            tx.reserve_capacity(data.len());
+            let room = poll_fn(|cx| {
+                if stopped(cx) {
+                    return Poll::Ready(None);
+                }
+                tx.poll_capacity(cx)
+            })
+            .await;
+            match room {
+                Some(Ok(room)) if room > 0 => {
+                    let chunk = data.split_to(room.min(data.len()));
+                    tx.send_data(chunk, false).map_err(|_| Stopped)?;
+                }
+                Some(Ok(_)) => {}
+                Some(Err(_)) | None => return Err(Stopped),
+            }
+        }
+    }
+}
+
+/// Whether `name` is a field only HTTP/1.1 has, about its connection
+/// (the request's framing on an HTTP/1.1 leg among them): HTTP/2 has none
+/// (RFC 9113, 8.2.2), and `h2` refuses a head that carries one. `te` goes
+/// too, and comes back as the one value HTTP/2 allows.
+fn connection_specific(name: &http::HeaderName) -> bool {
+    matches!(name.as_str(), "connection" | "transfer-encoding" | "upgrade" | "keep-alive" | "proxy-connection" | "te")
 }
 
 /// The URI of an HTTP/2 request to the endpoint `at` names: `https` over
@@ -285,7 +540,7 @@ fn request(endpoint: &Upstream, out: &Outgoing<'_>) -> Result<Request<()>, Strin
     let headers = req.headers_mut();
     headers.reserve(out.headers.len() + 6);
     for (name, value) in out.headers {
-        if name != header::HOST {
+        if name != header::HOST && !connection_specific(name) {
             headers.append(name.clone(), value.clone());
         }
     }

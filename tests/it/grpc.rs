@@ -119,7 +119,7 @@ impl Drop for GrpcBackend {
 /// The route a gRPC service's calls take, by the id in their metadata.
 /// `yaml` (a test table over `dead`) with `region`'s mapping made `with`
 /// (its endpoints and keys, e.g. `upstreams: ["h2c://..."]`).
-fn region_as(yaml: &str, dead: std::net::SocketAddr, region: &str, with: &str) -> String {
+pub(crate) fn region_as(yaml: &str, dead: std::net::SocketAddr, region: &str, with: &str) -> String {
     yaml.replace(&format!("{region}: {{ upstreams: [\"http://{dead}\"] }}"), &format!("{region}: {{ {with} }}"))
 }
 
@@ -128,7 +128,7 @@ fn h2c(backend: &GrpcBackend) -> String {
     format!("upstreams: [\"h2c://127.0.0.1:{}\"]", backend.1)
 }
 
-const ECHO_ROUTE: &str = "  - name: echo\n    match: { path: \"/echo.Echo/{method}\" }\n    id: { metadata: x-entity-id, formats: [iuid] }\n";
+pub(crate) const ECHO_ROUTE: &str = "  - name: echo\n    match: { path: \"/echo.Echo/{method}\" }\n    id: { metadata: x-entity-id, formats: [iuid] }\n";
 
 #[tokio::test]
 async fn grpc_calls_of_every_kind_reach_the_owner_through_h2c_backends() -> TestResult {

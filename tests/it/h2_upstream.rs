@@ -1,0 +1,139 @@
+//! The HTTP/2 upstream leg (`h2c://` endpoints) under calls that end
+//! early: a call its client gives up, or that runs out of its deadline at
+//! the proxy, resets its stream at the backend, which then stops reading
+//! a body no one waits on; an answer that ends before the call's body
+//! does lets the rest of the body go.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+use super::grpc::{region_as, ECHO_ROUTE};
+use crate::support::{iuid, proxy, table, BoxError, Running, TestResult};
+
+/// An HTTP/2 backend that reads each call's body without answering until
+/// it ends, or answers at once (`answer_first`: `grpc-status: 0` before
+/// reading the body); for each call it sends on the channel `first` when
+/// the body's first bytes came, then `end`, or `reset REASON`.
+async fn backend(answer_first: bool) -> Result<(SocketAddr, mpsc::Receiver<String>), BoxError> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let (seen, rx) = mpsc::channel(16);
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let Ok(mut conn) = h2::server::handshake(socket).await else { return };
+                while let Some(Ok((req, mut respond))) = conn.accept().await {
+                    let seen = seen.clone();
+                    tokio::spawn(async move {
+                        let mut body = req.into_body();
+                        let mut answer = None;
+                        if answer_first {
+                            let head = http::Response::builder().header("content-type", "application/grpc").body(());
+                            if let Ok(mut stream) = head.map(|h| respond.send_response(h, false)) {
+                                let mut trailers = http::HeaderMap::new();
+                                trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                                if let Ok(stream) = stream.as_mut() {
+                                    let _ = stream.send_trailers(trailers);
+                                }
+                                answer = Some(stream);
+                            }
+                        }
+                        let mut first = true;
+                        let ended = loop {
+                            match body.data().await {
+                                Some(Ok(data)) => {
+                                    let _ = body.flow_control().release_capacity(data.len());
+                                    if first {
+                                        first = false;
+                                        let _ = seen.send("first".into()).await;
+                                    }
+                                }
+                                Some(Err(e)) => break format!("reset {:?}", e.reason()),
+                                None => break "end".into(),
+                            }
+                        };
+                        let _ = seen.send(ended).await;
+                        drop((respond, answer));
+                    });
+                }
+            });
+        }
+    });
+    Ok((addr, rx))
+}
+
+/// The proxy with region kz served by the backend at `at` over h2c.
+async fn proxy_to(at: SocketAddr) -> Result<Running, BoxError> {
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let yaml = table(dead, dead, dead, "upstream: { health: { interval: 0s } }") + ECHO_ROUTE;
+    proxy(&region_as(&yaml, dead, "kz", &format!("upstreams: [\"h2c://{at}\"]"))).await
+}
+
+/// A streaming call to the proxy, routed to kz, with one message sent and
+/// its body left open; `deadline` as its `grpc-timeout`.
+async fn open_call(
+    p: &Running,
+    deadline: Option<&str>,
+) -> Result<(h2::client::ResponseFuture, h2::SendStream<Bytes>), BoxError> {
+    let socket = tokio::net::TcpStream::connect(p.addr).await?;
+    let (client, conn) = h2::client::handshake(socket).await?;
+    tokio::spawn(conn);
+    let mut head = http::Request::post(format!("http://{}/echo.Echo/Collect", p.addr))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("x-entity-id", iuid(7));
+    if let Some(d) = deadline {
+        head = head.header("grpc-timeout", d);
+    }
+    let (answer, mut body) = client.ready().await?.send_request(head.body(())?, false)?;
+    body.send_data(Bytes::from_static(&[0, 0, 0, 0, 2, b'h', b'i']), false)?;
+    Ok((answer, body))
+}
+
+async fn next(seen: &mut mpsc::Receiver<String>) -> Result<String, BoxError> {
+    Ok(tokio::time::timeout(Duration::from_secs(10), seen.recv()).await?.ok_or("the backend is gone")?)
+}
+
+#[tokio::test]
+async fn h2_upstream_a_call_its_client_resets_is_reset_at_the_backend() -> TestResult {
+    let (at, mut seen) = backend(false).await?;
+    let p = proxy_to(at).await?;
+    let (_answer, mut body) = open_call(&p, None).await?;
+    assert_eq!(next(&mut seen).await?, "first");
+    body.send_reset(h2::Reason::CANCEL);
+    assert_eq!(next(&mut seen).await?, "reset Some(CANCEL)", "the backend kept a stream its client gave up");
+    Ok(())
+}
+
+#[tokio::test]
+async fn h2_upstream_a_call_past_its_deadline_at_the_proxy_is_reset_at_the_backend() -> TestResult {
+    let (at, mut seen) = backend(false).await?;
+    let p = proxy_to(at).await?;
+    let (answer, _body) = open_call(&p, Some("300m")).await?;
+    assert_eq!(next(&mut seen).await?, "first");
+    let resp = tokio::time::timeout(Duration::from_secs(10), answer).await??;
+    let status = resp.headers().get("grpc-status").and_then(|v| v.to_str().ok()).map(str::to_string);
+    assert_eq!(status.as_deref(), Some("4"), "DEADLINE_EXCEEDED from the proxy: {resp:?}");
+    assert_eq!(next(&mut seen).await?, "reset Some(CANCEL)", "the backend kept a stream the proxy gave up");
+    Ok(())
+}
+
+#[tokio::test]
+async fn h2_upstream_an_answer_that_ends_first_lets_the_rest_of_the_body_go() -> TestResult {
+    let (at, mut seen) = backend(true).await?;
+    let p = proxy_to(at).await?;
+    let (answer, mut body) = open_call(&p, None).await?;
+    let resp = tokio::time::timeout(Duration::from_secs(10), answer).await??;
+    let mut answer_body = resp.into_body();
+    let trailers = tokio::time::timeout(Duration::from_secs(10), answer_body.trailers()).await??;
+    assert_eq!(trailers.as_ref().and_then(|t| t.get("grpc-status")).map(|v| v.as_bytes()), Some(&b"0"[..]));
+    assert_eq!(next(&mut seen).await?, "first");
+    // The call's answer has ended; the rest of its body still reaches the backend.
+    body.send_data(Bytes::from_static(&[0, 0, 0, 0, 1, b'!']), true)?;
+    assert_eq!(next(&mut seen).await?, "end", "the body's end did not reach the backend");
+    Ok(())
+}
