@@ -25,7 +25,7 @@ use crate::mesh;
 use crate::routing::{RegionId, Rewrite, Table};
 use crate::telemetry::traces::{self, TraceSpan, Traces};
 use crate::upstream::balance::Waiting;
-use crate::upstream::body::{self, BodyFault, ClientBody, Pace};
+use crate::upstream::body::{self, BodyFault, Pace};
 use crate::upstream::outgoing::Outgoing;
 use crate::upstream::retry::is_idempotent;
 use crate::upstream::{
@@ -292,9 +292,9 @@ impl Again {
 
 /// The body as it goes upstream, and what its connection is for. A small
 /// body is read whole here, before any connection is taken: a client that
-/// sends slowly then holds none of the endpoint's. A gRPC call's is passed
-/// on as it comes (`call`): a streaming call's messages may wait on the
-/// answers.
+/// sends slowly then holds none of the endpoint's. A gRPC call's (`call`)
+/// is taken as far as it is at hand, and the rest passed on as it comes: a
+/// streaming call's messages may wait on the answers.
 async fn prepare(
     parts: &Parts,
     body: RequestBody,
@@ -302,11 +302,9 @@ async fn prepare(
     pace: Pace,
     call: bool,
 ) -> Result<(UpstreamBody, Use), ProxyError> {
-    if call && !hyper::body::Body::is_end_stream(&body) {
-        return Ok((UpstreamBody::Streamed(ClientBody::new(body, None)), Use::Upload));
-    }
     let limit = table.settings().server.request_buffer_bytes;
-    let body = body::take(body, limit, pace).await.map_err(|fault| match fault {
+    let taken = if call { body::at_hand(body, limit) } else { body::take(body, limit, pace).await };
+    let body = taken.map_err(|fault| match fault {
         BodyFault::Broken(detail) => ProxyError::ClientBody { detail },
         BodyFault::TooSlow => ProxyError::BodyTimeout,
     })?;

@@ -268,6 +268,85 @@ pub async fn take(mut body: RequestBody, limit: usize, pace: Pace) -> Result<Ups
     }
 }
 
+/// A gRPC call's body as the upstream leg takes it: whole when its client
+/// has sent all of it by now (a unary call's one message mostly comes with
+/// the call's head), so that it goes with the call's head, from the
+/// request's own task; else passed on as it arrives, behind what was read
+/// of it. Only what is at hand is read, never waited for: a streaming
+/// call's next message may wait on the answers.
+pub fn at_hand(mut body: RequestBody, limit: usize) -> Result<UpstreamBody, BodyFault> {
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    let mut read = AtHand::Nothing;
+    loop {
+        if body.is_end_stream() {
+            return Ok(read.whole());
+        }
+        match Pin::new(&mut body).poll_frame(&mut cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                // Trailers end the body; they are not forwarded (as by `take`).
+                let Ok(data) = frame.into_data() else { return Ok(read.whole()) };
+                read = read.and(data);
+                if read.len() > limit {
+                    return Ok(UpstreamBody::Streamed(ClientBody::new(body, read.bytes())));
+                }
+            }
+            Poll::Ready(None) => return Ok(read.whole()),
+            Poll::Ready(Some(Err(e))) => return Err(BodyFault::Broken(broken(&e))),
+            Poll::Pending => return Ok(UpstreamBody::Streamed(ClientBody::new(body, read.bytes()))),
+        }
+    }
+}
+
+/// What [`at_hand`] read: one frame kept as it came (the usual case, no
+/// copy), or more copied into one buffer.
+enum AtHand {
+    Nothing,
+    One(Bytes),
+    More(BytesMut),
+}
+
+impl AtHand {
+    fn and(self, data: Bytes) -> AtHand {
+        match self {
+            AtHand::Nothing => AtHand::One(data),
+            AtHand::One(first) => {
+                let mut more = BytesMut::with_capacity(first.len() + data.len());
+                more.extend_from_slice(&first);
+                more.extend_from_slice(&data);
+                AtHand::More(more)
+            }
+            AtHand::More(mut more) => {
+                more.extend_from_slice(&data);
+                AtHand::More(more)
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            AtHand::Nothing => 0,
+            AtHand::One(b) => b.len(),
+            AtHand::More(b) => b.len(),
+        }
+    }
+
+    fn bytes(self) -> Option<Bytes> {
+        match self {
+            AtHand::Nothing => None,
+            AtHand::One(b) => Some(b),
+            AtHand::More(b) => Some(b.freeze()),
+        }
+    }
+
+    /// The body, all of it read.
+    fn whole(self) -> UpstreamBody {
+        match self.bytes() {
+            Some(b) => UpstreamBody::Whole(Some(b)),
+            None => UpstreamBody::Empty,
+        }
+    }
+}
+
 /// Where a client's body stands on its way upstream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BodyPhase {
