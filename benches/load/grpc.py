@@ -17,7 +17,11 @@ repetition, in turn, and the table shows medians and the same-repetition
 ratios to nginx.
 
     benches/load/grpc.py [--reps 7] [--calls 200000] [--connections 16] [--streams 10] [--shardgate BINARY]
+                         [--baseline OLD_BINARY]
     benches/load/grpc.py --instructions [--calls 20000] [--shardgate BINARY]
+
+--baseline runs an older shardgate binary too (routed by metadata) in
+every repetition, and prints the same-repetition ratios of the two.
 
 --instructions counts shardgate's user-space instructions a call under
 callgrind instead (routed by metadata, then by the message field), the
@@ -232,6 +236,7 @@ def main():
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--streams", type=int, default=10)
     ap.add_argument("--shardgate", default=c.SHARDGATE)
+    ap.add_argument("--baseline", help="an older shardgate binary, measured in the same run")
     ap.add_argument("--instructions", action="store_true")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="shardgate-grpc-")
@@ -250,11 +255,12 @@ def main():
         if args.instructions:
             instructions(args, tmp, data_md, data_field, entity)
             return
-        names = ["nginx", "haproxy", "shardgate", "shardgate+field"]
+        names = ["nginx", "haproxy", "shardgate", "shardgate+field"] + (["baseline"] if args.baseline else [])
         runs = {n: [] for n in names}
         for rep in range(args.reps):
             for n in names:
-                r = run_one(n, args, tmp, data_md, data_field, entity, args.shardgate)
+                binary = args.baseline if n == "baseline" else args.shardgate
+                r = run_one("shardgate" if n == "baseline" else n, args, tmp, data_md, data_field, entity, binary)
                 runs[n].append(r)
                 print(f"rep {rep + 1} {n:16} calls/s {r['calls_s']:9.0f}  cpu/call {r['cpu_us']:6.2f} us  "
                       f"2xx {r['ok']} failed {r['failed']}", flush=True)
@@ -269,6 +275,11 @@ def main():
         ratio = lambda f, base: statistics.median(a[f] / b[f] for a, b in zip(runs[n], runs[base]))
         print(f"{n:16} {med('calls_s'):9.0f} {med('cpu_us'):12.2f} {ratio('cpu_us', 'nginx'):13.2f} "
               f"{ratio('calls_s', 'nginx'):17.2f} {ratio('cpu_us', 'haproxy'):15.2f} {ratio('calls_s', 'haproxy'):19.2f}")
+    if args.baseline:
+        for f in ("cpu_us", "calls_s"):
+            r = [a[f] / b[f] for a, b in zip(runs["shardgate"], runs["baseline"])]
+            print(f"shardgate / baseline, {f}: {statistics.median(r):.3f} (same-repetition ratios "
+                  f"{min(r):.3f} to {max(r):.3f})")
     extra = [f["cpu_us"] - m["cpu_us"] for f, m in zip(runs["shardgate+field"], runs["shardgate"])]
     print(f"\nrouting by the message field instead of metadata: {statistics.median(extra):+.2f} us CPU a call "
           f"(median of same-repetition differences; range {min(extra):+.2f} to {max(extra):+.2f})")
