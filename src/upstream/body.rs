@@ -283,7 +283,8 @@ pub fn at_hand(mut body: RequestBody, limit: usize) -> Result<UpstreamBody, Body
         }
         match Pin::new(&mut body).poll_frame(&mut cx) {
             Poll::Ready(Some(Ok(frame))) => {
-                // Trailers end the body; they are not forwarded (as by `take`).
+                // Trailers at hand end the body and are not forwarded (as by
+                // `take`); gRPC clients send none.
                 let Ok(data) = frame.into_data() else { return Ok(read.whole()) };
                 read = read.and(data);
                 if read.len() > limit {

@@ -41,7 +41,7 @@ pub const STREAMS: usize = 100;
 /// `max_connections` is lower).
 pub const CONNECTIONS: usize = 4;
 
-/// How often an idle connection is pinged, and how long its answer may take.
+/// How often a connection is pinged, and how long its answer may take.
 const KEEP_ALIVE: Duration = Duration::from_secs(20);
 
 /// The HTTP/2 connections to every `h2c://` and `h2://` endpoint.
@@ -96,7 +96,9 @@ impl Drop for Stream {
 
 /// An answer's body and trailers, read from its stream (counted on its
 /// connection until dropped); what is read is given back to the server's
-/// window at once. Dropped before its end, the stream is reset.
+/// window at once. Dropped before its end, the stream is reset; dropped at
+/// its end (read to it, or found there by [`Body::is_end_stream`], where
+/// readers stop), the rest of the request's body still goes.
 #[derive(Debug)]
 pub struct Answer {
     recv: RecvStream,
@@ -114,11 +116,13 @@ impl Answer {
     /// `resp`'s body, on the stream `stream` counts, the request's body
     /// sent by the task `piping` holds when there is one.
     fn new(resp: Response<RecvStream>, stream: Stream, piping: Piping) -> Response<Answer> {
-        let remaining = resp
+        let said = resp
             .headers()
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok());
+        // An answer that came whole with its head (no body) has nothing to come.
+        let remaining = said.or(resp.body().is_end_stream().then_some(0));
         resp.map(|recv| Answer { recv, _stream: stream, piping, remaining, data_done: false, done: false })
     }
 }
@@ -172,6 +176,14 @@ impl Body for Answer {
         match self.remaining {
             Some(n) => hyper::body::SizeHint::with_exact(n),
             None => hyper::body::SizeHint::default(),
+        }
+    }
+}
+
+impl Drop for Answer {
+    fn drop(&mut self) {
+        if self.recv.is_end_stream() {
+            self.piping.let_go();
         }
     }
 }
@@ -260,7 +272,7 @@ impl H2 {
         body: UpstreamBody,
     ) -> Result<Response<Answer>, H2Error> {
         let Reserved { link, stream } = reserved;
-        let req = match request(endpoint, out) {
+        let req = match request(endpoint, out, body.size_hint().exact()) {
             Ok(head) => head,
             Err(e) => return Err(H2Error::Failed(e)),
         };
@@ -333,6 +345,9 @@ impl H2 {
     async fn handshake(&self, endpoint: &Upstream) -> Result<Link, String> {
         let stream = self.connector.connect(&endpoint.uri, endpoint.server_name.as_deref()).await?;
         let (send, conn) = h2::client::Builder::new()
+            // Streams opened before the server's SETTINGS say how many it
+            // takes: past a limit it has not yet told, they would be refused.
+            .initial_max_send_streams(STREAMS)
             .initial_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
             // hyper's client's limits too: 16 KiB of answer fields, 1 MiB
@@ -358,7 +373,7 @@ impl H2 {
 }
 
 /// Drives one connection until it ends (the server closes it, it fails,
-/// or every handle to it and every stream on it is gone), pinging it every
+/// or, once the pool has forgotten it, its last stream is done), pinging it every
 /// [`KEEP_ALIVE`]: a connection that died without a word (a half-open TCP
 /// connection) would otherwise take calls until they time out. No pong
 /// within [`KEEP_ALIVE`] ends it.
@@ -530,8 +545,10 @@ pub fn uri(at: &http::Uri, authority: &str, target: &str) -> String {
 /// The request head for `endpoint`: `:authority` is the endpoint's `Host`
 /// (the client's does not go), the fields are the client's, then the
 /// header rules' and the proxy's; `te: trailers` says that trailers are
-/// read (gRPC servers require it, and it is the only `TE` HTTP/2 allows).
-fn request(endpoint: &Upstream, out: &Outgoing<'_>) -> Result<Request<()>, String> {
+/// read (gRPC servers require it, and it is the only `TE` HTTP/2 allows);
+/// `content-length` says a body's `length` when it is known and the
+/// client's did not (a body read whole from a chunked HTTP/1.1 request).
+fn request(endpoint: &Upstream, out: &Outgoing<'_>, length: Option<u64>) -> Result<Request<()>, String> {
     // The endpoint's `Host` (its name, for one DNS found by address).
     let authority = out.host.to_str().map_err(|e| e.to_string())?;
     let uri = uri(&endpoint.uri, authority, out.target);
@@ -546,5 +563,8 @@ fn request(endpoint: &Upstream, out: &Outgoing<'_>) -> Result<Request<()>, Strin
     }
     out.added.clone().move_into(headers);
     headers.insert(header::TE, HeaderValue::from_static("trailers"));
+    if let Some(n) = length.filter(|&n| n > 0) {
+        headers.entry(header::CONTENT_LENGTH).or_insert_with(|| HeaderValue::from(n));
+    }
     Ok(req)
 }

@@ -2,7 +2,8 @@
 //! early: a call its client gives up, or that runs out of its deadline at
 //! the proxy, resets its stream at the backend, which then stops reading
 //! a body no one waits on; an answer that ends before the call's body
-//! does lets the rest of the body go.
+//! does lets the rest of the body go; a body read whole goes with its
+//! length.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -13,11 +14,22 @@ use tokio::sync::mpsc;
 use super::grpc::{region_as, ECHO_ROUTE};
 use crate::support::{iuid, proxy, table, BoxError, Running, TestResult};
 
-/// An HTTP/2 backend that reads each call's body without answering until
-/// it ends, or answers at once (`answer_first`: `grpc-status: 0` before
-/// reading the body); for each call it sends on the channel `first` when
-/// the body's first bytes came, then `end`, or `reset REASON`.
-async fn backend(answer_first: bool) -> Result<(SocketAddr, mpsc::Receiver<String>), BoxError> {
+/// How the backend answers a call before reading its body.
+#[derive(Clone, Copy)]
+enum First {
+    /// It does not: the call waits.
+    Nothing,
+    /// A head, then `grpc-status: 0` in trailers.
+    Trailers,
+    /// A head alone that ends the answer (gRPC's Trailers-Only).
+    HeadAlone,
+}
+
+/// An HTTP/2 backend that answers each call as `first` says, then reads
+/// its body; for each call it sends on the channel its `content-length`
+/// (`length N`, or `length none`), `first` when the body's first bytes
+/// came, then `end`, or `reset REASON`.
+async fn backend(first: First) -> Result<(SocketAddr, mpsc::Receiver<String>), BoxError> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let (seen, rx) = mpsc::channel(16);
@@ -29,26 +41,35 @@ async fn backend(answer_first: bool) -> Result<(SocketAddr, mpsc::Receiver<Strin
                 while let Some(Ok((req, mut respond))) = conn.accept().await {
                     let seen = seen.clone();
                     tokio::spawn(async move {
+                        let length = req.headers().get("content-length").and_then(|v| v.to_str().ok());
+                        let _ = seen.send(format!("length {}", length.unwrap_or("none"))).await;
                         let mut body = req.into_body();
-                        let mut answer = None;
-                        if answer_first {
-                            let head = http::Response::builder().header("content-type", "application/grpc").body(());
-                            if let Ok(mut stream) = head.map(|h| respond.send_response(h, false)) {
-                                let mut trailers = http::HeaderMap::new();
-                                trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
-                                if let Ok(stream) = stream.as_mut() {
-                                    let _ = stream.send_trailers(trailers);
-                                }
-                                answer = Some(stream);
+                        let head = http::Response::builder().header("content-type", "application/grpc");
+                        let answer = match first {
+                            First::Nothing => None,
+                            First::Trailers => {
+                                head.body(()).ok().and_then(|h| respond.send_response(h, false).ok()).map(
+                                    |mut stream| {
+                                        let mut trailers = http::HeaderMap::new();
+                                        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                                        let _ = stream.send_trailers(trailers);
+                                        stream
+                                    },
+                                )
                             }
-                        }
-                        let mut first = true;
+                            First::HeadAlone => head
+                                .header("grpc-status", "0")
+                                .body(())
+                                .ok()
+                                .and_then(|h| respond.send_response(h, true).ok()),
+                        };
+                        let mut first_bytes = true;
                         let ended = loop {
                             match body.data().await {
                                 Some(Ok(data)) => {
                                     let _ = body.flow_control().release_capacity(data.len());
-                                    if first {
-                                        first = false;
+                                    if first_bytes {
+                                        first_bytes = false;
                                         let _ = seen.send("first".into()).await;
                                     }
                                 }
@@ -98,12 +119,19 @@ async fn next(seen: &mut mpsc::Receiver<String>) -> Result<String, BoxError> {
     Ok(tokio::time::timeout(Duration::from_secs(10), seen.recv()).await?.ok_or("the backend is gone")?)
 }
 
+/// What the backend saw of a call's body after its length.
+async fn after_length(seen: &mut mpsc::Receiver<String>) -> Result<String, BoxError> {
+    let length = next(seen).await?;
+    assert!(length.starts_with("length "), "{length}");
+    next(seen).await
+}
+
 #[tokio::test]
 async fn h2_upstream_a_call_its_client_resets_is_reset_at_the_backend() -> TestResult {
-    let (at, mut seen) = backend(false).await?;
+    let (at, mut seen) = backend(First::Nothing).await?;
     let p = proxy_to(at).await?;
     let (_answer, mut body) = open_call(&p, None).await?;
-    assert_eq!(next(&mut seen).await?, "first");
+    assert_eq!(after_length(&mut seen).await?, "first");
     body.send_reset(h2::Reason::CANCEL);
     assert_eq!(next(&mut seen).await?, "reset Some(CANCEL)", "the backend kept a stream its client gave up");
     Ok(())
@@ -111,10 +139,10 @@ async fn h2_upstream_a_call_its_client_resets_is_reset_at_the_backend() -> TestR
 
 #[tokio::test]
 async fn h2_upstream_a_call_past_its_deadline_at_the_proxy_is_reset_at_the_backend() -> TestResult {
-    let (at, mut seen) = backend(false).await?;
+    let (at, mut seen) = backend(First::Nothing).await?;
     let p = proxy_to(at).await?;
     let (answer, _body) = open_call(&p, Some("300m")).await?;
-    assert_eq!(next(&mut seen).await?, "first");
+    assert_eq!(after_length(&mut seen).await?, "first");
     let resp = tokio::time::timeout(Duration::from_secs(10), answer).await??;
     let status = resp.headers().get("grpc-status").and_then(|v| v.to_str().ok()).map(str::to_string);
     assert_eq!(status.as_deref(), Some("4"), "DEADLINE_EXCEEDED from the proxy: {resp:?}");
@@ -124,16 +152,37 @@ async fn h2_upstream_a_call_past_its_deadline_at_the_proxy_is_reset_at_the_backe
 
 #[tokio::test]
 async fn h2_upstream_an_answer_that_ends_first_lets_the_rest_of_the_body_go() -> TestResult {
-    let (at, mut seen) = backend(true).await?;
+    for first in [First::Trailers, First::HeadAlone] {
+        let (at, mut seen) = backend(first).await?;
+        let p = proxy_to(at).await?;
+        let (answer, mut body) = open_call(&p, None).await?;
+        let resp = tokio::time::timeout(Duration::from_secs(10), answer).await??;
+        let in_head = resp.headers().get("grpc-status").cloned();
+        let mut answer_body = resp.into_body();
+        let trailers = tokio::time::timeout(Duration::from_secs(10), answer_body.trailers()).await??;
+        let status = trailers.and_then(|t| t.get("grpc-status").cloned()).or(in_head);
+        assert_eq!(status.as_ref().map(|v| v.as_bytes()), Some(&b"0"[..]));
+        assert_eq!(after_length(&mut seen).await?, "first");
+        // The call's answer has ended; the rest of its body still reaches the backend.
+        body.send_data(Bytes::from_static(&[0, 0, 0, 0, 1, b'!']), true)?;
+        assert_eq!(next(&mut seen).await?, "end", "the body's end did not reach the backend");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn h2_upstream_a_body_read_whole_goes_with_its_length() -> TestResult {
+    let (at, mut seen) = backend(First::Trailers).await?;
     let p = proxy_to(at).await?;
-    let (answer, mut body) = open_call(&p, None).await?;
-    let resp = tokio::time::timeout(Duration::from_secs(10), answer).await??;
-    let mut answer_body = resp.into_body();
-    let trailers = tokio::time::timeout(Duration::from_secs(10), answer_body.trailers()).await??;
-    assert_eq!(trailers.as_ref().and_then(|t| t.get("grpc-status")).map(|v| v.as_bytes()), Some(&b"0"[..]));
+    // HTTP/1.1, chunked: the proxy reads the body whole, then knows its length.
+    let mut socket = tokio::net::TcpStream::connect(p.addr).await?;
+    let head = format!(
+        "POST /echo.Echo/Collect HTTP/1.1\r\nhost: x\r\nx-entity-id: {}\r\ntransfer-encoding: chunked\r\n\r\n",
+        iuid(7)
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut socket, format!("{head}5\r\nhello\r\n0\r\n\r\n").as_bytes()).await?;
+    assert_eq!(next(&mut seen).await?, "length 5", "a body read whole reached the backend without its length");
     assert_eq!(next(&mut seen).await?, "first");
-    // The call's answer has ended; the rest of its body still reaches the backend.
-    body.send_data(Bytes::from_static(&[0, 0, 0, 0, 1, b'!']), true)?;
-    assert_eq!(next(&mut seen).await?, "end", "the body's end did not reach the backend");
+    assert_eq!(next(&mut seen).await?, "end");
     Ok(())
 }
