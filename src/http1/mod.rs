@@ -28,6 +28,8 @@ pub mod write;
 
 use std::fmt;
 
+use http::header::{self, HeaderName};
+
 pub use fields::Fields;
 pub use framing::{Decoded, Decoder, Framing};
 pub use request::{parse_request, RequestHead, RequestLimits};
@@ -193,6 +195,23 @@ fn parse_error(part: Part, e: httparse::Error) -> Error {
     };
     Error::new(part, reason)
 }
+
+/// How many names [`HOP_BY_HOP`] lists.
+pub const HOP_COUNT: usize = 8;
+/// Headers that describe one connection, never forwarded (RFC 9110 §7.6.1),
+/// plus the non-standard ones proxies conventionally drop. `Connection`
+/// comes first (the proxy's `remove_hop_by_hop` relies on
+/// it).
+pub const HOP_BY_HOP: [HeaderName; HOP_COUNT] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::TE,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+];
 
 /// A `Content-Length` value: one or more ASCII digits, within 64 bits
 /// (no sign, no spaces, no list).

@@ -19,6 +19,7 @@ use super::error::ProxyError;
 use super::tunnel::Tunnel;
 use crate::http1::write::{Added, AddedField};
 use crate::http1::Fields;
+use crate::http1::{HOP_BY_HOP, HOP_COUNT};
 use crate::routing::{Route, Settings};
 use crate::server::upgrade::ClientUpgrade;
 use crate::upstream::{RequestBody, ResponseBody};
@@ -132,22 +133,6 @@ pub fn from_upstream(
     }
     Ok(resp.map(http_body_util::Either::Left))
 }
-
-/// How many names [`HOP_BY_HOP`] lists.
-const HOP_COUNT: usize = 8;
-/// Headers that describe one connection, never forwarded (RFC 9110 §7.6.1),
-/// plus the non-standard ones proxies conventionally drop. `Connection`
-/// comes first (`remove_hop_by_hop` relies on it).
-const HOP_BY_HOP: [HeaderName; HOP_COUNT] = [
-    header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
-    header::TE,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-    header::PROXY_AUTHENTICATE,
-    header::PROXY_AUTHORIZATION,
-];
 
 pub use crate::server::X_REQUEST_ID;
 /// `X-Forwarded-For`.

@@ -32,6 +32,7 @@ use tokio::sync::oneshot;
 use super::body::UpstreamBody;
 use super::connect::Connector;
 use super::outgoing::Outgoing;
+use crate::http1::HOP_BY_HOP;
 use crate::routing::Upstream;
 
 /// Streams one connection carries before another is opened beside it.
@@ -116,11 +117,7 @@ impl Answer {
     /// `resp`'s body, on the stream `stream` counts, the request's body
     /// sent by the task `piping` holds when there is one.
     fn new(resp: Response<RecvStream>, stream: Stream, piping: Piping) -> Response<Answer> {
-        let said = resp
-            .headers()
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok());
+        let said = resp.headers().get(header::CONTENT_LENGTH).and_then(|v| crate::http1::content_length(v.as_bytes()));
         // An answer that came whole with its head (no body) has nothing to come.
         let remaining = said.or(resp.body().is_end_stream().then_some(0));
         resp.map(|recv| Answer { recv, _stream: stream, piping, remaining, data_done: false, done: false })
@@ -160,7 +157,6 @@ impl Body for Answer {
         }
         let trailers = ready!(this.recv.poll_trailers(cx));
         this.done = true;
-        this.piping.let_go();
         Poll::Ready(match trailers {
             Ok(Some(t)) => Some(Ok(Frame::trailers(t))),
             Ok(None) => None,
@@ -182,7 +178,7 @@ impl Body for Answer {
 
 impl Drop for Answer {
     fn drop(&mut self) {
-        if self.recv.is_end_stream() {
+        if self.is_end_stream() {
             self.piping.let_go();
         }
     }
@@ -526,14 +522,6 @@ async fn pipe(mut body: UpstreamBody, tx: &mut SendStream<Bytes>, stop: oneshot:
     }
 }
 
-/// Whether `name` is a field only HTTP/1.1 has, about its connection
-/// (the request's framing on an HTTP/1.1 leg among them): HTTP/2 has none
-/// (RFC 9113, 8.2.2), and `h2` refuses a head that carries one. `te` goes
-/// too, and comes back as the one value HTTP/2 allows.
-fn connection_specific(name: &http::HeaderName) -> bool {
-    matches!(name.as_str(), "connection" | "transfer-encoding" | "upgrade" | "keep-alive" | "proxy-connection" | "te")
-}
-
 /// The URI of an HTTP/2 request to the endpoint `at` names: `https` over
 /// TLS (`h2://`), else `http`, with `authority` (the endpoint's `Host`) and
 /// `target`.
@@ -556,8 +544,12 @@ fn request(endpoint: &Upstream, out: &Outgoing<'_>, length: Option<u64>) -> Resu
     *req.version_mut() = http::Version::HTTP_2;
     let headers = req.headers_mut();
     headers.reserve(out.headers.len() + 6);
+    // The fields of one connection stay behind (the request's framing on an
+    // HTTP/1.1 leg among them): HTTP/2 has none (RFC 9113, 8.2.2), and `h2`
+    // refuses a head that carries one; `te` comes back as the one value
+    // HTTP/2 allows.
     for (name, value) in out.headers {
-        if name != header::HOST && !connection_specific(name) {
+        if name != header::HOST && !HOP_BY_HOP.contains(name) {
             headers.append(name.clone(), value.clone());
         }
     }

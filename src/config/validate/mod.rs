@@ -128,21 +128,12 @@ fn own_timeouts(file: &File, attempt: Option<Dur>, request: Option<Dur>, at: &Ya
 /// What a bad duration's hint says.
 const DURATION_HINT: &str = "durations look like 250ms, 15s or 2m";
 
-/// Fields that describe one connection (RFC 9110 §7.6.1, and the
-/// non-standard ones proxies drop): removed before a request is forwarded,
-/// so a peer shardgate could not route by them, and a minted id written
-/// into one would be dropped or would reframe the message.
-const CONNECTION_FIELDS: [&str; 9] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "proxy-authenticate",
-    "proxy-authorization",
-];
+/// Refused with the fields of one connection ([`crate::http1::HOP_BY_HOP`],
+/// removed before a request is forwarded): `Trailer`, which announces the
+/// fields of a message's end. A peer shardgate could not route by any of
+/// them, and a minted id written into one would be dropped or would
+/// reframe the message.
+const TRAILER: &str = "trailer";
 /// Fields that frame a message or name its target, which the proxy sets
 /// for the upstream itself.
 const MESSAGE_FIELDS: [&str; 2] = ["host", "content-length"];
@@ -162,7 +153,7 @@ const PROXY_PREFIX: &str = "x-shardgate-";
 /// lowercase, so the lists compare as written.
 pub fn proxy_owned(name: &HeaderName) -> Option<&'static str> {
     let n = name.as_str();
-    if CONNECTION_FIELDS.contains(&n) {
+    if crate::http1::HOP_BY_HOP.contains(name) || n == TRAILER {
         Some("describes one connection and is never forwarded")
     } else if MESSAGE_FIELDS.contains(&n) {
         Some("frames the message or names its target, and the proxy sets it upstream")
