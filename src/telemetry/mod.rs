@@ -1,6 +1,7 @@
 //! What the process tells the outside about itself, besides its metrics:
 //! the log (this file: `tracing` with text or JSON lines on standard error,
-//! filtered by `RUST_LOG`, default `info`; the access log in a file of its
+//! filtered by `RUST_LOG`, default `info`, at most `debug` in a release
+//! build, which compiles trace-level events out; the access log in a file of its
 //! own when one is set, [`access`]) and the traces ([`traces`], exported
 //! through the queue of [`export`]).
 
