@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{header, HeaderMap, HeaderValue};
-use hyper_util::rt::TokioIo;
 
 use crate::server::idle::{until_idle, Watched};
 use crate::server::upgrade::ClientUpgrade;
@@ -57,15 +56,9 @@ impl Tunnel {
         // before and after the client's first byte.
         let opts = ServerOptions { idle_timeout: idle, header_read_timeout: idle, ..ServerOptions::default() };
         tokio::spawn(async move {
-            match client {
-                ClientUpgrade::Hyper(on) => match on.await {
-                    Ok(c) => copy(Watched::new(TokioIo::new(c)), upstream, opts, peer).await,
-                    Err(e) => tracing::debug!(error = %e, "the client's side of the upgrade failed; tunnel not opened"),
-                },
-                ClientUpgrade::Http1(rx) => match rx.await {
-                    Ok(c) => copy(Watched::new(c), upstream, opts, peer).await,
-                    Err(_) => tracing::debug!("the client's side of the upgrade failed; tunnel not opened"),
-                },
+            match client.0.await {
+                Ok(c) => copy(Watched::new(c), upstream, opts, peer).await,
+                Err(_) => tracing::debug!("the client's side of the upgrade failed; tunnel not opened"),
             }
         });
     }

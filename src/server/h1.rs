@@ -16,8 +16,9 @@
 //!
 //! Why by hand, not hyper's server: its dispatcher, header map encoding and
 //! wake-ups were most of the proxy's remaining per-request CPU (as
-//! `benches/load/instructions.py` shows). HTTP/2 stays hyper's (`server.rs`
-//! tells the two apart by the client's preface), as does the admin listener.
+//! `benches/load/instructions.py` shows). HTTP/2 is `h2`'s (`listen.rs`
+//! tells the two apart by the client's preface); the admin listener stays
+//! hyper's.
 
 use std::io;
 use std::pin::Pin;
@@ -42,6 +43,7 @@ use crate::wire::{self, BodyError};
 
 mod head;
 mod waits;
+pub(super) use head::http_date;
 use head::{write_head, Asked, Framed, Ours};
 use waits::{Ended, HeadWaits};
 

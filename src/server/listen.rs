@@ -2,12 +2,11 @@
 //! connections. HTTP/1.1 and h2c (prior knowledge) on one port, or TLS
 //! with ALPN h2 and http/1.1 (`server.tls`), upgrades allowed, every
 //! connection watched for graceful shutdown and idleness. A connection
-//! whose first bytes are the HTTP/2 preface is served by hyper; any other
-//! by the proxy's own HTTP/1.1 server (`h1`). Each request reaches the
+//! whose first bytes are the HTTP/2 preface is served by the HTTP/2
+//! server (`h2`); any other by the HTTP/1.1 server (`h1`). Each request reaches the
 //! [`Handler`] with its connection's [`ConnInfo`]. The listener and the
 //! shutdown signal are passed in, so tests bind port 0.
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
@@ -15,10 +14,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use hyper::server::conn::http2;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -29,7 +24,6 @@ use super::idle::{until_idle, Activity, Watched};
 use super::upgrade::{ClientIo, Rewound};
 use super::{Handler, Refused};
 use crate::tls::ServerTls;
-use crate::upstream::RequestBody;
 
 /// The first byte of a TLS handshake record (RFC 8446 §5.1); a plain
 /// HTTP request on a TLS port starts with a method's letter instead.
@@ -64,10 +58,9 @@ pub async fn serve<H: Handler>(
     shutdown: impl Future<Output = Duration>,
 ) -> io::Result<bool> {
     let _cert_watch = tls.as_ref().map(|t| t.watch(crate::tls::RELOAD_CHECK_INTERVAL));
-    let builder = builder(&opts);
-    let graceful = GracefulShutdown::new();
-    // The HTTP/1.1 connections' shutdown signal; they finish the request in
-    // flight, close when idle, and drop their receiver when they end.
+    // The connections' shutdown signal: HTTP/1.1 ones finish the request
+    // in flight and close when idle, HTTP/2 ones send GOAWAY and finish
+    // their streams; each drops its receiver when it ends.
     let (stop_tx, stop) = watch::channel(false);
     let refused = Refused::TooManyConnections { limit: opts.max_connections, listener: "proxy" };
     let refusal: Arc<[u8]> = crate::problem::http1_answer(&refused, handler.name()).into();
@@ -80,8 +73,6 @@ pub async fn serve<H: Handler>(
         };
         let conn = Connection {
             handler: Arc::clone(&handler),
-            builder: builder.clone(),
-            watcher: graceful.watcher(),
             stop: stop.clone(),
             opts,
             peer,
@@ -94,27 +85,17 @@ pub async fn serve<H: Handler>(
     drop(acceptor);
     drop(stop);
     stop_tx.send_replace(true);
-    let finished =
-        tokio::time::timeout(grace, async { tokio::join!(graceful.shutdown(), stop_tx.closed()) }).await.is_ok();
+    let finished = tokio::time::timeout(grace, stop_tx.closed()).await.is_ok();
     if !finished {
         tracing::warn!(timeout = ?grace, "in-flight requests did not finish before the shutdown timeout");
     }
     Ok(finished)
 }
 
-/// The HTTP/2 server settings for `opts`.
-fn builder(opts: &ServerOptions) -> http2::Builder<TokioExecutor> {
-    let mut builder = http2::Builder::new(TokioExecutor::new());
-    builder.timer(TokioTimer::new()).max_header_list_size(u32::try_from(opts.max_header_bytes).unwrap_or(u32::MAX));
-    builder
-}
-
 /// One accepted client connection, with its places under the limits
 /// (given up when it ends).
 struct Connection<H> {
     handler: Arc<H>,
-    builder: http2::Builder<TokioExecutor>,
-    watcher: hyper_util::server::graceful::Watcher,
     stop: watch::Receiver<bool>,
     opts: ServerOptions,
     peer: SocketAddr,
@@ -155,12 +136,12 @@ impl<H: Handler> Connection<H> {
         self.serve(stream, info, h2, &activity).await;
     }
 
-    /// Serves HTTP on `io` until it ends or idles out: HTTP/2 (hyper) when
+    /// Serves HTTP on `io` until it ends or idles out: HTTP/2 when
     /// `h2` allows it and the client's first bytes are its preface, else
     /// HTTP/1.1 (the proxy's own server); each request reaches the handler
     /// with `info`.
     async fn serve<S: ClientIo + 'static>(self, mut io: S, info: ConnInfo, h2: bool, activity: &Activity) {
-        let Connection { handler, builder, watcher, mut stop, opts, peer, _open, _slot } = self;
+        let Connection { handler, mut stop, opts, peer, _open, _slot } = self;
         let conn = async move {
             let mut buf = BytesMut::with_capacity(8 * 1024);
             loop {
@@ -182,19 +163,7 @@ impl<H: Handler> Connection<H> {
                     break;
                 }
             }
-            let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                let handler = Arc::clone(&handler);
-                async move {
-                    let (mut head, body) = req.into_parts();
-                    // hyper moves each stream's future as it spawns it (into the
-                    // stream, the task, its cell); boxed, the request's whole
-                    // state (kilobytes) is made in place once and never moved.
-                    let answer = Box::pin(handler.handle(&mut head, RequestBody::from(body), info)).await;
-                    Ok::<_, Infallible>(answer.into_response(handler.via()))
-                }
-            });
-            let conn = builder.serve_connection(TokioIo::new(Rewound::new(buf, io)), service);
-            watcher.watch(conn).await.map_err(|e| e.to_string())
+            super::h2::serve(Rewound::new(buf, io), handler, info, opts, stop).await.map_err(|e| e.to_string())
         };
         until_idle(conn, activity, opts, peer).await;
     }

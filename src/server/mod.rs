@@ -7,14 +7,16 @@
 //!
 //! ```text
 //!  listen::serve ─► accept (limit, refusal) ─► TLS? ─► first bytes: h2 preface?
-//!                                                     ├─ yes ─► hyper's HTTP/2 ─┐
-//!                                                     └─ no ──► h1 (own server) ┴─► Handler::handle ─► Answer
+//!                                                     ├─ yes ─► h2 ─┐
+//!                                                     └─ no ──► h1 ─┴─► Handler::handle ─► Answer
 //! ```
 //!
 //! * [`listen`]: the proxy listener's accept loop and connections;
 //! * [`accept`]: the connection limit every listener shares;
 //! * `h1`: the HTTP/1.1 server: heads, bodies, keep-alive, pipelining,
 //!   `100-continue`, upgrades, problem+json for unreadable heads;
+//! * `h2`: the HTTP/2 server, on the `h2` crate: a task per stream, the
+//!   answer's frames under the client's flow control, GOAWAY on shutdown;
 //! * [`idle`]: whether bytes move on a connection, and closing it when they do not;
 //! * [`upgrade`]: the client's side of an upgrade, from either server;
 //! * [`conn`]: what a connection is to a request, and its listener's limits;
@@ -26,6 +28,7 @@ pub mod conn;
 mod deadline;
 pub mod drain;
 mod h1;
+mod h2;
 pub mod idle;
 pub mod listen;
 pub mod refused;
@@ -71,7 +74,7 @@ pub struct Answer {
 
 impl Answer {
     /// The response with every field in its map, for a server that sends
-    /// maps (hyper: HTTP/2): the upstream's fields, the header rules' edits,
+    /// maps (HTTP/2, `h2`): the upstream's fields, the header rules' edits,
     /// `via` after them, the request id replacing any the upstream sent.
     pub fn into_response(self, via: &HeaderValue) -> Response<AnswerBody> {
         let Answer { mut response, request_id, from_upstream, rules } = self;

@@ -1,6 +1,6 @@
-//! The client's side of an upgrade (WebSocket), whichever server read the
-//! request: hyper's `OnUpgrade`, or the proxy's own HTTP/1.1 server, which
-//! hands its socket over once the `101` is written. Also the socket type
+//! The client's side of an upgrade (WebSocket): the proxy's HTTP/1.1
+//! server hands its socket over once the `101` is written (HTTP/2 has no
+//! upgrade). Also the socket type
 //! that server works on, and [`Rewound`], a socket whose first bytes were
 //! read already (the HTTP/2 preface sniffed, a tunnel's early bytes).
 
@@ -105,21 +105,13 @@ impl PendingUpgrade {
 
 /// The client's side of an upgrade, resolved once its `101` is written.
 #[derive(Debug)]
-pub enum ClientUpgrade {
-    /// From hyper's server.
-    Hyper(hyper::upgrade::OnUpgrade),
-    /// From the proxy's own HTTP/1.1 server.
-    Http1(oneshot::Receiver<Upgraded>),
-}
+pub struct ClientUpgrade(pub oneshot::Receiver<Upgraded>);
 
 impl ClientUpgrade {
     /// Takes the client's side of an upgrade out of a request's extensions.
     pub fn take(extensions: &mut Extensions) -> Option<ClientUpgrade> {
-        if let Some(on) = extensions.remove::<hyper::upgrade::OnUpgrade>() {
-            return Some(ClientUpgrade::Hyper(on));
-        }
         let pending = extensions.remove::<PendingUpgrade>()?;
         let rx = pending.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()?;
-        Some(ClientUpgrade::Http1(rx))
+        Some(ClientUpgrade(rx))
     }
 }

@@ -6,8 +6,8 @@
 //! the client broke it. The attempt's timeouts ([`super::attempt`]), the
 //! client's pace ([`Pace`]) and the blame for a failure (the client's 400 or
 //! 408, or a failure held against the upstream) are read from here. The
-//! body itself is a [`RequestBody`], whichever server read the request:
-//! hyper's (HTTP/2) or the proxy's own HTTP/1.1 one.
+//! body itself is a [`RequestBody`], whichever of the proxy's servers read
+//! the request: HTTP/2 (its stream) or HTTP/1.1 (its connection).
 
 use std::fmt;
 use std::io;
@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::body::{Body, Frame, SizeHint};
 
 use crate::http1;
 
@@ -27,8 +27,8 @@ use crate::http1;
 pub enum RequestBody {
     /// No body.
     Empty,
-    /// Read by hyper (HTTP/2).
-    Hyper(Incoming),
+    /// The client's HTTP/2 stream (`server::h2`).
+    H2(RecvBody),
     /// Read by the proxy's own HTTP/1.1 server from the client's connection.
     Http1(Pin<Box<dyn Body<Data = Bytes, Error = RequestBodyError> + Send>>),
     /// Read in part already (a gRPC call's first message, to route it by):
@@ -40,24 +40,19 @@ impl fmt::Debug for RequestBody {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             RequestBody::Empty => f.write_str("RequestBody::Empty"),
-            RequestBody::Hyper(b) => f.debug_tuple("RequestBody::Hyper").field(b).finish(),
+            RequestBody::H2(b) => f.debug_tuple("RequestBody::H2").field(&b.size_hint()).finish(),
             RequestBody::Http1(b) => f.debug_tuple("RequestBody::Http1").field(&b.size_hint()).finish(),
             RequestBody::Resumed(read, rest) => f.debug_tuple("RequestBody::Resumed").field(read).field(rest).finish(),
         }
     }
 }
 
-impl From<Incoming> for RequestBody {
-    fn from(body: Incoming) -> RequestBody {
-        RequestBody::Hyper(body)
-    }
-}
-
 /// Why a client's request body could not be read to its end.
 #[derive(Debug)]
 pub enum RequestBodyError {
-    /// hyper's reading of it (HTTP/2) failed.
-    Hyper(hyper::Error),
+    /// Its HTTP/2 stream failed: the client reset it, its connection
+    /// ended, or it broke the stream's rules (a length it did not keep).
+    H2(h2::Error),
     /// Its HTTP/1.1 framing is broken, or the client closed before its end.
     Framing(http1::Error),
     /// The client's connection failed.
@@ -71,7 +66,7 @@ impl RequestBodyError {
     /// sending something malformed).
     pub fn is_incomplete(&self) -> bool {
         match self {
-            RequestBodyError::Hyper(e) => e.is_incomplete_message(),
+            RequestBodyError::H2(e) => e.reason() != Some(h2::Reason::PROTOCOL_ERROR),
             RequestBodyError::Framing(e) => e.reason == http1::Reason::BodyIncomplete,
             RequestBodyError::Io(_) | RequestBodyError::Detached => true,
         }
@@ -82,7 +77,7 @@ impl fmt::Display for RequestBodyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("client body: ")?;
         match self {
-            RequestBodyError::Hyper(e) => e.fmt(f),
+            RequestBodyError::H2(e) => e.fmt(f),
             RequestBodyError::Framing(e) => e.fmt(f),
             RequestBodyError::Io(e) => e.fmt(f),
             RequestBodyError::Detached => f.write_str("the request was answered already"),
@@ -99,7 +94,7 @@ impl Body for RequestBody {
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, RequestBodyError>>> {
         match self.get_mut() {
             RequestBody::Empty => Poll::Ready(None),
-            RequestBody::Hyper(b) => Pin::new(b).poll_frame(cx).map_err(RequestBodyError::Hyper),
+            RequestBody::H2(b) => Pin::new(b).poll_frame(cx).map_err(RequestBodyError::H2),
             RequestBody::Http1(b) => b.as_mut().poll_frame(cx),
             RequestBody::Resumed(read, rest) => match read.take() {
                 Some(bytes) => Poll::Ready(Some(Ok(Frame::data(bytes)))),
@@ -111,7 +106,7 @@ impl Body for RequestBody {
     fn is_end_stream(&self) -> bool {
         match self {
             RequestBody::Empty => true,
-            RequestBody::Hyper(b) => b.is_end_stream(),
+            RequestBody::H2(b) => b.is_end_stream(),
             RequestBody::Http1(b) => b.is_end_stream(),
             RequestBody::Resumed(read, rest) => read.is_none() && rest.is_end_stream(),
         }
@@ -120,7 +115,7 @@ impl Body for RequestBody {
     fn size_hint(&self) -> SizeHint {
         match self {
             RequestBody::Empty => SizeHint::with_exact(0),
-            RequestBody::Hyper(b) => b.size_hint(),
+            RequestBody::H2(b) => b.size_hint(),
             RequestBody::Http1(b) => b.size_hint(),
             RequestBody::Resumed(read, rest) => {
                 let (read, rest) = (read.as_ref().map_or(0, |r| r.len() as u64), rest.size_hint());
@@ -131,6 +126,75 @@ impl Body for RequestBody {
                 }
                 hint
             }
+        }
+    }
+}
+
+/// A stream's body and trailers as frames, on either leg (an upstream's
+/// answer, a client's request); what is read is given back to the peer's
+/// window at once, the other leg's own window pacing it.
+#[derive(Debug)]
+pub struct RecvBody {
+    recv: h2::RecvStream,
+    /// Bytes still to come, when the head said (`content-length`).
+    remaining: Option<u64>,
+    /// The data is read; trailers (or the end) come next.
+    data_done: bool,
+    done: bool,
+}
+
+impl RecvBody {
+    /// The body of the stream `recv`, whose head is `headers`.
+    pub fn new(recv: h2::RecvStream, headers: &http::HeaderMap) -> RecvBody {
+        let said = headers.get(http::header::CONTENT_LENGTH).and_then(|v| http1::content_length(v.as_bytes()));
+        // A message that came whole with its head (no body) has nothing to come.
+        let remaining = said.or(recv.is_end_stream().then_some(0));
+        RecvBody { recv, remaining, data_done: false, done: false }
+    }
+}
+
+impl Body for RecvBody {
+    type Data = Bytes;
+    type Error = h2::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
+        let this = &mut *self;
+        if this.done {
+            return Poll::Ready(None);
+        }
+        if !this.data_done {
+            match std::task::ready!(this.recv.poll_data(cx)) {
+                Some(Ok(data)) => {
+                    let _ = this.recv.flow_control().release_capacity(data.len());
+                    if let Some(n) = this.remaining.as_mut() {
+                        *n = n.saturating_sub(data.len() as u64);
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Some(Err(e)) => {
+                    this.done = true;
+                    return Poll::Ready(Some(Err(e)));
+                }
+                None => this.data_done = true,
+            }
+        }
+        let trailers = std::task::ready!(this.recv.poll_trailers(cx));
+        this.done = true;
+        Poll::Ready(match trailers {
+            Ok(Some(t)) => Some(Ok(Frame::trailers(t))),
+            Ok(None) => None,
+            Err(e) => Some(Err(e)),
+        })
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done || self.recv.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.remaining {
+            Some(n) => SizeHint::with_exact(n),
+            None => SizeHint::default(),
         }
     }
 }

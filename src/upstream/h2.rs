@@ -29,7 +29,7 @@ use http::{header, HeaderValue, Request, Response};
 use hyper::body::Body;
 use tokio::sync::oneshot;
 
-use super::body::UpstreamBody;
+use super::body::{RecvBody, UpstreamBody};
 use super::connect::Connector;
 use super::outgoing::Outgoing;
 use crate::http1::HOP_BY_HOP;
@@ -95,32 +95,26 @@ impl Drop for Stream {
     }
 }
 
-/// An answer's body and trailers, read from its stream (counted on its
-/// connection until dropped); what is read is given back to the server's
-/// window at once. Dropped before its end, the stream is reset; dropped at
-/// its end (read to it, or found there by [`Body::is_end_stream`], where
-/// readers stop), the rest of the request's body still goes.
+/// An answer's body and trailers ([`RecvBody`]), its stream counted on its
+/// connection until dropped. Dropped before its end, the stream is reset;
+/// dropped at its end (read to it, or found there by
+/// [`Body::is_end_stream`], where readers stop), the rest of the request's
+/// body still goes.
 #[derive(Debug)]
 pub struct Answer {
-    recv: RecvStream,
+    body: RecvBody,
     _stream: Stream,
     /// The request body's piping, stopped if the answer is dropped before its end.
     piping: Piping,
-    /// Bytes still to come, when the answer said (`content-length`).
-    remaining: Option<u64>,
-    /// The data is read; trailers (or the end) come next.
-    data_done: bool,
-    done: bool,
 }
 
 impl Answer {
     /// `resp`'s body, on the stream `stream` counts, the request's body
     /// sent by the task `piping` holds when there is one.
     fn new(resp: Response<RecvStream>, stream: Stream, piping: Piping) -> Response<Answer> {
-        let said = resp.headers().get(header::CONTENT_LENGTH).and_then(|v| crate::http1::content_length(v.as_bytes()));
-        // An answer that came whole with its head (no body) has nothing to come.
-        let remaining = said.or(resp.body().is_end_stream().then_some(0));
-        resp.map(|recv| Answer { recv, _stream: stream, piping, remaining, data_done: false, done: false })
+        let (parts, recv) = resp.into_parts();
+        let body = RecvBody::new(recv, &parts.headers);
+        Response::from_parts(parts, Answer { body, _stream: stream, piping })
     }
 }
 
@@ -132,47 +126,15 @@ impl Body for Answer {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, h2::Error>>> {
-        use hyper::body::Frame;
-        use std::task::{ready, Poll};
-        let this = &mut *self;
-        if this.done {
-            return Poll::Ready(None);
-        }
-        if !this.data_done {
-            match ready!(this.recv.poll_data(cx)) {
-                Some(Ok(data)) => {
-                    // Given back at once: the client leg's own window paces it.
-                    let _ = this.recv.flow_control().release_capacity(data.len());
-                    if let Some(n) = this.remaining.as_mut() {
-                        *n = n.saturating_sub(data.len() as u64);
-                    }
-                    return Poll::Ready(Some(Ok(Frame::data(data))));
-                }
-                Some(Err(e)) => {
-                    this.done = true;
-                    return Poll::Ready(Some(Err(e)));
-                }
-                None => this.data_done = true,
-            }
-        }
-        let trailers = ready!(this.recv.poll_trailers(cx));
-        this.done = true;
-        Poll::Ready(match trailers {
-            Ok(Some(t)) => Some(Ok(Frame::trailers(t))),
-            Ok(None) => None,
-            Err(e) => Some(Err(e)),
-        })
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.done || self.recv.is_end_stream()
+        self.body.is_end_stream()
     }
 
     fn size_hint(&self) -> hyper::body::SizeHint {
-        match self.remaining {
-            Some(n) => hyper::body::SizeHint::with_exact(n),
-            None => hyper::body::SizeHint::default(),
-        }
+        self.body.size_hint()
     }
 }
 
@@ -419,7 +381,7 @@ fn send_body(body: UpstreamBody, mut tx: SendStream<Bytes>) -> Piping {
         body => {
             let (stop, stopped) = oneshot::channel();
             tokio::spawn(async move {
-                if pipe(body, &mut tx, stopped).await.is_err() {
+                if pipe(body, &mut tx, Some(stopped)).await.is_err() {
                     tx.send_reset(h2::Reason::CANCEL);
                 }
             });
@@ -450,9 +412,10 @@ impl Drop for Piping {
     }
 }
 
-/// What ended a body's piping early: the client's body failed, the stream
-/// did (its connection gone), or its answer was given up.
-struct Stopped;
+/// What ended a body's piping early: the body failed, the stream did (its
+/// connection gone), or the piping was told to stop.
+#[derive(Debug)]
+pub struct Stopped;
 
 /// What the piping found first.
 enum Next<F> {
@@ -461,14 +424,21 @@ enum Next<F> {
     Reset,
 }
 
-/// [`send_body`]'s task: `body`'s frames onto `tx` under flow control,
-/// until the end, a reset, or word from its [`Piping`] to stop.
-async fn pipe(mut body: UpstreamBody, tx: &mut SendStream<Bytes>, stop: oneshot::Receiver<()>) -> Result<(), Stopped> {
+/// `body`'s frames onto `tx` under the peer's flow control, until the
+/// end (a last chunk carries it when the body says it is the last), its
+/// trailers, the peer's reset, or word from `stop` (a request body's
+/// [`Piping`]) to stop: [`send_body`]'s task, and the client leg's answers
+/// (`server::h2`).
+pub async fn pipe<B>(body: B, tx: &mut SendStream<Bytes>, stop: Option<oneshot::Receiver<()>>) -> Result<(), Stopped>
+where
+    B: Body<Data = Bytes>,
+{
     use std::future::{poll_fn, Future};
     use std::pin::Pin;
     use std::task::Poll;
+    let mut body = std::pin::pin!(body);
     // Watched until the hold is let go (its sender dropped without a word).
-    let mut stop = Some(stop);
+    let mut stop = stop;
     let mut stopped = move |cx: &mut std::task::Context<'_>| match stop.as_mut().map(|s| Pin::new(s).poll(cx)) {
         Some(Poll::Ready(Ok(()))) => true,
         Some(Poll::Ready(Err(_))) => {
@@ -485,7 +455,7 @@ async fn pipe(mut body: UpstreamBody, tx: &mut SendStream<Bytes>, stop: oneshot:
             if tx.poll_reset(cx).is_ready() {
                 return Poll::Ready(Ok(Next::Reset));
             }
-            Pin::new(&mut body).poll_frame(cx).map(|f| Ok(Next::Frame(f)))
+            body.as_mut().poll_frame(cx).map(|f| Ok(Next::Frame(f)))
         })
         .await?;
         let frame = match next {
@@ -513,7 +483,11 @@ async fn pipe(mut body: UpstreamBody, tx: &mut SendStream<Bytes>, stop: oneshot:
             match room {
                 Some(Ok(room)) if room > 0 => {
                     let chunk = data.split_to(room.min(data.len()));
-                    tx.send_data(chunk, false).map_err(|_| Stopped)?;
+                    let last = data.is_empty() && body.is_end_stream();
+                    tx.send_data(chunk, last).map_err(|_| Stopped)?;
+                    if last {
+                        return Ok(());
+                    }
                 }
                 Some(Ok(_)) => {}
                 Some(Err(_)) | None => return Err(Stopped),

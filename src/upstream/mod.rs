@@ -33,7 +33,7 @@ pub mod pool;
 pub mod retry;
 
 pub use attempt::{Attempt, AttemptError, AttemptSettings, Failure, Upstreams};
-pub use body::{ClientBody, RequestBody, RequestBodyError, UpstreamBody};
+pub use body::{ClientBody, RecvBody, RequestBody, RequestBodyError, UpstreamBody};
 pub use connect::{connector, ClientSettings, Connector};
 pub use exchange::{fields_into_map, ResponseBody};
 pub use health::{Admit, Health};

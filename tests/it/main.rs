@@ -18,6 +18,7 @@ mod faults;
 mod frontdoor;
 mod global;
 mod grpc;
+mod h2_server;
 mod h2_upstream;
 mod health;
 mod hostile;

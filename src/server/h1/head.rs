@@ -153,7 +153,7 @@ fn fields(out: &mut Vec<u8>, upstream: Option<&Fields>, headers: &HeaderMap, our
 }
 
 /// `Date` for a response: the current second's, formatted once per second per thread.
-fn http_date() -> [u8; 29] {
+pub(in crate::server) fn http_date() -> [u8; 29] {
     use std::cell::Cell;
     thread_local! {
         static CACHED: Cell<(u64, [u8; 29])> = const { Cell::new((u64::MAX, [0; 29])) };

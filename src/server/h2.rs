@@ -1,0 +1,142 @@
+//! The client leg's HTTP/2 server, on the `h2` crate: one connection, each
+//! of its streams handed to the [`Handler`] on a task of its own:
+//!
+//! ```text
+//! accept  stream (h2: frames, HPACK, flow control, SETTINGS) ─▶ task
+//! handle  request ─▶ Handler::handle ─▶ answer (the client's RST_STREAM drops it)
+//! send    head (no connection fields; Date; Content-Length of a body of
+//!         known size) ─▶ body under the client's window ─▶ trailers
+//! close   shutdown ─▶ GOAWAY; the streams in flight finish, then the connection
+//! ```
+//!
+//! Why `h2` itself and not hyper's server on it: hyper wraps each stream's
+//! handling in a state machine of its own and pipes every answer's body
+//! through a second one; here the stream's task goes from the handler's
+//! answer straight to its frames, as the upstream leg (`upstream::h2`) goes
+//! from its request to its stream. The settings are hyper's server's.
+
+use std::future::{poll_fn, Future};
+use std::sync::Arc;
+use std::task::Poll;
+
+use bytes::Bytes;
+use h2::server::SendResponse;
+use h2::RecvStream;
+use http::{header, HeaderValue, Request, Response};
+use hyper::body::Body;
+use tokio::sync::watch;
+
+use super::conn::{ConnInfo, ServerOptions};
+use super::upgrade::ClientIo;
+use super::{AnswerBody, Handler};
+use crate::http1::HOP_BY_HOP;
+use crate::upstream::h2::pipe;
+use crate::upstream::{RecvBody, RequestBody};
+
+/// A stream's flow-control window, and the connection's.
+const WINDOW: u32 = 1024 * 1024;
+/// The largest frame the client may send.
+const MAX_FRAME: u32 = 16 * 1024;
+/// Answer bytes a stream buffers before its body waits for the client's window.
+const SEND_BUFFER: usize = 400 * 1024;
+/// Streams a client may have open at once.
+const MAX_STREAMS: u32 = 200;
+/// Streams this server may reset for a client's errors before it ends the
+/// connection (a client provoking resets to load the server).
+const MAX_LOCAL_RESETS: usize = 1024;
+
+/// Serves HTTP/2 on `io` (its preface unread) until the client closes it,
+/// it fails, or `stop` says to stop: then a GOAWAY, and the streams in
+/// flight finish. Each stream's request reaches `handler` with `info`.
+pub(super) async fn serve<H: Handler, S: ClientIo + 'static>(
+    io: S,
+    handler: Arc<H>,
+    info: ConnInfo,
+    opts: ServerOptions,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), h2::Error> {
+    let mut conn = h2::server::Builder::new()
+        .initial_window_size(WINDOW)
+        .initial_connection_window_size(WINDOW)
+        .max_frame_size(MAX_FRAME)
+        .max_header_list_size(u32::try_from(opts.max_header_bytes).unwrap_or(u32::MAX))
+        .max_local_error_reset_streams(Some(MAX_LOCAL_RESETS))
+        .max_send_buffer_size(SEND_BUFFER)
+        .max_concurrent_streams(MAX_STREAMS)
+        .handshake::<_, Bytes>(io)
+        .await?;
+    let mut closing = false;
+    loop {
+        tokio::select! {
+            accepted = conn.accept() => match accepted {
+                Some(Ok((req, respond))) => {
+                    // Boxed: spawning moves a pointer, not the stream's state.
+                    tokio::spawn(Box::pin(stream(Arc::clone(&handler), req, respond, info)));
+                }
+                Some(Err(e)) => return Err(e),
+                None => return Ok(()),
+            },
+            // Shutdown (or its sender gone): no new streams.
+            _ = stop.wait_for(|stopping| *stopping), if !closing => {
+                closing = true;
+                conn.graceful_shutdown();
+            }
+        }
+    }
+}
+
+/// One stream: its request handled, its answer sent. A client that resets
+/// the stream before the answer drops the handling (and the upstream's
+/// stream or connection with it).
+async fn stream<H: Handler>(
+    handler: Arc<H>,
+    req: Request<RecvStream>,
+    mut respond: SendResponse<Bytes>,
+    info: ConnInfo,
+) {
+    let answer = {
+        let (mut head, recv) = req.into_parts();
+        let body =
+            if recv.is_end_stream() { RequestBody::Empty } else { RequestBody::H2(RecvBody::new(recv, &head.headers)) };
+        // Boxed: the request's whole state (kilobytes) is made in place
+        // once, and this task's own state stays small as it is spawned.
+        let mut handling = Box::pin(handler.handle(&mut head, body, info));
+        poll_fn(|cx| {
+            if let Poll::Ready(answer) = handling.as_mut().poll(cx) {
+                return Poll::Ready(Some(answer));
+            }
+            respond.poll_reset(cx).map(|_| None)
+        })
+        .await
+    };
+    let Some(answer) = answer else { return };
+    send(respond, answer.into_response(handler.via())).await;
+}
+
+/// Sends `response` on the stream: its head, then its body as the client's
+/// window takes it, and its trailers. A body that fails resets the stream.
+async fn send(mut respond: SendResponse<Bytes>, response: Response<AnswerBody>) {
+    let (mut parts, body) = response.into_parts();
+    let headers = &mut parts.headers;
+    // HTTP/2 has no connection fields (RFC 9113, 8.2.2); `h2` refuses a
+    // head that carries one. The proxy removes them from every answer, so
+    // this finds none unless something slipped through.
+    if headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
+        for name in &HOP_BY_HOP {
+            headers.remove(name);
+        }
+    }
+    if let header::Entry::Vacant(date) = headers.entry(header::DATE) {
+        if let Ok(now) = HeaderValue::from_bytes(&super::h1::http_date()) {
+            date.insert(now);
+        }
+    }
+    let end = body.is_end_stream();
+    if let (false, Some(n)) = (end, body.size_hint().exact()) {
+        headers.entry(header::CONTENT_LENGTH).or_insert_with(|| HeaderValue::from(n));
+    }
+    let Ok(mut tx) = respond.send_response(Response::from_parts(parts, ()), end) else { return };
+    if !end && pipe(body, &mut tx, None).await.is_err() {
+        tx.send_reset(h2::Reason::INTERNAL_ERROR);
+    }
+}

@@ -1,0 +1,142 @@
+//! The client leg's HTTP/2 server, driven by an independent client (the
+//! `h2` crate's): shutdown sends GOAWAY, refuses new streams and lets the
+//! stream in flight finish; an answer carries `Date` and the length of a
+//! body of known size; a request body sent in frames reaches the backend
+//! whole; a client that resets its stream mid-body leaves the connection
+//! serving. (The reset reaching an HTTP/2 backend is `h2_upstream`'s.)
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use h2::client::SendRequest;
+use http::Request;
+
+use crate::support::{iuid, table, three_backends, world, BoxError, TestResult};
+
+/// A new HTTP/2 connection (prior knowledge) to `addr`.
+async fn connect(addr: SocketAddr) -> Result<SendRequest<Bytes>, BoxError> {
+    let socket = tokio::net::TcpStream::connect(addr).await?;
+    let (client, conn) = h2::client::handshake(socket).await?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(client)
+}
+
+/// A stream's body, read to its end.
+async fn read_body(mut body: h2::RecvStream) -> Result<Bytes, BoxError> {
+    let mut out = BytesMut::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk?;
+        let _ = body.flow_control().release_capacity(chunk.len());
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out.freeze())
+}
+
+/// A GET of `path` on `client`, its answer's status and body.
+async fn get(client: &SendRequest<Bytes>, addr: SocketAddr, path: &str) -> Result<(u16, Bytes), BoxError> {
+    let req = Request::get(format!("http://{addr}{path}")).body(())?;
+    let (answer, _) = client.clone().ready().await?.send_request(req, true)?;
+    let answer = tokio::time::timeout(Duration::from_secs(10), answer).await??;
+    let status = answer.status().as_u16();
+    Ok((status, read_body(answer.into_body()).await?))
+}
+
+#[tokio::test]
+async fn h2_shutdown_sends_goaway_refuses_new_streams_and_finishes_the_one_in_flight() -> TestResult {
+    let [eu, kz, us] = three_backends().await?;
+    let yaml = table(eu.addr, kz.addr, us.addr, "");
+    let cfg = shardgate::config::load_str(&yaml, "test.yaml").map_err(|e| e.to_string())?;
+    let proxy = shardgate::app::build_proxy(&cfg, &yaml);
+    let opts = shardgate::app::server_options(&cfg);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let (begin, shutdown) = tokio::sync::oneshot::channel::<()>();
+    let metrics = std::sync::Arc::clone(&proxy.shared().metrics);
+    let server = tokio::spawn(shardgate::server::serve(listener, proxy, metrics, opts, None, async move {
+        let _ = shutdown.await;
+        Duration::from_secs(20)
+    }));
+    let client = connect(addr).await?;
+    // The backend answers `/t/slow/` after 2 s: in flight when shutdown begins.
+    let slow = {
+        let client = client.clone();
+        let path = format!("/t/slow/{}", iuid(7));
+        tokio::spawn(async move { get(&client, addr, &path).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    begin.send(()).map_err(|()| "server gone")?;
+    // The GOAWAY and its final stream id (after a ping) reach the client.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let later = get(&client, addr, &format!("/v1/orders/{}", iuid(7))).await;
+    assert!(later.is_err(), "a stream opened after the GOAWAY was served: {later:?}");
+    let (status, body) = tokio::time::timeout(Duration::from_secs(10), slow).await???;
+    assert_eq!((status, &body[..]), (200, &b"slow"[..]));
+    let finished = tokio::time::timeout(Duration::from_secs(10), server).await???;
+    assert!(finished, "the stream in flight did not finish within the grace period");
+    assert!(started.elapsed() < Duration::from_secs(5), "shutdown took {:?}", started.elapsed());
+    Ok(())
+}
+
+#[tokio::test]
+async fn h2_answers_carry_date_and_length_and_request_bodies_arrive_whole() -> TestResult {
+    let (p, _backends) = world("", false).await?;
+    let client = connect(p.addr).await?;
+    // A body in three frames, its length said.
+    let body = "0123456789".repeat(1000).into_bytes();
+    let req = Request::post(p.url(&format!("/v1/orders/{}", iuid(7))))
+        .header("content-length", body.len())
+        .header("content-type", "text/plain")
+        .body(())?;
+    let (answer, mut tx) = client.clone().ready().await?.send_request(req, false)?;
+    for part in [&body[..4000], &body[4000..8000]] {
+        tx.send_data(Bytes::copy_from_slice(part), false)?;
+    }
+    tx.send_data(Bytes::copy_from_slice(&body[8000..]), true)?;
+    let answer = tokio::time::timeout(Duration::from_secs(10), answer).await??;
+    assert_eq!(answer.status(), 200);
+    let head = answer.headers().clone();
+    let date = head.get("date").ok_or("no Date")?.to_str()?;
+    assert!(httpdate::parse_http_date(date).is_ok(), "{date}");
+    let got = read_body(answer.into_body()).await?;
+    let length: usize = head.get("content-length").ok_or("no Content-Length")?.to_str()?.parse()?;
+    assert_eq!(length, got.len());
+    let echo: serde_json::Value = serde_json::from_slice(&got)?;
+    assert_eq!(echo["region"], "kz");
+    assert_eq!(echo["body_bytes"], body.len());
+    assert_eq!(echo["headers"]["content-length"], body.len().to_string());
+    // The proxy's own answer (no route) gets both from the server.
+    let req = Request::get(p.url("/nowhere")).body(())?;
+    let (answer, _) = client.clone().ready().await?.send_request(req, true)?;
+    let answer = tokio::time::timeout(Duration::from_secs(10), answer).await??;
+    assert_eq!(answer.status(), 404);
+    let head = answer.headers().clone();
+    let date = head.get("date").ok_or("no Date on the proxy's own answer")?.to_str()?;
+    assert!(httpdate::parse_http_date(date).is_ok(), "{date}");
+    let got = read_body(answer.into_body()).await?;
+    let length: usize =
+        head.get("content-length").ok_or("no Content-Length on the proxy's own answer")?.to_str()?.parse()?;
+    assert_eq!(length, got.len());
+    Ok(())
+}
+
+#[tokio::test]
+async fn h2_a_stream_its_client_resets_mid_body_leaves_the_connection_serving() -> TestResult {
+    let (p, backends) = world("", false).await?;
+    let client = connect(p.addr).await?;
+    let req = Request::post(p.url(&format!("/v1/orders/{}", iuid(7)))).header("content-length", "100000").body(())?;
+    let (answer, mut tx) = client.clone().ready().await?.send_request(req, false)?;
+    tx.send_data(Bytes::from(vec![b'x'; 20_000]), false)?;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    tx.send_reset(h2::Reason::CANCEL);
+    drop(answer);
+    // The connection and its other streams go on.
+    let before = backends[1].hits();
+    let (status, body) = get(&client, p.addr, &format!("/v1/orders/{}", iuid(7))).await?;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(backends[1].hits(), before + 1);
+    Ok(())
+}
