@@ -15,10 +15,11 @@
 //! ```
 //!
 //! * [`server::listen`] accepts; a connection that opens with the HTTP/2
-//!   preface is hyper's, any other is served by the proxy's own HTTP/1.1
-//!   server (`server::h1`, heads parsed by [`http1`]), which hands each
-//!   request to its [`server::Handler`], the proxy, with its body reading
-//!   from the socket, and writes the [`server::Answer`] back.
+//!   preface is served by `server::h2` (on the `h2` crate, a task per
+//!   stream), any other by the proxy's own HTTP/1.1 server (`server::h1`,
+//!   heads parsed by [`http1`]); each hands every request to its
+//!   [`server::Handler`], the proxy, with its body reading from the
+//!   connection, and sends the [`server::Answer`] back.
 //!   The request head stays where the server built it: every stage borrows
 //!   it (a move would copy it into each stage's future), and only the body
 //!   moves on to the upstream leg.

@@ -427,7 +427,7 @@ enum Next<F> {
 /// `body`'s frames onto `tx` under the peer's flow control, until the
 /// end (a last chunk carries it when the body says it is the last), its
 /// trailers, the peer's reset, or word from `stop` (a request body's
-/// [`Piping`]) to stop: [`send_body`]'s task, and the client leg's answers
+/// `Piping`) to stop: `send_body`'s task, and the client leg's answers
 /// (`server::h2`).
 pub async fn pipe<B>(body: B, tx: &mut SendStream<Bytes>, stop: Option<oneshot::Receiver<()>>) -> Result<(), Stopped>
 where

@@ -12,7 +12,7 @@ use bytes::{Bytes, BytesMut};
 use h2::client::SendRequest;
 use http::Request;
 
-use crate::support::{iuid, table, three_backends, world, BoxError, TestResult};
+use crate::support::{draining_proxy, iuid, table, three_backends, world, BoxError, Draining, TestResult};
 
 /// A new HTTP/2 connection (prior knowledge) to `addr`.
 async fn connect(addr: SocketAddr) -> Result<SendRequest<Bytes>, BoxError> {
@@ -47,18 +47,7 @@ async fn get(client: &SendRequest<Bytes>, addr: SocketAddr, path: &str) -> Resul
 #[tokio::test]
 async fn h2_shutdown_sends_goaway_refuses_new_streams_and_finishes_the_one_in_flight() -> TestResult {
     let [eu, kz, us] = three_backends().await?;
-    let yaml = table(eu.addr, kz.addr, us.addr, "");
-    let cfg = shardgate::config::load_str(&yaml, "test.yaml").map_err(|e| e.to_string())?;
-    let proxy = shardgate::app::build_proxy(&cfg, &yaml);
-    let opts = shardgate::app::server_options(&cfg);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let (begin, shutdown) = tokio::sync::oneshot::channel::<()>();
-    let metrics = std::sync::Arc::clone(&proxy.shared().metrics);
-    let server = tokio::spawn(shardgate::server::serve(listener, proxy, metrics, opts, None, async move {
-        let _ = shutdown.await;
-        Duration::from_secs(20)
-    }));
+    let Draining { addr, begin, server } = draining_proxy(&table(eu.addr, kz.addr, us.addr, "")).await?;
     let client = connect(addr).await?;
     // The backend answers `/t/slow/` after 2 s: in flight when shutdown begins.
     let slow = {

@@ -10,7 +10,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::support::{
-    backend, proxy, raw, raw_backend, read_until_closed, table, three_backends, BoxError, Running, TestResult,
+    backend, draining_proxy, proxy, raw, raw_backend, read_until_closed, table, three_backends, BoxError, Draining,
+    Running, TestResult,
 };
 
 const WAIT: Duration = Duration::from_secs(5);
@@ -281,17 +282,7 @@ async fn shutdown_finishes_the_request_in_flight_without_waiting_for_idle_socket
     let [eu, kz, us] = three_backends().await?;
     // A long head-read timeout: idle sockets must not be what ends the wait.
     let yaml = table(eu.addr, kz.addr, us.addr, "server: { header_read_timeout: 30s }");
-    let cfg = shardgate::config::load_str(&yaml, "test.yaml").map_err(|e| e.to_string())?;
-    let proxy = shardgate::app::build_proxy(&cfg, &yaml);
-    let opts = shardgate::app::server_options(&cfg);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let (begin, shutdown) = tokio::sync::oneshot::channel::<()>();
-    let metrics = std::sync::Arc::clone(&proxy.shared().metrics);
-    let server = tokio::spawn(shardgate::server::serve(listener, proxy, metrics, opts, None, async move {
-        let _ = shutdown.await;
-        Duration::from_secs(20)
-    }));
+    let Draining { addr, begin, server } = draining_proxy(&yaml).await?;
     let id = id();
     // A socket that has sent nothing, one idle between requests, and a request in flight.
     let mut silent = TcpStream::connect(addr).await?;

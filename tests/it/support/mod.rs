@@ -504,6 +504,30 @@ where
     Ok(Running { addr, stop, hits, proxy: None })
 }
 
+/// The proxy for `yaml` served on port 0 until `begin` fires, then given
+/// 20 s to finish; its task yields whether every connection finished in time.
+pub struct Draining {
+    pub addr: SocketAddr,
+    pub begin: tokio::sync::oneshot::Sender<()>,
+    pub server: tokio::task::JoinHandle<std::io::Result<bool>>,
+}
+
+/// See [`Draining`].
+pub async fn draining_proxy(yaml: &str) -> Result<Draining, BoxError> {
+    let cfg = shardgate::config::load_str(yaml, "test.yaml").map_err(|e| e.to_string())?;
+    let proxy = shardgate::app::build_proxy(&cfg, yaml);
+    let opts = shardgate::app::server_options(&cfg);
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let (begin, shutdown) = tokio::sync::oneshot::channel::<()>();
+    let metrics = Arc::clone(&proxy.shared().metrics);
+    let server = tokio::spawn(shardgate::server::serve(listener, proxy, metrics, opts, None, async move {
+        let _ = shutdown.await;
+        Duration::from_secs(20)
+    }));
+    Ok(Draining { addr, begin, server })
+}
+
 /// An iUID of `country`, entity 3 (IntercityOrder in [`table`]).
 pub fn iuid(country: u8) -> String {
     shardgate::ids::Iuid::from_fields(1_700_000_000_000, country, 3, 12345).to_string()
