@@ -22,7 +22,7 @@ use std::task::Poll;
 use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::RecvStream;
-use http::{header, HeaderValue, Request, Response};
+use http::{header, HeaderValue, Method, Request, Response};
 use hyper::body::Body;
 use tokio::sync::watch;
 
@@ -94,10 +94,16 @@ async fn stream<H: Handler>(
     mut respond: SendResponse<Bytes>,
     info: ConnInfo,
 ) {
+    let head_only = req.method() == Method::HEAD;
     let answer = {
         let (mut head, recv) = req.into_parts();
-        let body =
-            if recv.is_end_stream() { RequestBody::Empty } else { RequestBody::H2(RecvBody::new(recv, &head.headers)) };
+        // A CONNECT stream would carry a tunnel, not a body (none is opened
+        // over HTTP/2); its request goes on without one, as hyper's did.
+        let body = if recv.is_end_stream() || head.method == Method::CONNECT {
+            RequestBody::Empty
+        } else {
+            RequestBody::H2(RecvBody::new(recv, &head.headers))
+        };
         // Boxed: the request's whole state (kilobytes) is made in place
         // once, and this task's own state stays small as it is spawned.
         let mut handling = Box::pin(handler.handle(&mut head, body, info));
@@ -110,12 +116,13 @@ async fn stream<H: Handler>(
         .await
     };
     let Some(answer) = answer else { return };
-    send(respond, answer.into_response(handler.via())).await;
+    send(respond, answer.into_response(handler.via()), head_only).await;
 }
 
-/// Sends `response` on the stream: its head, then its body as the client's
-/// window takes it, and its trailers. A body that fails resets the stream.
-async fn send(mut respond: SendResponse<Bytes>, response: Response<AnswerBody>) {
+/// Sends `response` on the stream: its head, then (unless `head_only`, the
+/// answer to a HEAD) its body as the client's window takes it, and its
+/// trailers. A head `h2` refuses, or a body that fails, resets the stream.
+async fn send(mut respond: SendResponse<Bytes>, response: Response<AnswerBody>, head_only: bool) {
     let (mut parts, body) = response.into_parts();
     let headers = &mut parts.headers;
     // HTTP/2 has no connection fields (RFC 9113, 8.2.2); `h2` refuses a
@@ -131,12 +138,20 @@ async fn send(mut respond: SendResponse<Bytes>, response: Response<AnswerBody>) 
             date.insert(now);
         }
     }
-    let end = body.is_end_stream();
-    if let (false, Some(n)) = (end, body.size_hint().exact()) {
+    let empty = body.is_end_stream();
+    if let (false, Some(n)) = (empty, body.size_hint().exact()) {
         headers.entry(header::CONTENT_LENGTH).or_insert_with(|| HeaderValue::from(n));
     }
-    let Ok(mut tx) = respond.send_response(Response::from_parts(parts, ()), end) else { return };
+    let end = empty || head_only;
+    let mut tx = match respond.send_response(Response::from_parts(parts, ()), end) {
+        Ok(tx) => tx,
+        Err(e) => {
+            tracing::debug!(error = %e, "http2 answer head refused; stream reset");
+            return respond.send_reset(h2::Reason::INTERNAL_ERROR);
+        }
+    };
     if !end && pipe(body, &mut tx, None).await.is_err() {
+        tracing::debug!("http2 answer body failed; stream reset");
         tx.send_reset(h2::Reason::INTERNAL_ERROR);
     }
 }

@@ -526,8 +526,10 @@ impl Body for ClientBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, RequestBodyError>>> {
+        // A frame that ends the body finishes it: a reader that stops at
+        // `is_end_stream` never polls for the end.
         if let Some(read) = self.read.take() {
-            self.watch.touch(0);
+            self.watch.touch(if self.inner.is_end_stream() { FINISHED } else { 0 });
             return Poll::Ready(Some(Ok(Frame::data(read))));
         }
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
@@ -539,7 +541,7 @@ impl Body for ClientBody {
             Poll::Ready(Some(Ok(frame))) => {
                 let n = frame.data_ref().map_or(0, |d| d.len() as u64);
                 w.received.fetch_add(n, Ordering::Relaxed);
-                w.touch(0);
+                w.touch(if self.inner.is_end_stream() { FINISHED } else { 0 });
             }
             Poll::Ready(None) => w.touch(FINISHED),
             Poll::Ready(Some(Err(e))) => w.touch(if e.is_incomplete() { ABORTED } else { FAILED_MALFORMED }),
@@ -560,5 +562,30 @@ impl Body for ClientBody {
             hint.set_upper(upper + read);
         }
         hint
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Polls `body` once, with a waker that is never woken.
+    fn poll_once(body: &mut ClientBody) -> Poll<Option<Result<Frame<Bytes>, RequestBodyError>>> {
+        Pin::new(body).poll_frame(&mut Context::from_waker(std::task::Waker::noop()))
+    }
+
+    #[test]
+    fn a_frame_that_ends_the_body_finishes_it_without_a_poll_for_the_end() {
+        let last = || Some(Bytes::from_static(b"hello"));
+        // The frame read before the body went upstream, and one read after.
+        for mut body in [
+            ClientBody::new(RequestBody::Empty, last()),
+            ClientBody::new(RequestBody::Resumed(last(), Box::new(RequestBody::Empty)), None),
+        ] {
+            assert!(matches!(body.watch().phase(), BodyPhase::Flowing(_)));
+            assert!(matches!(poll_once(&mut body), Poll::Ready(Some(Ok(_)))));
+            assert!(body.is_end_stream());
+            assert!(matches!(body.watch().phase(), BodyPhase::Finished(_)), "{:?}", body.watch().phase());
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! The client leg's HTTP/2 server, driven by an independent client (the
 //! `h2` crate's): shutdown sends GOAWAY, refuses new streams and lets the
 //! stream in flight finish; an answer carries `Date` and the length of a
-//! body of known size; a request body sent in frames reaches the backend
+//! body of known size, and a HEAD's is its head alone; a request body sent in frames reaches the backend
 //! whole; a client that resets its stream mid-body leaves the connection
 //! serving. (The reset reaching an HTTP/2 backend is `h2_upstream`'s.)
 
@@ -109,6 +109,13 @@ async fn h2_answers_carry_date_and_length_and_request_bodies_arrive_whole() -> T
     let length: usize =
         head.get("content-length").ok_or("no Content-Length on the proxy's own answer")?.to_str()?.parse()?;
     assert_eq!(length, got.len());
+    // The answer to a HEAD is its head alone: a body would be the client's protocol error.
+    let req = Request::head(p.url("/nowhere")).body(())?;
+    let (answer, _) = client.clone().ready().await?.send_request(req, true)?;
+    let answer = tokio::time::timeout(Duration::from_secs(10), answer).await??;
+    assert_eq!((answer.status().as_u16(), answer.headers().get("content-length")), (404, head.get("content-length")));
+    assert!(answer.body().is_end_stream(), "the answer to a HEAD has a body");
+    assert!(read_body(answer.into_body()).await?.is_empty());
     Ok(())
 }
 
