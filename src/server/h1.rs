@@ -573,8 +573,8 @@ impl Reader {
         wire::poll_body(cx, &mut self.decoder, &mut wire.io, &mut wire.buf, READ_CHUNK).map_err(|e| match e {
             BodyError::Io(e) => RequestBodyError::Io(e),
             BodyError::Framing(e) => RequestBodyError::Framing(e),
-            // A client's HTTP/1.1 body has no stream to fail.
-            BodyError::Stream(e) => RequestBodyError::Io(std::io::Error::other(e)),
+            // Not reached: an HTTP/1.1 body has no HTTP/2 stream to fail.
+            BodyError::Stream(e) => RequestBodyError::H2(e),
         })
     }
 }

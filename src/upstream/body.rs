@@ -309,7 +309,7 @@ pub async fn take(mut body: RequestBody, limit: usize, pace: Pace) -> Result<Ups
     if body.size_hint().lower() > limit as u64 {
         return Ok(UpstreamBody::Streamed(ClientBody::new(body, None)));
     }
-    let mut read = BytesMut::new();
+    let mut read = ReadSoFar::Nothing;
     loop {
         let next = body.frame();
         let frame = match pace.deadline(read.len() as u64) {
@@ -317,14 +317,14 @@ pub async fn take(mut body: RequestBody, limit: usize, pace: Pace) -> Result<Ups
             None => next.await,
         };
         match frame {
-            None => return Ok(UpstreamBody::Whole(Some(read.freeze()))),
+            None => return Ok(UpstreamBody::Whole(Some(read.bytes().unwrap_or_default()))),
             Some(Ok(frame)) => {
                 // Trailers are not forwarded (the upstream leg sends none).
                 if let Ok(data) = frame.into_data() {
-                    read.extend_from_slice(&data);
+                    read = read.and(data);
                 }
                 if read.len() > limit {
-                    return Ok(UpstreamBody::Streamed(ClientBody::new(body, Some(read.freeze()))));
+                    return Ok(UpstreamBody::Streamed(ClientBody::new(body, read.bytes())));
                 }
             }
             Some(Err(e)) => return Err(BodyFault::Broken(broken(&e))),
@@ -340,7 +340,7 @@ pub async fn take(mut body: RequestBody, limit: usize, pace: Pace) -> Result<Ups
 /// call's next message may wait on the answers.
 pub fn at_hand(mut body: RequestBody, limit: usize) -> Result<UpstreamBody, BodyFault> {
     let mut cx = Context::from_waker(std::task::Waker::noop());
-    let mut read = AtHand::Nothing;
+    let mut read = ReadSoFar::Nothing;
     loop {
         if body.is_end_stream() {
             return Ok(read.whole());
@@ -362,44 +362,44 @@ pub fn at_hand(mut body: RequestBody, limit: usize) -> Result<UpstreamBody, Body
     }
 }
 
-/// What [`at_hand`] read: one frame kept as it came (the usual case, no
-/// copy), or more copied into one buffer.
-enum AtHand {
+/// What [`take`] or [`at_hand`] has read of a body: one frame kept as it
+/// came (the usual case, no copy), or more copied into one buffer.
+enum ReadSoFar {
     Nothing,
     One(Bytes),
     More(BytesMut),
 }
 
-impl AtHand {
-    fn and(self, data: Bytes) -> AtHand {
+impl ReadSoFar {
+    fn and(self, data: Bytes) -> ReadSoFar {
         match self {
-            AtHand::Nothing => AtHand::One(data),
-            AtHand::One(first) => {
+            ReadSoFar::Nothing => ReadSoFar::One(data),
+            ReadSoFar::One(first) => {
                 let mut more = BytesMut::with_capacity(first.len() + data.len());
                 more.extend_from_slice(&first);
                 more.extend_from_slice(&data);
-                AtHand::More(more)
+                ReadSoFar::More(more)
             }
-            AtHand::More(mut more) => {
+            ReadSoFar::More(mut more) => {
                 more.extend_from_slice(&data);
-                AtHand::More(more)
+                ReadSoFar::More(more)
             }
         }
     }
 
     fn len(&self) -> usize {
         match self {
-            AtHand::Nothing => 0,
-            AtHand::One(b) => b.len(),
-            AtHand::More(b) => b.len(),
+            ReadSoFar::Nothing => 0,
+            ReadSoFar::One(b) => b.len(),
+            ReadSoFar::More(b) => b.len(),
         }
     }
 
     fn bytes(self) -> Option<Bytes> {
         match self {
-            AtHand::Nothing => None,
-            AtHand::One(b) => Some(b),
-            AtHand::More(b) => Some(b.freeze()),
+            ReadSoFar::Nothing => None,
+            ReadSoFar::One(b) => Some(b),
+            ReadSoFar::More(b) => Some(b.freeze()),
         }
     }
 
