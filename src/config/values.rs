@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -145,8 +146,9 @@ pub struct Upstream {
     /// `Host` for requests to it: the host, and the port unless it is the
     /// scheme's default (what an HTTP client would send).
     pub host: http::HeaderValue,
-    /// `scheme://authority`: the key its kept connections are listed under.
-    pub pool_key: Box<str>,
+    /// `scheme://authority`: the key its kept connections are listed under
+    /// (shared: an HTTP/2 stream names its connection list by it).
+    pub pool_key: Arc<str>,
     /// The name it was found by, when the URL holds one of its addresses
     /// (DNS discovery): TLS asks for this name, not the address.
     pub server_name: Option<std::sync::Arc<str>>,
@@ -173,7 +175,7 @@ impl Upstream {
             IpAddr::V6(v6) => format!("[{v6}]:{port}"),
         };
         let uri: http::Uri = format!("{scheme}://{authority}").parse().ok()?;
-        let pool_key = base(&uri).into_boxed_str();
+        let pool_key = Arc::from(base(&uri));
         Some(Upstream { uri, host: self.host.clone(), pool_key, server_name: Some(self.bare_host().into()) })
     }
 
@@ -189,7 +191,7 @@ impl Upstream {
         };
         let host = http::HeaderValue::from_str(&host)
             .map_err(|_| format!("invalid upstream url {}: its host cannot be sent as Host", show(text)))?;
-        let pool_key = base(&uri).into_boxed_str();
+        let pool_key = Arc::from(base(&uri));
         Ok(Upstream { uri, host, pool_key, server_name: None })
     }
 }

@@ -49,7 +49,7 @@ const KEEP_ALIVE: Duration = Duration::from_secs(20);
 #[derive(Debug)]
 pub struct H2 {
     connector: Connector,
-    endpoints: Mutex<HashMap<Box<str>, Endpoint>>,
+    endpoints: Mutex<HashMap<Arc<str>, Endpoint>>,
     opened: AtomicU64,
 }
 
@@ -274,7 +274,7 @@ impl H2 {
     /// take before opening one.
     fn pick(&self, endpoint: &Upstream, max_connections: usize) -> Result<Link, Arc<tokio::sync::Mutex<()>>> {
         let mut all = self.endpoints.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let e = all.entry(endpoint.pool_key.clone()).or_default();
+        let e = all.entry(Arc::clone(&endpoint.pool_key)).or_default();
         e.links.retain(|l| !l.is_closed());
         let room = max_connections == 0 || e.links.len() < max_connections;
         match e.links.iter().min_by_key(|l| l.streams.load(Ordering::Relaxed)) {
@@ -286,7 +286,7 @@ impl H2 {
     async fn open(&self, endpoint: &Upstream) -> Result<Link, String> {
         let opened = self.handshake(endpoint).await;
         let mut all = self.endpoints.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let e = all.entry(endpoint.pool_key.clone()).or_default();
+        let e = all.entry(Arc::clone(&endpoint.pool_key)).or_default();
         match opened {
             Ok(link) => {
                 e.failed = None;
