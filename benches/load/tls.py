@@ -27,12 +27,14 @@ defaults), and one worker (nginx), thread (HAProxy) or runtime thread
 
     python3 benches/load/tls.py [--reps 7] [--duration 5] [--binary BIN] [--baseline OLD_BIN]
         [--only nginx,haproxy,shardgate] [--workloads keepalive,h2,...] [--same-fields]
-    python3 benches/load/tls.py --instructions [--requests 20000] BIN...
+    python3 benches/load/tls.py --instructions [--requests 20000] [--cache-sim] BIN...
 
 --instructions counts each binary's user-space instructions a request
 under callgrind instead (the steady figure): HTTP/2 over TLS with h2load
 (16 connections x 10 streams), then HTTPS/1.1 keep-alive with wrk, the
-handshakes of the connections included.
+handshakes of the connections included. A BIN of `nginx` or `haproxy` is
+that proxy with this workload's configuration; --cache-sim adds callgrind's
+cache and branch model (instruction-cache misses, mispredicted branches).
 """
 import argparse
 import os
@@ -171,11 +173,18 @@ def keepalive(pids, script, duration):
 WORKLOADS = ["keepalive", "h2", "full-64", "resume-64", "full-200", "resume-200"]
 
 
-def instructions(binaries, requests):
-    """Instructions a request of each binary, HTTP/2 over TLS and HTTPS/1.1 (callgrind)."""
+def instructions(binaries, requests, cache_sim=False):
+    """Instructions a request of each binary, HTTP/2 over TLS and HTTPS/1.1
+    (callgrind); `nginx` and `haproxy` name the reference proxies, with this
+    workload's TLS configuration. With `cache_sim`, callgrind's cache and
+    branch model too, per request."""
     import instructions as ins
     tmp = tempfile.mkdtemp(prefix="shardgate-tls-callgrind-")
-    cert, key, _ = certificate(tmp)
+    cert, key, both = certificate(tmp)
+    references = {"nginx": (nginx_conf(tmp, cert, key).replace("daemon off;", "daemon off; master_process off;", 1),
+                            lambda conf: [c.NGINX, "-c", conf, "-p", tmp], signal.SIGQUIT),
+                  "haproxy": (haproxy_conf(tmp, both), lambda conf: [c.HAPROXY, "-f", conf, "-db"], signal.SIGTERM)}
+    sim = ["--cache-sim=yes", "--branch-sim=yes"] if cache_sim else []
     with open(os.path.join(tmp, "backend.conf"), "w") as f:
         f.write(c.backend_conf(tmp))
     backend = c.start([c.NGINX, "-c", os.path.join(tmp, "backend.conf"), "-p", tmp], c.LOAD_CORE)
@@ -194,8 +203,14 @@ def instructions(binaries, requests):
         for workload in ("h2", "https/1.1"):
             for i, binary in enumerate(binaries):
                 out = os.path.join(tmp, f"callgrind.{i}.{workload.replace('/', '')}")
-                proxy = c.start(["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
-                                 binary, "--threads", "1", "serve", "-c", conf], c.PROXY_CORE)
+                command, stop = [binary, "--threads", "1", "serve", "-c", conf], signal.SIGTERM
+                if binary in references:
+                    text, make, stop = references[binary]
+                    command = make(os.path.join(tmp, f"{binary}.conf"))
+                    with open(command[2], "w") as f:
+                        f.write(text)
+                proxy = c.start(["valgrind", "--tool=callgrind", "--instr-atstart=no", *sim,
+                                 f"--callgrind-out-file={out}", *command], c.PROXY_CORE)
                 try:
                     c.wait_port(PORT, proxy, timeout=120)
                     ins.callgrind_control("-i", "on", proxy.pid)
@@ -208,13 +223,15 @@ def instructions(binaries, requests):
                     else:
                         n = c.run_wrk(PORT, script, 15, 16, "https")["requests"]
                 finally:
-                    proxy.send_signal(signal.SIGTERM)
+                    proxy.send_signal(stop)
                     proxy.wait(120)
-                _, totals = ins.read_totals(out)
+                events, totals = ins.read_totals(out)
                 if not totals or not n:
                     raise RuntimeError(f"{binary}: no instruction total or no requests ({out})")
-                print(f"{binary}  {workload}  requests {n}  instructions/request {totals[0] / n:.0f}  ({out})",
-                      flush=True)
+                line = f"{binary}  {workload}  requests {n}  instructions/request {totals[0] / n:.0f}"
+                if cache_sim:
+                    line += "  per request: " + "  ".join(f"{e} {t / n:.0f}" for e, t in zip(events, totals))
+                print(f"{line}  ({out})", flush=True)
     finally:
         c.stop(backend)
 
@@ -228,6 +245,8 @@ def main():
     ap.add_argument("--only", default="nginx,haproxy,shardgate")
     ap.add_argument("--instructions", nargs="+", metavar="BIN", help="count instructions of these binaries")
     ap.add_argument("--requests", type=int, default=20000)
+    ap.add_argument("--cache-sim", action="store_true",
+                    help="with --instructions: callgrind's cache and branch model too, per request")
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help="a subset of " + ",".join(WORKLOADS))
     ap.add_argument("--same-fields", action="store_true",
                     help="nginx and HAProxy add the fields shardgate adds (as compare.py's --same-fields)")
@@ -236,7 +255,7 @@ def main():
     if not set(args.workloads) <= set(WORKLOADS):
         ap.error(f"--workloads: choose from {','.join(WORKLOADS)}")
     if args.instructions:
-        return instructions(args.instructions, args.requests)
+        return instructions(args.instructions, args.requests, args.cache_sim)
     tmp = tempfile.mkdtemp(prefix="shardgate-tls-")
     cert, key, both = certificate(tmp)
     with open(os.path.join(tmp, "backend.conf"), "w") as f:
