@@ -4,9 +4,10 @@
 # optimise with (rustc -C profile-use).
 #
 #   1. builds shardgate with -C profile-generate (in target/pgo-train);
-#   2. runs the load benchmark's routed workload through it
-#      (benches/load/train.py: ids in the path, then in a header), and stops
-#      it so that it writes its raw profile;
+#   2. runs the load benchmarks' routed workloads through it
+#      (benches/load/train.py: cleartext HTTP/1.1 with ids in the path, then
+#      in a header; HTTPS/1.1 and HTTP/2 over TLS), and stops it so that it
+#      writes its raw profile;
 #   3. merges that with llvm-profdata (--sparse: only functions that ran)
 #      into pgo/shardgate.profdata.
 #
@@ -15,10 +16,12 @@
 # its profile is compiled without one (rustc passes LLVM's warning on), so a
 # stale profile costs speed, never correctness.
 #
-# llvm-profdata must read the raw format of rustc's own LLVM: the script looks
-# for llvm-profdata-N (N = the major version `rustc -vV` reports) or an
-# llvm-profdata of that version, and installs Debian's llvm-N when neither is
-# there. nginx and wrk come from Debian too (as for benches/load/run).
+# llvm-profdata must read the raw format of rustc's own LLVM: the script uses
+# rustup's llvm-tools component (`rustup component add llvm-tools`) when it is
+# installed, else looks for llvm-profdata-N (N = the major version `rustc -vV`
+# reports) or an llvm-profdata of that version, and installs Debian's llvm-N
+# when neither is there. nginx, wrk and h2load come from Debian too (as for
+# benches/load/run).
 #
 # Usage: scripts/pgo-refresh.sh [--seconds 5]
 set -euo pipefail
@@ -30,7 +33,11 @@ major=$(rustc -vV | sed -n 's/^LLVM version: \([0-9]*\).*/\1/p')
 [ -n "$major" ] || { echo "pgo-refresh: rustc -vV names no LLVM version" >&2; exit 1; }
 
 profdata=""
-if command -v "llvm-profdata-$major" >/dev/null; then
+# rustup's llvm-tools component ships the llvm-profdata of rustc's own LLVM.
+rustup_profdata="$(rustc --print sysroot)/lib/rustlib/$(rustc -vV | sed -n 's/^host: //p')/bin/llvm-profdata"
+if [ -x "$rustup_profdata" ]; then
+  profdata="$rustup_profdata"
+elif command -v "llvm-profdata-$major" >/dev/null; then
   profdata="llvm-profdata-$major"
 elif command -v llvm-profdata >/dev/null && llvm-profdata --version | grep -q "LLVM version $major\."; then
   profdata=llvm-profdata
@@ -43,6 +50,7 @@ fi
 need=()
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
 command -v wrk >/dev/null || need+=(wrk)
+command -v h2load >/dev/null || need+=(nghttp2-client)
 if [ ${#need[@]} -gt 0 ]; then
   echo "pgo-refresh: installing ${need[*]}"
   apt-get update -qq

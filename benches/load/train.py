@@ -1,21 +1,115 @@
 #!/usr/bin/env python3
 """Training run for profile-guided optimisation.
 
-Runs compare.py's routed workload (the same backends, table and wrk scripts:
-ids in the path, then in the X-Entity-Id header, 64 connections) through one
-shardgate binary built with `-C profile-generate`, then stops it with SIGTERM
-so that it drains, exits and writes its raw profile. scripts/pgo-refresh.sh
-builds that binary, calls this and merges the profile.
+Runs the load benchmarks' routed workloads through one shardgate binary
+built with `-C profile-generate`, each phase on the same backends, table and
+ids, then stops it with SIGTERM so that it drains, exits and writes its raw
+profile:
+
+* cleartext HTTP/1.1 (compare.py's workload: ids in the path, then in the
+  X-Entity-Id header, 64 keep-alive connections);
+* the front door over TLS 1.3 (tls.py's workload, the same table with a
+  certificate): HTTPS/1.1 keep-alive with wrk, then HTTP/2 with h2load
+  (16 connections x 10 streams), so that the code those run (rustls, the
+  HTTP/2 server, its answer path) is laid out for them as well;
+* gRPC unary calls (grpc.py's workload: cleartext HTTP/2, routed by
+  metadata, then by a field of the message, to an HTTP/2 backend).
+
+scripts/pgo-refresh.sh builds that binary, calls this and merges the
+profile (the raw profiles of the three proxy processes together).
 
     benches/load/train.py [--seconds 5] BINARY
 
-Needs nginx and wrk (benches/load/run installs them). Loopback only.
+Needs nginx, wrk, h2load and openssl (benches/load/run installs them);
+builds grpc.py's backend (`cargo build --release --bench grpc_backend`).
+Loopback only.
 """
 import argparse
+import os
+import re
 import signal
+import subprocess
 import sys
 
 import compare as c
+import grpc
+import tls
+
+
+def serve(binary, config, phases, port=c.PROXY_PORT):
+    """Runs `phases` (callables of no argument) against one proxy serving
+    `config` on `port`, then stops it so that it writes its profile."""
+    proxy = c.start([binary, "--threads", "1", "serve", "--config", config], c.PROXY_CORE)
+    try:
+        c.wait_port(port, proxy, timeout=60)
+        for phase in phases:
+            phase()
+    finally:
+        proxy.send_signal(signal.SIGTERM)
+        code = proxy.wait(60)
+    if code != 0:
+        sys.exit(f"train: the proxy exited with {code}; its profile may be incomplete")
+
+
+def wrk(tmp, ids, mode, seconds, scheme="http"):
+    """64 keep-alive connections for `seconds`, ids as `mode` places them."""
+    name = mode if scheme == "http" else f"{scheme} {mode}"
+
+    def phase():
+        if scheme == "http":
+            c.check_routing(c.PROXY_PORT, ids, mode)
+        r = c.run_wrk(c.PROXY_PORT, c.lua_script(tmp, ids, mode), seconds, 64, scheme)
+        if r["requests"] == 0 or r["errors"]:
+            sys.exit(f"train: {name}: {r['requests']} requests, {r['errors']} errors")
+        print(f"train: {name}: {r['requests']} requests", flush=True)
+    return phase
+
+
+def http2(tmp, ids, seconds):
+    def phase():
+        uris = os.path.join(tmp, "h2-uris.txt")
+        with open(uris, "w") as f:
+            f.write("".join(f"https://127.0.0.1:{c.PROXY_PORT}/v1/orders/{i}\n" for lst in ids.values() for i in lst))
+        out = subprocess.run(["taskset", "-c", c.LOAD_CORE, tls.H2LOAD, "-c", "16", "-m", "10", "-t", "1", "-D",
+                              str(seconds), "-i", uris], capture_output=True, text=True, timeout=seconds + 60).stdout
+        ok = re.search(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", out)
+        if not ok or int(ok.group(1)) == 0 or any(int(ok.group(k)) for k in (2, 3, 4)):
+            sys.exit(f"train: http/2: h2load did not succeed:\n{out}")
+        print(f"train: http/2: {ok.group(1)} requests", flush=True)
+    return phase
+
+
+def unary(tmp, binary, seconds):
+    """grpc.py's workload: unary calls over cleartext HTTP/2, routed by the
+    id in their metadata, then by a field of the message, to its gRPC
+    backend (the HTTP/2 upstream leg)."""
+    backend = c.start([grpc.backend_binary(), *[f"{r}={p}" for r, p in grpc.PORTS.items()]], c.LOAD_CORE)
+    try:
+        for p in grpc.PORTS.values():
+            c.wait_port(p, backend)
+        entity, other = (c.mint_ids(1, binary)[r][0] for r in ("kz", "eu"))
+        data_md, data_field = os.path.join(tmp, "md.bin"), os.path.join(tmp, "field.bin")
+        with open(data_md, "wb") as f:
+            f.write(grpc.message(other))
+        with open(data_field, "wb") as f:
+            f.write(grpc.message(entity))
+        config = os.path.join(tmp, "shardgate-grpc.yaml")
+        with open(config, "w") as f:
+            f.write(grpc.shardgate_conf())
+        load = argparse.Namespace(calls=seconds * 10000, connections=16, streams=10)
+
+        def calls(path, data, md):
+            def phase():
+                ok, failed, _ = grpc.h2load(load, data, path, md)
+                if ok == 0 or failed:
+                    sys.exit(f"train: grpc {path}: {ok} calls answered, {failed} failed")
+                print(f"train: grpc {path}: {ok} calls", flush=True)
+            return phase
+
+        serve(binary, config, [calls("/bench.Echo/Call", data_md, entity), calls("/field.Echo/Call", data_field, None)],
+              grpc.PROXY_PORT)
+    finally:
+        c.stop(backend)
 
 
 def main():
@@ -25,22 +119,15 @@ def main():
     args = ap.parse_args()
     tmp, backend, ids, config = c.one_proxy_workload("shardgate-train-", args.binary)
     try:
-        proxy = c.start([args.binary, "--threads", "1", "serve", "--config", config], c.PROXY_CORE)
-        try:
-            c.wait_port(c.PROXY_PORT, proxy, timeout=60)
-            for mode in ("path", "header"):
-                c.check_routing(c.PROXY_PORT, ids, mode)
-                r = c.run_wrk(c.PROXY_PORT, c.lua_script(tmp, ids, mode), args.seconds, 64)
-                if r["requests"] == 0 or r["errors"]:
-                    sys.exit(f"train: {mode}: {r['requests']} requests, {r['errors']} errors")
-                print(f"train: {mode}: {r['requests']} requests", flush=True)
-        finally:
-            proxy.send_signal(signal.SIGTERM)
-            code = proxy.wait(60)
-        if code != 0:
-            sys.exit(f"train: the proxy exited with {code}; its profile may be incomplete")
+        serve(args.binary, config, [wrk(tmp, ids, mode, args.seconds) for mode in ("path", "header")])
+        cert, key, _ = tls.certificate(tmp)
+        tls_config = os.path.join(tmp, "shardgate-tls.yaml")
+        with open(tls_config, "w") as f:
+            f.write(tls.shardgate_conf(cert, key))
+        serve(args.binary, tls_config, [wrk(tmp, ids, "path", args.seconds, "https"), http2(tmp, ids, args.seconds)])
     finally:
         c.stop(backend)
+    unary(tmp, args.binary, args.seconds)
 
 
 if __name__ == "__main__":
