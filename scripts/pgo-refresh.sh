@@ -58,6 +58,8 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 systemctl stop nginx >/dev/null 2>&1 || true
 
+# The sources this profile is made from (benches/load/run checks it).
+sources=$(scripts/pgo-sources.sh)
 raw=$(mktemp -d)
 trap 'rm -rf "$raw"' EXIT
 echo "pgo-refresh: building an instrumented shardgate"
@@ -67,4 +69,5 @@ RUSTFLAGS="-C profile-generate=$raw" \
   cargo build --release --locked --target "$TARGET" --target-dir target/pgo-train --bin shardgate
 python3 benches/load/train.py "$@" "target/pgo-train/$TARGET/release/shardgate"
 "$profdata" merge --sparse -o "$OUT" "$raw"/*.profraw
-echo "pgo-refresh: wrote $OUT ($(stat -c %s "$OUT") bytes); commit it"
+echo "$sources" > pgo/sources.sha256
+echo "pgo-refresh: wrote $OUT ($(stat -c %s "$OUT") bytes) and pgo/sources.sha256; commit both"
