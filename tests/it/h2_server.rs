@@ -1,16 +1,17 @@
 //! The client leg's HTTP/2 server, driven by an independent client (the
 //! `h2` crate's): shutdown sends GOAWAY, refuses new streams and lets the
 //! stream in flight finish; an answer carries `Date` and the length of a
-//! body of known size, and a HEAD's is its head alone; a request body sent in frames reaches the backend
-//! whole; a client that resets its stream mid-body leaves the connection
-//! serving. (The reset reaching an HTTP/2 backend is `h2_upstream`'s.)
+//! body of known size, and a HEAD's is its head alone; a request body sent
+//! in frames reaches the backend whole; a client that resets its stream
+//! mid-body leaves the connection serving. (The reset reaching an HTTP/2
+//! backend is `h2_upstream`'s.)
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use h2::client::SendRequest;
-use http::Request;
+use http::{HeaderMap, Request};
 
 use crate::support::{draining_proxy, iuid, table, three_backends, world, BoxError, Draining, TestResult};
 
@@ -33,6 +34,16 @@ async fn read_body(mut body: h2::RecvStream) -> Result<Bytes, BoxError> {
         out.extend_from_slice(&chunk);
     }
     Ok(out.freeze())
+}
+
+/// Checks that an answer's `head` carries a `Date` that parses and the
+/// length of its `body` (read to the end); `whose` names the answer.
+fn assert_date_and_length(head: &HeaderMap, body: &[u8], whose: &str) -> TestResult {
+    let date = head.get("date").ok_or(format!("no Date on {whose}"))?.to_str()?;
+    assert!(httpdate::parse_http_date(date).is_ok(), "{date}");
+    let length: usize = head.get("content-length").ok_or(format!("no Content-Length on {whose}"))?.to_str()?.parse()?;
+    assert_eq!(length, body.len(), "{whose}");
+    Ok(())
 }
 
 /// A GET of `path` on `client`, its answer's status and body.
@@ -88,11 +99,8 @@ async fn h2_answers_carry_date_and_length_and_request_bodies_arrive_whole() -> T
     let answer = tokio::time::timeout(Duration::from_secs(10), answer).await??;
     assert_eq!(answer.status(), 200);
     let head = answer.headers().clone();
-    let date = head.get("date").ok_or("no Date")?.to_str()?;
-    assert!(httpdate::parse_http_date(date).is_ok(), "{date}");
     let got = read_body(answer.into_body()).await?;
-    let length: usize = head.get("content-length").ok_or("no Content-Length")?.to_str()?.parse()?;
-    assert_eq!(length, got.len());
+    assert_date_and_length(&head, &got, "the upstream's answer")?;
     let echo: serde_json::Value = serde_json::from_slice(&got)?;
     assert_eq!(echo["region"], "kz");
     assert_eq!(echo["body_bytes"], body.len());
@@ -103,12 +111,8 @@ async fn h2_answers_carry_date_and_length_and_request_bodies_arrive_whole() -> T
     let answer = tokio::time::timeout(Duration::from_secs(10), answer).await??;
     assert_eq!(answer.status(), 404);
     let head = answer.headers().clone();
-    let date = head.get("date").ok_or("no Date on the proxy's own answer")?.to_str()?;
-    assert!(httpdate::parse_http_date(date).is_ok(), "{date}");
     let got = read_body(answer.into_body()).await?;
-    let length: usize =
-        head.get("content-length").ok_or("no Content-Length on the proxy's own answer")?.to_str()?.parse()?;
-    assert_eq!(length, got.len());
+    assert_date_and_length(&head, &got, "the proxy's own answer")?;
     // The answer to a HEAD is its head alone: a body would be the client's protocol error.
     let req = Request::head(p.url("/nowhere")).body(())?;
     let (answer, _) = client.clone().ready().await?.send_request(req, true)?;
