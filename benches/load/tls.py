@@ -181,9 +181,15 @@ def instructions(binaries, requests, cache_sim=False):
     import instructions as ins
     tmp = tempfile.mkdtemp(prefix="shardgate-tls-callgrind-")
     cert, key, both = certificate(tmp)
-    references = {"nginx": (nginx_conf(tmp, cert, key).replace("daemon off;", "daemon off; master_process off;", 1),
-                            lambda conf: [c.NGINX, "-c", conf, "-p", tmp], signal.SIGQUIT),
-                  "haproxy": (haproxy_conf(tmp, both), lambda conf: [c.HAPROXY, "-f", conf, "-db"], signal.SIGTERM)}
+    confs = {"nginx": nginx_conf(tmp, cert, key).replace("daemon off;", "daemon off; master_process off;", 1),
+             "haproxy": haproxy_conf(tmp, both)}
+    for name, text in confs.items():
+        with open(os.path.join(tmp, f"{name}.conf"), "w") as f:
+            f.write(text)
+    # Each reference proxy's command, and the signal that stops it so that
+    # valgrind writes its totals (SIGQUIT: nginx's graceful stop).
+    references = {"nginx": ([c.NGINX, "-c", os.path.join(tmp, "nginx.conf"), "-p", tmp], signal.SIGQUIT),
+                  "haproxy": ([c.HAPROXY, "-f", os.path.join(tmp, "haproxy.conf"), "-db"], signal.SIGTERM)}
     sim = ["--cache-sim=yes", "--branch-sim=yes"] if cache_sim else []
     with open(os.path.join(tmp, "backend.conf"), "w") as f:
         f.write(c.backend_conf(tmp))
@@ -191,7 +197,7 @@ def instructions(binaries, requests, cache_sim=False):
     try:
         for port in c.BACKEND_PORTS.values():
             c.wait_port(port, backend)
-        ids = c.mint_ids(200, binaries[0])
+        ids = c.mint_ids(200, next((b for b in binaries if b not in references), None))
         paths = [f"/v1/orders/{i}" for lst in ids.values() for i in lst]
         uris = os.path.join(tmp, "h2-uris.txt")
         with open(uris, "w") as f:
@@ -203,12 +209,8 @@ def instructions(binaries, requests, cache_sim=False):
         for workload in ("h2", "https/1.1"):
             for i, binary in enumerate(binaries):
                 out = os.path.join(tmp, f"callgrind.{i}.{workload.replace('/', '')}")
-                command, stop = [binary, "--threads", "1", "serve", "-c", conf], signal.SIGTERM
-                if binary in references:
-                    text, make, stop = references[binary]
-                    command = make(os.path.join(tmp, f"{binary}.conf"))
-                    with open(command[2], "w") as f:
-                        f.write(text)
+                own = ([binary, "--threads", "1", "serve", "-c", conf], signal.SIGTERM)
+                command, stop = references.get(binary, own)
                 proxy = c.start(["valgrind", "--tool=callgrind", "--instr-atstart=no", *sim,
                                  f"--callgrind-out-file={out}", *command], c.PROXY_CORE)
                 try:
