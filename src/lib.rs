@@ -65,6 +65,8 @@
 //!   heads parsed with `httparse` into one buffer, body framing and its
 //!   incremental decoder, heads written into one buffer. No I/O.
 //! * [`wire`]: reading an HTTP/1.1 connection, for both legs.
+//! * [`cork`]: an HTTP/2 connection's writes held while its task polls it
+//!   and sent as the poll ends, for both legs.
 //! * [`grpc`]: what the proxy reads of a gRPC call (a field of a protobuf
 //!   message by its field numbers, without the schema) and the statuses it
 //!   answers one with. No I/O.
@@ -111,6 +113,7 @@ pub mod admin;
 pub mod app;
 pub mod cli;
 pub mod config;
+pub mod cork;
 pub mod grpc;
 pub mod http1;
 pub mod merge;

@@ -29,6 +29,7 @@ use tokio::sync::watch;
 use super::conn::{ConnInfo, ServerOptions};
 use super::upgrade::ClientIo;
 use super::{AnswerBody, Handler};
+use crate::cork::{self, Corked};
 use crate::http1::HOP_BY_HOP;
 use crate::upstream::h2::pipe;
 use crate::upstream::{RecvBody, RequestBody};
@@ -48,8 +49,21 @@ const MAX_LOCAL_RESETS: usize = 1024;
 /// Serves HTTP/2 on `io` (its preface unread) until the client closes it,
 /// it fails, or `stop` says to stop: then a GOAWAY, and the streams in
 /// flight finish. Each stream's request reaches `handler` with `info`.
+/// What a poll of the connection writes is sent as the poll ends ([`cork`]).
 pub(super) async fn serve<H: Handler, S: ClientIo + 'static>(
     io: S,
+    handler: Arc<H>,
+    info: ConnInfo,
+    opts: ServerOptions,
+    stop: watch::Receiver<bool>,
+) -> Result<(), h2::Error> {
+    let (io, held) = cork::cork(io);
+    cork::uncorked(held, accept(io, handler, info, opts, stop)).await
+}
+
+/// The connection on `h2`: each stream accepted onto a task of its own.
+async fn accept<H: Handler, S: ClientIo + 'static>(
+    io: Corked<S>,
     handler: Arc<H>,
     info: ConnInfo,
     opts: ServerOptions,

@@ -32,6 +32,7 @@ use tokio::sync::oneshot;
 use super::body::{RecvBody, UpstreamBody};
 use super::connect::Connector;
 use super::outgoing::Outgoing;
+use crate::cork::{self, Corked};
 use crate::http1::HOP_BY_HOP;
 use crate::routing::Upstream;
 
@@ -302,6 +303,9 @@ impl H2 {
 
     async fn handshake(&self, endpoint: &Upstream) -> Result<Link, String> {
         let stream = self.connector.connect(&endpoint.uri, endpoint.server_name.as_deref()).await?;
+        // The preface and SETTINGS are held until the connection's task
+        // first polls it, and every poll's frames go out together.
+        let (stream, held) = cork::cork(stream);
         let (send, conn) = h2::client::Builder::new()
             // Streams opened before the server's SETTINGS say how many it
             // takes: past a limit it has not yet told, they would be refused.
@@ -317,7 +321,7 @@ impl H2 {
             .await
             .map_err(|e| format!("http2 handshake error: {e}"))?;
         let closed = Arc::new(AtomicBool::new(false));
-        tokio::spawn(drive(conn, endpoint.uri.clone(), Arc::clone(&closed)));
+        tokio::spawn(cork::uncorked(held, drive(conn, endpoint.uri.clone(), Arc::clone(&closed))));
         self.opened.fetch_add(1, Ordering::Relaxed);
         Ok(Link { send, streams: Arc::new(AtomicUsize::new(0)), closed })
     }
@@ -336,7 +340,7 @@ impl H2 {
 /// connection) would otherwise take calls until they time out. No pong
 /// within [`KEEP_ALIVE`] ends it.
 async fn drive(
-    mut conn: h2::client::Connection<super::connect::Stream, Bytes>,
+    mut conn: h2::client::Connection<Corked<super::connect::Stream>, Bytes>,
     at: http::Uri,
     closed: Arc<AtomicBool>,
 ) {

@@ -1,6 +1,6 @@
 //! The shape of the source tree, checked: no file over 700 lines; in the
 //! request path (`src/server`, `src/proxy`, `src/upstream`, `src/http1`,
-//! `src/merge`, `src/wire.rs`) no function over 80 lines and none with more
+//! `src/merge`, `src/wire.rs`, `src/cork.rs`) no function over 80 lines and none with more
 //! than six parameters (a stage takes the request's context and what else
 //! it needs, not a list of loose values); and no import cycle between the
 //! crate's top-level modules (the crate doc in `src/lib.rs` is the map of
@@ -81,7 +81,7 @@ fn functions(text: &str) -> Vec<(String, usize, usize)> {
 
 /// The request path's source files.
 fn request_path() -> std::io::Result<Vec<PathBuf>> {
-    let mut files = vec![src().join("wire.rs")];
+    let mut files = vec![src().join("wire.rs"), src().join("cork.rs")];
     for dir in ["server", "proxy", "upstream", "http1", "merge"] {
         files.extend(rust_files(&src().join(dir))?);
     }
