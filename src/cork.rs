@@ -32,15 +32,17 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Bytes held before a write is sent at once, within the poll.
 pub const HELD_MAX: usize = 64 * 1024;
-/// The held buffer's allocation kept between polls; a larger one (a poll
-/// that wrote much) is freed once sent, so an idle connection keeps little.
-const KEPT: usize = 16 * 1024;
 
 /// The socket and the bytes written to it but not yet sent.
 #[derive(Debug)]
 struct Held<S> {
     io: S,
+    /// Allocated at a poll's first write, as large as the last poll's
+    /// writes (grown in steps, each a copy, it cost a gRPC call 900
+    /// instructions), and freed once sent: an idle connection holds none.
     bytes: Vec<u8>,
+    /// How many bytes the last send sent.
+    last: usize,
     /// A send that failed after `h2`'s poll had ended: reported to its
     /// next write or flush.
     failed: Option<io::Error>,
@@ -56,7 +58,7 @@ pub struct Cork<S>(Arc<Mutex<Held<S>>>);
 
 /// `io` split into the half for `h2` and the half that sends its writes.
 pub fn cork<S>(io: S) -> (Corked<S>, Cork<S>) {
-    let held = Arc::new(Mutex::new(Held { io, bytes: Vec::new(), failed: None }));
+    let held = Arc::new(Mutex::new(Held { io, bytes: Vec::new(), last: 0, failed: None }));
     (Corked(Arc::clone(&held)), Cork(held))
 }
 
@@ -104,10 +106,9 @@ impl<S: AsyncWrite + Unpin> Held<S> {
                 }
             }
         }
-        if self.bytes.capacity() > KEPT {
+        if !self.bytes.is_empty() {
+            self.last = self.bytes.len();
             self.bytes = Vec::new();
-        } else {
-            self.bytes.clear();
         }
         Pin::new(&mut self.io).poll_flush(cx)
     }
@@ -125,6 +126,9 @@ impl<S: AsyncWrite + Unpin> Held<S> {
             if len > HELD_MAX {
                 return Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
             }
+        }
+        if self.bytes.capacity() == 0 {
+            self.bytes.reserve(self.last.min(HELD_MAX).max(len));
         }
         for b in bufs {
             self.bytes.extend_from_slice(b);
