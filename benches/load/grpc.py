@@ -19,6 +19,7 @@ ratios to nginx.
     benches/load/grpc.py [--reps 7] [--calls 200000] [--connections 16] [--streams 10] [--shardgate BINARY]
                          [--baseline OLD_BINARY]
     benches/load/grpc.py --instructions [--calls 20000] [--shardgate BINARY]
+    benches/load/grpc.py --syscalls [--calls 100000] [--shardgate BINARY] [--baseline OLD_BINARY]
 
 --baseline runs an older shardgate binary too (routed by metadata) in
 every repetition, and prints the same-repetition ratios of the two.
@@ -26,10 +27,17 @@ every repetition, and prints the same-repetition ratios of the two.
 --instructions counts shardgate's user-space instructions a call under
 callgrind instead (routed by metadata, then by the message field), the
 steady figure for what the field costs.
+
+--syscalls counts, once per proxy (HAProxy, shardgate, the baseline), the
+proxy's socket system calls a call with `perf stat` on the syscall
+tracepoints (Debian's linux-perf, run as root), beside its user and
+system CPU a call: the steady figure for what the kernel side costs.
 """
 import argparse
 import os
 import re
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -163,7 +171,30 @@ def check(path, data, md):
     return out.stdout.strip() or out.stderr.strip().splitlines()[-1:]
 
 
-def run_one(name, args, tmp, data_md, data_field, entity, shardgate):
+SYSCALLS = ["writev", "sendto", "write", "recvfrom", "read", "epoll_wait"]
+
+
+def counted(pids, tmp, measure):
+    """`measure()` with perf stat counting the syscalls of `pids`: its result and {syscall: count}."""
+    out = os.path.join(tmp, "perf.txt")
+    events = ",".join(f"syscalls:sys_enter_{n}" for n in SYSCALLS)
+    perf = subprocess.Popen(["perf", "stat", "-x", ",", "-o", out, "-e", events, "-p", ",".join(map(str, pids))])
+    time.sleep(0.5)
+    try:
+        result = measure()
+    finally:
+        perf.send_signal(signal.SIGINT)
+        perf.wait(30)
+    counts = {}
+    with open(out) as f:
+        for line in f:
+            cols = line.split(",")
+            if len(cols) > 2 and cols[0].strip().isdigit():
+                counts[cols[2].rsplit("sys_enter_", 1)[-1]] = int(cols[0])
+    return result, counts
+
+
+def run_one(name, args, tmp, data_md, data_field, entity, shardgate, syscalls=False):
     if name == "nginx":
         conf = os.path.join(tmp, "nginx.conf")
         with open(conf, "w") as f:
@@ -189,15 +220,38 @@ def run_one(name, args, tmp, data_md, data_field, entity, shardgate):
         if answered != "kz":
             raise RuntimeError(f"{name}: a call for kz was answered {answered!r}")
         pids = c.pids_of(proc)
-        before = c.cpu_ticks(pids)
-        ok, failed, seconds = h2load(args, data, path, md)
-        after = c.cpu_ticks(pids)
+
+        def measure():
+            before = c.cpu_ticks(pids)
+            ok, failed, seconds = h2load(args, data, path, md)
+            return ok, failed, seconds, before, c.cpu_ticks(pids)
+
+        if syscalls:
+            (ok, failed, seconds, before, after), counts = counted(pids, tmp, measure)
+        else:
+            (ok, failed, seconds, before, after), counts = measure(), {}
     finally:
         c.stop(proc)
         while not c.free(PROXY_PORT):
             time.sleep(0.05)
-    ticks = (after[0] - before[0]) + (after[1] - before[1])
-    return {"ok": ok, "failed": failed, "calls_s": ok / seconds, "cpu_us": ticks / c.CLK_TCK / max(ok, 1) * 1e6}
+    per_call = 1e6 / c.CLK_TCK / max(ok, 1)
+    usr, sys_ = (after[0] - before[0]) * per_call, (after[1] - before[1]) * per_call
+    return {"ok": ok, "failed": failed, "calls_s": ok / seconds, "cpu_us": usr + sys_, "usr_us": usr,
+            "sys_us": sys_, "syscalls": {n: v / max(ok, 1) for n, v in counts.items()}}
+
+
+def syscalls(args, tmp, data_md, data_field, entity):
+    """Each proxy once, routed by metadata, its syscalls a call counted."""
+    names = ["haproxy", "shardgate"] + (["baseline"] if args.baseline else [])
+    print(f"{'proxy':10} {'calls/s':>8} {'user us':>8} {'sys us':>7}  " + " ".join(f"{n:>10}" for n in SYSCALLS)
+          + "   (system calls a call)")
+    for n in names:
+        binary = args.baseline if n == "baseline" else args.shardgate
+        r = run_one("shardgate" if n == "baseline" else n, args, tmp, data_md, data_field, entity, binary, True)
+        if r["failed"]:
+            sys.exit(f"{n}: {r['failed']} calls failed")
+        print(f"{n:10} {r['calls_s']:8.0f} {r['usr_us']:8.2f} {r['sys_us']:7.2f}  "
+              + " ".join(f"{r['syscalls'].get(s, 0):10.3f}" for s in SYSCALLS), flush=True)
 
 
 def instructions(args, tmp, data_md, data_field, entity):
@@ -238,7 +292,10 @@ def main():
     ap.add_argument("--shardgate", default=c.SHARDGATE)
     ap.add_argument("--baseline", help="an older shardgate binary, measured in the same run")
     ap.add_argument("--instructions", action="store_true")
+    ap.add_argument("--syscalls", action="store_true")
     args = ap.parse_args()
+    if args.syscalls and not shutil.which("perf"):
+        sys.exit("--syscalls needs perf (apt-get install linux-perf)")
     tmp = tempfile.mkdtemp(prefix="shardgate-grpc-")
     backend = c.start([backend_binary(), *[f"{r}={p}" for r, p in PORTS.items()]], c.LOAD_CORE)
     try:
@@ -254,6 +311,9 @@ def main():
             f.write(message(entity))
         if args.instructions:
             instructions(args, tmp, data_md, data_field, entity)
+            return
+        if args.syscalls:
+            syscalls(args, tmp, data_md, data_field, entity)
             return
         names = ["nginx", "haproxy", "shardgate", "shardgate+field"] + (["baseline"] if args.baseline else [])
         runs = {n: [] for n in names}
