@@ -30,19 +30,19 @@ use std::task::{ready, Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// Bytes held before a write is sent at once, within the poll.
-pub const HELD_MAX: usize = 64 * 1024;
+/// Bytes held before a write is sent at once, within the poll; a write
+/// larger than this alone (a full DATA frame) goes straight to the socket.
+/// The size of `h2`'s own write buffer, and the memory a connection keeps
+/// for it: allocated at its first write and kept (one freed and allocated
+/// again each poll raised the proxy's peak memory over a large upload).
+pub const HELD_MAX: usize = 16 * 1024;
 
 /// The socket and the bytes written to it but not yet sent.
 #[derive(Debug)]
 struct Held<S> {
     io: S,
-    /// Allocated at a poll's first write, as large as the last poll's
-    /// writes (grown in steps, each a copy, it cost a gRPC call 900
-    /// instructions), and freed once sent: an idle connection holds none.
+    /// [`HELD_MAX`] bytes, allocated at the first write.
     bytes: Vec<u8>,
-    /// How many bytes the last send sent.
-    last: usize,
     /// A send that failed after `h2`'s poll had ended: reported to its
     /// next write or flush.
     failed: Option<io::Error>,
@@ -58,7 +58,7 @@ pub struct Cork<S>(Arc<Mutex<Held<S>>>);
 
 /// `io` split into the half for `h2` and the half that sends its writes.
 pub fn cork<S>(io: S) -> (Corked<S>, Cork<S>) {
-    let held = Arc::new(Mutex::new(Held { io, bytes: Vec::new(), last: 0, failed: None }));
+    let held = Arc::new(Mutex::new(Held { io, bytes: Vec::new(), failed: None }));
     (Corked(Arc::clone(&held)), Cork(held))
 }
 
@@ -106,10 +106,7 @@ impl<S: AsyncWrite + Unpin> Held<S> {
                 }
             }
         }
-        if !self.bytes.is_empty() {
-            self.last = self.bytes.len();
-            self.bytes = Vec::new();
-        }
+        self.bytes.clear();
         Pin::new(&mut self.io).poll_flush(cx)
     }
 
@@ -128,7 +125,7 @@ impl<S: AsyncWrite + Unpin> Held<S> {
             }
         }
         if self.bytes.capacity() == 0 {
-            self.bytes.reserve(self.last.min(HELD_MAX).max(len));
+            self.bytes.reserve_exact(HELD_MAX);
         }
         for b in bufs {
             self.bytes.extend_from_slice(b);
