@@ -89,16 +89,12 @@ impl<S: AsyncWrite + Unpin> Held<S> {
     fn send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let mut sent = 0;
         while sent < self.bytes.len() {
-            let written = match Pin::new(&mut self.io).poll_write(cx, &self.bytes[sent..]) {
-                Poll::Ready(Ok(0)) => Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
-                Poll::Ready(Ok(n)) => Poll::Ready(Ok(n)),
-                other => other,
-            };
-            match written {
-                Poll::Ready(Ok(n)) => sent += n,
-                Poll::Ready(Err(e)) => {
+            match Pin::new(&mut self.io).poll_write(cx, &self.bytes[sent..]) {
+                Poll::Ready(Ok(n)) if n > 0 => sent += n,
+                // An error, or a socket that takes nothing (`WriteZero`).
+                Poll::Ready(written) => {
                     self.bytes.clear();
-                    return Poll::Ready(Err(e));
+                    return Poll::Ready(Err(written.err().unwrap_or_else(|| io::ErrorKind::WriteZero.into())));
                 }
                 Poll::Pending => {
                     self.bytes.drain(..sent);
