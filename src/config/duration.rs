@@ -41,11 +41,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 impl fmt::Display for Dur {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ms = self.0.as_millis();
-        if ms != 0 && ms % 3_600_000 == 0 {
+        if ms != 0 && ms.is_multiple_of(3_600_000) {
             write!(f, "{}h", ms / 3_600_000)
-        } else if ms != 0 && ms % 60_000 == 0 {
+        } else if ms != 0 && ms.is_multiple_of(60_000) {
             write!(f, "{}m", ms / 60_000)
-        } else if ms % 1_000 == 0 {
+        } else if ms.is_multiple_of(1_000) {
             write!(f, "{}s", ms / 1_000)
         } else {
             write!(f, "{ms}ms")

@@ -96,7 +96,7 @@ impl Cursor {
         if input.len() > MAX_LEN {
             return Err(Malformed("too long"));
         }
-        if input.len() % 2 != 0 {
+        if !input.len().is_multiple_of(2) {
             return Err(Malformed("odd length"));
         }
         let mut bytes = Vec::with_capacity(input.len() / 2);
