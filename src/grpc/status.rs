@@ -63,7 +63,10 @@ pub fn is_call(head: &http::request::Parts) -> bool {
 /// the route's timeouts alone).
 pub fn timeout(headers: &http::HeaderMap) -> Option<std::time::Duration> {
     use std::time::Duration;
-    let v = headers.get("grpc-timeout")?.as_bytes();
+    // A name, not a `&str`: looked up by it, the map does not parse and
+    // lowercase the text on every call.
+    const GRPC_TIMEOUT: http::HeaderName = http::HeaderName::from_static("grpc-timeout");
+    let v = headers.get(GRPC_TIMEOUT)?.as_bytes();
     let (&unit, digits) = v.split_last()?;
     if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
         return None;
