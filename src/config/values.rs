@@ -146,6 +146,9 @@ pub struct Upstream {
     /// `Host` for requests to it: the host, and the port unless it is the
     /// scheme's default (what an HTTP client would send).
     pub host: http::HeaderValue,
+    /// The same as `host`, as an HTTP/2 request's `:authority` takes it
+    /// (parsed once here, not for every request).
+    pub authority: http::uri::Authority,
     /// `scheme://authority`: the key its kept connections are listed under
     /// (shared: an HTTP/2 stream names its connection list by it).
     pub pool_key: Arc<str>,
@@ -176,7 +179,13 @@ impl Upstream {
         };
         let uri: http::Uri = format!("{scheme}://{authority}").parse().ok()?;
         let pool_key = Arc::from(base(&uri));
-        Some(Upstream { uri, host: self.host.clone(), pool_key, server_name: Some(self.bare_host().into()) })
+        Some(Upstream {
+            uri,
+            host: self.host.clone(),
+            authority: self.authority.clone(),
+            pool_key,
+            server_name: Some(self.bare_host().into()),
+        })
     }
 
     /// Parses an upstream URL.
@@ -189,10 +198,11 @@ impl Upstream {
             },
             _ => return Err(format!("invalid upstream url {}: missing host", show(text))),
         };
-        let host = http::HeaderValue::from_str(&host)
-            .map_err(|_| format!("invalid upstream url {}: its host cannot be sent as Host", show(text)))?;
+        let unsendable = || format!("invalid upstream url {}: its host cannot be sent as Host", show(text));
+        let authority = http::uri::Authority::try_from(host.as_str()).map_err(|_| unsendable())?;
+        let host = http::HeaderValue::from_str(&host).map_err(|_| unsendable())?;
         let pool_key = Arc::from(base(&uri));
-        Ok(Upstream { uri, host, pool_key, server_name: None })
+        Ok(Upstream { uri, host, authority, pool_key, server_name: None })
     }
 }
 

@@ -177,7 +177,7 @@ pub(super) async fn forward<'t>(
         });
         let headers = traced.as_deref().map_or(headers, |(_, h)| h);
         let asked = if target.via_peer { &path } else { rewritten.as_ref().unwrap_or(&path) };
-        let out = Outgoing { method: &parts.method, target: asked.as_str(), host: &endpoint.host, headers, added };
+        let out = Outgoing { method: &parts.method, target: asked, host: &endpoint.host, headers, added };
         let attempt = Attempt { endpoint, admit, out, use_, limits: target.limits, count_5xx: !target.via_peer };
         let waiting = Waiting::on(target.loads.get(at));
         let replay = fence.replay(&b, target.via_peer);

@@ -142,7 +142,7 @@ where
 /// methods that never carry one without saying so (hyper's rule).
 fn write_head<B: Body>(w: &mut Vec<u8>, out: &Outgoing<'_>, body: &B) -> Upload {
     w.clear();
-    let framing = http1::write::request_head(w, out.method, out.target, out.host, out.headers, out.added);
+    let framing = http1::write::request_head(w, out.method, out.target.as_str(), out.host, out.headers, out.added);
     let upload = if framing.chunked {
         Upload::Chunked
     } else if framing.length {

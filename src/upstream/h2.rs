@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use h2::client::SendRequest;
 use h2::{RecvStream, SendStream};
+use http::uri::Scheme;
 use http::{header, HeaderValue, Request, Response};
 use hyper::body::Body;
 use tokio::sync::oneshot;
@@ -515,10 +516,15 @@ pub fn uri(at: &http::Uri, authority: &str, target: &str) -> String {
 /// `content-length` says a body's `length` when it is known and the
 /// client's did not (a body read whole from a chunked HTTP/1.1 request).
 fn request(endpoint: &Upstream, out: &Outgoing<'_>, length: Option<u64>) -> Result<Request<()>, String> {
-    // The endpoint's `Host` (its name, for one DNS found by address).
-    let authority = out.host.to_str().map_err(|e| e.to_string())?;
-    let uri = uri(&endpoint.uri, authority, out.target);
-    let mut req = Request::builder().method(out.method.clone()).uri(uri).body(()).map_err(|e| e.to_string())?;
+    // Made of parts already parsed: the endpoint's `Host` as its authority
+    // (its name, for one DNS found by address) and the target.
+    let mut uri = http::uri::Parts::default();
+    uri.scheme = Some(if endpoint.uri.scheme_str() == Some("h2") { Scheme::HTTPS } else { Scheme::HTTP });
+    uri.authority = Some(endpoint.authority.clone());
+    uri.path_and_query = Some(out.target.clone());
+    let mut req = Request::new(());
+    *req.method_mut() = out.method.clone();
+    *req.uri_mut() = http::Uri::from_parts(uri).map_err(|e| e.to_string())?;
     *req.version_mut() = http::Version::HTTP_2;
     let headers = req.headers_mut();
     headers.reserve(out.headers.len() + 6);

@@ -2,6 +2,7 @@
 //! HTTP/1.1 exchange ([`super::exchange`]) writes it as a head, the HTTP/2
 //! one ([`super::h2`]) as a header map.
 
+use http::uri::PathAndQuery;
 use http::{HeaderMap, HeaderValue, Method};
 
 use crate::http1;
@@ -14,7 +15,7 @@ pub struct Outgoing<'a> {
     /// Method.
     pub method: &'a Method,
     /// Origin-form target (`/path?query`).
-    pub target: &'a str,
+    pub target: &'a PathAndQuery,
     /// The endpoint's authority.
     pub host: &'a HeaderValue,
     /// Header fields, hop-by-hop ones removed already.

@@ -54,7 +54,8 @@ fn head_end(b: &[u8]) -> usize {
 async fn get(pool: &Pool, up: &Upstream, method: &Method) -> Result<(u16, Bytes), Box<dyn std::error::Error>> {
     let conn = plain(pool, up, LIMITS).await.map_err(|e| format!("{e:?}"))?;
     let headers = HeaderMap::new();
-    let out = outgoing(method, "/x", up, &headers);
+    let target = http::uri::PathAndQuery::from_static("/x");
+    let out = outgoing(method, &target, up, &headers);
     let resp = exchange(conn, &out, &mut Empty::<Bytes>::new()).await.map_err(|e| e.to_string())?;
     let status = resp.status().as_u16();
     Ok((status, resp.into_body().collect().await?.to_bytes()))
@@ -107,7 +108,8 @@ async fn connection_close_and_broken_bodies_are_never_reused() -> TestResult {
     let pool2 = pool;
     let conn = plain(&pool2, &up, LIMITS).await.map_err(|e| format!("{e:?}"))?;
     let headers = HeaderMap::new();
-    let out = outgoing(&Method::GET, "/x", &up, &headers);
+    let target = http::uri::PathAndQuery::from_static("/x");
+    let out = outgoing(&Method::GET, &target, &up, &headers);
     let resp = exchange(conn, &out, &mut Empty::<Bytes>::new()).await.map_err(|e| e.to_string())?;
     b.abort();
     let err = resp.into_body().collect().await.err().map(|e| e.to_string()).unwrap_or_default();
@@ -125,7 +127,8 @@ async fn invalid_response_heads_are_bad_responses() -> TestResult {
         let (up, _b) = scripted(vec![answer], 0).await?;
         let conn = plain(&pool(), &up, LIMITS).await.map_err(|e| format!("{e:?}"))?;
         let headers = HeaderMap::new();
-        let out = outgoing(&Method::GET, "/x", &up, &headers);
+        let target = http::uri::PathAndQuery::from_static("/x");
+        let out = outgoing(&Method::GET, &target, &up, &headers);
         match exchange(conn, &out, &mut Empty::<Bytes>::new()).await {
             Err(ExchangeError::BadResponse(_)) => {}
             other => {
@@ -144,7 +147,8 @@ async fn request_bodies_go_with_their_framing() -> TestResult {
     let (up, backend) = scripted(vec![b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"], 5).await?;
     let conn = plain(&pool(), &up, LIMITS).await.map_err(|e| format!("{e:?}"))?;
     let headers = HeaderMap::new();
-    let out = outgoing(&Method::POST, "/p", &up, &headers);
+    let target = http::uri::PathAndQuery::from_static("/p");
+    let out = outgoing(&Method::POST, &target, &up, &headers);
     let resp = exchange(conn, &out, &mut Full::new(Bytes::from("hello"))).await.map_err(|e| e.to_string())?;
     assert_eq!(resp.status(), 200);
     let seen = String::from_utf8(backend.await?)?;
@@ -156,7 +160,8 @@ async fn request_bodies_go_with_their_framing() -> TestResult {
     let conn = plain(&pool(), &up, LIMITS).await.map_err(|e| format!("{e:?}"))?;
     let mut headers = HeaderMap::new();
     headers.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
-    let out = outgoing(&Method::GET, "/p", &up, &headers);
+    let target = http::uri::PathAndQuery::from_static("/p");
+    let out = outgoing(&Method::GET, &target, &up, &headers);
     let resp = exchange(conn, &out, &mut Full::new(Bytes::from("hello"))).await.map_err(|e| e.to_string())?;
     assert_eq!(resp.status(), 200);
     let seen = String::from_utf8(backend.await?)?;
@@ -187,7 +192,8 @@ async fn an_answer_before_the_upload_ends_is_returned_and_the_connection_not_kep
     let conn = plain(&pool, &up, LIMITS).await.map_err(|e| format!("{e:?}"))?;
     let mut headers = HeaderMap::new();
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("1000000"));
-    let out = outgoing(&Method::POST, "/upload", &up, &headers);
+    let target = http::uri::PathAndQuery::from_static("/upload");
+    let out = outgoing(&Method::POST, &target, &up, &headers);
     let answer = tokio::time::timeout(Duration::from_secs(5), exchange(conn, &out, &mut Endless(false))).await?;
     let resp = answer.map_err(|e| e.to_string())?;
     assert_eq!(resp.status(), 413);
@@ -216,7 +222,8 @@ async fn a_kept_connection_closed_by_the_server_is_stale_for_a_get_only() -> Tes
         let conn = plain(&pool, &up, LIMITS).await.map_err(|e| format!("{e:?}"))?;
         assert!(conn.reused, "the kept connection is taken again");
         let headers = HeaderMap::new();
-        let out = outgoing(&method, "/x", &up, &headers);
+        let target = http::uri::PathAndQuery::from_static("/x");
+        let out = outgoing(&method, &target, &up, &headers);
         match exchange(conn, &out, &mut Empty::<Bytes>::new()).await {
             Err(ExchangeError::Stale(_)) if stale => {}
             Err(ExchangeError::Io(_)) if !stale => {}

@@ -69,7 +69,8 @@ pub(crate) async fn plain(pool: &Pool, up: &Upstream, limits: Limits) -> Result<
 async fn send(pool: &Pool, up: &Upstream, limits: Limits) -> Result<Response<ResponseBody>, String> {
     let conn = plain(pool, up, limits).await.map_err(|e| format!("{e:?}"))?;
     let headers = http::HeaderMap::new();
-    let out = outgoing(&http::Method::GET, "/x", up, &headers);
+    let target = http::uri::PathAndQuery::from_static("/x");
+    let out = outgoing(&http::Method::GET, &target, up, &headers);
     exchange(conn, &out, &mut Empty::<Bytes>::new()).await.map_err(|e| e.to_string())
 }
 
@@ -80,7 +81,7 @@ static NO_FIELDS: Added = Added::new();
 /// the exchange tests).
 pub(crate) fn outgoing<'a>(
     method: &'a http::Method,
-    target: &'a str,
+    target: &'a http::uri::PathAndQuery,
     up: &'a Upstream,
     headers: &'a http::HeaderMap,
 ) -> Outgoing<'a> {
