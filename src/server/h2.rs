@@ -84,8 +84,11 @@ async fn accept<H: Handler, S: ClientIo + 'static>(
         tokio::select! {
             accepted = conn.accept() => match accepted {
                 Some(Ok((req, respond))) => {
-                    // Boxed: spawning moves a pointer, not the stream's state.
-                    tokio::spawn(Box::pin(stream(Arc::clone(&handler), req, respond, info)));
+                    // Boxed: spawning moves a pointer, not the stream's state,
+                    // which is made in its box (`Box::pin(stream(..))` would
+                    // make it on the stack and copy its kilobytes there).
+                    let task = Box::write(Box::new_uninit(), stream(Arc::clone(&handler), req, respond, info));
+                    tokio::spawn(Box::into_pin(task));
                 }
                 Some(Err(e)) => return Err(e),
                 None => return Ok(()),
