@@ -344,8 +344,19 @@ mod tests {
         ] {
             let url = Upstream::parse(uri)?;
             assert_eq!(url.host, http::HeaderValue::from_static(host), "{uri}");
+            assert_eq!(url.authority.as_str(), host, "{uri}: HTTP/2's :authority is the Host");
             assert_eq!(&*url.pool_key, uri, "{uri}");
         }
+        Ok(())
+    }
+
+    #[test]
+    fn an_address_found_by_name_keeps_the_names_host() -> Result<(), String> {
+        let named = Upstream::parse("h2://grpc.example:50051")?;
+        let at = named.at("10.0.0.7".parse().map_err(|e| format!("{e}"))?).ok_or("no endpoint at the address")?;
+        assert_eq!(at.uri.authority().map(|a| a.as_str()), Some("10.0.0.7:50051"));
+        let name = "grpc.example:50051";
+        assert_eq!((at.host.to_str().ok(), at.authority.as_str()), (Some(name), name));
         Ok(())
     }
 }
