@@ -505,8 +505,17 @@ where
 /// TLS (`h2://`), else `http`, with `authority` (the endpoint's `Host`) and
 /// `target`.
 pub fn uri(at: &http::Uri, authority: &str, target: &str) -> String {
-    let scheme = if at.scheme_str() == Some("h2") { "https" } else { "http" };
-    format!("{scheme}://{authority}{target}")
+    format!("{}://{authority}{target}", scheme(at))
+}
+
+/// The scheme of an HTTP/2 request to the endpoint `at` names: `https` over
+/// TLS (`h2://`), else `http` (`h2c://`).
+fn scheme(at: &http::Uri) -> Scheme {
+    if at.scheme_str() == Some("h2") {
+        Scheme::HTTPS
+    } else {
+        Scheme::HTTP
+    }
 }
 
 /// The request head for `endpoint`: `:authority` is the endpoint's `Host`
@@ -519,7 +528,7 @@ fn request(endpoint: &Upstream, out: &Outgoing<'_>, length: Option<u64>) -> Resu
     // Made of parts already parsed: the endpoint's `Host` as its authority
     // (its name, for one DNS found by address) and the target.
     let mut uri = http::uri::Parts::default();
-    uri.scheme = Some(if endpoint.uri.scheme_str() == Some("h2") { Scheme::HTTPS } else { Scheme::HTTP });
+    uri.scheme = Some(scheme(&endpoint.uri));
     uri.authority = Some(endpoint.authority.clone());
     uri.path_and_query = Some(out.target.clone());
     let mut req = Request::new(());
