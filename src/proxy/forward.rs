@@ -8,7 +8,7 @@
 //! region with none left hands over to its failover region. Saturation
 //! never moves a request to another region.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use http::request::Parts;
 use http::uri::PathAndQuery;
@@ -100,11 +100,11 @@ fn settings<'t>(leg: &Leg<'t>) -> AttemptSettings<'t> {
 }
 
 /// The attempt settings of `leg`, and of a gRPC call (`call`) under its
-/// deadline (`bounded`, its policy within the deadline).
+/// deadline (`timeout`, its `grpc-timeout`; `bounded`, its policy within it).
 fn call_settings<'b>(
     leg: &Leg<'b>,
-    parts: &Parts,
     call: bool,
+    timeout: Option<Duration>,
     bounded: Option<&'b UpstreamPolicy>,
 ) -> AttemptSettings<'b> {
     let mut s = AttemptSettings { policy: bounded.unwrap_or(leg.policy), ..settings(leg) };
@@ -112,16 +112,18 @@ fn call_settings<'b>(
         // A streaming call's client may send its messages as slowly as its
         // conversation goes: no pace, its deadline bounds it.
         s.pace.min_rate = 0;
-        s.client_deadline = grpc::timeout(&parts.headers).map(|t| leg.started + t);
+        s.client_deadline = timeout.map(|t| leg.started + t);
     }
     s
 }
 
-/// A gRPC call's policy under its deadline (`grpc-timeout`), which bounds
-/// its attempts within the route's timeouts; `None` without one, or with
-/// one that shortens neither.
-fn deadline(parts: &Parts, policy: &UpstreamPolicy) -> Option<UpstreamPolicy> {
-    let t = grpc::timeout(&parts.headers).filter(|&t| t < policy.attempt_timeout.max(policy.request_timeout))?;
+/// A gRPC call's policy under its deadline (`t`, its `grpc-timeout`), which
+/// bounds its attempts within the route's timeouts; `None` when it shortens
+/// neither.
+fn deadline(t: Duration, policy: &UpstreamPolicy) -> Option<UpstreamPolicy> {
+    if t >= policy.attempt_timeout.max(policy.request_timeout) {
+        return None;
+    }
     Some(UpstreamPolicy {
         attempt_timeout: policy.attempt_timeout.min(t),
         request_timeout: policy.request_timeout.min(t),
@@ -142,8 +144,9 @@ pub(super) async fn forward<'t>(
 ) -> Result<Response<ResponseBody>, ProxyError> {
     let table = leg.table;
     let call = grpc::is_call(parts);
-    let bounded = call.then(|| deadline(parts, leg.policy)).flatten();
-    let s = call_settings(&leg, parts, call, bounded.as_ref());
+    let timeout = call.then(|| grpc::timeout(&parts.headers)).flatten();
+    let bounded = timeout.and_then(|t| deadline(t, leg.policy));
+    let s = call_settings(&leg, call, timeout, bounded.as_ref());
     let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
     let rewritten = leg.rewrite.map(|rule| rewrite::target(table, rule, &parts.method, &parts.uri)).transpose()?;
     let (body, use_) = prepare(parts, body, table, s.pace, call).await?;
