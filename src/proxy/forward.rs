@@ -223,12 +223,10 @@ struct Fence {
 impl Fence {
     /// A copy of `body` to send again, for a request to a peer.
     fn replay(&self, body: &UpstreamBody, via_peer: bool) -> Option<UpstreamBody> {
-        match body {
-            _ if self.used || !via_peer => None,
-            UpstreamBody::Empty => Some(UpstreamBody::Empty),
-            UpstreamBody::Whole(b) => Some(UpstreamBody::Whole(b.clone())),
-            UpstreamBody::Streamed(_) => None,
+        if self.used || !via_peer {
+            return None;
         }
+        body.again()
     }
 
     /// When `resp` is a peer's `421` naming an owner this table knows:

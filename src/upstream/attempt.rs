@@ -21,7 +21,7 @@ use super::h2::{H2Error, Unready, CONNECTIONS, H2};
 use super::health::{Admit, Health};
 use super::outgoing::Outgoing;
 use super::pool::{Full, Limits, Pool, PoolError, Use};
-use super::retry::RetryBudget;
+use super::retry::{is_idempotent, RetryBudget};
 use crate::config::settings::UpstreamPolicy;
 use crate::config::values::is_h2;
 use crate::routing::Upstream;
@@ -177,7 +177,8 @@ impl Upstreams {
     /// failed or timed out once the request was sent, an invalid response,
     /// a 5xx when `count_5xx`), never the client's half of the exchange nor
     /// the endpoint's limits. A kept connection the server turns out to have
-    /// closed is dropped and the next one taken (the body was not touched).
+    /// closed is dropped and the next one taken, when the request may go
+    /// again: its body untouched, or read whole and held for it.
     pub async fn attempt(
         &self,
         a: Attempt<'_>,
@@ -195,6 +196,9 @@ impl Upstreams {
             return Box::pin(self.attempt_h2(&a, body, s, watch.as_deref(), &record)).await;
         }
         let deadline = s.started + s.policy.request_timeout;
+        // A request whose repeat does no harm holds its body, when read
+        // whole (a count, not a copy), for a kept connection closed under it.
+        let again = if is_idempotent(a.out.method) { body.again() } else { None };
         loop {
             // Waiting for a connection is bounded on its own: the attempt's
             // timer, and the endpoint's blame, start once it has one.
@@ -218,8 +222,14 @@ impl Upstreams {
                     record(a.count_5xx && resp.status().is_server_error());
                     return Ok(resp);
                 }
-                Timed::Answered(Err(ExchangeError::Stale(e))) => {
-                    tracing::debug!(endpoint = %endpoint.uri, error = %e, "kept connection was closed; sending on another");
+                Timed::Answered(Err(ExchangeError::Stale { error, taken })) => {
+                    if taken {
+                        match again.as_ref().and_then(UpstreamBody::again) {
+                            Some(whole) => body = whole,
+                            None => return Err(failed(ExchangeError::Io(error), watch.as_deref(), endpoint, record)),
+                        }
+                    }
+                    tracing::debug!(endpoint = %endpoint.uri, %error, "kept connection was closed; sending on another");
                 }
                 Timed::Answered(Err(e)) => return Err(failed(e, watch.as_deref(), endpoint, record)),
                 Timed::Slow => return Err(Failure { error: AttemptError::BodyTimeout, unsent: None }),

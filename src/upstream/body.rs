@@ -212,6 +212,16 @@ pub enum UpstreamBody {
 }
 
 impl UpstreamBody {
+    /// A copy to send again: none of a body still arriving from its client
+    /// (it cannot be sent twice); one read whole costs a count, not a copy.
+    pub fn again(&self) -> Option<UpstreamBody> {
+        match self {
+            UpstreamBody::Empty => Some(UpstreamBody::Empty),
+            UpstreamBody::Whole(b) => Some(UpstreamBody::Whole(b.clone())),
+            UpstreamBody::Streamed(_) => None,
+        }
+    }
+
     /// The watch of a body still arriving from its client.
     pub fn watch(&self) -> Option<Arc<BodyWatch>> {
         match self {

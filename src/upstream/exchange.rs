@@ -42,11 +42,17 @@ const READ_CHUNK: usize = 16 * 1024;
 /// Why an exchange failed.
 #[derive(Debug)]
 pub enum ExchangeError {
-    /// A kept connection turned out closed before it carried the request:
-    /// the server closed it while it was idle. Nothing of the body was
-    /// taken and nothing was answered, so the request goes out again on
-    /// another connection, and the endpoint is not blamed.
-    Stale(String),
+    /// A kept connection turned out closed before it answered a request
+    /// whose repeat does no harm: the server closed it while it was idle.
+    /// The request goes out again on another connection, and the endpoint
+    /// is not blamed, if its body can go again: untouched (`taken` false),
+    /// or held whole by the caller.
+    Stale {
+        /// What the socket said.
+        error: String,
+        /// Whether frames of the body were taken (and are gone with the connection).
+        taken: bool,
+    },
     /// The connection failed (reset, closed) after the request was, or may
     /// have been, sent.
     Io(String),
@@ -59,7 +65,7 @@ pub enum ExchangeError {
 impl fmt::Display for ExchangeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ExchangeError::Stale(e) => write!(f, "kept connection closed before use: {e}"),
+            ExchangeError::Stale { error, .. } => write!(f, "kept connection closed before use: {error}"),
             ExchangeError::Io(e) => write!(f, "upstream connection failed: {e}"),
             ExchangeError::BadResponse(e) => write!(f, "invalid upstream response: {e}"),
             ExchangeError::ClientBody(e) => write!(f, "client body failed: {e}"),
@@ -76,8 +82,8 @@ enum Upload {
 }
 
 /// Sends the request (`out` and `body`) on `conn` and reads the response
-/// head. The body is borrowed: on [`ExchangeError::Stale`] it was not
-/// touched and can go out again as it is. The response's body reads the
+/// head. The body is borrowed: on [`ExchangeError::Stale`] it can go out
+/// again as it is unless it says it was taken. The response's body reads the
 /// rest from the connection, and gives the connection back to the pool
 /// when it ends, if the connection can carry another request.
 pub async fn exchange<B>(
@@ -100,12 +106,11 @@ where
     };
     let sent = std::future::poll_fn(|cx| send.poll(cx, &mut conn, body, out.method)).await;
     let stale = |send: &Send, conn: &Conn, e: String| {
-        // A kept connection that failed before any answer, with the
-        // request's body untouched: the server closed it while idle. It may
-        // still have seen the request, so only a method whose repeat does
-        // no harm (RFC 9110 §9.2.2) goes out again.
-        if conn.reused && conn.read.is_empty() && !send.touched && super::retry::is_idempotent(out.method) {
-            ExchangeError::Stale(e)
+        // A kept connection that failed before any answer: the server
+        // closed it while idle. It may still have seen the request, so only
+        // a method whose repeat does no harm (RFC 9110 §9.2.2) goes out again.
+        if conn.reused && conn.read.is_empty() && super::retry::is_idempotent(out.method) {
+            ExchangeError::Stale { error: e, taken: send.touched }
         } else {
             ExchangeError::Io(e)
         }

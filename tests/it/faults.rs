@@ -1,15 +1,23 @@
 //! Faults around the proxy on real sockets: broken backends (garbage status
-//! line, oversized response head, silence, a reset mid-body) and a
-//! partitioned peer region. Each test asserts the exact answer, that no
+//! line, oversized response head, silence, a reset mid-body, a kept
+//! connection closed as it is reused) and a partitioned peer region. Each test asserts the exact answer, that no
 //! request hangs, and that the proxy keeps serving afterwards. Reloads that
 //! fail are in `reload.rs`.
 
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
+use bytes::Bytes;
+use http::Request;
+use http_body_util::Full;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 
-use crate::support::{self, backend, bounded, get, iuid, proxy, raw_backend, table, BoxError, Running, TestResult};
+use crate::support::{
+    self, backend, bounded, get, iuid, proxy, raw_backend, send, table, BoxError, Running, TestResult,
+};
 
 async fn expect_problem(url: &str, status: u16, reason: &str) -> TestResult {
     let got = bounded(url).await?;
@@ -164,4 +172,75 @@ async fn a_partitioned_peer_region_fails_fast_and_is_marked_down() -> TestResult
     assert_eq!((got.status.as_u16(), got.header("x-backend-region")), (200, Some("us")));
     assert!(us_gw.hits() >= 1);
     Ok(())
+}
+
+/// A backend whose every connection answers one request (echoing its body),
+/// then reads the next and closes without answering it: its keep-alive
+/// timeout racing the proxy's reuse of the connection. Counts the requests
+/// it left unanswered.
+async fn answering_once() -> Result<(SocketAddr, Arc<AtomicUsize>), BoxError> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&dropped);
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let count = Arc::clone(&count);
+            tokio::spawn(async move {
+                let Some(body) = read_request(&mut s).await else { return };
+                let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nx-backend-region: kz\r\n\r\n", body.len());
+                if s.write_all(head.as_bytes()).await.is_err() || s.write_all(&body).await.is_err() {
+                    return;
+                }
+                if read_request(&mut s).await.is_some() {
+                    count.fetch_add(1, Ordering::SeqCst);
+                }
+            });
+        }
+    });
+    Ok((addr, dropped))
+}
+
+/// One request from `s`: its body (by `content-length`), `None` at the end.
+async fn read_request(s: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        if let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&seen[..end]).to_ascii_lowercase();
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|n| n.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            if seen.len() >= end + 4 + length {
+                return Some(seen[end + 4..end + 4 + length].to_vec());
+            }
+        }
+        match s.read(&mut buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => seen.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_put_on_a_kept_connection_the_backend_closes_goes_again_on_a_new_one() -> TestResult {
+    let (kz, dropped) = answering_once().await?;
+    let (eu, us) = (backend("eu").await?, backend("us").await?);
+    let p = proxy(&table(eu.addr, kz, us.addr, "upstream: { retries: 0, health: { interval: 0s } }")).await?;
+    let url = p.url(&format!("/v1/orders/{}", iuid(7)));
+    // Every write after the first may find its kept connection closed under
+    // it; each is answered with its own body all the same.
+    for n in 0..10 {
+        let body = format!("{{\"write\":{n}}}");
+        let got = send(Request::put(&url).body(Full::new(Bytes::from(body.clone())))?).await?;
+        assert_eq!(got.status, 200, "write {n}: {}", String::from_utf8_lossy(&got.body));
+        assert_eq!(got.body, body.as_bytes(), "write {n}");
+        if dropped.load(Ordering::SeqCst) > 0 {
+            break;
+        }
+    }
+    assert!(dropped.load(Ordering::SeqCst) > 0, "no write found its kept connection closed");
+    serves_others(&p).await
 }

@@ -203,7 +203,7 @@ async fn an_answer_before_the_upload_ends_is_returned_and_the_connection_not_kep
 }
 
 #[tokio::test]
-async fn a_kept_connection_closed_by_the_server_is_stale_for_a_get_only() -> TestResult {
+async fn a_kept_connection_closed_by_the_server_is_stale_for_idempotent_methods_only() -> TestResult {
     // The server answers, then closes without `Connection: close`.
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let up = endpoint(listener.local_addr()?)?;
@@ -218,16 +218,19 @@ async fn a_kept_connection_closed_by_the_server_is_stale_for_a_get_only() -> Tes
     });
     let pool = pool();
     assert_eq!(get(&pool, &up, &Method::GET).await?.0, 200);
-    for (method, stale) in [(Method::GET, true), (Method::POST, false)] {
+    // (method, body, the error: stale with the body taken or not, or `None`: failed).
+    let cases: [(Method, &'static [u8], Option<bool>); 3] =
+        [(Method::GET, b"", Some(false)), (Method::PUT, b"{}", Some(true)), (Method::POST, b"", None)];
+    for (method, body, stale) in cases {
         let conn = plain(&pool, &up, LIMITS).await.map_err(|e| format!("{e:?}"))?;
         assert!(conn.reused, "the kept connection is taken again");
         let headers = HeaderMap::new();
         let target = http::uri::PathAndQuery::from_static("/x");
         let out = outgoing(&method, &target, &up, &headers);
-        match exchange(conn, &out, &mut Empty::<Bytes>::new()).await {
-            Err(ExchangeError::Stale(_)) if stale => {}
-            Err(ExchangeError::Io(_)) if !stale => {}
-            other => return Err(format!("{method}: got {other:?}").into()),
+        match (exchange(conn, &out, &mut Full::new(Bytes::from_static(body))).await, stale) {
+            (Err(ExchangeError::Stale { taken, .. }), Some(want)) if taken == want => {}
+            (Err(ExchangeError::Io(_)), None) => {}
+            (other, _) => return Err(format!("{method}: got {other:?}").into()),
         }
         // A fresh connection for the next round, then it is kept again.
         assert_eq!(get(&pool, &up, &Method::GET).await?.0, 200);
