@@ -137,7 +137,8 @@ pub struct UpstreamSettings {
     pub attempt_timeout: Dur,
     /// Timeout of the whole request, retries included.
     pub request_timeout: Dur,
-    /// How long idle pooled connections are kept.
+    /// How long idle pooled connections are kept: below the upstreams' own
+    /// keep-alive wait (a shardgate peer's is its `server.header_read_timeout`).
     pub pool_idle_timeout: Dur,
     /// Retries after the first attempt (safe cases only).
     pub retries: u32,
@@ -227,7 +228,7 @@ impl Default for UpstreamSettings {
             connect_timeout: Dur(Duration::from_secs(2)),
             attempt_timeout: Dur(Duration::from_secs(10)),
             request_timeout: Dur(Duration::from_secs(15)),
-            pool_idle_timeout: Dur(Duration::from_secs(90)),
+            pool_idle_timeout: Dur(Duration::from_secs(8)),
             retries: 1,
             retry_budget: RetryBudget::default(),
             health: HealthChecks::default(),
