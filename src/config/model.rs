@@ -67,6 +67,14 @@ impl Config {
                     .to_string(),
             );
         }
+        if peers && fixed.pool_idle_timeout >= fixed.header_read_timeout {
+            out.push(format!(
+                "upstream.pool_idle_timeout ({:?}) is not below server.header_read_timeout ({:?}): a peer with \
+                 these settings closes a kept connection first, and a request that reuses it as it closes \
+                 can fail (keep pool_idle_timeout below the peers' header_read_timeout)",
+                fixed.pool_idle_timeout, fixed.header_read_timeout
+            ));
+        }
         out
     }
 }

@@ -178,6 +178,34 @@ fn config_check_warns_of_a_mesh_peer_that_trusts_no_peer() -> Result<(), Box<dyn
 }
 
 #[test]
+fn config_check_warns_of_a_pool_that_keeps_connections_a_peer_closes_first() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let table = |settings: &str| {
+        format!(
+            "version: 1\nregion: eu\nmesh: {{ trusted_peers: [\"10.0.0.0/8\"] }}\n{settings}regions:\n  \
+             eu: {{ upstreams: [\"http://127.0.0.1:1\"] }}\n  kz: {{ peer: \"http://127.0.0.1:2\" }}\nroutes: []\n"
+        )
+    };
+    // The defaults, a pool kept as long as a peer waits, and one kept longer.
+    let cases = [
+        ("", false),
+        ("upstream: { pool_idle_timeout: 10s }\n", true),
+        ("upstream: { pool_idle_timeout: 90s }\nserver: { header_read_timeout: 30s }\n", true),
+        ("upstream: { pool_idle_timeout: 20s }\nserver: { header_read_timeout: 30s }\n", false),
+    ];
+    for (settings, warned) in cases {
+        let file = dir.path().join("t.yaml");
+        std::fs::write(&file, table(settings))?;
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        assert_eq!(run_check(&file, false, &mut out, &mut err), 0);
+        let err = String::from_utf8_lossy(&err);
+        let said = err.contains("warning: upstream.pool_idle_timeout");
+        assert_eq!(said, warned, "{settings}: {err}");
+    }
+    Ok(())
+}
+
+#[test]
 fn config_hostile_inputs_are_rejected_quickly() {
     let mut laughs = String::from("version: 1\na0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
     for i in 1..10 {
