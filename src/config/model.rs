@@ -12,7 +12,7 @@ use http::{HeaderName, Method};
 
 pub use super::fields::{FieldValue, ValuePiece, Var};
 use super::settings::Settings;
-use super::values::Upstream;
+use super::values::{is_h2, Upstream};
 use crate::ids::{Format, Params};
 
 /// A loaded and validated routing table.
@@ -67,7 +67,9 @@ impl Config {
                     .to_string(),
             );
         }
-        if peers && fixed.pool_idle_timeout >= fixed.header_read_timeout {
+        // Peers over HTTP/2 keep their connections in no pool of these.
+        let pooled_peers = self.regions.iter().filter_map(|r| r.peer.as_ref()).any(|p| !is_h2(p.uri.scheme_str()));
+        if pooled_peers && fixed.pool_idle_timeout >= fixed.header_read_timeout {
             out.push(format!(
                 "upstream.pool_idle_timeout ({:?}) is not below server.header_read_timeout ({:?}): a peer with \
                  these settings closes a kept connection first, and a request that reuses it as it closes \

@@ -2,7 +2,7 @@
 //! ([`super::pool`]), the exchange on it ([`super::exchange`]), with its
 //! timeout, passive health and the retry budget. A kept connection the
 //! server closed while it was idle costs no attempt: the request goes out
-//! again on the next one.
+//! again on the next one, twice at most.
 //!
 //! Which endpoint comes next, and whether a failed attempt is tried again
 //! (another endpoint, or the failover region), is the caller's loop: an
@@ -25,6 +25,12 @@ use super::retry::{is_idempotent, RetryBudget};
 use crate::config::settings::UpstreamPolicy;
 use crate::config::values::is_h2;
 use crate::routing::Upstream;
+
+/// Most kept connections one attempt sends its request again after, each
+/// found closed under it: beyond them the failure is the endpoint's. A
+/// server that closes every connection a request reaches it on would
+/// otherwise receive it once per kept connection.
+const STALE_RESENDS: u32 = 2;
 
 /// The upstream connections, the round-robin cursor and the retry budget.
 #[derive(Debug)]
@@ -177,8 +183,9 @@ impl Upstreams {
     /// failed or timed out once the request was sent, an invalid response,
     /// a 5xx when `count_5xx`), never the client's half of the exchange nor
     /// the endpoint's limits. A kept connection the server turns out to have
-    /// closed is dropped and the next one taken, when the request may go
-    /// again: its body untouched, or read whole and held for it.
+    /// closed is dropped and the next one taken (twice at most), when the
+    /// request may go again: its body untouched, or read whole and held for
+    /// it.
     pub async fn attempt(
         &self,
         a: Attempt<'_>,
@@ -199,6 +206,9 @@ impl Upstreams {
         // A request whose repeat does no harm holds its body, when read
         // whole (a count, not a copy), for a kept connection closed under it.
         let again = if is_idempotent(a.out.method) { body.again() } else { None };
+        // Kept connections found closed under the request: each may have
+        // carried it to the server, so after one it is no longer unsent.
+        let mut stale = 0;
         loop {
             // Waiting for a connection is bounded on its own: the attempt's
             // timer, and the endpoint's blame, start once it has one.
@@ -208,13 +218,13 @@ impl Upstreams {
                 Err(PoolError::Connect(e)) => {
                     tracing::debug!(endpoint = %endpoint.uri, error = %e, "upstream connect failed");
                     record(true);
-                    return Err(Failure { error: AttemptError::Connect, unsent: Some(body) });
+                    return Err(Failure { error: AttemptError::Connect, unsent: (stale == 0).then_some(body) });
                 }
                 Err(PoolError::Saturated(_)) if Instant::now() >= deadline => {
                     return Err(Failure { error: AttemptError::RequestTimeout, unsent: None });
                 }
                 Err(PoolError::Saturated(full)) => {
-                    return Err(Failure { error: AttemptError::Saturated(full), unsent: Some(body) });
+                    return Err(Failure { error: AttemptError::Saturated(full), unsent: (stale == 0).then_some(body) });
                 }
             };
             match timed(exchange(conn, &a.out, &mut body), watch.as_deref(), s).await {
@@ -223,6 +233,10 @@ impl Upstreams {
                     return Ok(resp);
                 }
                 Timed::Answered(Err(ExchangeError::Stale { error, taken })) => {
+                    stale += 1;
+                    if stale > STALE_RESENDS {
+                        return Err(failed(ExchangeError::Io(error), watch.as_deref(), endpoint, record));
+                    }
                     if taken {
                         match again.as_ref().and_then(UpstreamBody::again) {
                             Some(whole) => body = whole,

@@ -180,27 +180,29 @@ fn config_check_warns_of_a_mesh_peer_that_trusts_no_peer() -> Result<(), Box<dyn
 #[test]
 fn config_check_warns_of_a_pool_that_keeps_connections_a_peer_closes_first() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
-    let table = |settings: &str| {
+    let table = |settings: &str, scheme: &str| {
         format!(
             "version: 1\nregion: eu\nmesh: {{ trusted_peers: [\"10.0.0.0/8\"] }}\n{settings}regions:\n  \
-             eu: {{ upstreams: [\"http://127.0.0.1:1\"] }}\n  kz: {{ peer: \"http://127.0.0.1:2\" }}\nroutes: []\n"
+             eu: {{ upstreams: [\"http://127.0.0.1:1\"] }}\n  kz: {{ peer: \"{scheme}://127.0.0.1:2\" }}\nroutes: []\n"
         )
     };
-    // The defaults, a pool kept as long as a peer waits, and one kept longer.
+    // The defaults, a pool kept as long as a peer waits, one kept longer,
+    // one shorter, and an HTTP/2 peer (whose connections are in no pool).
     let cases = [
-        ("", false),
-        ("upstream: { pool_idle_timeout: 10s }\n", true),
-        ("upstream: { pool_idle_timeout: 90s }\nserver: { header_read_timeout: 30s }\n", true),
-        ("upstream: { pool_idle_timeout: 20s }\nserver: { header_read_timeout: 30s }\n", false),
+        ("", "http", false),
+        ("upstream: { pool_idle_timeout: 10s }\n", "http", true),
+        ("upstream: { pool_idle_timeout: 90s }\nserver: { header_read_timeout: 30s }\n", "https", true),
+        ("upstream: { pool_idle_timeout: 20s }\nserver: { header_read_timeout: 30s }\n", "http", false),
+        ("upstream: { pool_idle_timeout: 90s }\n", "h2c", false),
     ];
-    for (settings, warned) in cases {
+    for (settings, scheme, warned) in cases {
         let file = dir.path().join("t.yaml");
-        std::fs::write(&file, table(settings))?;
+        std::fs::write(&file, table(settings, scheme))?;
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        assert_eq!(run_check(&file, false, &mut out, &mut err), 0);
+        assert_eq!(run_check(&file, false, &mut out, &mut err), 0, "{settings} {scheme}");
         let err = String::from_utf8_lossy(&err);
         let said = err.contains("warning: upstream.pool_idle_timeout");
-        assert_eq!(said, warned, "{settings}: {err}");
+        assert_eq!(said, warned, "{settings} {scheme}: {err}");
     }
     Ok(())
 }

@@ -43,6 +43,9 @@ async fn with_kz(kz: &Running, extra: &str) -> Result<(Running, Running, Running
     Ok((p, eu, us))
 }
 
+/// No retries beyond the attempt, no health checks' own connections.
+const NO_RETRIES: &str = "upstream: { retries: 0, health: { interval: 0s } }";
+
 const UPSTREAM: &str = "upstream: { attempt_timeout: 500ms, request_timeout: 2s, retries: 0, eject_after: 0 }";
 
 async fn serves_others(p: &Running) -> TestResult {
@@ -174,20 +177,23 @@ async fn a_partitioned_peer_region_fails_fast_and_is_marked_down() -> TestResult
     Ok(())
 }
 
-/// A backend whose every connection answers one request (echoing its body),
-/// then reads the next and closes without answering it: its keep-alive
-/// timeout racing the proxy's reuse of the connection. Counts the requests
-/// it left unanswered.
-async fn answering_once() -> Result<(SocketAddr, Arc<AtomicUsize>), BoxError> {
+/// A backend whose every connection answers one request (echoing its body;
+/// the first answers once `together` connections have a request), then reads
+/// the next and closes without answering it: its keep-alive timeout racing
+/// the proxy's reuse of the connection. Counts the requests it left
+/// unanswered.
+async fn answering_once(together: usize) -> Result<(SocketAddr, Arc<AtomicUsize>), BoxError> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let dropped = Arc::new(AtomicUsize::new(0));
     let count = Arc::clone(&dropped);
+    let first = Arc::new(tokio::sync::Barrier::new(together));
     tokio::spawn(async move {
         while let Ok((mut s, _)) = listener.accept().await {
-            let count = Arc::clone(&count);
+            let (count, first) = (Arc::clone(&count), Arc::clone(&first));
             tokio::spawn(async move {
                 let Some(body) = read_request(&mut s).await else { return };
+                first.wait().await;
                 let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nx-backend-region: kz\r\n\r\n", body.len());
                 if s.write_all(head.as_bytes()).await.is_err() || s.write_all(&body).await.is_err() {
                     return;
@@ -226,9 +232,9 @@ async fn read_request(s: &mut TcpStream) -> Option<Vec<u8>> {
 
 #[tokio::test]
 async fn a_put_on_a_kept_connection_the_backend_closes_goes_again_on_a_new_one() -> TestResult {
-    let (kz, dropped) = answering_once().await?;
+    let (kz, dropped) = answering_once(1).await?;
     let (eu, us) = (backend("eu").await?, backend("us").await?);
-    let p = proxy(&table(eu.addr, kz, us.addr, "upstream: { retries: 0, health: { interval: 0s } }")).await?;
+    let p = proxy(&table(eu.addr, kz, us.addr, NO_RETRIES)).await?;
     let url = p.url(&format!("/v1/orders/{}", iuid(7)));
     // Every write after the first may find its kept connection closed under
     // it; each is answered with its own body all the same.
@@ -242,5 +248,30 @@ async fn a_put_on_a_kept_connection_the_backend_closes_goes_again_on_a_new_one()
         }
     }
     assert!(dropped.load(Ordering::SeqCst) > 0, "no write found its kept connection closed");
+    // A POST is never sent twice: the server may have acted on it.
+    let before = dropped.load(Ordering::SeqCst);
+    let got = send(Request::post(&url).body(Full::new(Bytes::from_static(b"{}")))?).await?;
+    assert_eq!(got.status, 502, "{}", String::from_utf8_lossy(&got.body));
+    assert_eq!(got.json()?["reason"], "upstream_failed");
+    assert_eq!(dropped.load(Ordering::SeqCst), before + 1, "the POST reached the backend once");
+    serves_others(&p).await
+}
+
+#[tokio::test]
+async fn a_request_goes_again_on_at_most_two_more_kept_connections_the_backend_closes() -> TestResult {
+    // Three writes at once, answered together: three kept connections.
+    let (kz, dropped) = answering_once(3).await?;
+    let (eu, us) = (backend("eu").await?, backend("us").await?);
+    let p = proxy(&table(eu.addr, kz, us.addr, NO_RETRIES)).await?;
+    let url = p.url(&format!("/v1/orders/{}", iuid(7)));
+    let put = || async { send(Request::put(&url).body(Full::new(Bytes::from_static(b"{}")))?).await };
+    let (a, b, c) = tokio::join!(put(), put(), put());
+    for got in [a?, b?, c?] {
+        assert_eq!(got.status, 200, "{}", String::from_utf8_lossy(&got.body));
+    }
+    // The next finds each closed under it: sent on the third, then failed.
+    let got = send(Request::put(&url).body(Full::new(Bytes::from_static(b"{}")))?).await?;
+    assert_eq!(got.status, 502, "{}", String::from_utf8_lossy(&got.body));
+    assert_eq!(dropped.load(Ordering::SeqCst), 3, "the write reached the backend on three connections");
     serves_others(&p).await
 }
