@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::support::{
-    self, backend, bounded, get, iuid, proxy, raw_backend, send, table, BoxError, Running, TestResult,
+    self, backend, bounded, get, iuid, proxy, raw_backend, read_sized, send, table, BoxError, Running, TestResult,
 };
 
 async fn expect_problem(url: &str, status: u16, reason: &str) -> TestResult {
@@ -192,42 +192,19 @@ async fn answering_once(together: usize) -> Result<(SocketAddr, Arc<AtomicUsize>
         while let Ok((mut s, _)) = listener.accept().await {
             let (count, first) = (Arc::clone(&count), Arc::clone(&first));
             tokio::spawn(async move {
-                let Some(body) = read_request(&mut s).await else { return };
+                let Ok((_, body)) = read_sized(&mut s).await else { return };
                 first.wait().await;
                 let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nx-backend-region: kz\r\n\r\n", body.len());
                 if s.write_all(head.as_bytes()).await.is_err() || s.write_all(&body).await.is_err() {
                     return;
                 }
-                if read_request(&mut s).await.is_some() {
+                if read_sized(&mut s).await.is_ok() {
                     count.fetch_add(1, Ordering::SeqCst);
                 }
             });
         }
     });
     Ok((addr, dropped))
-}
-
-/// One request from `s`: its body (by `content-length`), `None` at the end.
-async fn read_request(s: &mut TcpStream) -> Option<Vec<u8>> {
-    let mut seen = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        if let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&seen[..end]).to_ascii_lowercase();
-            let length = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|n| n.trim().parse::<usize>().ok())
-                .unwrap_or(0);
-            if seen.len() >= end + 4 + length {
-                return Some(seen[end + 4..end + 4 + length].to_vec());
-            }
-        }
-        match s.read(&mut buf).await {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => seen.extend_from_slice(&buf[..n]),
-        }
-    }
 }
 
 #[tokio::test]
@@ -270,7 +247,7 @@ async fn a_request_goes_again_on_at_most_two_more_kept_connections_the_backend_c
         assert_eq!(got.status, 200, "{}", String::from_utf8_lossy(&got.body));
     }
     // The next finds each closed under it: sent on the third, then failed.
-    let got = send(Request::put(&url).body(Full::new(Bytes::from_static(b"{}")))?).await?;
+    let got = put().await?;
     assert_eq!(got.status, 502, "{}", String::from_utf8_lossy(&got.body));
     assert_eq!(dropped.load(Ordering::SeqCst), 3, "the write reached the backend on three connections");
     serves_others(&p).await

@@ -10,11 +10,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::support::{
-    backend, draining_proxy, proxy, raw, raw_backend, read_until_closed, table, three_backends, BoxError, Draining,
-    Running, TestResult,
+    backend, draining_proxy, field, proxy, raw, raw_backend, read_head, read_sized, read_until_closed, table,
+    three_backends, BoxError, Draining, Running, TestResult, WAIT,
 };
-
-const WAIT: Duration = Duration::from_secs(5);
 
 /// An iUID of country 7 (KZ, served by the kz backend).
 fn id() -> String {
@@ -46,11 +44,6 @@ fn next_response(bytes: &[u8]) -> Option<(u16, String, Vec<u8>, &[u8])> {
     Some((status, head, rest.to_vec(), &[]))
 }
 
-/// A header field's value in a lowercased head.
-fn field(head: &str, name: &str) -> Option<String> {
-    head.lines().find_map(|l| l.split_once(':').filter(|(k, _)| *k == name).map(|(_, v)| v.trim().to_string()))
-}
-
 /// A chunked body decoded (no extensions or trailers expected), and what follows it.
 fn dechunk(mut bytes: &[u8]) -> Option<(Vec<u8>, &[u8])> {
     let mut body = Vec::new();
@@ -64,27 +57,6 @@ fn dechunk(mut bytes: &[u8]) -> Option<(Vec<u8>, &[u8])> {
         body.extend_from_slice(bytes.get(..size)?);
         bytes = bytes.get(size + 2..)?;
     }
-}
-
-/// Reads one response head (through its blank line).
-async fn read_head(s: &mut TcpStream) -> Result<String, BoxError> {
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        if tokio::time::timeout(WAIT, s.read(&mut byte)).await?? == 0 {
-            return Err(format!("closed after {:?}", String::from_utf8_lossy(&head)).into());
-        }
-        head.push(byte[0]);
-    }
-    Ok(String::from_utf8_lossy(&head).into_owned())
-}
-
-/// Reads one response with a `Content-Length` body: its head (lowercased) and body.
-async fn read_sized(s: &mut TcpStream) -> Result<(String, Vec<u8>), BoxError> {
-    let head = read_head(s).await?.to_ascii_lowercase();
-    let mut body = vec![0u8; field(&head, "content-length").ok_or("no length")?.parse()?];
-    s.read_exact(&mut body).await?;
-    Ok((head, body))
 }
 
 #[tokio::test]

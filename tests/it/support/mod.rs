@@ -460,6 +460,35 @@ pub async fn read_until_closed(s: &mut tokio::net::TcpStream, wait: Duration) ->
     }
 }
 
+/// How long a raw exchange waits for the peer's next bytes.
+pub const WAIT: Duration = Duration::from_secs(5);
+
+/// A header field's value in a lowercased head.
+pub fn field(head: &str, name: &str) -> Option<String> {
+    head.lines().find_map(|l| l.split_once(':').filter(|(k, _)| *k == name).map(|(_, v)| v.trim().to_string()))
+}
+
+/// Reads one message head (through its blank line).
+pub async fn read_head(s: &mut tokio::net::TcpStream) -> Result<String, BoxError> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if tokio::time::timeout(WAIT, tokio::io::AsyncReadExt::read(s, &mut byte)).await?? == 0 {
+            return Err(format!("closed after {:?}", String::from_utf8_lossy(&head)).into());
+        }
+        head.push(byte[0]);
+    }
+    Ok(String::from_utf8_lossy(&head).into_owned())
+}
+
+/// Reads one message with a `Content-Length` body: its head (lowercased) and body.
+pub async fn read_sized(s: &mut tokio::net::TcpStream) -> Result<(String, Vec<u8>), BoxError> {
+    let head = read_head(s).await?.to_ascii_lowercase();
+    let mut body = vec![0u8; field(&head, "content-length").ok_or("no length")?.parse()?];
+    tokio::io::AsyncReadExt::read_exact(s, &mut body).await?;
+    Ok((head, body))
+}
+
 /// A fake upstream on raw TCP, for faults hyper would not produce: for
 /// every connection it reads the request head, counts a hit (health checks
 /// excepted), then runs `behaviour` on the socket.
