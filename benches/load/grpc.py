@@ -17,16 +17,21 @@ repetition, in turn, and the table shows medians and the same-repetition
 ratios to nginx.
 
     benches/load/grpc.py [--reps 7] [--calls 200000] [--connections 16] [--streams 10] [--shardgate BINARY]
-                         [--baseline OLD_BINARY]
-    benches/load/grpc.py --instructions [--calls 20000] [--shardgate BINARY]
+                         [--baseline OLD_BINARY] [--same-fields]
+    benches/load/grpc.py --instructions [--calls 20000] [--shardgate BINARY] [--same-fields]
     benches/load/grpc.py --syscalls [--calls 100000] [--shardgate BINARY] [--baseline OLD_BINARY]
 
 --baseline runs an older shardgate binary too (routed by metadata) in
 every repetition, and prints the same-repetition ratios of the two.
 
---instructions counts shardgate's user-space instructions a call under
-callgrind instead (routed by metadata, then by the message field), the
-steady figure for what the field costs.
+--same-fields has nginx and HAProxy add the fields shardgate adds to each
+call and answer (X-Forwarded-For/Proto/Host, a request id, Via), so that
+the three hand the backend and h2load the same work.
+
+--instructions counts user-space instructions a call under callgrind
+instead: shardgate's (routed by metadata, then by the message field, the
+steady figure for what the field costs) and HAProxy's (by metadata), the
+steady figure against it.
 
 --syscalls counts, once per proxy (HAProxy, shardgate, the baseline), the
 proxy's socket system calls a call with `perf stat` on the syscall
@@ -65,7 +70,17 @@ def regex(country):
     return f"^{c.ID_RE}{country:02x}-"
 
 
-def nginx_conf(tmp):
+# With --same-fields, nginx and HAProxy add to each call and answer the fields
+# shardgate adds (X-Forwarded-*, a request id, Via), as compare.py's option
+# does for HTTP/1.1; without it they add nothing, as a bare configuration does.
+NGINX_SAME_FIELDS = """
+      grpc_set_header X-Forwarded-For $proxy_add_x_forwarded_for; grpc_set_header X-Forwarded-Proto $scheme;
+      grpc_set_header X-Forwarded-Host $http_host; grpc_set_header X-Request-Id $request_id;
+      grpc_set_header Via "2 nginx"; add_header X-Request-Id $request_id; add_header Via "2 nginx";"""
+HAPROXY_SAME_FIELDS = c.HAPROXY_SAME_FIELDS.replace('"1.1 haproxy"', '"2 haproxy"')
+
+
+def nginx_conf(tmp, same_fields=False):
     ups = "\n".join(f"  upstream {r} {{ server 127.0.0.1:{p}; keepalive 64; }}" for r, p in PORTS.items())
     hdr = "\n".join(f'    "~{regex(cc)}" {r};' for r, cc in c.REGIONS.items())
     return f"""daemon off; worker_processes 1; pid {tmp}/nginx.pid; error_log {tmp}/nginx.err;
@@ -83,14 +98,14 @@ http {{
     keepalive_requests 1000000;
     location / {{
       if ($owner = "") {{ return 400; }}
-      grpc_pass grpc://$owner;
+      grpc_pass grpc://$owner;{NGINX_SAME_FIELDS if same_fields else ""}
     }}
   }}
 }}
 """
 
 
-def haproxy_conf():
+def haproxy_conf(same_fields=False):
     acls = []
     for r, cc in c.REGIONS.items():
         acls.append(f"  acl h_{r} req.hdr(x-entity-id) -m reg {regex(cc)}")
@@ -107,7 +122,7 @@ defaults
   timeout server 30s
 frontend fe
   bind 127.0.0.1:{PROXY_PORT} proto h2
-{chr(10).join(acls)}
+{HAPROXY_SAME_FIELDS if same_fields else ""}{chr(10).join(acls)}
   default_backend none
 backend none
   http-request deny deny_status 400
@@ -198,12 +213,12 @@ def run_one(name, args, tmp, data_md, data_field, entity, shardgate, syscalls=Fa
     if name == "nginx":
         conf = os.path.join(tmp, "nginx.conf")
         with open(conf, "w") as f:
-            f.write(nginx_conf(tmp))
+            f.write(nginx_conf(tmp, args.same_fields))
         proc = c.start([c.NGINX, "-c", conf, "-p", tmp], c.PROXY_CORE)
     elif name == "haproxy":
         conf = os.path.join(tmp, "haproxy.cfg")
         with open(conf, "w") as f:
-            f.write(haproxy_conf())
+            f.write(haproxy_conf(args.same_fields))
         proc = c.start([c.HAPROXY, "-f", conf, "-db"], c.PROXY_CORE)
     else:
         conf = os.path.join(tmp, "shardgate.yaml")
@@ -255,21 +270,29 @@ def syscalls(args, tmp, data_md, data_field, entity):
 
 
 def instructions(args, tmp, data_md, data_field, entity):
-    """Instructions a call of shardgate under callgrind, by metadata and by field."""
+    """Instructions a call under callgrind: shardgate by metadata and by field,
+    then HAProxy routing by metadata (with --same-fields, adding shardgate's
+    fields), the steady figure beside the load run's CPU."""
     conf = os.path.join(tmp, "shardgate.yaml")
     with open(conf, "w") as f:
         f.write(shardgate_conf())
+    hconf = os.path.join(tmp, "haproxy.cfg")
+    with open(hconf, "w") as f:
+        f.write(haproxy_conf(args.same_fields))
+    own = [args.shardgate, "--threads", "1", "serve", "-c", conf]
     counted = {}
-    for mode, path, data, md in [("metadata", "/bench.Echo/Call", data_md, entity),
-                                 ("field", "/field.Echo/Call", data_field, None)]:
-        out = os.path.join(tmp, f"callgrind.{mode}")
+    for name, command, path, data, md in [
+            ("shardgate metadata", own, "/bench.Echo/Call", data_md, entity),
+            ("shardgate field", own, "/field.Echo/Call", data_field, None),
+            ("haproxy metadata", [c.HAPROXY, "-f", hconf, "-db"], "/bench.Echo/Call", data_md, entity)]:
+        out = os.path.join(tmp, "callgrind." + name.replace(" ", "."))
         proc = c.start(["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
-                        args.shardgate, "--threads", "1", "serve", "-c", conf], c.PROXY_CORE)
+                        *command], c.PROXY_CORE)
         try:
             c.wait_port(PROXY_PORT, proc, timeout=120)
             answered = check(path, data, md)
             if answered != "kz":
-                raise RuntimeError(f"{mode}: a call for kz was answered by {answered!r}")
+                raise RuntimeError(f"{name}: a call for kz was answered by {answered!r}")
             ins.callgrind_control("-i", "on", proc.pid)
             ok, failed, _ = h2load(args, data, path, md)
         finally:
@@ -277,10 +300,13 @@ def instructions(args, tmp, data_md, data_field, entity):
             proc.wait(120)
         _, totals = ins.read_totals(out)
         if not totals or failed:
-            raise RuntimeError(f"{mode}: no instruction total, or {failed} calls failed ({out})")
-        counted[mode] = totals[0] / ok
-        print(f"shardgate  {mode:8}  calls {ok}  instructions/call {counted[mode]:.0f}  ({out})", flush=True)
-    print(f"the message field costs {counted['field'] - counted['metadata']:+.0f} instructions a call")
+            raise RuntimeError(f"{name}: no instruction total, or {failed} calls failed ({out})")
+        counted[name] = totals[0] / ok
+        print(f"{name:18}  calls {ok}  instructions/call {counted[name]:.0f}  ({out})", flush=True)
+    print(f"the message field costs {counted['shardgate field'] - counted['shardgate metadata']:+.0f} "
+          f"instructions a call; shardgate / HAProxy, by metadata: "
+          f"{counted['shardgate metadata'] / counted['haproxy metadata']:.2f}"
+          + (" (HAProxy adding shardgate's fields)" if args.same_fields else ""))
 
 
 def main():
@@ -293,6 +319,8 @@ def main():
     ap.add_argument("--baseline", help="an older shardgate binary, measured in the same run")
     ap.add_argument("--instructions", action="store_true")
     ap.add_argument("--syscalls", action="store_true")
+    ap.add_argument("--same-fields", action="store_true",
+                    help="nginx and HAProxy add the fields shardgate adds (as compare.py's --same-fields)")
     args = ap.parse_args()
     if args.syscalls and not shutil.which("perf"):
         sys.exit("--syscalls needs perf (apt-get install linux-perf)")
@@ -327,7 +355,8 @@ def main():
     finally:
         c.stop(backend)
     print(f"\n{args.reps} repetitions, {args.calls} unary calls each, {args.connections} connections x "
-          f"{args.streams} streams, {SIZE}-byte messages")
+          f"{args.streams} streams, {SIZE}-byte messages"
+          + ("; nginx and HAProxy add shardgate's fields" if args.same_fields else ""))
     print(f"{'proxy':16} {'calls/s':>9} {'CPU us/call':>12} {'CPU vs nginx':>13} {'calls/s vs nginx':>17} "
           f"{'CPU vs haproxy':>15} {'calls/s vs haproxy':>19}")
     for n in names:
