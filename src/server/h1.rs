@@ -270,13 +270,13 @@ impl<H: Handler> Server<H> {
     /// it pipelines meanwhile wait in the buffer, up to one head's worth.
     /// `None`: the client left.
     async fn handle_watching(&mut self, head: &mut Parts, w: &mut Wire) -> Option<Answer> {
-        let handled = self.handler.handle(head, RequestBody::Empty, self.info);
-        tokio::pin!(handled);
+        // Pinned where it is made (`tokio::pin!` would move it once more).
+        let mut handled = std::pin::pin!(self.handler.handle(head, RequestBody::Empty, self.info));
         loop {
             let room = w.buf.len() < self.limits.max_head_bytes;
             tokio::select! {
                 biased;
-                resp = &mut handled => return Some(resp),
+                resp = handled.as_mut() => return Some(resp),
                 read = std::future::poll_fn(|cx| wire::fill(cx, &mut w.io, &mut w.buf, READ_CHUNK)), if room => match read {
                     Ok(0) | Err(_) => {
                         tracing::debug!(peer = %self.info.peer, "client closed before its answer; request abandoned");

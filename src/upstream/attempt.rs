@@ -227,7 +227,8 @@ impl Upstreams {
                     return Err(Failure { error: AttemptError::Saturated(full), unsent: (stale == 0).then_some(body) });
                 }
             };
-            match timed(exchange(conn, &a.out, &mut body), watch.as_deref(), s).await {
+            let exchanged = timed(std::pin::pin!(exchange(conn, &a.out, &mut body)), watch.as_deref(), s).await;
+            match exchanged {
                 Timed::Answered(Ok(resp)) => {
                     record(a.count_5xx && resp.status().is_server_error());
                     return Ok(resp);
@@ -280,7 +281,7 @@ impl Upstreams {
                     return Err(Failure { error: AttemptError::Saturated(Full::Queue), unsent: Some(body) });
                 }
             };
-            match timed(self.h2.send(endpoint, reserved, &a.out, body), watch, s).await {
+            match timed(std::pin::pin!(self.h2.send(endpoint, reserved, &a.out, body)), watch, s).await {
                 Timed::Answered(Ok(resp)) => {
                     record(a.count_5xx && resp.status().is_server_error());
                     return Ok(ResponseBody::h2(resp));
@@ -331,12 +332,14 @@ enum Timed<T> {
 
 /// Runs `exchange` until it ends or a timer runs out ([`due`]): the
 /// attempt's, or the client's pace while the exchange waits on its body.
+/// The exchange is pinned where the caller made it: taken by value, its
+/// state (the size of a whole exchange) was copied into this future and
+/// again as it was pinned.
 async fn timed<T>(
-    exchange: impl std::future::Future<Output = T>,
+    mut exchange: std::pin::Pin<&mut impl std::future::Future<Output = T>>,
     watch: Option<&BodyWatch>,
     s: &AttemptSettings<'_>,
 ) -> Timed<T> {
-    tokio::pin!(exchange);
     let started = Instant::now();
     loop {
         // The body may start waiting on its client at any moment: its pace's
@@ -344,7 +347,7 @@ async fn timed<T>(
         let pace = watch.and_then(|w| s.pace.deadline(w.received()));
         let wake = due(watch, started, s).0.min(pace.unwrap_or(Instant::now() + s.policy.request_timeout));
         tokio::select! {
-            r = &mut exchange => return Timed::Answered(r),
+            r = exchange.as_mut() => return Timed::Answered(r),
             _ = tokio::time::sleep_until(wake.into()) => {
                 // The body may have moved on while this slept: judge by now.
                 let (at, late) = due(watch, started, s);
