@@ -227,6 +227,9 @@ impl Upstreams {
                     return Err(Failure { error: AttemptError::Saturated(full), unsent: (stale == 0).then_some(body) });
                 }
             };
+            // Bound before it is matched: the pinned exchange borrows `body`
+            // until this statement ends, and a stale connection's arm gives
+            // `body` its held copy.
             let exchanged = timed(std::pin::pin!(exchange(conn, &a.out, &mut body)), watch.as_deref(), s).await;
             match exchanged {
                 Timed::Answered(Ok(resp)) => {

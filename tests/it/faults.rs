@@ -1,8 +1,8 @@
 //! Faults around the proxy on real sockets: broken backends (garbage status
 //! line, oversized response head, silence, a reset mid-body, a kept
-//! connection closed as it is reused) and a partitioned peer region. Each test asserts the exact answer, that no
-//! request hangs, and that the proxy keeps serving afterwards. Reloads that
-//! fail are in `reload.rs`.
+//! connection closed as it is reused) and a partitioned peer region. Each
+//! test asserts the exact answer, that no request hangs, and that the proxy
+//! keeps serving afterwards. Reloads that fail are in `reload.rs`.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
