@@ -6,6 +6,7 @@
 use std::net::SocketAddr;
 
 use super::model::Config;
+use super::schema::File;
 use super::ConfigErrors;
 
 /// The per-instance values that replace the table's (`None`: the table's).
@@ -22,46 +23,115 @@ pub struct InstanceFlags {
 }
 
 impl InstanceFlags {
-    /// Puts the flags over `cfg` (loaded from `source`); a region the table
-    /// does not have is an error of that table.
-    pub fn apply(&self, cfg: &mut Config, source: &str) -> Result<(), ConfigErrors> {
-        let fixed = &mut cfg.settings.restart;
+    /// Puts the flags over `file` (loaded from `source`) before it is
+    /// validated, so the table is checked as this instance runs it: a route
+    /// sending to `local`, or minting in the local region's country, is
+    /// judged by the region the flag names. A region the table does not
+    /// have is an error of the flag, not of a line of the table.
+    pub(super) fn put_over(&self, file: &mut File, source: &str) -> Result<(), ConfigErrors> {
         if let Some(a) = self.listen {
-            fixed.listen = a;
+            file.listen = a;
         }
         if let Some(a) = self.admin {
-            fixed.admin = a;
+            file.admin = a;
         }
         if let Some(name) = &self.region {
-            let Some(i) = cfg.regions.iter().position(|r| &r.name == name) else {
-                let known: Vec<&str> = cfg.regions.iter().map(|r| r.name.as_str()).collect();
+            if !file.regions.contains_key(name) {
+                let known: Vec<&str> = file.regions.keys().map(String::as_str).collect();
                 let message = format!("--region {name}: the table has no such region (it has {})", known.join(", "));
                 return Err(ConfigErrors::single(source, message, None));
-            };
-            cfg.local_region = Some(i);
-            let fixed = &mut cfg.settings.restart;
-            if self.instance.is_none()
-                && fixed.region.as_ref().is_none_or(|r| fixed.instance == format!("shardgate-{r}"))
-            {
-                fixed.instance = format!("shardgate-{name}");
             }
-            fixed.region = Some(name.clone());
+            file.region = Some(name.clone());
         }
         if let Some(name) = &self.instance {
-            cfg.settings.restart.instance = name.clone();
+            file.instance = Some(name.clone());
         }
         Ok(())
     }
 
-    /// Loads `text` (from `source`) as this instance's table: validated, the flags put over it.
+    /// Loads `text` (from `source`) as this instance's table: the flags put
+    /// over it, then validated.
     pub fn load(&self, text: &str, source: &str) -> Result<Config, ConfigErrors> {
-        let mut cfg = super::load_str(text, source)?;
-        self.apply(&mut cfg, source)?;
-        Ok(cfg)
+        super::load(text, source, self).map(|(config, _)| config)
     }
 
     /// Whether any flag is given.
     pub fn any(&self) -> bool {
         *self != InstanceFlags::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::model::CountrySource;
+
+    /// A table as a fleet shares it: no `region:`, each instance naming its
+    /// own with `--region`.
+    const SHARED: &str = "version: 1
+regions:
+  eu: { upstreams: [\"http://127.0.0.1:9001\"] }
+  kz: { upstreams: [\"http://127.0.0.1:9002\"] }
+countries:
+  DE: { id: 49, region: eu }
+  FR: { id: 33, region: eu }
+  KZ: { id: 7, region: kz }
+entities:
+  Order: 3
+routes:
+  - name: create
+    match: { path: /v1/orders, methods: [POST] }
+    mint: { format: iuid, entity: Order, country: { local: true } }
+  - name: health
+    match: { path: /v1/health }
+    to: local
+";
+
+    fn region(name: &str) -> InstanceFlags {
+        InstanceFlags { region: Some(name.into()), ..InstanceFlags::default() }
+    }
+
+    fn minted_country(cfg: &Config) -> Option<u8> {
+        match cfg.routes.iter().find_map(|r| r.mint.as_ref())?.country {
+            Some(CountrySource::Local(c)) => Some(c),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_shared_table_is_checked_against_the_region_the_flag_names() {
+        let without = crate::config::load_str(SHARED, "shared.yaml").err().map(|e| e.errors.len());
+        assert_eq!(without, Some(2), "`local` needs a region: the mint rule's and the route's");
+
+        let eu = region("eu").load(SHARED, "shared.yaml").map_err(|e| e.to_string());
+        let eu = eu.as_ref().map(|cfg| (cfg.local_region, minted_country(cfg), cfg.settings.restart.instance.as_str()));
+        assert_eq!(eu, Ok((Some(0), Some(33), "shardgate-eu")), "eu mints in its lowest-id country, FR");
+        let kz = region("kz").load(SHARED, "shared.yaml").map_err(|e| e.to_string());
+        assert_eq!(kz.as_ref().map(minted_country), Ok(Some(7)));
+    }
+
+    #[test]
+    fn the_flag_replaces_the_tables_region() {
+        let table = SHARED.replace("version: 1\n", "version: 1\nregion: eu\n");
+        let kz = region("kz").load(&table, "t.yaml").map_err(|e| e.to_string());
+        let kz = kz.as_ref().map(|cfg| (cfg.local_region, minted_country(cfg), cfg.settings.restart.instance.as_str()));
+        assert_eq!(kz, Ok((Some(1), Some(7), "shardgate-kz")));
+    }
+
+    #[test]
+    fn a_region_the_table_lacks_is_the_flags_error_not_a_line_of_the_table() {
+        let err = region("mars").load(SHARED, "shared.yaml").err().map(|e| e.to_string());
+        assert_eq!(err.as_deref(), Some("shared.yaml: --region mars: the table has no such region (it has eu, kz)"));
+    }
+
+    #[test]
+    fn flags_are_checked_as_the_table_s_own_values() {
+        let addr = "127.0.0.1:9090".parse().ok();
+        let flags = InstanceFlags { listen: addr, admin: addr, ..region("eu") };
+        let err = flags.load(SHARED, "shared.yaml").err();
+        assert!(err.as_ref().is_some_and(|e| e.has_path("admin")), "{err:?}");
+        let flags = InstanceFlags { instance: Some("bad name".into()), ..region("eu") };
+        let err = flags.load(SHARED, "shared.yaml").err();
+        assert!(err.as_ref().is_some_and(|e| e.has_path("instance")), "{err:?}");
     }
 }

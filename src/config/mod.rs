@@ -44,6 +44,8 @@ pub mod yaml;
 use std::fmt;
 use std::path::Path;
 
+use instance::InstanceFlags;
+
 pub use model::Config;
 pub use schema::File;
 
@@ -53,9 +55,11 @@ pub struct ConfigError {
     /// YAML path of the offending node, e.g. `regions.kz.failover` or
     /// `routes[2].id.formats[1]`; empty for the document itself.
     pub path: String,
-    /// 1-based line of the offending node (or key).
+    /// 1-based line of the offending node (or key); 0 for a problem that
+    /// is not in the text (an unreadable file, a flag naming what the
+    /// table lacks).
     pub line: usize,
-    /// 1-based column of the offending node (or key).
+    /// 1-based column of the offending node (or key); 0 with `line`.
     pub col: usize,
     /// Lowercase, specific description naming the offending value.
     pub message: String,
@@ -65,8 +69,12 @@ pub struct ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let path = if self.path.is_empty() { "(document)" } else { &self.path };
-        write!(f, "{}:{}: {}: {}", self.line, self.col, path, self.message)?;
+        if self.line == 0 {
+            f.write_str(&self.message)?;
+        } else {
+            let path = if self.path.is_empty() { "(document)" } else { &self.path };
+            write!(f, "{}:{}: {}: {}", self.line, self.col, path, self.message)?;
+        }
         if let Some(hint) = &self.hint {
             write!(f, " (hint: {hint})")?;
         }
@@ -84,11 +92,12 @@ pub struct ConfigErrors {
 }
 
 impl ConfigErrors {
-    /// A single error that is not tied to a node (e.g. an unreadable file).
+    /// A single error that is not in the text (e.g. an unreadable file),
+    /// shown as `source: message`.
     pub fn single(source_name: &str, message: String, hint: Option<String>) -> Self {
         ConfigErrors {
             source_name: source_name.to_owned(),
-            errors: vec![ConfigError { path: String::new(), line: 1, col: 1, message, hint }],
+            errors: vec![ConfigError { path: String::new(), line: 0, col: 0, message, hint }],
         }
     }
 
@@ -102,9 +111,10 @@ impl ConfigErrors {
         self.errors.is_empty()
     }
 
-    /// Every problem as one line, `source:line:col: path: message (hint: ...)`.
+    /// Every problem as one line, `source:line:col: path: message (hint: ...)`
+    /// (`source: message` for one not in the text).
     pub fn located(&self) -> Vec<String> {
-        self.errors.iter().map(|e| format!("{}:{e}", self.source_name)).collect()
+        self.errors.iter().map(|e| Located(&self.source_name, e).to_string()).collect()
     }
 
     /// Whether some error has exactly this path.
@@ -120,9 +130,20 @@ impl fmt::Display for ConfigErrors {
             if i > 0 {
                 f.write_str("\n")?;
             }
-            write!(f, "{}:{e}", self.source_name)?;
+            Located(&self.source_name, e).fmt(f)?;
         }
         Ok(())
+    }
+}
+
+/// One problem after the name of its source: `source:line:col: ...`, or
+/// `source: message` for one not in the text.
+struct Located<'a>(&'a str, &'a ConfigError);
+
+impl fmt::Display for Located<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sep = if self.1.line == 0 { ": " } else { ":" };
+        write!(f, "{}{sep}{}", self.0, self.1)
     }
 }
 
@@ -132,25 +153,27 @@ impl std::error::Error for ConfigErrors {}
 ///
 /// `source_name` is only used in error messages (usually the file path).
 pub fn load_str(text: &str, source_name: &str) -> Result<Config, ConfigErrors> {
-    load(text, source_name).map(|(config, _)| config)
+    load(text, source_name, &InstanceFlags::default()).map(|(config, _)| config)
 }
 
 /// A valid routing table as written, with every default filled in (for
 /// `check --print` and the dashboard), the instance's name resolved.
 pub fn as_written(text: &str, source_name: &str) -> Result<File, ConfigErrors> {
-    let (config, mut file) = load(text, source_name)?;
+    let (config, mut file) = load(text, source_name, &InstanceFlags::default())?;
     file.instance = Some(config.settings.restart.instance);
     Ok(file)
 }
 
-/// The pipeline: expand, walk, assemble, validate; the typed table and the file as written.
-fn load(text: &str, source_name: &str) -> Result<(Config, File), ConfigErrors> {
+/// The pipeline: expand, walk, assemble, put the instance's `flags` over
+/// it, validate; the typed table and the file as written (with the flags).
+fn load(text: &str, source_name: &str, flags: &InstanceFlags) -> Result<(Config, File), ConfigErrors> {
     let expanded = env::expand(text, |name| std::env::var(name).ok()).map_err(|e| finish(source_name, e))?;
     let text = expanded.text.as_ref();
     let walked = yaml::walk(text, keys::shape()).map_err(|errors| finish(source_name, errors))?;
     let mut ctx = report::Ctx::new(&walked.index);
     ctx.errors.extend(walked.errors);
-    let file = assemble::from_value(&walked.root, &mut ctx);
+    let mut file = assemble::from_value(&walked.root, &mut ctx);
+    flags.put_over(&mut file, source_name)?;
     let mut config = validate::validate(&file, &mut ctx);
     config.variables = expanded.read;
     if ctx.errors.is_empty() {
