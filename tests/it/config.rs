@@ -88,6 +88,8 @@ fixtures! {
     config_global_reads => "global_reads.yaml",
     config_telemetry => "telemetry.yaml",
     config_proxy_owned_header => "proxy_owned_header.yaml",
+    config_grpc_on_fanout_and_search => "grpc_on_fanout_and_search.yaml",
+    config_server_limits => "server_limits.yaml",
 }
 
 /// Inputs the config fuzz target crashed on (`tests/fixtures/config/fuzz/`):

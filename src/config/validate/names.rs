@@ -90,7 +90,7 @@ impl<'f> Names<'f> {
 pub(super) fn regions(file: &File, names: &Names<'_>, ctx: &mut Ctx<'_>) -> Vec<Region> {
     let root = YamlPath::root();
     if file.regions.is_empty() && !ctx.errors.iter().any(|e| e.path.starts_with("regions")) {
-        ctx.at(&root, "no regions are defined".into(), Some("add `regions:` with at least one region"));
+        ctx.at(&root.k("regions"), "no regions are defined".into(), Some("add `regions:` with at least one region"));
     }
     if file.regions.len() > MAX_REGIONS {
         ctx.at(

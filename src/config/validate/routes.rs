@@ -68,6 +68,11 @@ pub(super) fn routes(
                 false
             }
         };
+        if grpc_only && (r.fanout.is_some() || r.placement == Strategy::Search.name()) {
+            let kind = if r.fanout.is_some() { "fan-out" } else { "search" };
+            let m = format!("route {} is a {kind} route and carries HTTP only", show(&r.name));
+            ctx.at(&p.k("protocol"), m, Some("remove `protocol: grpc`, or route the calls by an id of their own"));
+        }
         if r.tunnel_idle_timeout.is_some_and(|d| d.0.is_zero()) {
             let hint = Some("durations look like 30s or 5m");
             ctx.at(&p.k("tunnel_idle_timeout"), "tunnel_idle_timeout must be positive".into(), hint);

@@ -256,6 +256,13 @@ pub(super) fn limits_and_timeouts(file: &File, ctx: &mut Ctx<'_>) {
             ctx.at(&root.k("server").k(key), format!("{key} must be positive"), Some("a positive whole number"));
         }
     }
+    if server.backlog > u32::from(u16::MAX) {
+        ctx.at(
+            &root.k("server").k("backlog"),
+            format!("backlog {} is above 65535", server.backlog),
+            Some("the kernel caps it at net.core.somaxconn (4096 by default)"),
+        );
+    }
     if server.request_buffer_bytes > MAX_REQUEST_BUFFER {
         ctx.at(
             &root.k("server").k("request_buffer_bytes"),
