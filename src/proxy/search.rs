@@ -24,6 +24,7 @@ use std::time::Instant;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use http::request::Parts;
 use http::{Method, Response, StatusCode};
+use hyper::body::Body;
 
 use super::ctx::{Ctx, Legs};
 use super::error::{LegFailure, ProxyError};
@@ -62,6 +63,9 @@ pub(super) async fn search<'t>(
     let (route, rule, table) = (asked.route, asked.rule, ctx.table);
     let id = asked.id.to_string();
     let read = parts.method == Method::GET || parts.method == Method::HEAD;
+    // A read that carries a body is not asked again after the remembered
+    // region's 404: its body went there, and its head says it has one.
+    let again = read && body.is_end_stream();
     let mut body = Some(body);
     let cached = match found.lookup(&route.name, &id, table, Instant::now()) {
         // A region the route no longer asks (the table changed) is not trusted.
@@ -81,7 +85,7 @@ pub(super) async fn search<'t>(
         }
         // It has gone from there (moved, or deleted): forget it; a read searches again.
         found.forget(&route.name, &id);
-        if !read {
+        if !again {
             return Ok(resp);
         }
     }

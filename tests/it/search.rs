@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 
-use crate::support::{backend_with, full, get, is_health_check, proxy, send, BoxError, Running, TestResult};
+use crate::support::{backend_with, full, get, is_health_check, proxy, raw, send, BoxError, Running, TestResult};
 
 /// An id that carries no region.
 const X: &str = "017491bb-3800-74cf-8cf4-000000000001";
@@ -21,7 +21,8 @@ type Log = Arc<Mutex<Vec<String>>>;
 
 /// A region's backend that holds the entity X when `holds`; either way it
 /// answers every list under `/s/<id>/` with `200 []`, as list endpoints
-/// do. Its lists answer after `list_delay`.
+/// do, and anything ending in `/gone` with 404. Its lists answer after
+/// `list_delay`.
 async fn region(holds: bool, list_delay: Duration) -> Result<(Running, Log), BoxError> {
     let log: Log = Arc::default();
     let seen = Arc::clone(&log);
@@ -39,7 +40,7 @@ async fn region(holds: bool, list_delay: Duration) -> Result<(Running, Log), Box
             let status = if path.ends_with("/comments") && method == http::Method::GET {
                 tokio::time::sleep(list_delay).await;
                 StatusCode::OK
-            } else if holds && (entity || path.starts_with(&format!("/s/{X}/"))) {
+            } else if holds && (entity || path.starts_with(&format!("/s/{X}/"))) && !path.ends_with("/gone") {
                 StatusCode::OK
             } else {
                 StatusCode::NOT_FOUND
@@ -88,5 +89,104 @@ routes:
     assert!(!eu_saw.iter().any(|r| r.starts_with("PUT")), "a write reached a region without X: {eu_saw:?}");
     // What eu was asked was where X is (HEAD of X itself), never its lists.
     assert!(eu_saw.iter().all(|r| r == &format!("HEAD /s/{X}")), "{eu_saw:?}");
+    Ok(())
+}
+
+/// A region's backend that holds X, on raw HTTP/1.1 keep-alive
+/// connections that read each request's body by its `Content-Length` (as
+/// nginx and Go do, where hyper would close): `HEAD`/`GET /s/X` 200, a
+/// path ending in `/gone` 404, others `200 []`; its log has every request
+/// line it read.
+async fn strict_region() -> Result<(std::net::SocketAddr, Log), BoxError> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let log: Log = Arc::default();
+    let seen = Arc::clone(&log);
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let seen = Arc::clone(&seen);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    let end = loop {
+                        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break i + 4;
+                        }
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&buf[..end]).to_string();
+                    let line = head.lines().next().unwrap_or("").to_string();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case("content-length")))
+                        .and_then(|(_, v)| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    while buf.len() < end + length {
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    buf.drain(..end + length);
+                    let path = line.split(' ').nth(1).unwrap_or("");
+                    let answer = if line.starts_with("HEAD ") {
+                        "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n"
+                    } else if path.ends_with("/gone") {
+                        "HTTP/1.1 404 Not Found\r\ncontent-length: 2\r\n\r\n{}"
+                    } else {
+                        "HTTP/1.1 200 OK\r\nx-holds: yes\r\ncontent-length: 2\r\n\r\n[]"
+                    };
+                    if let Ok(mut l) = seen.lock() {
+                        l.push(line);
+                    }
+                    if s.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    Ok((addr, log))
+}
+
+#[tokio::test]
+async fn a_read_with_a_body_is_not_asked_again_without_it() -> TestResult {
+    let (eu, _) = region(false, Duration::ZERO).await?;
+    let (us, us_log) = strict_region().await?;
+    let yaml = format!(
+        r#"version: 1
+regions:
+  eu: {{ upstreams: ["http://{}"] }}
+  us: {{ upstreams: ["http://{}"] }}
+upstream: {{ health: {{ interval: 0s }} }}
+routes:
+  - name: things
+    match: {{ path: "/s/{{id}}/{{*rest}}" }}
+    id: {{ path_param: id, formats: [uuidv7] }}
+    placement: search
+"#,
+        eu.addr, us
+    );
+    let p = proxy(&yaml).await?;
+    // us is remembered for X.
+    assert_eq!(get(&p.url(&format!("/s/{X}/comments"))).await?.status.as_u16(), 200);
+    // A GET with a body, which us answers 404: the body went to us, so the
+    // proxy answers that 404 and does not send the head (which says it has
+    // a body) again without one.
+    let read = format!("GET /s/{X}/gone HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 5\r\n\r\nhello");
+    let answer = raw(p.addr, read.as_bytes(), Duration::from_secs(10)).await?;
+    assert_eq!(answer.status(), Some(404), "{}", answer.text());
+    // us's connections carry other clients' requests as they were sent.
+    for _ in 0..3 {
+        let got = get(&p.url(&format!("/s/{X}/comments"))).await?;
+        assert_eq!((got.status.as_u16(), got.header("x-holds")), (200, Some("yes")), "a request reached us garbled");
+    }
+    let lines = us_log.lock().map_err(|_| "log")?.clone();
+    assert!(lines.iter().all(|l| l.starts_with("GET /s/") || l.starts_with("HEAD /s/")), "{lines:?}");
     Ok(())
 }
