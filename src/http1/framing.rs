@@ -252,14 +252,21 @@ impl Decoder {
             Chunk::DataCr if b == b'\r' => Chunk::DataLf,
             Chunk::DataLf if b == b'\n' => Chunk::Start,
             Chunk::DataCr | Chunk::DataLf => return err(Reason::ChunkLineEnd),
+            // A bare LF ends no line here either: read as a trailer's
+            // start, it would take what follows the body (a pipelined
+            // request) as trailer fields.
             Chunk::EndCr => match b {
                 b'\r' => Chunk::EndLf,
+                b'\n' => return err(Reason::ChunkLineEnd),
                 _ => {
                     self.keep_trailer_byte(b)?;
                     Chunk::Trailer
                 }
             },
             Chunk::Trailer => {
+                if b == b'\n' {
+                    return err(Reason::ChunkLineEnd);
+                }
                 self.keep_trailer_byte(b)?;
                 if b == b'\r' {
                     Chunk::TrailerLf
@@ -392,7 +399,9 @@ mod tests {
 
     #[test]
     fn malformed_chunk_framing_is_refused() {
-        let cases: [(&[u8], Reason); 11] = [
+        let cases: [(&[u8], Reason); 13] = [
+            (b"0\r\n\nGET /next HTTP/1.1\r\n\r\n", Reason::ChunkLineEnd),
+            (b"0\r\nX-Sum: 1\nGET /next HTTP/1.1\r\n\r\n", Reason::ChunkLineEnd),
             (b"x\r\n", Reason::ChunkSize),
             (b"\r\n", Reason::ChunkSize),
             (b"5\nhello\r\n0\r\n\r\n", Reason::ChunkSize),
