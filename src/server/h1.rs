@@ -20,6 +20,7 @@
 //! tells the two apart by the client's preface); the admin listener stays
 //! hyper's.
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -36,9 +37,9 @@ use tokio::sync::watch;
 
 use super::conn::{ConnInfo, ServerOptions};
 use super::upgrade::{ClientIo, PendingUpgrade, Rewound};
-use super::{Answer, Handler, Refused};
+use super::{Answer, AnswerBody, Handler, Refused};
 use crate::http1::{self, framing, Decoded, Decoder, Framing, HeadScan, Reason, RequestHead, RequestLimits};
-use crate::upstream::{RequestBody, RequestBodyError};
+use crate::upstream::{RequestBody, RequestBodyError, TakeIn};
 use crate::wire::{self, BodyError};
 
 mod head;
@@ -322,8 +323,8 @@ impl<H: Handler> Server<H> {
                 None => {
                     // Nothing yet: what is written so far goes now (flushed:
                     // TLS may hold records back until asked).
-                    write_out(&mut wire.io, out).await?;
-                    wire.io.flush().await?;
+                    taking_in(write_out(&mut wire.io, out), body).await?;
+                    taking_in(wire.io.flush(), body).await?;
                     body.frame().await
                 }
             };
@@ -336,7 +337,7 @@ impl<H: Handler> Server<H> {
                         data.truncate(usize::try_from(*left).unwrap_or(usize::MAX));
                         *left -= data.len() as u64;
                     }
-                    put_data(&mut wire.io, out, data, framed).await?;
+                    taking_in(put_data(&mut wire.io, out, data, framed), body).await?;
                     if over {
                         tracing::debug!(peer = %self.info.peer, "response body longer than its Content-Length; cut");
                         write_out(&mut wire.io, out).await?;
@@ -385,6 +386,18 @@ async fn put_data(io: &mut Box<dyn ClientIo>, out: &mut Vec<u8>, data: Bytes, fr
         out.extend_from_slice(framing::CHUNK_END);
     }
     Ok(())
+}
+
+/// Runs `write` while `body` takes in what arrives meanwhile: an HTTP/2
+/// upstream's answer leaves nothing unread on the connection its other
+/// streams share while this client takes its time.
+async fn taking_in<W: Future<Output = io::Result<()>>>(write: W, body: &mut AnswerBody) -> io::Result<()> {
+    let mut write = std::pin::pin!(write);
+    std::future::poll_fn(|cx| {
+        Pin::new(&mut *body).take_in(cx);
+        write.as_mut().poll(cx)
+    })
+    .await
 }
 
 /// Writes and empties the buffer.

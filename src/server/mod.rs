@@ -47,11 +47,19 @@ pub use listen::serve;
 pub use refused::Refused;
 
 use crate::http1::rules::RuleFields;
-use crate::upstream::{RequestBody, ResponseBody};
+use crate::upstream::{RequestBody, ResponseBody, TakeIn};
 
 /// An answer's body: an upstream's, streamed (its header fields still the
 /// bytes they came in), or one made here.
 pub type AnswerBody = Either<ResponseBody, Full<Bytes>>;
+
+impl TakeIn for AnswerBody {
+    fn take_in(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) {
+        if let Either::Left(body) = self.get_mut() {
+            std::pin::Pin::new(body).take_in(cx);
+        }
+    }
+}
 
 /// The request id's field: the answer carries the request's, and the
 /// upstream leg sends it.

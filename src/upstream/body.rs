@@ -21,6 +21,7 @@ use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, SizeHint};
 
+use super::recv::{RecvBody, TakeIn};
 use crate::http1;
 
 /// A client's request body as the server that read the request hands it on.
@@ -126,75 +127,6 @@ impl Body for RequestBody {
                 }
                 hint
             }
-        }
-    }
-}
-
-/// A stream's body and trailers as frames, on either leg (an upstream's
-/// answer, a client's request); what is read is given back to the peer's
-/// window at once, the other leg's own window pacing it.
-#[derive(Debug)]
-pub struct RecvBody {
-    recv: h2::RecvStream,
-    /// Bytes still to come, when the head said (`content-length`).
-    remaining: Option<u64>,
-    /// The data is read; trailers (or the end) come next.
-    data_done: bool,
-    done: bool,
-}
-
-impl RecvBody {
-    /// The body of the stream `recv`, whose head is `headers`.
-    pub fn new(recv: h2::RecvStream, headers: &http::HeaderMap) -> RecvBody {
-        let said = headers.get(http::header::CONTENT_LENGTH).and_then(|v| http1::content_length(v.as_bytes()));
-        // A message that came whole with its head (no body) has nothing to come.
-        let remaining = said.or(recv.is_end_stream().then_some(0));
-        RecvBody { recv, remaining, data_done: false, done: false }
-    }
-}
-
-impl Body for RecvBody {
-    type Data = Bytes;
-    type Error = h2::Error;
-
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
-        let this = &mut *self;
-        if this.done {
-            return Poll::Ready(None);
-        }
-        if !this.data_done {
-            match std::task::ready!(this.recv.poll_data(cx)) {
-                Some(Ok(data)) => {
-                    let _ = this.recv.flow_control().release_capacity(data.len());
-                    if let Some(n) = this.remaining.as_mut() {
-                        *n = n.saturating_sub(data.len() as u64);
-                    }
-                    return Poll::Ready(Some(Ok(Frame::data(data))));
-                }
-                Some(Err(e)) => {
-                    this.done = true;
-                    return Poll::Ready(Some(Err(e)));
-                }
-                None => this.data_done = true,
-            }
-        }
-        let trailers = std::task::ready!(this.recv.poll_trailers(cx));
-        this.done = true;
-        Poll::Ready(match trailers {
-            Ok(Some(t)) => Some(Ok(Frame::trailers(t))),
-            Ok(None) => None,
-            Err(e) => Some(Err(e)),
-        })
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.done || self.recv.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self.remaining {
-            Some(n) => SizeHint::with_exact(n),
-            None => SizeHint::default(),
         }
     }
 }
@@ -572,6 +504,24 @@ impl Body for ClientBody {
             hint.set_upper(upper + read);
         }
         hint
+    }
+}
+
+impl TakeIn for RequestBody {
+    fn take_in(self: Pin<&mut Self>, cx: &mut Context<'_>) {
+        match self.get_mut() {
+            RequestBody::H2(b) => Pin::new(b).take_in(cx),
+            RequestBody::Resumed(_, rest) => Pin::new(rest.as_mut()).take_in(cx),
+            RequestBody::Empty | RequestBody::Http1(_) => {}
+        }
+    }
+}
+
+impl TakeIn for UpstreamBody {
+    fn take_in(self: Pin<&mut Self>, cx: &mut Context<'_>) {
+        if let UpstreamBody::Streamed(b) = self.get_mut() {
+            Pin::new(&mut b.inner).take_in(cx);
+        }
     }
 }
 

@@ -404,6 +404,14 @@ impl ResponseBody {
     }
 }
 
+impl super::recv::TakeIn for ResponseBody {
+    fn take_in(self: Pin<&mut Self>, cx: &mut Context<'_>) {
+        if let Some(answer) = self.get_mut().h2.as_deref_mut() {
+            Pin::new(answer).take_in(cx);
+        }
+    }
+}
+
 impl ResponseBody {
     /// The upstream's header fields, as they arrived (less the ones that
     /// described its connection), to be written before the response's own

@@ -30,9 +30,10 @@ use http::{header, HeaderValue, Request, Response};
 use hyper::body::Body;
 use tokio::sync::oneshot;
 
-use super::body::{RecvBody, UpstreamBody};
+use super::body::UpstreamBody;
 use super::connect::Connector;
 use super::outgoing::Outgoing;
+use super::recv::{RecvBody, TakeIn};
 use crate::cork::{self, Corked};
 use crate::http1::HOP_BY_HOP;
 use crate::routing::Upstream;
@@ -66,11 +67,14 @@ struct Endpoint {
     failed: Option<(Instant, String)>,
 }
 
-/// A stream's flow-control window, as hyper's client sets it.
-const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
+/// A stream's flow-control window: what one answer may hold at the proxy
+/// while its client does not read (and as much again on its way out).
+const STREAM_WINDOW: u32 = 1024 * 1024;
 
-/// The connection's flow-control window, as hyper's client sets it.
-const CONNECTION_WINDOW: u32 = 5 * 1024 * 1024;
+/// The connection's flow-control window: every stream's window, so that
+/// streams whose clients do not read hold only their own windows, never
+/// the connection's other streams.
+const CONNECTION_WINDOW: u32 = STREAMS as u32 * STREAM_WINDOW;
 
 /// One connection and the streams open on it.
 #[derive(Clone, Debug)]
@@ -137,6 +141,12 @@ impl Body for Answer {
 
     fn size_hint(&self) -> hyper::body::SizeHint {
         self.body.size_hint()
+    }
+}
+
+impl TakeIn for Answer {
+    fn take_in(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) {
+        std::pin::Pin::new(&mut self.get_mut().body).take_in(cx);
     }
 }
 
@@ -436,7 +446,7 @@ enum Next<F> {
 /// (`server::h2`).
 pub async fn pipe<B>(body: B, tx: &mut SendStream<Bytes>, stop: Option<oneshot::Receiver<()>>) -> Result<(), Stopped>
 where
-    B: Body<Data = Bytes>,
+    B: Body<Data = Bytes> + TakeIn,
 {
     use std::future::{poll_fn, Future};
     use std::pin::Pin;
@@ -482,6 +492,8 @@ where
                 if stopped(cx) {
                     return Poll::Ready(None);
                 }
+                // What arrives meanwhile leaves the body's connection.
+                body.as_mut().take_in(cx);
                 tx.poll_capacity(cx)
             })
             .await;

@@ -11,6 +11,8 @@
 //! * [`body`]: the client's body on its way upstream: a small one read
 //!   whole first, a larger one watched, so timeouts and blame follow what
 //!   each side did;
+//! * [`recv`]: an HTTP/2 stream's body (either leg), taken off its shared
+//!   connection as it arrives, its window given back as it goes on;
 //! * [`balance`]: which of a region's backends a request goes to;
 //! * [`attempt`]: one attempt at one endpoint: its timeout, the endpoint's
 //!   passive health, the retry budget;
@@ -30,11 +32,13 @@ pub mod h2;
 pub mod health;
 pub mod outgoing;
 pub mod pool;
+pub mod recv;
 pub mod retry;
 
 pub use attempt::{Attempt, AttemptError, AttemptSettings, Failure, Upstreams};
-pub use body::{ClientBody, RecvBody, RequestBody, RequestBodyError, UpstreamBody};
+pub use body::{ClientBody, RequestBody, RequestBodyError, UpstreamBody};
 pub use connect::{connector, ClientSettings, Connector};
 pub use exchange::{fields_into_map, ResponseBody};
 pub use health::{Admit, Health};
 pub use pool::{Conn, Full, Limits, Use};
+pub use recv::{RecvBody, TakeIn};

@@ -19,6 +19,7 @@ mod frontdoor;
 mod global;
 mod grpc;
 mod h2_server;
+mod h2_streams;
 mod h2_upstream;
 mod health;
 mod hostile;
