@@ -56,6 +56,23 @@ async fn region(holds: bool, list_delay: Duration) -> Result<(Running, Log), Box
     Ok((running, log))
 }
 
+/// Regions eu and us, and a search route over both.
+fn table(eu: std::net::SocketAddr, us: std::net::SocketAddr) -> String {
+    format!(
+        r#"version: 1
+regions:
+  eu: {{ upstreams: ["http://{eu}"] }}
+  us: {{ upstreams: ["http://{us}"] }}
+upstream: {{ health: {{ interval: 0s }} }}
+routes:
+  - name: things
+    match: {{ path: "/s/{{id}}/{{*rest}}" }}
+    id: {{ path_param: id, formats: [uuidv7] }}
+    placement: search
+"#
+    )
+}
+
 #[tokio::test]
 async fn one_clients_read_never_sends_another_clients_write_astray() -> TestResult {
     // eu does not hold X and answers its lists at once; us holds X and
@@ -63,21 +80,7 @@ async fn one_clients_read_never_sends_another_clients_write_astray() -> TestResu
     // list would remember eu.
     let (eu, eu_log) = region(false, Duration::ZERO).await?;
     let (us, _us_log) = region(true, Duration::from_millis(200)).await?;
-    let yaml = format!(
-        r#"version: 1
-regions:
-  eu: {{ upstreams: ["http://{}"] }}
-  us: {{ upstreams: ["http://{}"] }}
-upstream: {{ health: {{ interval: 0s }} }}
-routes:
-  - name: things
-    match: {{ path: "/s/{{id}}/{{*rest}}" }}
-    id: {{ path_param: id, formats: [uuidv7] }}
-    placement: search
-"#,
-        eu.addr, us.addr
-    );
-    let p = proxy(&yaml).await?;
+    let p = proxy(&table(eu.addr, us.addr)).await?;
     // One client reads a list of X's.
     let list = get(&p.url(&format!("/s/{X}/comments"))).await?;
     assert_eq!((list.status.as_u16(), list.header("x-holds")), (200, Some("yes")), "answered by a region without X");
@@ -158,21 +161,7 @@ async fn strict_region() -> Result<(std::net::SocketAddr, Log), BoxError> {
 async fn a_read_with_a_body_is_not_asked_again_without_it() -> TestResult {
     let (eu, _) = region(false, Duration::ZERO).await?;
     let (us, us_log) = strict_region().await?;
-    let yaml = format!(
-        r#"version: 1
-regions:
-  eu: {{ upstreams: ["http://{}"] }}
-  us: {{ upstreams: ["http://{}"] }}
-upstream: {{ health: {{ interval: 0s }} }}
-routes:
-  - name: things
-    match: {{ path: "/s/{{id}}/{{*rest}}" }}
-    id: {{ path_param: id, formats: [uuidv7] }}
-    placement: search
-"#,
-        eu.addr, us
-    );
-    let p = proxy(&yaml).await?;
+    let p = proxy(&table(eu.addr, us)).await?;
     // us is remembered for X.
     assert_eq!(get(&p.url(&format!("/s/{X}/comments"))).await?.status.as_u16(), 200);
     // A GET with a body, which us answers 404: the body went to us, so the
