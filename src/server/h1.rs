@@ -20,7 +20,6 @@
 //! tells the two apart by the client's preface); the admin listener stays
 //! hyper's.
 
-use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -323,8 +322,8 @@ impl<H: Handler> Server<H> {
                 None => {
                     // Nothing yet: what is written so far goes now (flushed:
                     // TLS may hold records back until asked).
-                    taking_in(write_out(&mut wire.io, out), body).await?;
-                    taking_in(wire.io.flush(), body).await?;
+                    write_taking_in(&mut wire.io, out, body, true).await?;
+                    out.clear();
                     body.frame().await
                 }
             };
@@ -337,7 +336,7 @@ impl<H: Handler> Server<H> {
                         data.truncate(usize::try_from(*left).unwrap_or(usize::MAX));
                         *left -= data.len() as u64;
                     }
-                    taking_in(put_data(&mut wire.io, out, data, framed), body).await?;
+                    put_data(&mut wire.io, out, data, framed, body).await?;
                     if over {
                         tracing::debug!(peer = %self.info.peer, "response body longer than its Content-Length; cut");
                         write_out(&mut wire.io, out).await?;
@@ -367,8 +366,14 @@ impl<H: Handler> Server<H> {
 }
 
 /// Adds a body frame to the write buffer, or, past [`COALESCE`], writes
-/// the buffer and the frame where it lies.
-async fn put_data(io: &mut Box<dyn ClientIo>, out: &mut Vec<u8>, data: Bytes, framed: Framed) -> io::Result<()> {
+/// the buffer and the frame where it lies (while `body` takes in).
+async fn put_data(
+    io: &mut Box<dyn ClientIo>,
+    out: &mut Vec<u8>,
+    data: Bytes,
+    framed: Framed,
+    body: &mut AnswerBody,
+) -> io::Result<()> {
     if data.is_empty() {
         return Ok(());
     }
@@ -379,8 +384,9 @@ async fn put_data(io: &mut Box<dyn ClientIo>, out: &mut Vec<u8>, data: Bytes, fr
     if out.len() + data.len() <= COALESCE {
         out.extend_from_slice(&data);
     } else {
-        write_out(io, out).await?;
-        io.write_all(&data).await?;
+        write_taking_in(io, out, body, false).await?;
+        out.clear();
+        write_taking_in(io, &data, body, false).await?;
     }
     if chunked {
         out.extend_from_slice(framing::CHUNK_END);
@@ -388,14 +394,30 @@ async fn put_data(io: &mut Box<dyn ClientIo>, out: &mut Vec<u8>, data: Bytes, fr
     Ok(())
 }
 
-/// Runs `write` while `body` takes in what arrives meanwhile: an HTTP/2
-/// upstream's answer leaves nothing unread on the connection its other
-/// streams share while this client takes its time.
-async fn taking_in<W: Future<Output = io::Result<()>>>(write: W, body: &mut AnswerBody) -> io::Result<()> {
-    let mut write = std::pin::pin!(write);
+/// Writes `buf` whole (then, with `flush`, flushes it: TLS may hold records
+/// back until asked) while the answer's `body` may still be arriving:
+/// whenever the client takes no more, `body` takes in what arrives
+/// meanwhile, so an HTTP/2 upstream's answer leaves nothing unread on the
+/// connection its other streams share while this client takes its time.
+/// Polled here rather than by wrapping `write_all`: a wrapped future is
+/// moved into the wrapper, a copy on every write.
+async fn write_taking_in(io: &mut Box<dyn ClientIo>, buf: &[u8], body: &mut AnswerBody, flush: bool) -> io::Result<()> {
+    let mut left = buf;
     std::future::poll_fn(|cx| {
-        Pin::new(&mut *body).take_in(cx);
-        write.as_mut().poll(cx)
+        let polled = loop {
+            if left.is_empty() {
+                break if flush { Pin::new(&mut **io).poll_flush(cx) } else { Poll::Ready(Ok(())) };
+            }
+            match Pin::new(&mut **io).poll_write(cx, left) {
+                Poll::Ready(Ok(0)) => break Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => left = left.get(n..).unwrap_or_default(),
+                other => break other.map_ok(|_| ()),
+            }
+        };
+        if polled.is_pending() {
+            Pin::new(&mut *body).take_in(cx);
+        }
+        polled
     })
     .await
 }

@@ -2,8 +2,8 @@
 //! upstream's answer (`upstream::h2`), a client's request (`server::h2`).
 //!
 //! ```text
-//! connection ─▶ h2's frames ─take in─▶ held (frames as they came, short ones joined)
-//!            ─read─▶ the other leg, and only then the peer's window back
+//! reader keeps up:  h2's frames ─read───────────────────▶ other leg, window back
+//! reader waits:     h2's frames ─take in─▶ held ─read─▶ other leg, window back
 //! ```
 
 use std::collections::VecDeque;
@@ -18,22 +18,22 @@ use crate::http1;
 /// A stream's body and trailers as frames, on either leg (an upstream's
 /// answer, a client's request). Its connection carries other streams, and
 /// `h2` ends a connection that holds too many small frames unread (what
-/// they cost it beyond their bytes), so what has arrived is taken off the
-/// connection whenever the body is polled, and by [`TakeIn`] while its
-/// reader waits on its own peer; what arrives together goes on as one
-/// piece. The peer's window is given back only as the bytes go on, so
+/// they cost it beyond their bytes), so while its reader waits on its own
+/// peer, [`TakeIn`] takes what arrives off the connection, to be read
+/// first. The peer's window is given back only as the bytes are read, so
 /// what a stream holds stays within its window, and a reader that stops
-/// reading stops only its own stream.
+/// reading stops only its own stream. A reader that keeps up reads each
+/// frame as it came, and nothing is held.
 #[derive(Debug)]
 pub struct RecvBody {
     recv: h2::RecvStream,
     /// Bytes still to come, when the head said (`content-length`).
     remaining: Option<u64>,
-    /// Taken off the connection, not yet read; its window not yet given back.
-    held: Held,
-    /// Taking data off ended with this: read once `held` is.
-    failed: Option<h2::Error>,
-    /// The data is taken in; trailers (or the end) come next.
+    /// Taken in while the reader waited, not yet read (boxed: only a
+    /// stream whose reader falls behind has one, and the body, moved with
+    /// its request, stays small).
+    held: Option<Box<Held>>,
+    /// The data is taken off; trailers (or the end) come next.
     data_done: bool,
     done: bool,
 }
@@ -44,22 +44,37 @@ impl RecvBody {
         let said = headers.get(http::header::CONTENT_LENGTH).and_then(|v| http1::content_length(v.as_bytes()));
         // A message that came whole with its head (no body) has nothing to come.
         let remaining = said.or(recv.is_end_stream().then_some(0));
-        RecvBody { recv, remaining, held: Held::Nothing, failed: None, data_done: false, done: false }
+        RecvBody { recv, remaining, held: None, data_done: false, done: false }
     }
 
     /// Takes every data frame that has arrived off the connection.
     fn take_frames(&mut self, cx: &mut Context<'_>) {
         while !self.data_done {
-            match self.recv.poll_data(cx) {
-                Poll::Ready(Some(Ok(data))) => self.held.push(data),
-                Poll::Ready(Some(Err(e))) => {
-                    self.failed = Some(e);
+            let held = match self.recv.poll_data(cx) {
+                Poll::Pending => return,
+                Poll::Ready(None) => {
+                    self.data_done = true;
+                    return;
+                }
+                Poll::Ready(Some(got)) => (self.held.get_or_insert_with(Box::default), got),
+            };
+            match held {
+                (held, Ok(data)) => held.push(data),
+                (held, Err(e)) => {
+                    held.failed = Some(e);
                     self.data_done = true;
                 }
-                Poll::Ready(None) => self.data_done = true,
-                Poll::Pending => return,
             }
         }
+    }
+
+    /// `data` goes on to the reader: the peer may send as much again.
+    fn hand_out(&mut self, data: Bytes) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
+        let _ = self.recv.flow_control().release_capacity(data.len());
+        if let Some(n) = self.remaining.as_mut() {
+            *n = n.saturating_sub(data.len() as u64);
+        }
+        Poll::Ready(Some(Ok(Frame::data(data))))
     }
 }
 
@@ -72,21 +87,24 @@ impl Body for RecvBody {
         if this.done {
             return Poll::Ready(None);
         }
-        this.take_frames(cx);
-        if let Some(data) = this.held.take() {
-            // Going on now: the peer may send as much again.
-            let _ = this.recv.flow_control().release_capacity(data.len());
-            if let Some(n) = this.remaining.as_mut() {
-                *n = n.saturating_sub(data.len() as u64);
+        if let Some(held) = this.held.as_deref_mut() {
+            if let Some(data) = held.take() {
+                return this.hand_out(data);
             }
-            return Poll::Ready(Some(Ok(Frame::data(data))));
-        }
-        if let Some(e) = this.failed.take() {
-            this.done = true;
-            return Poll::Ready(Some(Err(e)));
+            if let Some(e) = held.failed.take() {
+                this.done = true;
+                return Poll::Ready(Some(Err(e)));
+            }
         }
         if !this.data_done {
-            return Poll::Pending;
+            match std::task::ready!(this.recv.poll_data(cx)) {
+                Some(Ok(data)) => return this.hand_out(data),
+                Some(Err(e)) => {
+                    this.done = true;
+                    return Poll::Ready(Some(Err(e)));
+                }
+                None => this.data_done = true,
+            }
         }
         let trailers = std::task::ready!(this.recv.poll_trailers(cx));
         this.done = true;
@@ -98,7 +116,7 @@ impl Body for RecvBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.done || (self.held.is_empty() && self.failed.is_none() && self.recv.is_end_stream())
+        self.done || (self.held.as_deref().is_none_or(Held::is_empty) && self.recv.is_end_stream())
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -109,25 +127,20 @@ impl Body for RecvBody {
     }
 }
 
-/// Frames shorter than this are joined when several are held: each frame
-/// held costs memory beyond its bytes, and `h2` counts it against the
-/// connection under 256 bytes. Longer ones are held as they came (no copy).
+/// Frames shorter than this are joined when held: each frame held costs
+/// memory beyond its bytes, and `h2` counts it against the connection under
+/// 256 bytes. Longer ones are held as they came (no copy).
 const JOIN_BELOW: usize = 1024;
 
-/// Data taken off a connection and not yet read, in order: one frame as it
-/// came (the usual case, a reader that keeps up), or several, runs of short
-/// ones joined.
+/// Data taken off a connection and not yet read, in order: frames as they
+/// came, runs of short ones joined; then the error that ended the taking.
 #[derive(Debug, Default)]
-enum Held {
-    #[default]
-    Nothing,
-    One(Bytes),
-    Many {
-        /// Held before `joining`.
-        pieces: VecDeque<Bytes>,
-        /// Short frames after the last piece, joined.
-        joining: BytesMut,
-    },
+struct Held {
+    /// Read before `joining`.
+    pieces: VecDeque<Bytes>,
+    /// Short frames after the last piece, joined.
+    joining: BytesMut,
+    failed: Option<h2::Error>,
 }
 
 impl Held {
@@ -135,53 +148,23 @@ impl Held {
         if data.is_empty() {
             return;
         }
-        match self {
-            Held::Nothing => *self = Held::One(data),
-            Held::One(first) => {
-                let first = std::mem::take(first);
-                let (mut pieces, mut joining) = (VecDeque::new(), BytesMut::new());
-                if first.len() < JOIN_BELOW && data.len() < JOIN_BELOW {
-                    joining.reserve(first.len() + data.len());
-                    joining.extend_from_slice(&first);
-                    joining.extend_from_slice(&data);
-                } else {
-                    pieces.push_back(first);
-                    pieces.push_back(data);
-                }
-                *self = Held::Many { pieces, joining };
+        if data.len() < JOIN_BELOW {
+            self.joining.extend_from_slice(&data);
+        } else {
+            if !self.joining.is_empty() {
+                self.pieces.push_back(self.joining.split().freeze());
             }
-            Held::Many { pieces, joining } => {
-                if data.len() < JOIN_BELOW {
-                    joining.extend_from_slice(&data);
-                } else {
-                    if !joining.is_empty() {
-                        pieces.push_back(joining.split().freeze());
-                    }
-                    pieces.push_back(data);
-                }
-            }
+            self.pieces.push_back(data);
         }
     }
 
+    /// The next data to read.
     fn take(&mut self) -> Option<Bytes> {
-        match self {
-            Held::Nothing => None,
-            Held::One(_) => match std::mem::take(self) {
-                Held::One(data) => Some(data),
-                _ => None,
-            },
-            Held::Many { pieces, joining } => {
-                let next = pieces.pop_front().or_else(|| (!joining.is_empty()).then(|| joining.split().freeze()));
-                if pieces.is_empty() && joining.is_empty() {
-                    *self = Held::Nothing;
-                }
-                next
-            }
-        }
+        self.pieces.pop_front().or_else(|| (!self.joining.is_empty()).then(|| self.joining.split().freeze()))
     }
 
     fn is_empty(&self) -> bool {
-        matches!(self, Held::Nothing)
+        self.pieces.is_empty() && self.joining.is_empty() && self.failed.is_none()
     }
 }
 
@@ -225,22 +208,15 @@ mod tests {
     }
 
     #[test]
-    fn one_frame_held_is_the_frame_itself() {
+    fn a_long_frame_held_is_the_frame_itself() {
         let frame = Bytes::from(vec![7u8; 3 * JOIN_BELOW]);
         let mut held = Held::default();
         held.push(frame.clone());
-        let back = held.take();
-        assert_eq!(back.as_ref().map(|b| b.as_ptr()), Some(frame.as_ptr()), "copied");
-        assert!(held.is_empty() && held.take().is_none());
-    }
-
-    #[test]
-    fn a_long_frame_after_a_short_one_keeps_both_as_they_came() {
-        let mut held = Held::default();
-        held.push(Bytes::from_static(b"s"));
-        held.push(Bytes::from(vec![1u8; JOIN_BELOW]));
         held.push(Bytes::from_static(b"t"));
         held.push(Bytes::from_static(b"u"));
-        assert_eq!(taken(&mut held), vec![b"s".to_vec(), vec![1u8; JOIN_BELOW], b"tu".to_vec()]);
+        let back = held.take();
+        assert_eq!(back.as_ref().map(|b| b.as_ptr()), Some(frame.as_ptr()), "copied");
+        assert_eq!(taken(&mut held), vec![b"tu".to_vec()]);
+        assert!(held.is_empty() && held.take().is_none());
     }
 }
