@@ -31,7 +31,6 @@ use crate::config::{self, Config, ConfigErrors};
 use crate::proxy::{Proxy, Shared};
 use crate::routing::reload::{self, Reloader};
 use crate::routing::shared::SharedTable;
-use crate::routing::Table;
 use crate::server::Drain;
 use crate::server::{self, ServerOptions};
 use crate::tls::{ServerTls, TlsError};
@@ -165,7 +164,7 @@ pub fn client_settings(cfg: &Config) -> ClientSettings {
 /// Publishes a validated table, builds the proxy that reads it and starts
 /// the active health checks of its endpoints.
 pub fn build_proxy(cfg: &Config, text: &str) -> Arc<Proxy> {
-    let table = Arc::new(SharedTable::new(Table::compile(cfg), text));
+    let table = Arc::new(SharedTable::from_config(cfg, text));
     let shared = Shared::new(Arc::clone(&table), client_settings(cfg));
     shared.health.track(&table);
     crate::upstream::health::spawn_checker(

@@ -16,6 +16,7 @@ use http_body_util::Full;
 use serde_json::{json, Value};
 
 use super::{iso_time, json_response, AdminBody, AdminState};
+use crate::config::instance::InstanceFlags;
 use crate::routing::{Loaded, ReloadError};
 
 const PAGE: &str = include_str!("dashboard/index.html");
@@ -52,23 +53,23 @@ pub(super) struct TableView {
 }
 
 impl TableView {
-    fn get(&self, snap: &Loaded) -> Value {
+    fn get(&self, snap: &Loaded, flags: &InstanceFlags) -> Value {
         let mut cached = self.cached.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((version, view)) = cached.as_ref() {
             if *version == snap.version {
                 return view.clone();
             }
         }
-        let view = table_view(snap);
+        let view = table_view(snap, flags);
         *cached = Some((snap.version, view.clone()));
         view
     }
 }
 
 /// The parts of the table the page shows. The running table was valid
-/// when loaded, so its text loads again.
-fn table_view(snap: &Loaded) -> Value {
-    let file = match crate::config::as_written(&snap.source_text, "active table") {
+/// when loaded with this instance's `flags`, so its text loads again.
+fn table_view(snap: &Loaded, flags: &InstanceFlags) -> Value {
+    let file = match crate::config::as_written(&snap.source_text, "active table", flags) {
         Ok(file) => serde_json::to_value(&file).unwrap_or(Value::Null),
         Err(_) => Value::Null,
     };
@@ -113,6 +114,7 @@ pub(super) fn data(state: &AdminState) -> Response<AdminBody> {
                 "exported": n.exported, "dropped": n.dropped, "failed": n.failed })
     });
     let local = snap.table.local_region().map(|r| snap.table.region(r).name.clone());
+    let no_flags = InstanceFlags::default();
     json_response(
         StatusCode::OK,
         &json!({
@@ -125,7 +127,7 @@ pub(super) fn data(state: &AdminState) -> Response<AdminBody> {
                 "loaded_at": iso_time(snap.loaded_at, 0),
                 "path": state.reloader.as_ref().map(|r| r.source().to_string()),
             },
-            "view": state.view.get(&snap),
+            "view": state.view.get(&snap, state.reloader.as_ref().map_or(&no_flags, |r| r.flags())),
             "health": health,
             "traffic": state.traffic.rates(),
             "reloads": reloads,

@@ -39,7 +39,7 @@ pub fn run(path: &Path, print: bool, out: &mut impl Write, err: &mut impl Write)
                 let _ = writeln!(err, "{}: warning: {warning}", path.display());
             }
             if print {
-                let written = crate::config::as_written(&text, &path.display().to_string());
+                let written = crate::config::as_written(&text, &path.display().to_string(), &Default::default());
                 match written
                     .map_err(|e| e.to_string())
                     .and_then(|f| yaml_serde::to_string(&f).map_err(|e| e.to_string()))

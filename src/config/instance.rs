@@ -125,6 +125,15 @@ routes:
     }
 
     #[test]
+    fn a_region_that_failed_to_parse_is_reported_as_the_table_wrote_it() {
+        let table = SHARED.replace("kz: { upstreams: [\"http://127.0.0.1:9002\"] }", "kz: { upstreams: 5 }");
+        let err = region("kz").load(&table, "t.yaml").err();
+        let paths: Vec<&str> = err.iter().flat_map(|e| e.errors.iter().map(|e| e.path.as_str())).collect();
+        assert!(paths.iter().any(|p| p.starts_with("regions.kz")), "{err:?}");
+        assert!(err.iter().flat_map(|e| &e.errors).all(|e| !e.message.starts_with("--region")), "{err:?}");
+    }
+
+    #[test]
     fn flags_are_checked_as_the_table_s_own_values() {
         let addr = "127.0.0.1:9090".parse().ok();
         let flags = InstanceFlags { listen: addr, admin: addr, ..region("eu") };

@@ -157,9 +157,10 @@ pub fn load_str(text: &str, source_name: &str) -> Result<Config, ConfigErrors> {
 }
 
 /// A valid routing table as written, with every default filled in (for
-/// `check --print` and the dashboard), the instance's name resolved.
-pub fn as_written(text: &str, source_name: &str) -> Result<File, ConfigErrors> {
-    let (config, mut file) = load(text, source_name, &InstanceFlags::default())?;
+/// `check --print` and the dashboard), the instance's `flags` put over it
+/// and its name resolved.
+pub fn as_written(text: &str, source_name: &str, flags: &InstanceFlags) -> Result<File, ConfigErrors> {
+    let (config, mut file) = load(text, source_name, flags)?;
     file.instance = Some(config.settings.restart.instance);
     Ok(file)
 }
@@ -173,7 +174,13 @@ fn load(text: &str, source_name: &str, flags: &InstanceFlags) -> Result<(Config,
     let mut ctx = report::Ctx::new(&walked.index);
     ctx.errors.extend(walked.errors);
     let mut file = assemble::from_value(&walked.root, &mut ctx);
-    flags.put_over(&mut file, source_name)?;
+    // A flag's error first, unless the table has its own (a region the
+    // flag names may be one that failed to parse).
+    if let Err(flag) = flags.put_over(&mut file, source_name) {
+        if ctx.errors.is_empty() {
+            return Err(flag);
+        }
+    }
     let mut config = validate::validate(&file, &mut ctx);
     config.variables = expanded.read;
     if ctx.errors.is_empty() {

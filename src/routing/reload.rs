@@ -181,6 +181,11 @@ impl Reloader {
         self
     }
 
+    /// The per-instance flags put over every table it loads.
+    pub fn flags(&self) -> &InstanceFlags {
+        &self.flags
+    }
+
     /// Loads `text` as a table of this instance (its flags put over it).
     fn load(&self, text: &str, name: &str) -> Result<crate::config::Config, ReloadError> {
         self.flags.load(text, name).map_err(ReloadError::Invalid)

@@ -40,6 +40,10 @@ pub struct SharedTable {
     next_version: AtomicU64,
     /// The addresses of named endpoints, as discovery last found them.
     resolved: Mutex<Resolved>,
+    /// The running table as it was loaded (this instance's flags put over
+    /// it), compiled again when the addresses change; `None` when it was
+    /// published compiled ([`SharedTable::publish`]).
+    config: Mutex<Option<Arc<Config>>>,
     /// Told of every table published (held requests wait on it).
     changes: tokio::sync::watch::Sender<u64>,
 }
@@ -72,8 +76,16 @@ impl SharedTable {
             current: ArcSwap::from_pointee(loaded),
             next_version: AtomicU64::new(2),
             resolved: Mutex::new(Resolved::none()),
+            config: Mutex::new(None),
             changes: tokio::sync::watch::channel(1).0,
         }
+    }
+
+    /// Starts with `cfg` (from `source_text`), compiled (version 1).
+    pub fn from_config(cfg: &Config, source_text: impl Into<String>) -> Self {
+        let shared = SharedTable::new(Table::compile(cfg), source_text);
+        *shared.config.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(cfg.clone()));
+        shared
     }
 
     /// The current table, owned: keep it for the whole request.
@@ -91,7 +103,9 @@ impl SharedTable {
         let running = self.snapshot();
         let needs_restart = table.keep_restart_only(&running.table)?;
         table.units().carry(running.table.units());
-        Ok((self.publish(table, source_text), needs_restart))
+        let version = self.publish(table, source_text);
+        *self.config.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(cfg.clone()));
+        Ok((version, needs_restart))
     }
 
     /// Takes `resolved` as the addresses of named endpoints and, when they
@@ -104,8 +118,13 @@ impl SharedTable {
         }
         *held = resolved;
         let running = self.snapshot();
-        // The running text was valid when it was published, with the same environment.
-        let Ok(cfg) = crate::config::load_str(&running.source_text, "the running table") else { return false };
+        let loaded = self.config.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        // A table published compiled: its text was valid when it was.
+        let Some(cfg) =
+            loaded.or_else(|| crate::config::load_str(&running.source_text, "the running table").ok().map(Arc::new))
+        else {
+            return false;
+        };
         let mut table = Table::compile_with(&cfg, &held);
         if table.keep_restart_only(&running.table).is_err() {
             return false;
@@ -130,6 +149,7 @@ impl SharedTable {
 
     /// Replaces the table in one atomic swap; returns the new version.
     pub fn publish(&self, table: Table, source_text: impl Into<String>) -> u64 {
+        *self.config.lock().unwrap_or_else(|p| p.into_inner()) = None;
         let source_text = source_text.into();
         let version = self.next_version.fetch_add(1, Ordering::Relaxed);
         let loaded =
@@ -137,5 +157,43 @@ impl SharedTable {
         self.current.store(Arc::new(loaded));
         self.changes.send_replace(version);
         version
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::instance::InstanceFlags;
+    use crate::config::model::CountrySource;
+
+    /// A fleet's table: no `region:`; the instance names its own.
+    const SHARED: &str = "version: 1
+regions:
+  eu: { upstreams: [\"http://127.0.0.1:9001\"] }
+  kz: { upstreams: [\"http://127.0.0.1:9002\"] }
+countries:
+  DE: { id: 49, region: eu }
+  KZ: { id: 7, region: kz }
+entities:
+  Order: 3
+routes:
+  - name: create
+    match: { path: /v1/orders, methods: [POST] }
+    mint: { format: iuid, entity: Order, country: { local: true } }
+";
+
+    #[test]
+    fn new_addresses_are_compiled_into_the_table_as_this_instance_loaded_it() -> Result<(), String> {
+        let flags = InstanceFlags { region: Some("kz".into()), ..InstanceFlags::default() };
+        let cfg = flags.load(SHARED, "shared.yaml").map_err(|e| e.to_string())?;
+        let shared = SharedTable::from_config(&cfg, SHARED);
+        let mut found = Resolved::none();
+        found.set("backend.internal", vec![std::net::Ipv4Addr::LOCALHOST.into()]);
+        assert!(shared.refresh_addresses(found), "the addresses were not taken");
+        let snap = shared.snapshot();
+        let country = snap.table.routes().iter().find_map(|r| r.mint.as_ref()?.country.clone());
+        assert!(matches!(country, Some(CountrySource::Local(7))), "{country:?}");
+        assert_eq!(snap.table.local_region().map(|r| snap.table.region(r).name.clone()).as_deref(), Some("kz"));
+        Ok(())
     }
 }

@@ -144,7 +144,7 @@ function renderReloads(d) {
       ? el("span", {}, `version ${r.version}, sha256 ${String(r.sha256).slice(0, 12)}…`,
           r.needs_restart.length ? ` (restart needed for ${r.needs_restart.join(", ")})` : "")
       : el("ul", { class: "errors" }, r.errors.slice(0, ERRORS_SHOWN).map((e) => el("li", {},
-          e.path !== undefined ? el("span", { class: "mono" }, `${e.path || "(file)"} line ${e.line}:${e.column} `) : null,
+          e.path !== undefined && e.line > 0 ? el("span", { class: "mono" }, `${e.path || "(file)"} line ${e.line}:${e.column} `) : null,
           e.message, e.hint ? el("span", { class: "muted" }, ` (${e.hint})`) : null)),
           r.errors.length > ERRORS_SHOWN ? el("li", { class: "muted" }, `and ${r.errors.length - ERRORS_SHOWN} more (POST /reload lists them all)`) : null),
   ]);
