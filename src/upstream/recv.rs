@@ -127,6 +127,18 @@ impl Body for RecvBody {
     }
 }
 
+impl Drop for RecvBody {
+    /// What was held and never read is given back to the peer's window:
+    /// `h2` gives back only what it still buffers, and the stream may go
+    /// on (an answer still being sent once its request's body is dropped).
+    fn drop(&mut self) {
+        let held = self.held.as_deref().map_or(0, Held::len);
+        if held > 0 {
+            let _ = self.recv.flow_control().release_capacity(held);
+        }
+    }
+}
+
 /// Frames shorter than this are joined when held: each frame held costs
 /// memory beyond its bytes, and `h2` counts it against the connection under
 /// 256 bytes. Longer ones are held as they came (no copy).
@@ -166,6 +178,11 @@ impl Held {
     fn is_empty(&self) -> bool {
         self.pieces.is_empty() && self.joining.is_empty() && self.failed.is_none()
     }
+
+    /// The bytes held.
+    fn len(&self) -> usize {
+        self.pieces.iter().map(Bytes::len).sum::<usize>() + self.joining.len()
+    }
 }
 
 /// A body whose data may arrive on a connection other streams share
@@ -202,7 +219,7 @@ mod tests {
         {
             held.push(data);
         }
-        assert!(!held.is_empty());
+        assert_eq!(held.len(), 3 + JOIN_BELOW);
         assert_eq!(taken(&mut held), vec![b"ab".to_vec(), vec![b'L'; JOIN_BELOW], b"c".to_vec()]);
         assert!(held.is_empty());
     }
