@@ -65,7 +65,7 @@ pub(super) async fn search<'t>(
     let read = parts.method == Method::GET || parts.method == Method::HEAD;
     // A read that carries a body is not asked again after the remembered
     // region's 404: its body went there, and its head says it has one.
-    let again = read && body.is_end_stream();
+    let again = read && (body.is_end_stream() || body.size_hint().exact() == Some(0));
     let mut body = Some(body);
     let cached = match found.lookup(&route.name, &id, table, Instant::now()) {
         // A region the route no longer asks (the table changed) is not trusted.
