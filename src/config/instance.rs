@@ -62,13 +62,13 @@ impl InstanceFlags {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::config::model::CountrySource;
 
     /// A table as a fleet shares it: no `region:`, each instance naming its
-    /// own with `--region`.
-    const SHARED: &str = "version: 1
+    /// own with `--region`; a route mints in the local region's country.
+    pub(crate) const SHARED: &str = "version: 1
 regions:
   eu: { upstreams: [\"http://127.0.0.1:9001\"] }
   kz: { upstreams: [\"http://127.0.0.1:9002\"] }

@@ -163,24 +163,9 @@ impl SharedTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::instance::tests::SHARED;
     use crate::config::instance::InstanceFlags;
     use crate::config::model::CountrySource;
-
-    /// A fleet's table: no `region:`; the instance names its own.
-    const SHARED: &str = "version: 1
-regions:
-  eu: { upstreams: [\"http://127.0.0.1:9001\"] }
-  kz: { upstreams: [\"http://127.0.0.1:9002\"] }
-countries:
-  DE: { id: 49, region: eu }
-  KZ: { id: 7, region: kz }
-entities:
-  Order: 3
-routes:
-  - name: create
-    match: { path: /v1/orders, methods: [POST] }
-    mint: { format: iuid, entity: Order, country: { local: true } }
-";
 
     #[test]
     fn new_addresses_are_compiled_into_the_table_as_this_instance_loaded_it() -> Result<(), String> {
