@@ -50,17 +50,15 @@ impl RecvBody {
     /// Takes every data frame that has arrived off the connection.
     fn take_frames(&mut self, cx: &mut Context<'_>) {
         while !self.data_done {
-            let held = match self.recv.poll_data(cx) {
-                Poll::Pending => return,
-                Poll::Ready(None) => {
-                    self.data_done = true;
-                    return;
-                }
-                Poll::Ready(Some(got)) => (self.held.get_or_insert_with(Box::default), got),
+            let Poll::Ready(got) = self.recv.poll_data(cx) else { return };
+            let Some(got) = got else {
+                self.data_done = true;
+                return;
             };
-            match held {
-                (held, Ok(data)) => held.push(data),
-                (held, Err(e)) => {
+            let held = self.held.get_or_insert_with(Box::default);
+            match got {
+                Ok(data) => held.push(data),
+                Err(e) => {
                     held.failed = Some(e);
                     self.data_done = true;
                 }
