@@ -28,6 +28,17 @@ pub struct Loaded {
     pub loaded_at: SystemTime,
     /// The YAML it was compiled from (for `/config`).
     pub source_text: String,
+    /// What it was compiled from, as this instance loaded it (its flags put
+    /// over it), compiled again when the addresses of named endpoints
+    /// change; `None` for a table published compiled ([`SharedTable::publish`]).
+    pub config: Option<Arc<Config>>,
+}
+
+impl Loaded {
+    /// `table`, compiled from `source_text` (and `config`), published now as `version`.
+    fn new(table: Table, source_text: String, version: u64, config: Option<Arc<Config>>) -> Loaded {
+        Loaded { table, sha256: sha256_hex(&source_text), version, loaded_at: SystemTime::now(), source_text, config }
+    }
 }
 
 /// The current table; readers take an owned snapshot, writers swap atomically.
@@ -40,10 +51,6 @@ pub struct SharedTable {
     next_version: AtomicU64,
     /// The addresses of named endpoints, as discovery last found them.
     resolved: Mutex<Resolved>,
-    /// The running table as it was loaded (this instance's flags put over
-    /// it), compiled again when the addresses change; `None` when it was
-    /// published compiled ([`SharedTable::publish`]).
-    config: Mutex<Option<Arc<Config>>>,
     /// Told of every table published (held requests wait on it).
     changes: tokio::sync::watch::Sender<u64>,
 }
@@ -69,23 +76,22 @@ pub fn iso_time(t: SystemTime, digits: u8) -> Option<String> {
 impl SharedTable {
     /// Starts with `table` (version 1).
     pub fn new(table: Table, source_text: impl Into<String>) -> Self {
-        let source_text = source_text.into();
-        let loaded =
-            Loaded { table, sha256: sha256_hex(&source_text), version: 1, loaded_at: SystemTime::now(), source_text };
-        SharedTable {
-            current: ArcSwap::from_pointee(loaded),
-            next_version: AtomicU64::new(2),
-            resolved: Mutex::new(Resolved::none()),
-            config: Mutex::new(None),
-            changes: tokio::sync::watch::channel(1).0,
-        }
+        SharedTable::starting(Loaded::new(table, source_text.into(), 1, None))
     }
 
     /// Starts with `cfg` (from `source_text`), compiled (version 1).
     pub fn from_config(cfg: &Config, source_text: impl Into<String>) -> Self {
-        let shared = SharedTable::new(Table::compile(cfg), source_text);
-        *shared.config.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(cfg.clone()));
-        shared
+        let config = Some(Arc::new(cfg.clone()));
+        SharedTable::starting(Loaded::new(Table::compile(cfg), source_text.into(), 1, config))
+    }
+
+    fn starting(loaded: Loaded) -> Self {
+        SharedTable {
+            current: ArcSwap::from_pointee(loaded),
+            next_version: AtomicU64::new(2),
+            resolved: Mutex::new(Resolved::none()),
+            changes: tokio::sync::watch::channel(1).0,
+        }
     }
 
     /// The current table, owned: keep it for the whole request.
@@ -103,9 +109,7 @@ impl SharedTable {
         let running = self.snapshot();
         let needs_restart = table.keep_restart_only(&running.table)?;
         table.units().carry(running.table.units());
-        let version = self.publish(table, source_text);
-        *self.config.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(cfg.clone()));
-        Ok((version, needs_restart))
+        Ok((self.publish_loaded(table, source_text, Some(Arc::new(cfg.clone()))), needs_restart))
     }
 
     /// Takes `resolved` as the addresses of named endpoints and, when they
@@ -118,13 +122,9 @@ impl SharedTable {
         }
         *held = resolved;
         let running = self.snapshot();
-        let loaded = self.config.lock().unwrap_or_else(|p| p.into_inner()).clone();
         // A table published compiled: its text was valid when it was.
-        let Some(cfg) =
-            loaded.or_else(|| crate::config::load_str(&running.source_text, "the running table").ok().map(Arc::new))
-        else {
-            return false;
-        };
+        let parsed = || crate::config::load_str(&running.source_text, "the running table").ok().map(Arc::new);
+        let Some(cfg) = running.config.clone().or_else(parsed) else { return false };
         let mut table = Table::compile_with(&cfg, &held);
         if table.keep_restart_only(&running.table).is_err() {
             return false;
@@ -136,6 +136,7 @@ impl SharedTable {
             version: running.version,
             loaded_at: running.loaded_at,
             source_text: running.source_text.clone(),
+            config: Some(cfg),
         };
         self.current.store(Arc::new(loaded));
         self.changes.send_replace(running.version);
@@ -149,12 +150,13 @@ impl SharedTable {
 
     /// Replaces the table in one atomic swap; returns the new version.
     pub fn publish(&self, table: Table, source_text: impl Into<String>) -> u64 {
-        *self.config.lock().unwrap_or_else(|p| p.into_inner()) = None;
-        let source_text = source_text.into();
+        self.publish_loaded(table, source_text.into(), None)
+    }
+
+    /// Publishes `table`, compiled from `config` when it is known.
+    fn publish_loaded(&self, table: Table, source_text: String, config: Option<Arc<Config>>) -> u64 {
         let version = self.next_version.fetch_add(1, Ordering::Relaxed);
-        let loaded =
-            Loaded { table, sha256: sha256_hex(&source_text), version, loaded_at: SystemTime::now(), source_text };
-        self.current.store(Arc::new(loaded));
+        self.current.store(Arc::new(Loaded::new(table, source_text, version, config)));
         self.changes.send_replace(version);
         version
     }
