@@ -74,7 +74,7 @@ pub enum Reason {
     LengthAndEncoding,
     /// `Transfer-Encoding` whose last coding is not `chunked`.
     NotChunked,
-    /// `Transfer-Encoding` in an HTTP/1.0 request.
+    /// `Transfer-Encoding` in an HTTP/1.0 message.
     EncodingInHttp10,
     /// The peer closed in the middle of a head.
     HeadIncomplete,

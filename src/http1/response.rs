@@ -9,6 +9,9 @@
 //!             | n bytes   Content-Length (repeats and lists must agree)
 //! ```
 //!
+//! Refused: lengths that disagree, and any `Transfer-Encoding` in HTTP/1.0.
+//! Of agreeing lengths only a first single value is kept for the client.
+//!
 //! Keep-alive: HTTP/1.1 unless `Connection: close`, HTTP/1.0 only with
 //! `Connection: keep-alive`, never for a body delimited by the close.
 
@@ -98,10 +101,15 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Resp
     if overridden {
         out.drop_where(|name| name.eq_ignore_ascii_case(b"content-length"));
     }
+    // An HTTP/1.0 message cannot be chunked: its framing is faulty
+    // (RFC 9112 §6.1), and passing it on would hand the client raw chunks.
+    if encoded && !http11 {
+        return Err(err(Reason::EncodingInHttp10));
+    }
     let bodiless = bodiless(status, *method == Method::HEAD);
     let framing = match (bodiless, encoded, length) {
         (true, _, _) => Framing::Empty,
-        (false, true, _) if chunked && http11 => Framing::Chunked,
+        (false, true, _) if chunked => Framing::Chunked,
         (false, true, _) => Framing::UntilClose,
         (false, false, _) if bad_length => return Err(err(Reason::ContentLength)),
         (false, false, Some(0)) => Framing::Empty,
@@ -150,15 +158,21 @@ fn read_fields(
                 false
             }
             14 if name.eq_ignore_ascii_case(b"content-length") => {
-                // A list (`5, 5`) is fine when every element agrees.
+                // A list (`5, 5`) or a repeat is fine when every element
+                // agrees. Only a first field of one element goes on: a
+                // client may refuse the rest, and where none goes on the
+                // writer says the body's length itself.
+                let first = seen.length.is_none() && !seen.bad_length;
+                let mut elements = 0;
                 for part in value.split(|&b| b == b',') {
+                    elements += 1;
                     match (content_length(part.trim_ascii()), seen.length) {
                         (None, _) => seen.bad_length = true,
                         (Some(n), Some(prev)) if n != prev => seen.bad_length = true,
                         (Some(n), _) => seen.length = Some(n),
                     }
                 }
-                true
+                first && elements == 1
             }
             10 if name.eq_ignore_ascii_case(b"connection") => {
                 connection(value, http11, &mut close, keep_alive);
@@ -240,6 +254,10 @@ mod tests {
             Some(Reason::ContentLength)
         );
         assert_eq!(reason("HTTP/1.1 200 OK\r\nContent-Length: five\r\n\r\n"), Some(Reason::ContentLength));
+        assert_eq!(
+            reason("HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"),
+            Some(Reason::EncodingInHttp10)
+        );
         assert_eq!(reason("HTTP/1.1 2000 OK\r\n\r\n"), Some(Reason::Status));
         assert_eq!(reason("HTTP/1.1 099 OK\r\n\r\n"), Some(Reason::Status));
         assert!(matches!(parse("HTTP/1.1 200 OK\r\n", Method::GET), Ok(None)));
@@ -284,6 +302,25 @@ mod tests {
         let text = "HTTP/1.1 200 OK\r\nContent-Length: abc\r\nTransfer-Encoding: chunked\r\n\r\n";
         let head = parse(text, Method::GET)?.ok_or("complete")?;
         assert_eq!((head.framing, head.keep_alive), (Framing::Chunked, false));
+        assert!(head.fields.is_empty(), "{:?}", head.fields);
+        Ok(())
+    }
+
+    #[test]
+    fn one_length_goes_on_however_many_agreed() -> TestResult {
+        for text in [
+            "HTTP/1.1 200 OK\r\nContent-Length: 5\r\ncontent-length: 5\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5, 5\r\n\r\n",
+        ] {
+            let head = parse(text, Method::GET)?.ok_or("complete")?;
+            assert_eq!(head.framing, Framing::Length(5));
+            let lengths: Vec<&[u8]> =
+                head.fields.iter().filter(|(n, _)| n.eq_ignore_ascii_case(b"content-length")).map(|(_, v)| v).collect();
+            assert_eq!(lengths, [&b"5"[..]], "{text:?}");
+        }
+        // A list alone goes nowhere: the writer says the length.
+        let head = parse("HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\n", Method::GET)?.ok_or("complete")?;
+        assert_eq!(head.framing, Framing::Length(5));
         assert!(head.fields.is_empty(), "{:?}", head.fields);
         Ok(())
     }

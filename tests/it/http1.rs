@@ -331,6 +331,34 @@ async fn an_upstream_length_beside_chunked_is_not_passed_on() -> TestResult {
     Ok(())
 }
 
+#[tokio::test]
+async fn an_upstream_length_given_twice_goes_on_once_and_an_http10_chunked_answer_is_refused() -> TestResult {
+    let kz = raw_backend(|mut s: TcpStream| async move {
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc").await;
+        let _ = s.shutdown().await;
+    })
+    .await?;
+    // HTTP/1.0 has no chunked coding: passed on, the client would read the
+    // chunks' framing as the body.
+    let us = raw_backend(|mut s: TcpStream| async move {
+        let _ = s.write_all(b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n").await;
+        let _ = s.shutdown().await;
+    })
+    .await?;
+    let eu = backend("eu").await?;
+    let p = proxy(&table(eu.addr, kz.addr, us.addr, "upstream: { health: { interval: 0s } }")).await?;
+    let get = |id: String| format!("GET /v1/orders/{id} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let r = raw(p.addr, get(id()).as_bytes(), WAIT).await?;
+    let (status, head, body, _) = next_response(&r.bytes).ok_or("no answer")?;
+    assert_eq!((status, body.as_slice()), (200, &b"abc"[..]), "{}", r.text());
+    assert_eq!(head.matches("content-length:").count(), 1, "{head}");
+    let us_id = Iuid::from_fields(1_700_000_000_000, 1, 3, 12345).to_string();
+    let r = raw(p.addr, get(us_id).as_bytes(), WAIT).await?;
+    assert_eq!(r.status(), Some(502), "{}", r.text());
+    assert!(!r.text().contains("3\r\nabc"), "{}", r.text());
+    Ok(())
+}
+
 /// An upstream answer with every kind of field a proxy must not pass on
 /// (hop-by-hop, named by `Connection`, the mesh's), beside fields it must
 /// (repeated, `Date`, `Via`, a request id the proxy replaces).
