@@ -1,11 +1,13 @@
-//! `shardgate check -c FILE [--print]`: every problem of a table file with
-//! its line, or the compiled table's summary.
+//! `shardgate check -c FILE [--region R] [--print]`: every problem of a
+//! table file with its line, or the compiled table's summary. With
+//! `--region` the file is checked as an instance serving that region runs
+//! it (a fleet's shared table that sends to `local` needs one).
 
 use std::io::Write;
 use std::path::Path;
 
 use super::exit;
-use crate::config::load_file;
+use crate::config::instance::InstanceFlags;
 use crate::routing::shared::sha256_hex;
 use crate::routing::Table;
 
@@ -16,8 +18,8 @@ use crate::routing::Table;
 /// `out` alone, the verdict on `err`);
 /// returns [`exit::CONFIG`] and writes every problem to `err`, one per line as
 /// `file:line:col: path: message (hint: ...)`, when it is not.
-pub fn run(path: &Path, print: bool, out: &mut impl Write, err: &mut impl Write) -> i32 {
-    match load_file(path) {
+pub fn run(path: &Path, flags: &InstanceFlags, print: bool, out: &mut impl Write, err: &mut impl Write) -> i32 {
+    match flags.load_file(path) {
         Err(errors) => {
             let _ = writeln!(err, "{errors}");
             let n = errors.len();
@@ -39,7 +41,7 @@ pub fn run(path: &Path, print: bool, out: &mut impl Write, err: &mut impl Write)
                 let _ = writeln!(err, "{}: warning: {warning}", path.display());
             }
             if print {
-                let written = crate::config::as_written(&text, &path.display().to_string(), &Default::default());
+                let written = crate::config::as_written(&text, &path.display().to_string(), flags);
                 match written
                     .map_err(|e| e.to_string())
                     .and_then(|f| yaml_serde::to_string(&f).map_err(|e| e.to_string()))

@@ -29,6 +29,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 use crate::app::{Exit, ServeError};
+use crate::config::instance::InstanceFlags;
 
 /// shardgate: a reverse proxy that routes HTTP requests by the entity id they carry.
 #[derive(Debug, Parser)]
@@ -59,6 +60,9 @@ pub enum Command {
         /// The routing table (YAML).
         #[arg(short = 'c', long = "config")]
         config: PathBuf,
+        /// Check it as an instance serving this region runs it (`serve --region`).
+        #[arg(long, env = "SHARDGATE_REGION")]
+        region: Option<String>,
         /// Print the effective table with defaults filled in.
         #[arg(long)]
         print: bool,
@@ -195,12 +199,7 @@ impl ServeArgs {
             (TableFrom::Etcd(_), None) => Some(host_name()),
             (TableFrom::File(_), None) => None,
         };
-        let flags = crate::config::instance::InstanceFlags {
-            listen: self.listen,
-            admin: self.admin,
-            instance,
-            region: self.region,
-        };
+        let flags = InstanceFlags { listen: self.listen, admin: self.admin, instance, region: self.region };
         Ok(ServeOptions { table, flags, audit: self.audit_log })
     }
 }
@@ -242,10 +241,11 @@ pub fn run(cli: Cli) -> i32 {
         Command::Decode(args) => decode::run(args),
         Command::Mint(args) => mint::run(args),
         Command::Probe { url, timeout } => Ok(probe::run(&url, timeout)),
-        Command::Check { config, print } => {
+        Command::Check { config, region, print } => {
             let stdout = io::stdout();
             let stderr = io::stderr();
-            Ok(check::run(&config, print, &mut stdout.lock(), &mut stderr.lock()))
+            let flags = InstanceFlags::in_region(region);
+            Ok(check::run(&config, &flags, print, &mut stdout.lock(), &mut stderr.lock()))
         }
         Command::Move(args) => Ok(rehome::run(&args, &mut io::stdout().lock(), &mut io::stderr().lock())),
         Command::Plan(args) => Ok(plan::run(&args, &mut io::stdout().lock(), &mut io::stderr().lock())),

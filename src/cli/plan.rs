@@ -1,6 +1,8 @@
-//! `shardgate plan NEW [--running FILE | --admin URL] [--json]`: what a new
-//! table moves, against a table file or a running instance (its table and
-//! the traffic each placement unit carried over the last minutes).
+//! `shardgate plan NEW [--running FILE | --admin URL] [--region R] [--json]`:
+//! what a new table moves, against a table file or a running instance (its
+//! table and the traffic each placement unit carried over the last
+//! minutes). Both tables load as the instance runs them: in the region
+//! `--region` names, else, with `--admin`, the one the instance serves.
 //!
 //! Exit 0 when nothing moves, 1 when something does (a CI gate can ask for
 //! a review), 78 when either table is invalid, 69 when the instance cannot
@@ -13,7 +15,7 @@ use std::time::Duration;
 use http::{Method, StatusCode, Uri};
 
 use super::exit;
-use crate::config::{load_file, load_str};
+use crate::config::instance::InstanceFlags;
 use crate::routing::plan::{Plan, Window};
 use crate::routing::Table;
 use crate::upstream::{connector, ClientSettings};
@@ -30,6 +32,10 @@ pub struct PlanArgs {
     /// table and traffic. The token, if it needs one, from SHARDGATE_ADMIN_TOKEN.
     #[arg(long)]
     pub admin: Option<String>,
+    /// Load both tables as an instance serving this region runs them
+    /// (`serve --region`); with `--admin`, the instance's region by default.
+    #[arg(long)]
+    pub region: Option<String>,
     /// JSON for tools instead of text.
     #[arg(long)]
     pub json: bool,
@@ -37,16 +43,19 @@ pub struct PlanArgs {
 
 /// Runs `plan`; returns the exit code.
 pub fn run(args: &PlanArgs, out: &mut impl Write, err: &mut impl Write) -> i32 {
-    let (running, window) = match (&args.running, &args.admin) {
-        (Some(path), _) => match load_file(path) {
-            Ok((cfg, _)) => (Table::compile(&cfg), None),
+    let given = InstanceFlags::in_region(args.region.clone());
+    let (running, window, flags) = match (&args.running, &args.admin) {
+        (Some(path), _) => match given.load_file(path) {
+            Ok((cfg, _)) => (Table::compile(&cfg), None, given),
             Err(e) => {
                 let _ = writeln!(err, "{e}\n{}: the running table is invalid", path.display());
                 return exit::CONFIG;
             }
         },
         (None, Some(url)) => match from_admin(url) {
-            Ok(Ok(r)) => r,
+            Ok(Ok((table, window, region))) => {
+                (table, window, InstanceFlags::in_region(args.region.clone().or(region)))
+            }
             Ok(Err(e)) => {
                 let _ = writeln!(err, "{e}\n{url}: the running table does not load here");
                 return exit::CONFIG;
@@ -61,7 +70,7 @@ pub fn run(args: &PlanArgs, out: &mut impl Write, err: &mut impl Write) -> i32 {
             return exit::USAGE;
         }
     };
-    let next = match load_file(&args.new) {
+    let next = match flags.load_file(&args.new) {
         Ok((cfg, _)) => Table::compile(&cfg),
         Err(e) => {
             let _ = writeln!(err, "{e}\n{}: the new table is invalid", args.new.display());
@@ -81,9 +90,13 @@ pub fn run(args: &PlanArgs, out: &mut impl Write, err: &mut impl Write) -> i32 {
     }
 }
 
-/// The running table and its traffic window from an admin listener: an
-/// error reaching it, or the table's own errors.
-fn from_admin(url: &str) -> Result<Result<(Table, Option<Window>), crate::config::ConfigErrors>, String> {
+/// What `plan` learns of a running instance: its table, the traffic each
+/// unit carried, and the region it serves.
+type Running = (Table, Option<Window>, Option<String>);
+
+/// The running table, its traffic window and its region from an admin
+/// listener: an error reaching it, or the table's own errors.
+fn from_admin(url: &str) -> Result<Result<Running, crate::config::ConfigErrors>, String> {
     let base = url.trim_end_matches('/');
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
     let token = crate::admin::token_from_env();
@@ -111,6 +124,8 @@ fn from_admin(url: &str) -> Result<Result<(Table, Option<Window>), crate::config
     };
     let config = get("/config")?;
     let text = config["source"].as_str().ok_or("GET /config: no source text")?;
+    let region = config["region"].as_str().map(str::to_owned);
     let window = get("/placement").ok().and_then(|w| serde_json::from_value::<Window>(w).ok());
-    Ok(load_str(text, &format!("{base}/config")).map(|cfg| (Table::compile(&cfg), window)))
+    let flags = InstanceFlags::in_region(region.clone());
+    Ok(flags.load(text, &format!("{base}/config")).map(|cfg| (Table::compile(&cfg), window, region)))
 }

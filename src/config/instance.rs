@@ -55,6 +55,20 @@ impl InstanceFlags {
         super::load(text, source, self).map(|(config, _)| config)
     }
 
+    /// Reads the table file at `path` and loads it as this instance's
+    /// table; also returns its text (for hashing and `/config`).
+    pub fn load_file(&self, path: &std::path::Path) -> Result<(Config, String), ConfigErrors> {
+        let name = path.display().to_string();
+        let text = super::read_text(path).map_err(|m| ConfigErrors::single(&name, m, None))?;
+        let config = self.load(&text, &name)?;
+        Ok((config, text))
+    }
+
+    /// An instance serving `region`, every other value the table's.
+    pub fn in_region(region: Option<String>) -> InstanceFlags {
+        InstanceFlags { region, ..InstanceFlags::default() }
+    }
+
     /// Whether any flag is given.
     pub fn any(&self) -> bool {
         *self != InstanceFlags::default()
@@ -88,7 +102,7 @@ routes:
 ";
 
     fn region(name: &str) -> InstanceFlags {
-        InstanceFlags { region: Some(name.into()), ..InstanceFlags::default() }
+        InstanceFlags::in_region(Some(name.into()))
     }
 
     fn minted_country(cfg: &Config) -> Option<u8> {

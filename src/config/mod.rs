@@ -193,10 +193,7 @@ fn load(text: &str, source_name: &str, flags: &InstanceFlags) -> Result<(Config,
 /// Reads, parses and validates a routing table file; also returns its text
 /// (for hashing and `/config`).
 pub fn load_file(path: &Path) -> Result<(Config, String), ConfigErrors> {
-    let name = path.display().to_string();
-    let text = read_text(path).map_err(|m| ConfigErrors::single(&name, m, None))?;
-    let config = load_str(&text, &name)?;
-    Ok((config, text))
+    InstanceFlags::default().load_file(path)
 }
 
 /// Reads a config file with the size cap applied before reading it whole.

@@ -322,6 +322,38 @@ fn mint_refuses_read_only_formats_and_missing_flags() -> TestResult {
 }
 
 #[test]
+fn check_judges_a_shared_table_by_the_region_given() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("shared.yaml");
+    let table = "version: 1\nregions:\n  eu: { upstreams: [\"http://127.0.0.1:1\"] }\n  kz: { upstreams: [\"http://127.0.0.1:2\"] }\nroutes:\n  - { name: all, match: { prefix: / }, to: local }\n";
+    std::fs::write(&path, table)?;
+    let file = path.to_str().ok_or("path")?;
+    let check = |region: Option<&str>| {
+        let mut cmd = shardgate();
+        cmd.args(["check", "-c", file]).env_remove("SHARDGATE_REGION");
+        if let Some(r) = region {
+            cmd.args(["--region", r]);
+        }
+        cmd.output()
+    };
+    let out = check(None)?;
+    let stderr = text(&out.stderr)?;
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert!(stderr.contains("sends to the local region, and this table names none"), "{stderr}");
+    let out = check(Some("kz"))?;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr)?);
+    assert!(text(&out.stdout)?.contains(": ok: 2 regions"), "{}", text(&out.stdout)?);
+    let out = check(Some("mars"))?;
+    let stderr = text(&out.stderr)?;
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{file}: --region mars: the table has no such region (it has eu, kz)")),
+        "{stderr}"
+    );
+    Ok(())
+}
+
+#[test]
 fn check_expands_environment_variables_and_locates_a_missing_one() -> TestResult {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("env.yaml");

@@ -132,7 +132,7 @@ fn config_messages_name_the_offending_value() -> Result<(), String> {
 #[test]
 fn config_check_command_exit_codes() {
     let (mut out, mut err) = (Vec::new(), Vec::new());
-    let code = run_check(&fixture("many_errors.yaml"), false, &mut out, &mut err);
+    let code = run_check(&fixture("many_errors.yaml"), &Default::default(), false, &mut out, &mut err);
     assert_eq!(code, 78);
     let err = String::from_utf8_lossy(&err);
     let first = err.lines().next().unwrap_or("");
@@ -141,14 +141,14 @@ fn config_check_command_exit_codes() {
 
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/example.yaml");
     let (mut out, mut err) = (Vec::new(), Vec::new());
-    let code = run_check(&example, false, &mut out, &mut err);
+    let code = run_check(&example, &Default::default(), false, &mut out, &mut err);
     assert_eq!(code, 0, "{}", String::from_utf8_lossy(&err));
     let summary = String::from_utf8_lossy(&out);
     assert!(summary.contains(": ok: 3 regions, 4 countries"), "{summary}");
     // --print: the effective table alone on standard output (so `> file`
     // makes a table), defaults filled in; it loads again. The verdict goes to stderr.
     let (mut out, mut err) = (Vec::new(), Vec::new());
-    let code = run_check(&example, true, &mut out, &mut err);
+    let code = run_check(&example, &Default::default(), true, &mut out, &mut err);
     assert_eq!(code, 0, "{}", String::from_utf8_lossy(&err));
     let printed = String::from_utf8_lossy(&out);
     assert!(String::from_utf8_lossy(&err).contains(": ok: 3 regions"));
@@ -172,7 +172,7 @@ fn config_check_warns_of_a_mesh_peer_that_trusts_no_peer() -> Result<(), Box<dyn
         let file = dir.path().join("t.yaml");
         std::fs::write(&file, table(trusted))?;
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        assert_eq!(run_check(&file, false, &mut out, &mut err), 0);
+        assert_eq!(run_check(&file, &Default::default(), false, &mut out, &mut err), 0);
         let err = String::from_utf8_lossy(&err);
         assert_eq!(err.contains("warning: mesh.trusted_peers is empty"), warned, "{trusted}: {err}");
     }
@@ -201,7 +201,7 @@ fn config_check_warns_of_a_pool_that_keeps_connections_a_peer_closes_first() -> 
         let file = dir.path().join("t.yaml");
         std::fs::write(&file, table(settings, scheme))?;
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        assert_eq!(run_check(&file, false, &mut out, &mut err), 0, "{settings} {scheme}");
+        assert_eq!(run_check(&file, &Default::default(), false, &mut out, &mut err), 0, "{settings} {scheme}");
         let err = String::from_utf8_lossy(&err);
         let said = err.contains("warning: upstream.pool_idle_timeout");
         assert_eq!(said, warned, "{settings} {scheme}: {err}");

@@ -5,7 +5,7 @@
 
 use std::process::Command;
 
-use super::support::binary::spawn_table;
+use super::support::binary::{spawn_serving, spawn_table};
 use super::support::{get, iuid, table, three_backends, BoxError};
 
 type TestResult = Result<(), BoxError>;
@@ -106,6 +106,34 @@ async fn plan_lists_each_moved_unit_with_the_traffic_a_running_instance_carried(
     let (closed, _) = super::support::binary::free_ports()?;
     let nobody = format!("http://127.0.0.1:{closed}");
     assert_eq!(plan(&["--admin", &nobody, new_file.to_str().ok_or("path")?])?.0, 69);
+    Ok(())
+}
+
+#[tokio::test]
+async fn plan_loads_a_shared_table_in_the_region_the_instance_serves() -> TestResult {
+    let [eu, kz, us] = three_backends().await?;
+    let dir = tempfile::tempdir()?;
+    // A fleet's table: no `region:`, a route to `local`; the instance names its region.
+    let old = table(eu.addr, kz.addr, us.addr, "")
+        .replace("routes:\n", "routes:\n  - { name: health, match: { path: /v1/health }, to: local }\n");
+    let (_child, _, admin) = spawn_serving(dir.path(), &old, None, None, &["--region", "kz"]).await?;
+    let admin_url = format!("http://127.0.0.1:{admin}");
+    let config = get(&format!("{admin_url}/config")).await?.json()?;
+    assert_eq!(config["region"], "kz", "{config}");
+    let new_file = dir.path().join("new.yaml");
+    std::fs::write(&new_file, old.replace("KZ: { id: 7, region: kz }", "KZ: { id: 7, region: us }"))?;
+    let new = new_file.to_str().ok_or("path")?;
+    let (code, out, err) = plan(&["--admin", &admin_url, new])?;
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("country KZ") && out.contains("kz -> us"), "{out}");
+    // Against a file, the region is given.
+    let old_file = dir.path().join("table.yaml");
+    let old_file = old_file.to_str().ok_or("path")?;
+    let (code, _, err) = plan(&["--running", old_file, new])?;
+    assert_eq!(code, 78, "{err}");
+    assert!(err.contains("sends to the local region"), "{err}");
+    let (code, out, err) = plan(&["--running", old_file, "--region", "eu", new])?;
+    assert_eq!(code, 1, "{out}{err}");
     Ok(())
 }
 

@@ -81,6 +81,17 @@ pub async fn spawn_table(
     log: Option<&Path>,
     open_files: Option<u64>,
 ) -> Result<(Child, u16, u16), BoxError> {
+    spawn_serving(dir, text, log, open_files, &[]).await
+}
+
+/// [`spawn_table`], `serve` given `flags` after the table.
+pub async fn spawn_serving(
+    dir: &Path,
+    text: &str,
+    log: Option<&Path>,
+    open_files: Option<u64>,
+    flags: &[&str],
+) -> Result<(Child, u16, u16), BoxError> {
     let (port, admin) = free_ports()?;
     let text = text
         .replace("listen: 127.0.0.1:18080", &format!("listen: 127.0.0.1:{port}"))
@@ -95,7 +106,7 @@ pub async fn spawn_table(
     let mut command = match open_files {
         Some(n) => {
             let mut c = std::process::Command::new("sh");
-            c.args(["-c", &format!("ulimit -n {n} && exec \"$0\" serve -c \"$1\""), binary]).arg(&file);
+            c.args(["-c", &format!("ulimit -n {n} && exec \"$0\" serve -c \"$@\""), binary]).arg(&file);
             c
         }
         None => {
@@ -104,6 +115,7 @@ pub async fn spawn_table(
             c
         }
     };
+    command.args(flags);
     let child = command.env("RUST_LOG", level).stdout(std::process::Stdio::null()).stderr(stderr).spawn()?;
     let child = Child(child);
     let deadline = Instant::now() + Duration::from_secs(15);
