@@ -31,6 +31,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use super::h2::Answer;
 use super::outgoing::Outgoing;
 use super::pool::{Conn, ConnState};
+use super::recv::TakeIn;
 use crate::http1::response::MAX_HEAD_BYTES;
 use crate::http1::{self, framing, Decoder, Fields, Framing, HeadScan, ResponseHead};
 pub use crate::wire::BodyError;
@@ -92,7 +93,7 @@ pub async fn exchange<B>(
     body: &mut B,
 ) -> Result<Response<ResponseBody>, ExchangeError>
 where
-    B: Body<Data = Bytes> + Unpin,
+    B: Body<Data = Bytes> + TakeIn + Unpin,
     B::Error: fmt::Display,
 {
     let upload = write_head(&mut conn.write, out, body);
@@ -200,7 +201,7 @@ impl Send {
         method: &Method,
     ) -> Poll<Result<(), SendError>>
     where
-        B: Body<Data = Bytes> + Unpin,
+        B: Body<Data = Bytes> + TakeIn + Unpin,
         B::Error: fmt::Display,
     {
         loop {
@@ -211,7 +212,12 @@ impl Send {
                     }
                     Poll::Ready(Ok(n)) => self.written += n,
                     Poll::Ready(Err(e)) => return Poll::Ready(Err(SendError::Io(e.to_string()))),
-                    Poll::Pending => return self.watch(cx, conn, method),
+                    Poll::Pending => {
+                        // A body read off a shared (HTTP/2) connection
+                        // must not hold that connection while this one is full.
+                        Pin::new(&mut *body).take_in(cx);
+                        return self.watch(cx, conn, method);
+                    }
                 }
             }
             conn.write.clear();
@@ -404,7 +410,7 @@ impl ResponseBody {
     }
 }
 
-impl super::recv::TakeIn for ResponseBody {
+impl TakeIn for ResponseBody {
     fn take_in(self: Pin<&mut Self>, cx: &mut Context<'_>) {
         if let Some(answer) = self.get_mut().h2.as_deref_mut() {
             Pin::new(answer).take_in(cx);

@@ -4,6 +4,7 @@ use crate::upstream::pool::tests::{endpoint, outgoing, plain, pool};
 use crate::upstream::pool::{Limits, Pool};
 use http::header::{self, HeaderMap, HeaderValue};
 use http_body_util::{BodyExt, Empty, Full};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -256,5 +257,63 @@ async fn a_head_that_arrives_a_byte_at_a_time_is_read() -> TestResult {
         tokio::time::sleep(Duration::from_millis(200)).await;
     });
     assert_eq!(get(&pool(), &up, &Method::GET).await?, (200, Bytes::from("ok")));
+    Ok(())
+}
+
+// Bodies held whole take nothing off any connection.
+impl TakeIn for Empty<Bytes> {
+    fn take_in(self: Pin<&mut Self>, _: &mut Context<'_>) {}
+}
+
+impl TakeIn for Full<Bytes> {
+    fn take_in(self: Pin<&mut Self>, _: &mut Context<'_>) {}
+}
+
+impl TakeIn for Endless {
+    fn take_in(self: Pin<&mut Self>, _: &mut Context<'_>) {}
+}
+
+/// A body of 64 KiB frames that never ends, as fast as it is read; says
+/// on `taken` when it is asked to take in what has arrived.
+struct Flood {
+    taken: Arc<tokio::sync::Notify>,
+}
+
+impl Body for Flood {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        Poll::Ready(Some(Ok(Frame::data(Bytes::from(vec![b'x'; 64 * 1024])))))
+    }
+}
+
+impl TakeIn for Flood {
+    fn take_in(self: Pin<&mut Self>, _: &mut Context<'_>) {
+        self.taken.notify_one();
+    }
+}
+
+#[tokio::test]
+async fn an_upload_the_upstream_does_not_take_asks_its_body_to_take_in() -> TestResult {
+    // A server that reads nothing: the connection's buffers fill.
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let up = endpoint(listener.local_addr()?)?;
+    tokio::spawn(async move {
+        let held = listener.accept().await;
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        drop(held);
+    });
+    let pool = pool();
+    let conn = plain(&pool, &up, LIMITS).await.map_err(|e| format!("{e:?}"))?;
+    let (headers, target) = (HeaderMap::new(), http::uri::PathAndQuery::from_static("/upload"));
+    let out = outgoing(&Method::POST, &target, &up, &headers);
+    let taken = Arc::new(tokio::sync::Notify::new());
+    let mut body = Flood { taken: Arc::clone(&taken) };
+    tokio::select! {
+        _ = exchange(conn, &out, &mut body) => return Err("the exchange ended".into()),
+        _ = taken.notified() => {}
+        _ = tokio::time::sleep(Duration::from_secs(10)) => return Err("the body was never asked to take in".into()),
+    }
     Ok(())
 }
