@@ -275,9 +275,12 @@ impl Upstreams {
         for _ in 0..2 {
             let reserved = match self.h2.reserve(endpoint, caps).await {
                 Ok(reserved) => reserved,
-                Err(Unready::Connect(e)) => {
-                    tracing::debug!(endpoint = %endpoint.uri, error = %e, "http2 upstream connect failed");
-                    record(true);
+                Err(Unready::Connect { error, waited }) => {
+                    tracing::debug!(endpoint = %endpoint.uri, %error, waited, "http2 upstream connect failed");
+                    // One failed opening counts once, however many calls waited for it.
+                    if !waited {
+                        record(true);
+                    }
                     return Err(Failure { error: AttemptError::Connect, unsent: Some(body) });
                 }
                 Err(Unready::Saturated) => {

@@ -161,8 +161,14 @@ impl Drop for Answer {
 /// Why no stream could be reserved: nothing was sent.
 #[derive(Debug)]
 pub enum Unready {
-    /// No connection could be opened (by this call, or by the one it waited for).
-    Connect(String),
+    /// No connection could be opened: by this call, or (`waited`) by the
+    /// one it waited for, whose failure is that call's to count.
+    Connect {
+        /// Why.
+        error: String,
+        /// Whether another call's opening failed, not this one's.
+        waited: bool,
+    },
     /// Every connection carries [`STREAMS`] and `max_pending` more.
     Saturated,
 }
@@ -217,8 +223,8 @@ impl H2 {
                 match self.pick(endpoint, max_connections) {
                     Ok(link) => link,
                     Err(_) => match self.failed_since(endpoint, asked) {
-                        Some(e) => return Err(Unready::Connect(e)),
-                        None => self.open(endpoint).await.map_err(Unready::Connect)?,
+                        Some(error) => return Err(Unready::Connect { error, waited: true }),
+                        None => self.open(endpoint).await.map_err(|error| Unready::Connect { error, waited: false })?,
                     },
                 }
             }
@@ -564,4 +570,34 @@ fn request(endpoint: &Upstream, out: &Outgoing<'_>, length: Option<u64>) -> Resu
         headers.entry(header::CONTENT_LENGTH).or_insert_with(|| HeaderValue::from(n));
     }
     Ok(req)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::upstream::connect::{connector, ClientSettings};
+
+    #[tokio::test]
+    async fn one_failed_opening_is_counted_by_the_call_that_made_it_alone() -> Result<(), Box<dyn std::error::Error>> {
+        // A port no one listens on: every connection is refused.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+        let endpoint = Upstream::parse(&format!("h2c://{closed}"))?;
+        let settings = ClientSettings {
+            connect_timeout: std::time::Duration::from_secs(1),
+            pool_idle_timeout: std::time::Duration::from_secs(30),
+            tls: None,
+        };
+        let h2 = H2::new(connector(&settings));
+        let calls = (0..5).map(|_| h2.reserve(&endpoint, (1, 0)));
+        let waited: Vec<Option<bool>> = futures_util::future::join_all(calls)
+            .await
+            .into_iter()
+            .map(|r| match r {
+                Err(Unready::Connect { waited, .. }) => Some(waited),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(waited, [Some(false), Some(true), Some(true), Some(true), Some(true)]);
+        Ok(())
+    }
 }
