@@ -176,14 +176,14 @@ pub enum Unready {
 /// Why an HTTP/2 exchange failed.
 #[derive(Debug)]
 pub enum H2Error {
-    /// The connection closed before it took the stream (the server's
-    /// GOAWAY, an idle close): nothing was sent; the body is given back.
+    /// The connection did not take the stream (closed, or the server's
+    /// GOAWAY left it out): the server never saw it; the body is given back.
     Closed(String, UpstreamBody),
     /// The stream failed after the request went (or may have gone).
     Failed(String),
-    /// The server's GOAWAY came as the request was handed to the
-    /// connection: it may not have gone, but its body did; the server is
-    /// going away, not failing.
+    /// The server's GOAWAY left the stream out, but part of its body,
+    /// streamed, is gone and cannot go again; the server is going away,
+    /// not failing.
     GoneAway(String),
 }
 
@@ -259,6 +259,9 @@ impl H2 {
                 return Err(H2Error::Closed(e.to_string(), body));
             }
         };
+        // A GOAWAY that leaves this stream out says the server never took it
+        // (RFC 9113 §6.8): a body held whole (a count, not a copy) goes again.
+        let again = body.again();
         let ends = body.is_end_stream();
         let (answer, tx) = match send.send_request(req, ends) {
             Ok(sent) => sent,
@@ -274,7 +277,10 @@ impl H2 {
             Ok(resp) => Ok(Answer::new(resp, stream, piping)),
             Err(e) if e.is_go_away() && e.is_remote() => {
                 self.forget(endpoint, &link);
-                Err(H2Error::GoneAway(e.to_string()))
+                match again {
+                    Some(body) => Err(H2Error::Closed(e.to_string(), body)),
+                    None => Err(H2Error::GoneAway(e.to_string())),
+                }
             }
             Err(e) => Err(H2Error::Failed(e.to_string())),
         }

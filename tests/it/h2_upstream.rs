@@ -3,7 +3,8 @@
 //! the proxy, resets its stream at the backend, which then stops reading
 //! a body no one waits on; an answer that ends before the call's body
 //! does lets the rest of the body go; a body read whole goes with its
-//! length.
+//! length, and goes again on another connection when a GOAWAY says the
+//! server never took its stream.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -184,5 +185,70 @@ async fn h2_upstream_a_body_read_whole_goes_with_its_length() -> TestResult {
     assert_eq!(next(&mut seen).await?, "length 5", "a body read whole reached the backend without its length");
     assert_eq!(next(&mut seen).await?, "first");
     assert_eq!(next(&mut seen).await?, "end");
+    Ok(())
+}
+
+/// A listener whose first connection says SETTINGS, then answers the
+/// first request's HEADERS with `GOAWAY(last_stream_id 0, NO_ERROR)`: the
+/// server took no stream. Later connections go to `to`.
+async fn going_away_first(to: SocketAddr) -> Result<SocketAddr, BoxError> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        let mut first = true;
+        while let Ok((mut socket, _)) = listener.accept().await {
+            if !std::mem::take(&mut first) {
+                tokio::spawn(async move {
+                    let Ok(mut backend) = tokio::net::TcpStream::connect(to).await else { return };
+                    let _ = tokio::io::copy_bidirectional(&mut socket, &mut backend).await;
+                });
+                continue;
+            }
+            tokio::spawn(async move {
+                let settings = [0u8, 0, 0, 4, 0, 0, 0, 0, 0];
+                let mut preface = [0u8; 24];
+                if socket.write_all(&settings).await.is_err() || socket.read_exact(&mut preface).await.is_err() {
+                    return;
+                }
+                let mut head = [0u8; 9];
+                while socket.read_exact(&mut head).await.is_ok() {
+                    let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+                    let mut payload = vec![0u8; len];
+                    if socket.read_exact(&mut payload).await.is_err() {
+                        return;
+                    }
+                    if head[3] == 1 {
+                        let goaway = [0u8, 0, 8, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+                        let _ = socket.write_all(&goaway).await;
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    Ok(addr)
+}
+
+#[tokio::test]
+async fn h2_upstream_a_body_read_whole_goes_again_when_a_goaway_left_its_stream_out() -> TestResult {
+    let (at, mut seen) = backend(First::Trailers).await?;
+    let p = proxy_to(going_away_first(at).await?).await?;
+    // A write: its stream was never taken, so it goes again, once.
+    let mut socket = tokio::net::TcpStream::connect(p.addr).await?;
+    let head = format!(
+        "POST /echo.Echo/Collect HTTP/1.1\r\nhost: x\r\nx-entity-id: {}\r\ncontent-length: 5\r\nconnection: close\r\n\r\nhello",
+        iuid(7)
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut socket, head.as_bytes()).await?;
+    assert_eq!(next(&mut seen).await?, "length 5", "the call did not go again");
+    assert_eq!(next(&mut seen).await?, "first");
+    assert_eq!(next(&mut seen).await?, "end");
+    let mut answer = Vec::new();
+    let read = tokio::io::AsyncReadExt::read_to_end(&mut socket, &mut answer);
+    tokio::time::timeout(Duration::from_secs(10), read).await??;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     Ok(())
 }
