@@ -287,7 +287,8 @@ impl Upstreams {
                     return Err(Failure { error: AttemptError::Saturated(Full::Queue), unsent: Some(body) });
                 }
             };
-            match timed(std::pin::pin!(self.h2.send(endpoint, reserved, &a.out, body)), watch, s).await {
+            let sent = self.h2.send(endpoint, reserved, &a.out, (body, s.policy.request_timeout));
+            match timed(std::pin::pin!(sent), watch, s).await {
                 Timed::Answered(Ok(resp)) => {
                     record(a.count_5xx && resp.status().is_server_error());
                     return Ok(ResponseBody::h2(resp));

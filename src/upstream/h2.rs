@@ -105,11 +105,12 @@ impl Drop for Stream {
 /// connection until dropped. Dropped before its end, the stream is reset;
 /// dropped at its end (read to it, or found there by
 /// [`Body::is_end_stream`], where readers stop), the rest of the request's
-/// body still goes.
+/// body still goes, and the stream stays counted until it has.
 #[derive(Debug)]
 pub struct Answer {
     body: RecvBody,
-    _stream: Stream,
+    /// `None` once handed to the piping.
+    stream: Option<Stream>,
     /// The request body's piping, stopped if the answer is dropped before its end.
     piping: Piping,
 }
@@ -120,7 +121,7 @@ impl Answer {
     fn new(resp: Response<RecvStream>, stream: Stream, piping: Piping) -> Response<Answer> {
         let (parts, recv) = resp.into_parts();
         let body = RecvBody::new(recv, &parts.headers);
-        Response::from_parts(parts, Answer { body, _stream: stream, piping })
+        Response::from_parts(parts, Answer { body, stream: Some(stream), piping })
     }
 }
 
@@ -152,8 +153,8 @@ impl TakeIn for Answer {
 
 impl Drop for Answer {
     fn drop(&mut self) {
-        if self.is_end_stream() {
-            self.piping.let_go();
+        if let (true, Some(stream)) = (self.is_end_stream(), self.stream.take()) {
+            self.piping.let_go(stream);
         }
     }
 }
@@ -245,7 +246,7 @@ impl H2 {
         endpoint: &Upstream,
         reserved: Reserved,
         out: &Outgoing<'_>,
-        body: UpstreamBody,
+        (body, linger): (UpstreamBody, Duration),
     ) -> Result<Response<Answer>, H2Error> {
         let Reserved { link, stream } = reserved;
         let req = match request(endpoint, out, body.size_hint().exact()) {
@@ -272,7 +273,7 @@ impl H2 {
             }
             Err(e) => return Err(H2Error::Failed(e.to_string())),
         };
-        let piping = if ends { Piping(None) } else { send_body(body, tx) };
+        let piping = if ends { Piping(None) } else { send_body(body, tx, linger) };
         match answer.await {
             Ok(resp) => Ok(Answer::new(resp, stream, piping)),
             Err(e) if e.is_go_away() && e.is_remote() => {
@@ -397,8 +398,9 @@ async fn drive(
 /// task of its own, each chunk as the server's window allows, its trailers
 /// after, while the request's task reads the answer; its [`Piping`] is
 /// held by the answer. A client body that fails resets the stream; a
-/// stream the server resets stops the piping.
-fn send_body(body: UpstreamBody, mut tx: SendStream<Bytes>) -> Piping {
+/// stream the server resets stops the piping. Once the answer has ended,
+/// the rest of the body has `linger` to go, its stream still counted.
+fn send_body(body: UpstreamBody, mut tx: SendStream<Bytes>, linger: Duration) -> Piping {
     match body {
         UpstreamBody::Whole(Some(data)) => {
             // A failure here is the stream's, and the answer reports it.
@@ -407,12 +409,20 @@ fn send_body(body: UpstreamBody, mut tx: SendStream<Bytes>) -> Piping {
         }
         body => {
             let (stop, stopped) = oneshot::channel();
+            let (hand, handed) = oneshot::channel::<Stream>();
             tokio::spawn(async move {
-                if pipe(body, &mut tx, Some(stopped)).await.is_err() {
+                let piped = {
+                    let mut piping = std::pin::pin!(pipe(body, &mut tx, Some(stopped)));
+                    tokio::select! {
+                        piped = &mut piping => piped,
+                        Ok(_counted) = handed => tokio::time::timeout(linger, piping).await.unwrap_or(Err(Stopped)),
+                    }
+                };
+                if piped.is_err() {
                     tx.send_reset(h2::Reason::CANCEL);
                 }
             });
-            Piping(Some(stop))
+            Piping(Some((stop, hand)))
         }
     }
 }
@@ -420,20 +430,23 @@ fn send_body(body: UpstreamBody, mut tx: SendStream<Bytes>) -> Piping {
 /// The hold on a request body's piping task ([`send_body`]): dropped
 /// before the answer has ended (the client gone, a timeout), the piping
 /// stops and resets the stream; let go once the answer has ended, the rest
-/// of the body still goes.
+/// of the body still goes, its stream handed to the task.
 #[derive(Debug)]
-struct Piping(Option<oneshot::Sender<()>>);
+struct Piping(Option<(oneshot::Sender<()>, oneshot::Sender<Stream>)>);
 
 impl Piping {
-    /// The answer has ended: the body's piping goes on by itself.
-    fn let_go(&mut self) {
-        self.0 = None;
+    /// The answer has ended: the body's piping goes on by itself, and
+    /// counts `stream` on its connection until it ends.
+    fn let_go(&mut self, stream: Stream) {
+        if let Some((_, hand)) = self.0.take() {
+            let _ = hand.send(stream);
+        }
     }
 }
 
 impl Drop for Piping {
     fn drop(&mut self) {
-        if let Some(stop) = self.0.take() {
+        if let Some((stop, _)) = self.0.take() {
             let _ = stop.send(());
         }
     }

@@ -2,9 +2,9 @@
 //! early: a call its client gives up, or that runs out of its deadline at
 //! the proxy, resets its stream at the backend, which then stops reading
 //! a body no one waits on; an answer that ends before the call's body
-//! does lets the rest of the body go; a body read whole goes with its
-//! length, and goes again on another connection when a GOAWAY says the
-//! server never took its stream.
+//! does lets the rest of the body go, within the request timeout; a body
+//! read whole goes with its length, and goes again on another connection
+//! when a GOAWAY says the server never took its stream.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -24,6 +24,9 @@ enum First {
     Trailers,
     /// A head alone that ends the answer (gRPC's Trailers-Only).
     HeadAlone,
+    /// As `HeadAlone`, then the body is read but no window given back:
+    /// past the first 64 KiB the body stalls.
+    HeadAloneNoWindow,
 }
 
 /// An HTTP/2 backend that answers each call as `first` says, then reads
@@ -58,7 +61,7 @@ async fn backend(first: First) -> Result<(SocketAddr, mpsc::Receiver<String>), B
                                     },
                                 )
                             }
-                            First::HeadAlone => head
+                            First::HeadAlone | First::HeadAloneNoWindow => head
                                 .header("grpc-status", "0")
                                 .body(())
                                 .ok()
@@ -68,7 +71,9 @@ async fn backend(first: First) -> Result<(SocketAddr, mpsc::Receiver<String>), B
                         let ended = loop {
                             match body.data().await {
                                 Some(Ok(data)) => {
-                                    let _ = body.flow_control().release_capacity(data.len());
+                                    if !matches!(first, First::HeadAloneNoWindow) {
+                                        let _ = body.flow_control().release_capacity(data.len());
+                                    }
                                     if first_bytes {
                                         first_bytes = false;
                                         let _ = seen.send("first".into()).await;
@@ -90,8 +95,13 @@ async fn backend(first: First) -> Result<(SocketAddr, mpsc::Receiver<String>), B
 
 /// The proxy with region kz served by the backend at `at` over h2c.
 async fn proxy_to(at: SocketAddr) -> Result<Running, BoxError> {
+    proxy_with(at, "health: { interval: 0s }").await
+}
+
+/// [`proxy_to`], with `upstream` as the table's `upstream:` settings.
+async fn proxy_with(at: SocketAddr, upstream: &str) -> Result<Running, BoxError> {
     let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
-    let yaml = table(dead, dead, dead, "upstream: { health: { interval: 0s } }") + ECHO_ROUTE;
+    let yaml = table(dead, dead, dead, &format!("upstream: {{ {upstream} }}")) + ECHO_ROUTE;
     proxy(&region_as(&yaml, dead, "kz", &format!("upstreams: [\"h2c://{at}\"]"))).await
 }
 
@@ -168,6 +178,22 @@ async fn h2_upstream_an_answer_that_ends_first_lets_the_rest_of_the_body_go() ->
         body.send_data(Bytes::from_static(&[0, 0, 0, 0, 1, b'!']), true)?;
         assert_eq!(next(&mut seen).await?, "end", "the body's end did not reach the backend");
     }
+    Ok(())
+}
+
+#[tokio::test]
+async fn h2_upstream_a_body_stalled_after_its_answer_ended_is_reset_at_the_request_timeout() -> TestResult {
+    let (at, mut seen) = backend(First::HeadAloneNoWindow).await?;
+    let p = proxy_with(at, "health: { interval: 0s }, request_timeout: 1s, attempt_timeout: 1s").await?;
+    let (answer, mut body) = open_call(&p, None).await?;
+    let resp = tokio::time::timeout(Duration::from_secs(10), answer).await??;
+    assert_eq!(resp.headers().get("grpc-status").map(|v| v.as_bytes()), Some(&b"0"[..]));
+    assert_eq!(after_length(&mut seen).await?, "first");
+    // The answer has ended; more body than the backend's window follows.
+    for _ in 0..8 {
+        body.send_data(Bytes::from(vec![0u8; 16 * 1024]), false)?;
+    }
+    assert_eq!(next(&mut seen).await?, "reset Some(CANCEL)", "a body no one takes was piped on forever");
     Ok(())
 }
 
