@@ -125,6 +125,18 @@ fn own_timeouts(file: &File, attempt: Option<Dur>, request: Option<Dur>, at: &Ya
     }
 }
 
+/// Health checks (`upstream.health`, or a region's, under `at`) that can
+/// run: a positive timeout (none would ever answer in time), a path a
+/// request line can carry.
+fn health_checks(timeout: Option<Dur>, path: Option<&str>, at: &YamlPath, ctx: &mut Ctx<'_>) {
+    if timeout.is_some_and(|d| d.0.is_zero()) {
+        ctx.at(&at.k("timeout"), "timeout must be positive".into(), Some(DURATION_HINT));
+    }
+    if path.is_some_and(|p| !p.starts_with('/')) {
+        ctx.at(&at.k("path"), "a health check path starts with `/`".into(), Some("e.g. /healthz"));
+    }
+}
+
 /// What a bad duration's hint says.
 const DURATION_HINT: &str = "durations look like 250ms, 15s or 2m";
 

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::{closest, is_name, own_timeouts, DURATION_HINT, MAX_REGIONS};
+use super::{closest, health_checks, is_name, own_timeouts, MAX_REGIONS};
 use crate::config::model::{Balance, Country, Entity, Override, Region};
 use crate::config::report::{Ctx, NameKind};
 use crate::config::schema::{File, RegionUpstream};
@@ -178,9 +178,7 @@ fn region_upstream(file: &File, up: &RegionUpstream, at: &YamlPath, ctx: &mut Ct
     }
     own_timeouts(file, up.attempt_timeout, up.request_timeout, at, ctx);
     if let Some(h) = &up.health {
-        if h.timeout.is_some_and(|d| d.0.is_zero()) {
-            ctx.at(&at.k("health").k("timeout"), "timeout must be positive".into(), Some(DURATION_HINT));
-        }
+        health_checks(h.timeout, h.path.as_deref(), &at.k("health"), ctx);
         match h.interval {
             Some(d) if d.0.is_zero() => {
                 let hint = Some("checks are on or off for the whole table: upstream.health.interval");
@@ -192,9 +190,6 @@ fn region_upstream(file: &File, up: &RegionUpstream, at: &YamlPath, ctx: &mut Ct
                 ctx.at(&at.k("health").k("interval"), "health checks are off in this table".into(), hint);
             }
             _ => {}
-        }
-        if h.path.as_deref().is_some_and(|p| !p.starts_with('/')) {
-            ctx.at(&at.k("health").k("path"), "a health check path starts with `/`".into(), Some("e.g. /healthz"));
         }
     }
 }

@@ -310,6 +310,8 @@ pub(super) fn limits_and_timeouts(file: &File, ctx: &mut Ctx<'_>) {
             Some("a fraction such as 0.2"),
         );
     }
+    let health = &up.health;
+    super::health_checks(Some(health.timeout), Some(&health.path), &root.k("upstream").k("health"), ctx);
     let dns = &up.dns;
     if dns.min_ttl.0.is_zero() || dns.min_ttl > dns.max_ttl {
         let m = format!("dns.min_ttl {} is zero or longer than dns.max_ttl {}", dns.min_ttl, dns.max_ttl);
