@@ -150,6 +150,12 @@ struct Counters {
 }
 
 impl Counters {
+    /// Whether any connection is counted: its endpoint must stay, or its
+    /// caps would start again from zero (tunnels and uploads included).
+    fn in_use(&self) -> bool {
+        [&self.open, &self.uploads, &self.tunnels].iter().any(|n| n.load(Ordering::Acquire) > 0)
+    }
+
     /// The count and the wake-up of one of the limits.
     fn of(&self, holds: u8) -> (&AtomicUsize, &Notify) {
         match holds {
@@ -424,7 +430,7 @@ impl Conn {
                 if e.kept.len() > max_kept {
                     closed.extend(e.kept.drain(..e.kept.len() - max_kept));
                 }
-                !e.kept.is_empty() || e.counters.open.load(Ordering::Acquire) > 0 || e.waiting > 0
+                !e.kept.is_empty() || e.counters.in_use() || e.waiting > 0
             });
         }
         let freed = match lists.by_endpoint.get_mut(self.place.key.as_ref()) {

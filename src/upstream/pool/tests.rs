@@ -203,3 +203,24 @@ async fn a_refused_endpoint_is_a_connect_error() -> TestResult {
         other => Err(format!("expected a connect error, got {other:?}").into()),
     }
 }
+
+#[tokio::test]
+async fn open_tunnels_keep_their_endpoints_cap_across_a_sweep() -> TestResult {
+    let ((a, _), (b, _)) = (backend().await?, backend().await?);
+    let (a, b) = (endpoint(a)?, endpoint(b)?);
+    let settings =
+        ClientSettings { connect_timeout: Duration::from_secs(1), pool_idle_timeout: Duration::ZERO, tls: None };
+    let pool = Pool::new(connector(&settings), Duration::from_millis(100), 4);
+    let limits = Limits { max_tunnels: 1, ..LIMITS };
+    let soon = || Instant::now() + Duration::from_millis(200);
+    let tunnel = pool.connection(&a, limits, Use::Tunnel, soon()).await.map_err(|e| format!("{e:?}"))?.into_tunnel();
+    // Past the idle timeout, a connection given back to another endpoint sweeps the lists.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    fetch(&pool, &b).await?;
+    match pool.connection(&a, limits, Use::Tunnel, soon()).await {
+        Err(PoolError::Saturated(Full::Tunnels)) => {}
+        other => return Err(format!("a second tunnel past max_tunnels 1: {other:?}").into()),
+    }
+    drop(tunnel);
+    Ok(())
+}
