@@ -25,8 +25,8 @@ use crate::server::upgrade::ClientUpgrade;
 use crate::upstream::{RequestBody, ResponseBody};
 
 /// Checks a request head as it arrived: within the limits, framed as RFC
-/// 9112 wants; its path is made one without dot segments (so what is
-/// routed is what is forwarded).
+/// 9112 wants (its path has lost its dot segments already, in
+/// [`Proxy::handle`](super::Proxy::handle)).
 pub fn admit(parts: &mut Parts, settings: &Settings) -> Result<(), ProxyError> {
     let server = &settings.server;
     let uri_len = parts.uri.path_and_query().map_or(0, |p| p.as_str().len());
@@ -37,11 +37,7 @@ pub fn admit(parts: &mut Parts, settings: &Settings) -> Result<(), ProxyError> {
     if parts.headers.len() > max_headers {
         return Err(ProxyError::HeadersTooLarge { limit: max_headers });
     }
-    check_framing(parts)?;
-    if let Some(normal) = super::path::without_dot_segments(&parts.uri) {
-        parts.uri = normal;
-    }
-    Ok(())
+    check_framing(parts)
 }
 
 /// Prepares the request head for the upstream leg: only the route's allowed

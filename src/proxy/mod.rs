@@ -191,6 +191,11 @@ impl Proxy {
     /// moved from stage to stage is copied into each one's future), and
     /// what the upstream leg needs changed in it is changed in place.
     pub async fn handle(&self, head: &mut Parts, body: RequestBody, conn: ConnInfo) -> Answer {
+        // What is matched (the listener's own paths, a move's hold, the
+        // routes) is what is forwarded: the path without dot segments.
+        if let Some(normal) = path::without_dot_segments(&head.uri) {
+            head.uri = normal;
+        }
         let mut loaded = self.shared.table.snapshot();
         let shared = &self.shared;
         if let Some(response) = endpoints::own_answer(head, &loaded.table, &shared.drain, &self.minters, &self.me.name)
@@ -449,11 +454,7 @@ fn one_leg<'t>(
         },
         // Reads fail over unless the route says not; a write only where the
         // route says so (it would land in a region that does not own the entity).
-        can_fail_over: if crate::upstream::retry::is_safe(method) {
-            located.route.allow_failover_reads
-        } else {
-            located.route.allow_failover_writes
-        },
+        can_fail_over: if crate::upstream::retry::is_safe(method) { located.route.allow_failover_reads } else { located.route.allow_failover_writes },
         hops: ctx.hops,
         table,
         serve_only: false,

@@ -88,6 +88,25 @@ async fn rehoming_hold_then_switch_sends_held_writes_to_the_new_owner_at_the_rel
 }
 
 #[tokio::test]
+async fn rehoming_a_write_with_dot_segments_in_its_path_is_held_as_well() -> TestResult {
+    let [eu, kz, us] = three_backends().await?;
+    let p = proxy(&table(eu.addr, kz.addr, us.addr, &moving("hold", "eu", 1, ""))).await?;
+    let kz_before = kz.hits.load(Ordering::SeqCst);
+    // The route is /v1/orders/{id}: this path is it once its dot segments go.
+    let url = format!("http://{}/v1/orders/x/../{}", p.addr, iuid(7));
+    let held = tokio::spawn(send(Request::put(url).body(Full::new(Bytes::from_static(b"{}")))?));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!held.is_finished(), "a write with dot segments was not held");
+    let switched = table(eu.addr, kz.addr, us.addr, &moving("switch", "eu", 2, ""))
+        .replace("KZ: { id: 7, region: kz }", "KZ: { id: 7, region: eu }");
+    publish(&p, &switched)?;
+    let got = tokio::time::timeout(Duration::from_secs(10), held).await???;
+    assert_eq!((got.status.as_u16(), region(&got)), (200, "eu".into()));
+    assert_eq!(kz.hits.load(Ordering::SeqCst), kz_before, "the held write reached the old owner");
+    Ok(())
+}
+
+#[tokio::test]
 async fn rehoming_abort_sends_held_writes_back_to_the_source_and_reverse_moves_it_back() -> TestResult {
     let [eu, kz, us] = three_backends().await?;
     let p = proxy(&table(eu.addr, kz.addr, us.addr, "")).await?;
