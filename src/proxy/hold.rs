@@ -149,7 +149,7 @@ pub(super) async fn hold(
             return Ok(loaded);
         };
         let (rule, region) = (located.placement.rule, located.placement.region);
-        let writes = !crate::upstream::retry::is_safe(&head.method);
+        let writes = !super::only_reads(head);
         let held = loaded.table.move_of(rule, region).filter(|m| m.phase == MovePhase::Hold && (m.hold_all || writes));
         let Some(m) = held else { return Ok(loaded) };
         let key = (m.unit.clone(), m.epoch);

@@ -350,7 +350,7 @@ impl Proxy {
         match plan {
             Plan::One(located) => {
                 let (epoch, here) = fence(ctx, &located, &relay, served_here)?;
-                let mut leg = Leg { epoch, ..one_leg(ctx, &located, &relay, served_here, &parts.method) };
+                let mut leg = Leg { epoch, ..one_leg(ctx, &located, &relay, served_here, only_reads(parts)) };
                 if let Some(here) = here {
                     leg.chain = dispatch::Chain::from_slice(&[here]);
                 }
@@ -434,6 +434,13 @@ fn fence(
     Ok((Some(m.epoch), None))
 }
 
+/// Whether a request only reads, and may go where its entity does not
+/// live (a failover region; past a move's hold): a safe method, and no
+/// protocol switch, whose tunnel would carry writes the proxy never sees.
+fn only_reads(head: &Parts) -> bool {
+    crate::upstream::retry::is_safe(&head.method) && !crate::server::upgrade::asked(&head.headers)
+}
+
 /// The upstream leg of one id's request: along the owner's failover chain,
 /// or the one a peer asks this instance to serve from.
 fn one_leg<'t>(
@@ -441,7 +448,7 @@ fn one_leg<'t>(
     located: &locate::Located<'t>,
     relay: &mesh::Relay,
     served_here: Option<RegionId>,
-    method: &http::Method,
+    reads: bool,
 ) -> Leg<'t> {
     let table = ctx.table;
     Leg {
@@ -454,7 +461,7 @@ fn one_leg<'t>(
         },
         // Reads fail over unless the route says not; a write only where the
         // route says so (it would land in a region that does not own the entity).
-        can_fail_over: if crate::upstream::retry::is_safe(method) { located.route.allow_failover_reads } else { located.route.allow_failover_writes },
+        can_fail_over: if reads { located.route.allow_failover_reads } else { located.route.allow_failover_writes },
         hops: ctx.hops,
         table,
         serve_only: false,

@@ -68,6 +68,11 @@ async fn a_dead_region_fails_over_and_comes_back() -> TestResult {
     assert_eq!(w.status, 503);
     assert_eq!(w.json()?["reason"], "region_unavailable");
     assert!(w.header("retry-after").is_some());
+    // Nor does an upgrade: its tunnel could carry writes.
+    let upgrade =
+        format!("GET /v1/orders/{} HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", iuid(7));
+    let r = crate::support::raw(p.addr, upgrade.as_bytes(), Duration::from_secs(10)).await?;
+    assert_eq!(r.status(), Some(503), "{}", r.text());
 
     // Bring kz back on the same address: routing returns to it.
     let kz = backend_on(TcpListener::bind(kz_addr).await?, "kz").await?;
