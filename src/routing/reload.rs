@@ -187,8 +187,20 @@ impl Reloader {
     }
 
     /// Loads `text` as a table of this instance (its flags put over it).
-    fn load(&self, text: &str, name: &str) -> Result<crate::config::Config, ReloadError> {
-        self.flags.load(text, name).map_err(ReloadError::Invalid)
+    /// The region it serves is restart-only: a table that names another
+    /// (which it has) is compiled in the running one, so that `local` and
+    /// a local mint keep meaning what the instance serves; the second
+    /// value says so, and the change waits for a restart.
+    fn load(&self, text: &str, name: &str) -> Result<(crate::config::Config, bool), ReloadError> {
+        let cfg = self.flags.load(text, name).map_err(ReloadError::Invalid)?;
+        let running = self.shared.snapshot();
+        let served = &running.table.settings().restart.region;
+        let kept = served
+            .as_ref()
+            .filter(|r| cfg.settings.restart.region.as_ref() != Some(*r) && cfg.regions.iter().any(|n| &n.name == *r));
+        let Some(region) = kept else { return Ok((cfg, false)) };
+        let flags = InstanceFlags { region: Some(region.clone()), ..self.flags.clone() };
+        flags.load(text, name).map(|cfg| (cfg, true)).map_err(ReloadError::Invalid)
     }
 
     /// Where the tables come from.
@@ -271,7 +283,7 @@ impl Reloader {
             Some(t) => t,
             None => self.read().map_err(|m| ReloadError::Invalid(ConfigErrors::single(&name, m, None)))?,
         };
-        let cfg = self.load(&text, &name)?;
+        let (cfg, _) = self.load(&text, &name)?;
         let running = self.shared.snapshot();
         let mut next = Table::compile(&cfg);
         next.keep_restart_only(&running.table).map_err(ReloadError::NeedsRestart)?;
@@ -285,8 +297,13 @@ impl Reloader {
         let result = read.map_err(|m| ReloadError::Invalid(ConfigErrors::single(&name, m, None))).and_then(|text| {
             let sha256 = sha256_hex(&text);
             digest = Some(sha256.clone());
-            let cfg = self.load(&text, &name)?;
-            let (version, needs_restart) = self.shared.publish_config(&cfg, text).map_err(ReloadError::NeedsRestart)?;
+            let (cfg, region_kept) = self.load(&text, &name)?;
+            let (version, mut needs_restart) =
+                self.shared.publish_config(&cfg, text).map_err(ReloadError::NeedsRestart)?;
+            if region_kept && !needs_restart.contains(&"region") {
+                needs_restart.push("region");
+                needs_restart.sort_by_key(|k| config::restart::RESTART_ONLY.iter().position(|r| r == k));
+            }
             let moves = Plan::between(&running.table, &self.shared.snapshot().table, None).moves;
             Ok(ReloadOutcome { version, sha256, needs_restart, moves })
         });

@@ -154,6 +154,40 @@ fn every_restart_only_key_is_kept_and_reported_while_the_rest_applies() -> TestR
     Ok(())
 }
 
+#[test]
+fn a_table_naming_another_region_is_compiled_in_the_one_served_until_restart() -> TestResult {
+    use shardgate::config::model::CountrySource;
+    let served = |region: &str| {
+        format!(
+            "version: 1\nregion: {region}\ninstance: gw\nregions:\n  eu: {{ upstreams: [\"http://127.0.0.1:9001\"] }}\n  \
+             kz: {{ upstreams: [\"http://127.0.0.1:9002\"] }}\ncountries:\n  KZ: {{ id: 7, region: kz }}\n  \
+             DE: {{ id: 49, region: eu }}\nentities: {{ Order: 3 }}\nroutes:\n  - name: create\n    \
+             match: {{ path: /v1/orders, methods: [POST] }}\n    \
+             mint: {{ format: iuid, entity: Order, country: {{ local: true }} }}\n"
+        )
+    };
+    let minted = |shared: &SharedTable| {
+        let loaded = shared.snapshot();
+        let route = loaded.config.as_ref().and_then(|c| c.routes.iter().find_map(|r| r.mint.clone()));
+        route.and_then(|m| match m.country {
+            Some(CountrySource::Local(c)) => Some(c),
+            _ => None,
+        })
+    };
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("table.yaml");
+    std::fs::write(&file, served("eu"))?;
+    let (cfg, text) = config::load_file(&file)?;
+    let shared = Arc::new(SharedTable::from_config(&cfg, text));
+    let r = Reloader::new(&file, Arc::clone(&shared));
+    assert_eq!(minted(&shared), Some(49));
+    std::fs::write(&file, served("kz"))?;
+    let outcome = r.reload_now(&shardgate::routing::Provenance::by("test"))?;
+    assert_eq!(outcome.needs_restart, ["region"]);
+    assert_eq!(minted(&shared), Some(49), "creates went on minting in the new region's country before a restart");
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------
 // Failed reloads of a served table.
 
