@@ -10,10 +10,12 @@
 //!
 //! A held request goes on when a table is published that no longer holds
 //! its move (the switch, which gives the unit its new owner with a higher
-//! epoch; an abort; the move removed), placed by that table, at most `release_rate` a second per
-//! move. Bounds, per move and instance: `max_requests` held at once (more
-//! are answered 503 with `Retry-After`, [`ProxyError::HoldFull`]), and
-//! `max_time` each: past it this instance gives the move up on its own (the
+//! epoch; an abort; the move removed), placed by that table, at most
+//! `release_rate` a second per move. Bounds, per instance: `max_requests`
+//! of a move held at once, and of all moves together at most half the
+//! listener's `max_connections` (a held request keeps its client's
+//! connection: the rest stay for every other request); more are answered
+//! 503 with `Retry-After` ([`ProxyError::HoldFull`]). And `max_time` each: past it this instance gives the move up on its own (the
 //! held and every later request of it go to the owner of the running table,
 //! still the source) until a table with a new epoch for the unit holds again.
 
@@ -76,8 +78,9 @@ enum Entry {
     Held,
     /// This instance gave the move up: it goes on.
     GivenUp,
-    /// The move holds `max_requests` already: refused.
-    Full,
+    /// The move holds `max_requests` already, or all moves together hold
+    /// this many: refused.
+    Full(usize),
 }
 
 /// How a held request's wait ended.
@@ -94,15 +97,20 @@ impl Holds {
     }
 
     /// Takes a place among the move's held requests, unless this instance
-    /// gave the move up or it holds `max` already.
-    fn enter(&self, key: &(String, u64), max: usize) -> Entry {
+    /// gave the move up, it holds `max` already, or all moves together
+    /// hold `all`.
+    fn enter(&self, key: &(String, u64), (max, all): (usize, usize)) -> Entry {
         let mut moves = self.lock();
+        let total: usize = moves.values().map(|h| h.now).sum();
         let held = moves.entry(key.clone()).or_insert(Held { now: 0, expired: false, next_release: Instant::now() });
         if held.expired {
             return Entry::GivenUp;
         }
         if held.now >= max {
-            return Entry::Full;
+            return Entry::Full(max);
+        }
+        if total >= all {
+            return Entry::Full(all);
         }
         held.now += 1;
         Entry::Held
@@ -154,12 +162,13 @@ pub(super) async fn hold(
         let Some(m) = held else { return Ok(loaded) };
         let key = (m.unit.clone(), m.epoch);
         let (max_time, rate) = (m.max_time, m.release_rate);
-        let place = match holds.enter(&key, m.max_requests) {
+        let all = loaded.table.settings().restart.max_connections / 2;
+        let place = match holds.enter(&key, (m.max_requests, all.max(1))) {
             Entry::Held => Place { holds, key },
             Entry::GivenUp => return Ok(loaded),
-            Entry::Full => {
+            Entry::Full(max) => {
                 metrics.moved(&key.0, "refused");
-                return Err(ProxyError::HoldFull { unit: key.0, max: m.max_requests });
+                return Err(ProxyError::HoldFull { unit: key.0, max });
             }
         };
         metrics.moved(&place.key.0, "held");

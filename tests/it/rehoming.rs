@@ -151,6 +151,27 @@ async fn rehoming_abort_sends_held_writes_back_to_the_source_and_reverse_moves_i
 }
 
 #[tokio::test]
+async fn rehoming_held_requests_leave_half_the_listeners_connections_to_the_rest() -> TestResult {
+    let [eu, kz, us] = three_backends().await?;
+    let limit = "server: { max_connections: 20 }\n";
+    let p = proxy(&table(eu.addr, kz.addr, us.addr, limit)).await?;
+    publish(&p, &table(eu.addr, kz.addr, us.addr, &format!("{limit}{}", moving("hold", "eu", 1, ""))))?;
+    // Twenty writes of the held unit, each on its own connection: ten wait, ten are refused.
+    let mut held = Vec::new();
+    for _ in 0..20 {
+        let req = put(&p, 7)?;
+        held.push(tokio::spawn(send(req)));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let refused = held.iter().filter(|h| h.is_finished()).count();
+    assert_eq!(refused, 10, "held past half of server.max_connections");
+    // Every other client still gets in.
+    let other = get(&format!("http://{}/v1/orders/{}", p.addr, iuid(49))).await?;
+    assert_eq!((other.status.as_u16(), region(&other)), (200, "eu".into()));
+    Ok(())
+}
+
+#[tokio::test]
 async fn rehoming_a_full_hold_answers_503_and_a_hold_past_its_time_gives_the_move_up() -> TestResult {
     let [eu, kz, us] = three_backends().await?;
     let p = proxy(&table(eu.addr, kz.addr, us.addr, "")).await?;

@@ -92,11 +92,12 @@ pub enum ProxyError {
         detail: String,
     },
     /// The unit of the request is being re-homed and this instance holds as
-    /// many of its requests as the move allows.
+    /// many requests as it may (of the move's, or of all moves).
     HoldFull {
         /// The placement unit.
         unit: String,
-        /// `moves[i].hold.max_requests`.
+        /// The limit reached: `moves[i].hold.max_requests`, or half of
+        /// `server.max_connections` for all moves.
         max: usize,
     },
     /// A peer forwarded a request for a unit this instance's table re-homed
@@ -327,7 +328,7 @@ impl fmt::Display for ProxyError {
             E::HoldFull { unit, max } => {
                 write!(
                     f,
-                    "{unit} is moving to another region and {max} of its requests are already held here; retry shortly"
+                    "{unit} is moving to another region and this instance holds {max} requests already; retry shortly"
                 )
             }
             E::RegionUnavailable { region } => write!(f, "region {region} has no healthy endpoint"),
