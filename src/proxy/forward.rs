@@ -152,7 +152,7 @@ pub(super) async fn forward<'t>(
     let (body, use_) = prepare(parts, body, table, s.pace, call).await?;
     let mut again = Again::new(parts, &body);
     let mut body = Some(body);
-    reach.upstreams.deposit(&s);
+    let mut deposited = false;
     journal.upstream_started = Some(Instant::now());
     let mut tried: Vec<&'t Uri> = Vec::new();
     let mut last = None;
@@ -164,6 +164,9 @@ pub(super) async fn forward<'t>(
             Err(e) => return Err(last.unwrap_or(e)),
         };
         note_target(&leg, &target, journal);
+        if !std::mem::replace(&mut deposited, true) {
+            reach.upstreams.deposit(target.id, &s);
+        }
         let Some((at, endpoint, admit)) = reach.upstreams.pick(target.candidates(), &tried, reach.health) else {
             // Health changed since dispatch looked (another request took a
             // half-open endpoint's trial): count the region as tried.
@@ -204,7 +207,7 @@ pub(super) async fn forward<'t>(
             // Nothing was sent: the next endpoint takes it as it is.
             Some(b) => b,
             // Sent, and failed: again only if it is safe and the budget allows.
-            None if again.allowed(failure.error, &s, reach.upstreams) => UpstreamBody::Empty,
+            None if again.allowed(failure.error, (target.id, &s), reach.upstreams) => UpstreamBody::Empty,
             None => return Err(error),
         });
         last = Some(error);
@@ -281,9 +284,14 @@ impl Again {
 
     /// When it is safe (idempotent, no body, a failure worth retrying) and
     /// the request's retries and the budget allow: one retry taken.
-    fn allowed(&mut self, error: AttemptError, s: &AttemptSettings<'_>, upstreams: &Upstreams) -> bool {
+    fn allowed(
+        &mut self,
+        error: AttemptError,
+        (region, s): (RegionId, &AttemptSettings<'_>),
+        upstreams: &Upstreams,
+    ) -> bool {
         let safe = self.replayable && self.idempotent && error.may_retry();
-        if !safe || self.used >= s.policy.retries || !upstreams.withdraw(s) {
+        if !safe || self.used >= s.policy.retries || !upstreams.withdraw(region, s) {
             return false;
         }
         self.used += 1;

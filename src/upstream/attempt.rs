@@ -21,10 +21,10 @@ use super::h2::{H2Error, Unready, CONNECTIONS, H2};
 use super::health::{Admit, Health};
 use super::outgoing::Outgoing;
 use super::pool::{Full, Limits, Pool, PoolError, Use};
-use super::retry::{is_idempotent, RetryBudget};
+use super::retry::{is_idempotent, RegionBudgets};
 use crate::config::settings::UpstreamPolicy;
 use crate::config::values::is_h2;
-use crate::routing::Upstream;
+use crate::routing::{RegionId, Upstream};
 
 /// Most kept connections one attempt sends its request again after, each
 /// found closed under it: beyond them the failure is the endpoint's. A
@@ -39,7 +39,7 @@ pub struct Upstreams {
     /// HTTP/2 endpoints' connections.
     h2: H2,
     cursor: AtomicUsize,
-    budget: RetryBudget,
+    budgets: RegionBudgets,
     /// Retries sent so far (for `shardgate_retries_total`).
     retries: AtomicU64,
 }
@@ -127,7 +127,7 @@ impl Upstreams {
             h2: H2::new(connector.clone()),
             pool: Pool::new(connector, settings.pool_idle_timeout, 256),
             cursor: AtomicUsize::new(0),
-            budget: RetryBudget::new(),
+            budgets: RegionBudgets::default(),
             retries: AtomicU64::new(0),
         }
     }
@@ -139,7 +139,7 @@ impl Upstreams {
 
     /// Retries refused by the budget so far.
     pub fn budget_exhausted(&self) -> u64 {
-        self.budget.exhausted.load(Ordering::Relaxed)
+        self.budgets.exhausted()
     }
 
     /// Retries sent so far (attempts beyond the first that spent a retry).
@@ -152,14 +152,16 @@ impl Upstreams {
         self.pool.connects() + self.h2.connects()
     }
 
-    /// Counts a request against the retry budget (once per request).
-    pub fn deposit(&self, s: &AttemptSettings<'_>) {
-        self.budget.deposit(s.policy.budget_ratio);
+    /// Counts a request against `region`'s retry budget (once per request,
+    /// in the region it goes to first).
+    pub fn deposit(&self, region: RegionId, s: &AttemptSettings<'_>) {
+        self.budgets.with(region, |b| b.deposit(s.policy.budget_ratio));
     }
 
-    /// Spends a retry, if the budget allows one.
-    pub fn withdraw(&self, s: &AttemptSettings<'_>) -> bool {
-        let ok = self.budget.withdraw(s.policy.budget_min_per_second);
+    /// Spends a retry of `region`'s (where the attempt failed), if its
+    /// budget allows one.
+    pub fn withdraw(&self, region: RegionId, s: &AttemptSettings<'_>) -> bool {
+        let ok = self.budgets.with(region, |b| b.withdraw(s.policy.budget_min_per_second));
         if ok {
             self.retries.fetch_add(1, Ordering::Relaxed);
         }

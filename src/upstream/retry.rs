@@ -5,6 +5,8 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use http::Method;
 
+use crate::routing::RegionId;
+
 /// RFC 9110 §9.2.1 safe methods that a proxy may send to a region that
 /// does not own the entity (a failover region): reads. Every write (POST,
 /// PUT, PATCH, DELETE) would put data where it does not belong.
@@ -32,6 +34,37 @@ pub(super) struct RetryBudget {
 }
 
 const BUDGET_CAP: i64 = 1_000_000; // at most 1000 banked retries
+
+/// A [`RetryBudget`] per region (by its place in the table, made on first
+/// use): the retries a failing region spends are its own, never another
+/// region's. A reload that moves regions around moves their budgets with
+/// the places, which only lends one region another's recent balance.
+#[derive(Debug, Default)]
+pub(super) struct RegionBudgets(std::sync::RwLock<Vec<RetryBudget>>);
+
+impl RegionBudgets {
+    /// `f` on `region`'s budget.
+    pub(super) fn with<R>(&self, region: RegionId, f: impl FnOnce(&RetryBudget) -> R) -> R {
+        let i = usize::from(region.0);
+        {
+            let budgets = self.0.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(b) = budgets.get(i) {
+                return f(b);
+            }
+        }
+        let mut budgets = self.0.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if budgets.len() <= i {
+            budgets.resize_with(i + 1, RetryBudget::new);
+        }
+        f(&budgets[i])
+    }
+
+    /// Retries refused, every region's.
+    pub(super) fn exhausted(&self) -> u64 {
+        let budgets = self.0.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        budgets.iter().map(|b| b.exhausted.load(Ordering::Relaxed)).sum()
+    }
+}
 
 impl RetryBudget {
     pub(super) fn new() -> Self {
@@ -111,5 +144,19 @@ mod tests {
         // Ratios outside 0-1 are clamped.
         b.deposit(-5.0);
         assert!(!b.withdraw(0));
+    }
+
+    #[test]
+    fn each_region_spends_its_own_retries() {
+        let budgets = RegionBudgets::default();
+        let (eu, kz) = (RegionId(0), RegionId(3));
+        for _ in 0..10 {
+            budgets.with(eu, |b| b.deposit(0.2));
+        }
+        // kz's failures find nothing of eu's to spend.
+        assert!(!budgets.with(kz, |b| b.withdraw(0)));
+        assert!(budgets.with(eu, |b| b.withdraw(0) && b.withdraw(0)));
+        assert!(!budgets.with(eu, |b| b.withdraw(0)));
+        assert_eq!(budgets.exhausted(), 2, "one refusal in each region");
     }
 }
