@@ -23,7 +23,7 @@ use http::Uri;
 use super::connect::Connector;
 use crate::ids::{Clock, SystemClock};
 use crate::routing::shared::SharedTable;
-use crate::routing::RegionId;
+use crate::routing::{RegionId, Upstream};
 
 /// One endpoint's health.
 #[derive(Debug)]
@@ -363,11 +363,16 @@ impl Health {
 /// 3xx answer is a success. Each region is checked at its own interval,
 /// with its own timeout and thresholds (`upstream.health`, or the region's
 /// `upstream.health`), read from the current table every round, so they
-/// reload live; an interval of 0 turns checking off.
+/// reload live; an interval of 0 turns checking off. Each check's result
+/// is applied as it comes: a region whose checks wait out a long timeout
+/// delays no other region's (an endpoint is not asked again while its last
+/// check is still out).
 pub fn spawn_checker(health: Weak<Health>, shared: Weak<SharedTable>, connector: Connector) {
     tokio::spawn(async move {
         // When each region (by name) was last checked.
         let mut last: HashMap<String, Instant> = HashMap::new();
+        let mut checks = tokio::task::JoinSet::new();
+        let mut out = std::collections::HashSet::new();
         loop {
             let (Some(h), Some(shared)) = (health.upgrade(), shared.upgrade()) else { return };
             h.track(&shared);
@@ -375,16 +380,17 @@ pub fn spawn_checker(health: Weak<Health>, shared: Weak<SharedTable>, connector:
             drop(shared);
             let table = &snapshot.table;
             if table.settings().upstream.health.interval.is_zero() {
+                checks.abort_all();
+                out.clear();
                 h.checks_off();
                 drop(h);
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 continue;
             }
             h.active.store(true, Ordering::Relaxed);
+            drop(h);
             let now = Instant::now();
             let mut next = now + Duration::from_secs(1);
-            let mut checks = tokio::task::JoinSet::new();
-            let mut seen = std::collections::HashSet::new();
             for (i, region) in table.regions().iter().enumerate() {
                 let id = RegionId(u16::try_from(i).unwrap_or(u16::MAX));
                 let cfg = &table.upstream_of(id).health;
@@ -395,40 +401,57 @@ pub fn spawn_checker(health: Weak<Health>, shared: Weak<SharedTable>, connector:
                 }
                 last.insert(region.name.clone(), now);
                 next = next.min(now + cfg.interval);
-                let (timeout, rise, fall) = (cfg.timeout, cfg.rise, cfg.fall);
                 let peers = table.peers(id).iter().map(|p| (p, crate::mesh::READY_PATH, false));
                 let backends = region.upstreams.iter().map(|u| (u, cfg.path.as_str(), cfg.grpc));
                 for (up, path, grpc) in backends.chain(peers) {
-                    if !seen.insert(up.uri.clone()) {
-                        continue;
+                    if out.insert(up.uri.clone()) {
+                        checks.spawn(check(connector.clone(), up, path, grpc, (cfg.timeout, cfg.rise, cfg.fall)));
                     }
-                    let connector = connector.clone();
-                    let uri = up.uri.clone();
-                    let target = super::connect::upstream_uri(&uri, path).ok().map(|uri| super::client::Get {
-                        uri,
-                        host: Some(up.host.clone()),
-                        server_name: up.server_name.clone(),
-                        grpc,
-                    });
-                    checks.spawn(async move {
-                        let ok = match target {
-                            Some(t) => super::client::get(&connector, t, USER_AGENT, timeout)
-                                .await
-                                .is_ok_and(|s| s.is_success() || s.is_redirection()),
-                            None => false,
-                        };
-                        (uri, ok, rise, fall)
-                    });
                 }
             }
             drop(snapshot);
-            while let Some(Ok((uri, ok, rise, fall))) = checks.join_next().await {
-                h.apply_check(&uri, ok, rise, fall);
+            // Until the next region is due, each result as it comes.
+            let due = tokio::time::sleep_until(next.into());
+            tokio::pin!(due);
+            loop {
+                tokio::select! {
+                    () = &mut due => break,
+                    Some(Ok((uri, ok, rise, fall))) = checks.join_next() => {
+                        out.remove(&uri);
+                        let Some(h) = health.upgrade() else { return };
+                        h.apply_check(&uri, ok, rise, fall);
+                    }
+                }
             }
-            drop(h);
-            tokio::time::sleep_until(next.into()).await;
         }
     });
+}
+
+/// One active check of `up` (GET `path`, or the gRPC health service):
+/// its URI, whether it passed, and the thresholds to apply it with.
+fn check(
+    connector: Connector,
+    up: &Upstream,
+    path: &str,
+    grpc: bool,
+    (timeout, rise, fall): (Duration, u32, u32),
+) -> impl std::future::Future<Output = (Uri, bool, u32, u32)> + Send + 'static {
+    let uri = up.uri.clone();
+    let target = super::connect::upstream_uri(&uri, path).ok().map(|uri| super::client::Get {
+        uri,
+        host: Some(up.host.clone()),
+        server_name: up.server_name.clone(),
+        grpc,
+    });
+    async move {
+        let ok = match target {
+            Some(t) => super::client::get(&connector, t, USER_AGENT, timeout)
+                .await
+                .is_ok_and(|s| s.is_success() || s.is_redirection()),
+            None => false,
+        };
+        (uri, ok, rise, fall)
+    }
 }
 
 /// The `User-Agent` of health checks (backends may leave them out of their logs).

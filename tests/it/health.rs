@@ -42,6 +42,37 @@ async fn until(url: &str, want: &str, want_status: u16) -> Result<Got, BoxError>
 }
 
 #[tokio::test]
+async fn a_region_whose_checks_time_out_slowly_delays_no_other_regions_checks() -> TestResult {
+    // kz's backend takes connections and never answers; its checks wait 10 s each.
+    let blackhole = TcpListener::bind("127.0.0.1:0").await?;
+    let kz_addr = blackhole.local_addr()?;
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = blackhole.accept().await {
+            held.push(s);
+        }
+    });
+    let (eu, us) = (backend("eu").await?, backend("us").await?);
+    let kz = format!("kz: {{ upstreams: [\"http://{kz_addr}\"] }}");
+    let slow = format!("kz: {{ upstreams: [\"http://{kz_addr}\"], upstream: {{ health: {{ timeout: 10s }} }} }}");
+    let yaml = crate::support::table(eu.addr, kz_addr, us.addr, HEALTH).replace(&kz, &slow);
+    let p = proxy(&yaml).await?;
+    let health = p.proxy.as_ref().ok_or("proxy")?.shared().health.clone();
+    let eu_down = || health.report().iter().any(|(r, _, up, _)| r == "eu" && !up);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!eu_down(), "{:?}", health.report());
+    // eu's backend goes away: its checks fail at once, whatever kz's wait.
+    eu.stop();
+    drop(eu);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !eu_down() {
+        assert!(Instant::now() < deadline, "eu's checks waited on kz's: {:?}", health.report());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_dead_region_fails_over_and_comes_back() -> TestResult {
     let (eu, kz, us) = (backend("eu").await?, backend("kz").await?, backend("us").await?);
     let kz_addr = kz.addr;
