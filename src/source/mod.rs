@@ -146,10 +146,17 @@ pub struct LocalCopy {
 }
 
 impl LocalCopy {
-    /// Reads the copy at `path`.
-    pub fn read(path: &Path) -> Result<LocalCopy, String> {
+    /// Reads the copy at `path`, kept of `target`'s key (a copy of another
+    /// key, another fleet's table perhaps, is refused; other endpoints of
+    /// the same key are the same table).
+    pub fn read(path: &Path, target: &Target) -> Result<LocalCopy, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        serde_json::from_str(&text).map_err(|e| format!("{}: not a local copy: {e}", path.display()))
+        let copy: LocalCopy =
+            serde_json::from_str(&text).map_err(|e| format!("{}: not a local copy: {e}", path.display()))?;
+        match Target::parse(&copy.source) {
+            Ok(of) if of.key == target.key => Ok(copy),
+            _ => Err(format!("{}: a copy of {}, not of key {}", path.display(), copy.source, target.key)),
+        }
     }
 
     /// Writes it to `path` whole (a temporary file renamed over it).
@@ -182,7 +189,7 @@ pub async fn initial(client: &Client, target: &Target, local_copy: &Path) -> Res
         Ok(Err(e)) => e.to_string(),
         Err(_) => "no answer within 10 s".to_string(),
     };
-    match LocalCopy::read(local_copy) {
+    match LocalCopy::read(local_copy, target) {
         Ok(copy) => {
             tracing::warn!(source = %target.name(), error = %why, local_copy = %local_copy.display(), revision = copy.revision,
                 "etcd not reachable at start: serving the local copy of the last good table");
@@ -255,7 +262,8 @@ pub async fn start(
         Ok(cfg) => cfg,
         // etcd's table is invalid: the last good one on disk, if there is one.
         Err(errors) if !cached => {
-            let copy = LocalCopy::read(&options.local_copy).map_err(|_| StartError::Invalid(errors.clone()))?;
+            let copy = LocalCopy::read(&options.local_copy, &options.target)
+                .map_err(|_| StartError::Invalid(errors.clone()))?;
             let cfg = load(&copy.text, &name).map_err(|_| StartError::Invalid(errors.clone()))?;
             tracing::error!(source = %name, revision, errors = %errors,
                 "the table in etcd is invalid: starting from the local copy of the last good one");
@@ -427,5 +435,24 @@ fn keep(options: &FollowOptions, source: &str, revision: i64, text: String) {
     let copy = LocalCopy { source: source.to_string(), revision, text };
     if let Err(e) = copy.write(&options.local_copy) {
         tracing::warn!(error = %e, "cannot keep the local copy of the table");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_local_copy_serves_its_own_key_alone() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("copy.json");
+        let copy =
+            LocalCopy { source: "etcd://10.0.0.1:2379/fleet/a".into(), revision: 7, text: "version: 1\n".into() };
+        copy.write(&path)?;
+        // The same key through other endpoints: the same table.
+        assert_eq!(LocalCopy::read(&path, &Target::parse("etcd://10.0.0.2:2379,10.0.0.3:2379/fleet/a")?), Ok(copy));
+        let other = LocalCopy::read(&path, &Target::parse("etcd://10.0.0.1:2379/fleet/b")?);
+        assert!(other.is_err_and(|e| e.contains("a copy of etcd://10.0.0.1:2379/fleet/a, not of key /fleet/b")));
+        Ok(())
     }
 }
