@@ -490,9 +490,10 @@ async fn dry_run(state: &AdminState, req: Request<Incoming>) -> Response<AdminBo
     let window = state.placement_window();
     let plan = tokio::task::spawn_blocking(move || reloader.dry_run(text, Some(&window))).await;
     match plan {
-        Ok(Ok(plan)) => {
-            json_response(StatusCode::OK, &json!({ "result": "dry_run", "moves": plan.moves.len(), "plan": plan }))
-        }
+        Ok(Ok((plan, needs_restart))) => json_response(
+            StatusCode::OK,
+            &json!({ "result": "dry_run", "moves": plan.moves.len(), "needs_restart": needs_restart, "plan": plan }),
+        ),
         Ok(Err(ReloadError::Invalid(errors))) => problem(&AdminError::InvalidTable { errors }, "/reload"),
         Ok(Err(ReloadError::NeedsRestart(detail))) => problem(&AdminError::NeedsRestart { detail }, "/reload"),
         Err(e) => problem(&AdminError::ReloadFailed { detail: e.to_string() }, "/reload"),

@@ -276,18 +276,23 @@ impl Reloader {
     }
 
     /// What applying `text` (or the source's current text) would move, with
-    /// the traffic of `window`; nothing is applied.
-    pub fn dry_run(&self, text: Option<String>, window: Option<&Window>) -> Result<Plan, ReloadError> {
+    /// the traffic of `window`, and the restart-only keys whose change would
+    /// wait for a restart; nothing is applied.
+    pub fn dry_run(
+        &self,
+        text: Option<String>,
+        window: Option<&Window>,
+    ) -> Result<(Plan, Vec<&'static str>), ReloadError> {
         let name = self.source.to_string();
         let text = match text {
             Some(t) => t,
             None => self.read().map_err(|m| ReloadError::Invalid(ConfigErrors::single(&name, m, None)))?,
         };
-        let (cfg, _) = self.load(&text, &name)?;
+        let (cfg, region_kept) = self.load(&text, &name)?;
         let running = self.shared.snapshot();
         let mut next = Table::compile(&cfg);
-        next.keep_restart_only(&running.table).map_err(ReloadError::NeedsRestart)?;
-        Ok(Plan::between(&running.table, &next, window))
+        let needs_restart = next.keep_restart_only(&running.table).map_err(ReloadError::NeedsRestart)?;
+        Ok((Plan::between(&running.table, &next, window), deferred(needs_restart, region_kept)))
     }
 
     fn run(&self, read: Result<String, String>, by: &Provenance) -> Result<ReloadOutcome, ReloadError> {
@@ -298,12 +303,8 @@ impl Reloader {
             let sha256 = sha256_hex(&text);
             digest = Some(sha256.clone());
             let (cfg, region_kept) = self.load(&text, &name)?;
-            let (version, mut needs_restart) =
-                self.shared.publish_config(&cfg, text).map_err(ReloadError::NeedsRestart)?;
-            if region_kept && !needs_restart.contains(&"region") {
-                needs_restart.push("region");
-                needs_restart.sort_by_key(|k| config::restart::RESTART_ONLY.iter().position(|r| r == k));
-            }
+            let (version, needs_restart) = self.shared.publish_config(&cfg, text).map_err(ReloadError::NeedsRestart)?;
+            let needs_restart = deferred(needs_restart, region_kept);
             let moves = Plan::between(&running.table, &self.shared.snapshot().table, None).moves;
             Ok(ReloadOutcome { version, sha256, needs_restart, moves })
         });
@@ -488,4 +489,14 @@ async fn reload_in_background(reloader: &Arc<Reloader>) {
     let r = Arc::clone(reloader);
     // File I/O and compilation stay off the async workers.
     let _ = tokio::task::spawn_blocking(move || r.reload_if_changed()).await;
+}
+
+/// The restart-only keys a table changed (`keys`), with `region` when the
+/// table was loaded in the running region instead of its own.
+fn deferred(mut keys: Vec<&'static str>, region_kept: bool) -> Vec<&'static str> {
+    if region_kept && !keys.contains(&"region") {
+        keys.push("region");
+        keys.sort_by_key(|k| config::restart::RESTART_ONLY.iter().position(|r| r == k));
+    }
+    keys
 }

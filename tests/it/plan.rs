@@ -88,6 +88,8 @@ async fn plan_lists_each_moved_unit_with_the_traffic_a_running_instance_carried(
     assert_eq!(dry.0, 200, "{}", dry.1);
     let v: serde_json::Value = serde_json::from_str(&dry.1)?;
     assert_eq!(v["moves"], 6, "{}", dry.1);
+    // The new table's listeners are the table's own, not the running ones: they wait for a restart.
+    assert_eq!(v["needs_restart"], serde_json::json!(["listen", "admin"]), "{}", dry.1);
     let config = get(&format!("{admin_url}/config")).await?.json()?;
     assert_eq!(config["version"], 1, "a dry run applied the table");
     let bad = reqwest_post(&format!("{admin_url}/reload?dry_run=1"), "version: 1\nbogus: 1\n".into()).await?;
