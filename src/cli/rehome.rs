@@ -64,7 +64,7 @@ pub fn run(args: &MoveArgs, out: &mut impl Write, err: &mut impl Write) -> i32 {
         let _ = writeln!(err, "shardgate move: {e}");
         return exit::CONFIG;
     }
-    let (hold, switch) = (hold.0, switch.0);
+    let (hold, held_units, switch) = (hold.0, hold.1, switch.0);
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -75,7 +75,7 @@ pub fn run(args: &MoveArgs, out: &mut impl Write, err: &mut impl Write) -> i32 {
 
     let user = args.etcd_user.clone().map(|u| (u, std::env::var("SHARDGATE_ETCD_PASSWORD").unwrap_or_default()));
     let client = Client::new(&target, None, user);
-    match rt.block_on(drive(&client, &target, &hold, &switch, args.barrier, out)) {
+    match rt.block_on(drive(&client, &target, (&hold, &held_units), &switch, args.barrier, out)) {
         Ok(true) => exit::OK,
         Ok(false) => exit::FAILURE,
         Err(e) => {
@@ -123,11 +123,27 @@ fn pair(hold: &[MoveRule], switch: &[MoveRule], barrier: Duration) -> Result<(),
     Ok(())
 }
 
+/// A unit the hold holds that the table in etcd moves at the hold's epoch
+/// or a later one. Each move of a unit must raise its epoch: a forward
+/// from an instance still on an older table would otherwise win the fence.
+fn stale_epoch(running: &str, hold: &[MoveRule]) -> Option<String> {
+    let cfg = crate::config::load_str(running, "the table in etcd").ok()?;
+    hold.iter().find_map(|h| {
+        let m = cfg.moves.iter().find(|m| m.unit == h.unit && m.epoch >= h.epoch)?;
+        Some(format!(
+            "{} is at epoch {} in the table in etcd: the hold must raise it (epoch {} or more)",
+            h.unit,
+            m.epoch,
+            m.epoch + 1
+        ))
+    })
+}
+
 /// Hold, barrier, switch (or back to the table before): whether it switched.
 async fn drive(
     client: &Client,
     target: &Target,
-    hold: &str,
+    (hold, held_units): (&str, &[MoveRule]),
     switch: &str,
     barrier: Duration,
     out: &mut impl Write,
@@ -136,6 +152,10 @@ async fn drive(
         let _ = writeln!(out, "no table at {}: nothing to move", target.key);
         return Ok(false);
     };
+    if let Some(why) = stale_epoch(&before.value, held_units) {
+        let _ = writeln!(out, "not moved: {why}");
+        return Ok(false);
+    }
     // Every instance that reports now must confirm: one that drops out
     // (its lease gone) does not leave the barrier open.
     let fleet = format!("{}/fleet/", target.key);

@@ -570,6 +570,14 @@ async fn rehoming_a_fleet_under_load_moves_a_country_and_back_and_aborts_with_no
     tokio::time::sleep(Duration::from_millis(500)).await;
     let back_done = Instant::now();
 
+    // A move whose epochs do not pass the unit's in etcd (4) is refused, nothing put.
+    let running = super::etcd::sha256(&switch);
+    let (stale_hold, stale_switch) = (t(&moving("hold", "eu", 2, ""), "kz"), t(&moving("switch", "eu", 3, ""), "eu"));
+    let (code, out) = shardgate_move(dir.path(), &source, &stale_hold, &stale_switch, "3s").await?;
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("not moved: country KZ is at epoch 4 in the table in etcd"), "{out}");
+    assert_eq!(a.sha256().await?, running, "a refused move put a table");
+
     // A third time with b frozen: it cannot confirm the hold, so the move is aborted.
     load.only_first.store(true, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(300)).await;
