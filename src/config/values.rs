@@ -149,8 +149,10 @@ pub struct Upstream {
     /// The same as `host`, as an HTTP/2 request's `:authority` takes it
     /// (parsed once here, not for every request).
     pub authority: http::uri::Authority,
-    /// `scheme://authority`: the key its kept connections are listed under
-    /// (shared: an HTTP/2 stream names its connection list by it).
+    /// `scheme://authority` (with ` name` for an address of a name): the
+    /// key its kept connections are listed under (shared: an HTTP/2 stream
+    /// names its connection list by it). Two names on one address keep
+    /// connections apart: TLS asked each for its own name.
     pub pool_key: Arc<str>,
     /// The name it was found by, when the URL holds one of its addresses
     /// (DNS discovery): TLS asks for this name, not the address.
@@ -178,7 +180,7 @@ impl Upstream {
             IpAddr::V6(v6) => format!("[{v6}]:{port}"),
         };
         let uri: http::Uri = format!("{scheme}://{authority}").parse().ok()?;
-        let pool_key = Arc::from(base(&uri));
+        let pool_key = Arc::from(format!("{} {}", base(&uri), self.bare_host()));
         Some(Upstream {
             uri,
             host: self.host.clone(),

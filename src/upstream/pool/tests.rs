@@ -224,3 +224,19 @@ async fn open_tunnels_keep_their_endpoints_cap_across_a_sweep() -> TestResult {
     drop(tunnel);
     Ok(())
 }
+
+#[tokio::test]
+async fn two_names_on_one_address_keep_their_connections_apart() -> TestResult {
+    let (addr, accepted) = backend().await?;
+    let named = |name: &str| -> Result<Upstream, Box<dyn std::error::Error>> {
+        Upstream::parse(&format!("http://{name}:{}", addr.port()))?.at(addr.ip()).ok_or_else(|| "no address".into())
+    };
+    let (a, b) = (named("a.example")?, named("b.example")?);
+    assert_eq!(a.uri, b.uri, "one address");
+    let pool = pool();
+    fetch(&pool, &a).await?;
+    fetch(&pool, &b).await?;
+    fetch(&pool, &a).await?;
+    assert_eq!(accepted.load(Ordering::SeqCst), 2, "b.example's request went on a.example's connection");
+    Ok(())
+}
