@@ -372,7 +372,9 @@ pub fn spawn_checker(health: Weak<Health>, shared: Weak<SharedTable>, connector:
         // When each region (by name) was last checked.
         let mut last: HashMap<String, Instant> = HashMap::new();
         let mut checks = tokio::task::JoinSet::new();
-        let mut out = std::collections::HashSet::new();
+        // The endpoints with a check out, and each check's, by its task.
+        let mut busy = std::collections::HashSet::new();
+        let mut out: HashMap<tokio::task::Id, Uri> = HashMap::new();
         loop {
             let (Some(h), Some(shared)) = (health.upgrade(), shared.upgrade()) else { return };
             h.track(&shared);
@@ -380,7 +382,9 @@ pub fn spawn_checker(health: Weak<Health>, shared: Weak<SharedTable>, connector:
             drop(shared);
             let table = &snapshot.table;
             if table.settings().upstream.health.interval.is_zero() {
-                checks.abort_all();
+                // Dropped, the set aborts its checks: none applies after this.
+                checks = tokio::task::JoinSet::new();
+                busy.clear();
                 out.clear();
                 h.checks_off();
                 drop(h);
@@ -404,8 +408,10 @@ pub fn spawn_checker(health: Weak<Health>, shared: Weak<SharedTable>, connector:
                 let peers = table.peers(id).iter().map(|p| (p, crate::mesh::READY_PATH, false));
                 let backends = region.upstreams.iter().map(|u| (u, cfg.path.as_str(), cfg.grpc));
                 for (up, path, grpc) in backends.chain(peers) {
-                    if out.insert(up.uri.clone()) {
-                        checks.spawn(check(connector.clone(), up, path, grpc, (cfg.timeout, cfg.rise, cfg.fall)));
+                    if busy.insert(up.uri.clone()) {
+                        let task =
+                            checks.spawn(check(connector.clone(), up, path, grpc, (cfg.timeout, cfg.rise, cfg.fall)));
+                        out.insert(task.id(), up.uri.clone());
                     }
                 }
             }
@@ -416,8 +422,12 @@ pub fn spawn_checker(health: Weak<Health>, shared: Weak<SharedTable>, connector:
             loop {
                 tokio::select! {
                     () = &mut due => break,
-                    Some(Ok((uri, ok, rise, fall))) = checks.join_next() => {
-                        out.remove(&uri);
+                    Some(done) = checks.join_next_with_id() => {
+                        let id = done.as_ref().map_or_else(|e| e.id(), |(id, _)| *id);
+                        if let Some(uri) = out.remove(&id) {
+                            busy.remove(&uri);
+                        }
+                        let Ok((_, (uri, ok, rise, fall))) = done else { continue };
                         let Some(h) = health.upgrade() else { return };
                         h.apply_check(&uri, ok, rise, fall);
                     }
