@@ -124,17 +124,22 @@ fn pair(hold: &[MoveRule], switch: &[MoveRule], barrier: Duration) -> Result<(),
 }
 
 /// A unit the hold holds that the table in etcd moves at the hold's epoch
-/// or a later one. Each move of a unit must raise its epoch: a forward
-/// from an instance still on an older table would otherwise win the fence.
+/// or a later one (or that table's problems, when it does not load: the
+/// epochs cannot be checked). Each move of a unit must raise its epoch: a
+/// forward from an instance still on an older table would otherwise win
+/// the fence.
 fn stale_epoch(running: &str, hold: &[MoveRule]) -> Option<String> {
-    let cfg = crate::config::load_str(running, "the table in etcd").ok()?;
+    let cfg = match crate::config::load_str(running, "the table in etcd") {
+        Ok(cfg) => cfg,
+        Err(e) => return Some(format!("the table in etcd does not load, so its units' epochs are unknown:\n{e}")),
+    };
     hold.iter().find_map(|h| {
         let m = cfg.moves.iter().find(|m| m.unit == h.unit && m.epoch >= h.epoch)?;
         Some(format!(
             "{} is at epoch {} in the table in etcd: the hold must raise it (epoch {} or more)",
             h.unit,
             m.epoch,
-            m.epoch + 1
+            m.epoch.saturating_add(1)
         ))
     })
 }
