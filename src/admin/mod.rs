@@ -454,7 +454,7 @@ fn config(state: &AdminState) -> Response<AdminBody> {
             "loaded_at_unix_s": at,
             "path": state.reloader.as_ref().map(|r| r.source().to_string()),
             "summary": snap.table.summary(),
-            "region": snap.config.as_deref().and_then(|c| Some(c.regions.get(c.local_region?)?.name.as_str())),
+            "region": snap.table.local_region().map(|id| snap.table.region(id).name.as_str()),
             "source": snap.source_text,
         }),
     )

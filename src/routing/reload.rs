@@ -195,6 +195,13 @@ impl Reloader {
         let cfg = self.flags.load(text, name).map_err(ReloadError::Invalid)?;
         let running = self.shared.snapshot();
         let served = &running.table.settings().restart.region;
+        if let (None, Some(named)) = (served, &cfg.settings.restart.region) {
+            // Compiled in it, `local` and local mints would mean a region
+            // this instance does not serve until it restarts.
+            return Err(ReloadError::NeedsRestart(format!(
+                "this instance serves no region; a table that names one ({named}) needs a restart"
+            )));
+        }
         let kept = served
             .as_ref()
             .filter(|r| cfg.settings.restart.region.as_ref() != Some(*r) && cfg.regions.iter().any(|n| &n.name == *r));
