@@ -52,10 +52,8 @@ pub fn run(args: &PlanArgs, out: &mut impl Write, err: &mut impl Write) -> i32 {
                 return exit::CONFIG;
             }
         },
-        (None, Some(url)) => match from_admin(url) {
-            Ok(Ok((table, window, region))) => {
-                (table, window, InstanceFlags::in_region(args.region.clone().or(region)))
-            }
+        (None, Some(url)) => match from_admin(url, args.region.as_deref()) {
+            Ok(Ok(running)) => running,
             Ok(Err(e)) => {
                 let _ = writeln!(err, "{e}\n{url}: the running table does not load here");
                 return exit::CONFIG;
@@ -91,12 +89,13 @@ pub fn run(args: &PlanArgs, out: &mut impl Write, err: &mut impl Write) -> i32 {
 }
 
 /// What `plan` learns of a running instance: its table, the traffic each
-/// unit carried, and the region it serves.
-type Running = (Table, Option<Window>, Option<String>);
+/// unit carried, and the flags both tables load with (its region).
+type Running = (Table, Option<Window>, InstanceFlags);
 
-/// The running table, its traffic window and its region from an admin
+/// The running table, its traffic window and the flags to load tables
+/// with (`region`, else the one the instance serves) from an admin
 /// listener: an error reaching it, or the table's own errors.
-fn from_admin(url: &str) -> Result<Result<Running, crate::config::ConfigErrors>, String> {
+fn from_admin(url: &str, region: Option<&str>) -> Result<Result<Running, crate::config::ConfigErrors>, String> {
     let base = url.trim_end_matches('/');
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
     let token = crate::admin::token_from_env();
@@ -124,8 +123,8 @@ fn from_admin(url: &str) -> Result<Result<Running, crate::config::ConfigErrors>,
     };
     let config = get("/config")?;
     let text = config["source"].as_str().ok_or("GET /config: no source text")?;
-    let region = config["region"].as_str().map(str::to_owned);
+    let region = region.or(config["region"].as_str()).map(str::to_owned);
     let window = get("/placement").ok().and_then(|w| serde_json::from_value::<Window>(w).ok());
-    let flags = InstanceFlags::in_region(region.clone());
-    Ok(flags.load(text, &format!("{base}/config")).map(|cfg| (Table::compile(&cfg), window, region)))
+    let flags = InstanceFlags::in_region(region);
+    Ok(flags.load(text, &format!("{base}/config")).map(|cfg| (Table::compile(&cfg), window, flags)))
 }
