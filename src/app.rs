@@ -305,6 +305,8 @@ impl Instance {
         opts: ServerOptions,
     ) -> io::Result<bool> {
         let admin = admin.map(|l| AdminTask::spawn(l, Arc::clone(&self.admin), opts));
+        // Held requests keep their connections: their cap follows what the listener takes.
+        self.proxy.shared().holds.listener_takes(opts.max_connections);
         let sequence = drain_sequence(self.drain().clone(), Arc::clone(&self.shared));
         let tls = self.tls.clone();
         let metrics = Arc::clone(&self.proxy.shared().metrics);

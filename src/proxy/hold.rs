@@ -47,13 +47,20 @@ struct Held {
 #[derive(Debug)]
 pub struct Holds {
     moves: Mutex<HashMap<(String, u64), Held>>,
+    /// The connections the proxy listener takes (0: the table's
+    /// `max_connections`, before the listener has said).
+    connections: std::sync::atomic::AtomicUsize,
     /// Told when a move is given up, so every request it holds goes at once.
     given_up: tokio::sync::watch::Sender<u64>,
 }
 
 impl Default for Holds {
     fn default() -> Self {
-        Holds { moves: Mutex::default(), given_up: tokio::sync::watch::channel(0).0 }
+        Holds {
+            moves: Mutex::default(),
+            connections: std::sync::atomic::AtomicUsize::new(0),
+            given_up: tokio::sync::watch::channel(0).0,
+        }
     }
 }
 
@@ -92,6 +99,18 @@ enum Ended {
 }
 
 impl Holds {
+    /// The listener takes `n` connections at once (its `max_connections`,
+    /// lowered at start to what the open-file limit allows).
+    pub fn listener_takes(&self, n: usize) {
+        self.connections.store(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Most requests all moves hold at once: half the listener's connections.
+    fn most(&self, configured: usize) -> usize {
+        let taken = self.connections.load(std::sync::atomic::Ordering::Relaxed);
+        (if taken == 0 { configured } else { taken } / 2).max(1)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, u64), Held>> {
         self.moves.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -157,13 +176,14 @@ pub(super) async fn hold(
             return Ok(loaded);
         };
         let (rule, region) = (located.placement.rule, located.placement.region);
-        let writes = !super::only_reads(head);
+        let upgrading = crate::server::upgrade::ClientUpgrade::asked(&head.extensions);
+        let writes = !super::only_reads(&head.method, upgrading);
         let held = loaded.table.move_of(rule, region).filter(|m| m.phase == MovePhase::Hold && (m.hold_all || writes));
         let Some(m) = held else { return Ok(loaded) };
         let key = (m.unit.clone(), m.epoch);
         let (max_time, rate) = (m.max_time, m.release_rate);
-        let all = loaded.table.settings().restart.max_connections / 2;
-        let place = match holds.enter(&key, (m.max_requests, all.max(1))) {
+        let all = holds.most(loaded.table.settings().restart.max_connections);
+        let place = match holds.enter(&key, (m.max_requests, all)) {
             Entry::Held => Place { holds, key },
             Entry::GivenUp => return Ok(loaded),
             Entry::Full(max) => {

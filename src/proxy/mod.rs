@@ -350,7 +350,8 @@ impl Proxy {
         match plan {
             Plan::One(located) => {
                 let (epoch, here) = fence(ctx, &located, &relay, served_here)?;
-                let mut leg = Leg { epoch, ..one_leg(ctx, &located, &relay, served_here, only_reads(parts)) };
+                let reads = only_reads(&parts.method, tunnel.is_some());
+                let mut leg = Leg { epoch, ..one_leg(ctx, &located, &relay, served_here, reads) };
                 if let Some(here) = here {
                     leg.chain = dispatch::Chain::from_slice(&[here]);
                 }
@@ -436,9 +437,10 @@ fn fence(
 
 /// Whether a request only reads, and may go where its entity does not
 /// live (a failover region; past a move's hold): a safe method, and no
-/// protocol switch, whose tunnel would carry writes the proxy never sees.
-fn only_reads(head: &Parts) -> bool {
-    crate::upstream::retry::is_safe(&head.method) && !crate::server::upgrade::asked(&head.headers)
+/// protocol switch (`upgrading`), whose tunnel would carry writes the
+/// proxy never sees.
+fn only_reads(method: &http::Method, upgrading: bool) -> bool {
+    crate::upstream::retry::is_safe(method) && !upgrading
 }
 
 /// The upstream leg of one id's request: along the owner's failover chain,

@@ -108,6 +108,12 @@ impl PendingUpgrade {
 pub struct ClientUpgrade(pub oneshot::Receiver<Upgraded>);
 
 impl ClientUpgrade {
+    /// Whether a request's extensions hold an upgrade its client asked for
+    /// (and can switch to: HTTP/1.1), not yet taken.
+    pub fn asked(extensions: &Extensions) -> bool {
+        extensions.get::<PendingUpgrade>().is_some()
+    }
+
     /// Takes the client's side of an upgrade out of a request's extensions.
     pub fn take(extensions: &mut Extensions) -> Option<ClientUpgrade> {
         let pending = extensions.remove::<PendingUpgrade>()?;
