@@ -195,7 +195,7 @@ struct Endpoint {
     key: Arc<str>,
 }
 
-/// Endpoints by key (`scheme://authority`).
+/// Endpoints by key ([`Upstream::pool_key`]).
 #[derive(Debug, Default)]
 struct Lists {
     by_endpoint: FxHashMap<Box<str>, Endpoint>,
