@@ -155,13 +155,13 @@ impl Upstreams {
     /// Counts a request against `region`'s retry budget (once per request,
     /// in the region it goes to first).
     pub fn deposit(&self, region: RegionId, s: &AttemptSettings<'_>) {
-        self.budgets.with(region, |b| b.deposit(s.policy.budget_ratio));
+        self.budgets.of(region).deposit(s.policy.budget_ratio);
     }
 
     /// Spends a retry of `region`'s (where the attempt failed), if its
     /// budget allows one.
     pub fn withdraw(&self, region: RegionId, s: &AttemptSettings<'_>) -> bool {
-        let ok = self.budgets.with(region, |b| b.withdraw(s.policy.budget_min_per_second));
+        let ok = self.budgets.of(region).withdraw(s.policy.budget_min_per_second);
         if ok {
             self.retries.fetch_add(1, Ordering::Relaxed);
         }

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use http::Method;
 
+use crate::config::validate::MAX_REGIONS;
 use crate::routing::RegionId;
 
 /// RFC 9110 §9.2.1 safe methods that a proxy may send to a region that
@@ -35,34 +36,32 @@ pub(super) struct RetryBudget {
 
 const BUDGET_CAP: i64 = 1_000_000; // at most 1000 banked retries
 
-/// A [`RetryBudget`] per region (by its place in the table, made on first
-/// use): the retries a failing region spends are its own, never another
-/// region's. A reload that moves regions around moves their budgets with
-/// the places, which only lends one region another's recent balance.
-#[derive(Debug, Default)]
-pub(super) struct RegionBudgets(std::sync::RwLock<Vec<RetryBudget>>);
+/// A [`RetryBudget`] per region, by its place in the table: the retries a
+/// failing region spends are its own, never another region's. One for
+/// every place a table may have ([`MAX_REGIONS`], 128 KiB), made at start,
+/// so that a request reaches its region's with an index, no lock. A reload
+/// that moves regions around moves their budgets with the places, which
+/// only lends one region another's recent balance.
+#[derive(Debug)]
+pub(super) struct RegionBudgets(Box<[RetryBudget]>);
+
+impl Default for RegionBudgets {
+    fn default() -> Self {
+        RegionBudgets((0..MAX_REGIONS).map(|_| RetryBudget::new()).collect())
+    }
+}
 
 impl RegionBudgets {
-    /// `f` on `region`'s budget.
-    pub(super) fn with<R>(&self, region: RegionId, f: impl FnOnce(&RetryBudget) -> R) -> R {
-        let i = usize::from(region.0);
-        {
-            let budgets = self.0.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if let Some(b) = budgets.get(i) {
-                return f(b);
-            }
-        }
-        let mut budgets = self.0.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if budgets.len() <= i {
-            budgets.resize_with(i + 1, RetryBudget::new);
-        }
-        f(&budgets[i])
+    /// `region`'s budget (a place past the last, which validation never
+    /// lets a table have, shares the last).
+    pub(super) fn of(&self, region: RegionId) -> &RetryBudget {
+        let last = self.0.len() - 1;
+        &self.0[usize::from(region.0).min(last)]
     }
 
     /// Retries refused, every region's.
     pub(super) fn exhausted(&self) -> u64 {
-        let budgets = self.0.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        budgets.iter().map(|b| b.exhausted.load(Ordering::Relaxed)).sum()
+        self.0.iter().map(|b| b.exhausted.load(Ordering::Relaxed)).sum()
     }
 }
 
@@ -151,12 +150,12 @@ mod tests {
         let budgets = RegionBudgets::default();
         let (eu, kz) = (RegionId(0), RegionId(3));
         for _ in 0..10 {
-            budgets.with(eu, |b| b.deposit(0.2));
+            budgets.of(eu).deposit(0.2);
         }
         // kz's failures find nothing of eu's to spend.
-        assert!(!budgets.with(kz, |b| b.withdraw(0)));
-        assert!(budgets.with(eu, |b| b.withdraw(0) && b.withdraw(0)));
-        assert!(!budgets.with(eu, |b| b.withdraw(0)));
+        assert!(!budgets.of(kz).withdraw(0));
+        assert!(budgets.of(eu).withdraw(0) && budgets.of(eu).withdraw(0));
+        assert!(!budgets.of(eu).withdraw(0));
         assert_eq!(budgets.exhausted(), 2, "one refusal in each region");
     }
 }
