@@ -278,3 +278,42 @@ async fn h2_upstream_a_body_read_whole_goes_again_when_a_goaway_left_its_stream_
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     Ok(())
 }
+
+#[tokio::test]
+async fn h2_upstream_calls_that_waited_on_one_failed_opening_count_it_once() -> TestResult {
+    // A listener whose accept queue is full and never taken from: a new
+    // connection's SYN goes unanswered until the connect timeout.
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind("127.0.0.1:0".parse()?)?;
+    let listener = socket.listen(1)?;
+    let at = listener.local_addr()?;
+    let mut queued = Vec::new();
+    for _ in 0..3 {
+        if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_millis(200), tokio::net::TcpStream::connect(at)).await {
+            queued.push(s);
+        }
+    }
+    let upstream = "health: { interval: 0s }, connect_timeout: 500ms, retries: 0, eject_after: 2, eject_for: 60s";
+    let p = proxy_with(at, upstream).await?;
+    // Five calls at once: one opens the connection, four wait for it; it fails for all five.
+    let calls = (0..5).map(|_| async {
+        let mut s = tokio::net::TcpStream::connect(p.addr).await?;
+        let head = format!(
+            "POST /echo.Echo/Unary HTTP/1.1\r\nhost: x\r\nx-entity-id: {}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            iuid(7)
+        );
+        tokio::io::AsyncWriteExt::write_all(&mut s, head.as_bytes()).await?;
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), tokio::io::AsyncReadExt::read_to_end(&mut s, &mut answer)).await??;
+        Ok::<_, BoxError>(String::from_utf8_lossy(&answer).into_owned())
+    });
+    for answer in futures_util::future::join_all(calls).await {
+        let answer = answer?;
+        assert!(answer.starts_with("HTTP/1.1 5"), "{answer}");
+    }
+    let health = p.proxy.as_ref().ok_or("proxy")?.shared().health.clone();
+    let kz = health.report().into_iter().find(|(r, ..)| r == "kz").ok_or("no kz endpoint")?;
+    assert!(!kz.3, "one failed opening ejected the endpoint as five would: {kz:?}");
+    drop(queued);
+    Ok(())
+}
