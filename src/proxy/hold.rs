@@ -15,9 +15,10 @@
 //! of a move held at once, and of all moves together at most half the
 //! listener's `max_connections` (a held request keeps its client's
 //! connection: the rest stay for every other request); more are answered
-//! 503 with `Retry-After` ([`ProxyError::HoldFull`]). And `max_time` each: past it this instance gives the move up on its own (the
-//! held and every later request of it go to the owner of the running table,
-//! still the source) until a table with a new epoch for the unit holds again.
+//! 503 with `Retry-After` ([`ProxyError::HoldFull`]). And `max_time`
+//! each: past it this instance gives the move up on its own (the held and
+//! every later request of it go to the owner of the running table, still
+//! the source) until a table with a new epoch for the unit holds again.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
