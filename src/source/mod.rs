@@ -4,7 +4,8 @@
 //!   watch;
 //! * [`follow`]: one key followed by revision into the [`Reloader`]'s
 //!   validate → compile → swap path: watched, resumed from the last
-//!   revision after a disconnect, read again after a compaction, confirmed
+//!   revision after a disconnect, read again after a compaction or when
+//!   etcd's revisions went back (restored from a snapshot), confirmed
 //!   current every progress interval; each applied text kept on local
 //!   disk, so an instance starts when etcd is unreachable;
 //! * [`fleet`]: what each instance runs, published under a lease, and the
@@ -304,9 +305,14 @@ pub async fn follow(
             match client.get(&target.key).await {
                 Ok((kv, header)) => {
                     status.confirm();
-                    if let Some(kv) = kv.filter(|kv| kv.mod_revision != revision) {
-                        revision = kv.mod_revision;
-                        apply(&reloader, &status, &options, &name, kv.value, revision, Instant::now()).await;
+                    match kv {
+                        Some(kv) if kv.mod_revision != revision => {
+                            revision = kv.mod_revision;
+                            apply(&reloader, &status, &options, &name, kv.value, revision, Instant::now()).await;
+                        }
+                        // No key in an etcd whose revisions went back: any put of it is newer.
+                        None if header < revision => revision = 0,
+                        _ => {}
                     }
                     from = header + 1;
                 }
@@ -336,8 +342,18 @@ pub async fn follow(
                 _ = tick.tick() => {
                     // A watch can be lost without an error: the key is read
                     // as well, and what the watch missed applied.
-                    if let Ok((kv, _)) = client.get(&target.key).await {
+                    if let Ok((kv, header)) = client.get(&target.key).await {
                         status.confirm();
+                        // etcd restored from an older snapshot, or replaced:
+                        // its revisions went back, and a watch from the
+                        // running one would wait for them to come round.
+                        let older = kv.as_ref().is_some_and(|kv| kv.mod_revision < revision);
+                        if older || header < revision {
+                            tracing::warn!(source = %name, running = revision, etcd = header,
+                                "etcd's revision went back (restored or replaced); following it from its current one");
+                            from = 0;
+                            break;
+                        }
                         if let Some(kv) = kv.filter(|kv| kv.mod_revision > revision) {
                             revision = kv.mod_revision;
                             from = revision + 1;

@@ -400,12 +400,24 @@ async fn etcd_down_the_last_good_table_serves_a_restart_starts_from_the_local_co
 
 /// One etcd member with `extra` flags on `scheme` (http or https); its client port.
 async fn single(dir: &Path, scheme: &str, extra: &[&str]) -> Result<(Child, u16), BoxError> {
-    let (client, peer) = free_ports()?;
-    let log = std::fs::File::create(dir.join("single.log"))?;
+    let ports = free_ports()?;
+    Ok((single_on(dir, "solo", ports, scheme, extra)?, ports.0))
+}
+
+/// The member `single` starts, from data directory `data` under `dir`, on
+/// the `(client, peer)` ports.
+fn single_on(
+    dir: &Path,
+    data: &str,
+    (client, peer): (u16, u16),
+    scheme: &str,
+    extra: &[&str],
+) -> Result<Child, BoxError> {
+    let log = std::fs::File::create(dir.join(format!("{data}.log")))?;
     let child = Command::new("etcd")
         .args(["--name", "solo"])
         .arg("--data-dir")
-        .arg(dir.join("solo"))
+        .arg(dir.join(data))
         .args(["--listen-client-urls", &format!("{scheme}://127.0.0.1:{client}")])
         .args(["--advertise-client-urls", &format!("{scheme}://127.0.0.1:{client}")])
         .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
@@ -415,7 +427,7 @@ async fn single(dir: &Path, scheme: &str, extra: &[&str]) -> Result<(Child, u16)
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()?;
-    Ok((Child(child), client))
+    Ok(Child(child))
 }
 
 /// `etcdctl` against one member with `auth` flags (TLS files, user).
@@ -553,5 +565,64 @@ async fn etcd_over_tls_with_a_client_certificate_and_with_a_user() -> TestResult
     let wrong = follower(other.path(), &source, &user, &[("SHARDGATE_ETCD_PASSWORD", "wrong")]).await;
     let why = wrong.err().ok_or("started with a wrong etcd password")?.to_string();
     assert!(why.contains("authentication as root failed"), "{why}");
+    Ok(())
+}
+
+/// etcd's revision after a put of `text` at the table key of the member on `port`.
+fn put_at(port: u16, text: &str) -> Result<i64, BoxError> {
+    etcdctl_with(port, "http", &[], &["put", KEY], text)?;
+    let got: serde_json::Value =
+        serde_json::from_str(&etcdctl_with(port, "http", &[], &["get", KEY, "-w", "json"], "")?)?;
+    got["header"]["revision"].as_i64().ok_or_else(|| "no revision".into())
+}
+
+#[tokio::test]
+async fn etcd_restored_from_an_older_snapshot_is_followed_from_its_own_revisions() -> TestResult {
+    if !etcd_installed()? {
+        return Ok(());
+    }
+    let dir = tempfile::tempdir()?;
+    let d = dir.path();
+    let ports = free_ports()?;
+    let (port, peer) = ports;
+    let etcd = single_on(d, "solo", ports, "http", &[])?;
+    let [eu, kz, us] = three_backends().await?;
+    let base = table(eu.addr, kz.addr, us.addr, "");
+    eventually(|| put_at(port, &base)).await?;
+    let snapshot = d.join("snapshot.db");
+    let snapshot = snapshot.to_str().ok_or("path")?;
+    etcdctl_with(port, "http", &[], &["snapshot", "save", snapshot], "")?;
+    let source = format!("etcd://127.0.0.1:{port}{KEY}");
+    let progress = ["--progress".to_string(), "300ms".to_string()];
+    let (_sg, admin) = follower(d, &source, &progress, &[]).await?;
+    let mut last = (String::new(), 0);
+    for n in 1..8 {
+        let text = revision(&base, n);
+        last = (text.clone(), put_at(port, &text)?);
+    }
+    applies(admin, &last.0, "the follower").await?;
+
+    // etcd restored from the snapshot: its revisions start again below
+    // the one the follower runs, and its next put is one of those.
+    drop(etcd);
+    let restored = d.join("restored");
+    let out = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .args(["snapshot", "restore", snapshot, "--name", "solo"])
+        .arg("--data-dir")
+        .arg(&restored)
+        .args(["--initial-cluster", &format!("solo=http://127.0.0.1:{peer}")])
+        .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{peer}")])
+        .output()?;
+    assert!(out.status.success(), "restore: {}", String::from_utf8_lossy(&out.stderr));
+    let _etcd = single_on(d, "restored", ports, "http", &[])?;
+    let after = revision(&base, 20);
+    let at = eventually(|| put_at(port, &after)).await?;
+    assert!(at < last.1, "the restored etcd's put at revision {at} is not below {}", last.1);
+    applies(admin, &after, "the follower of the restored etcd").await?;
+    // And it goes on following the restored etcd's later revisions.
+    let next = revision(&base, 21);
+    put_at(port, &next)?;
+    applies(admin, &next, "the follower of the restored etcd").await?;
     Ok(())
 }
