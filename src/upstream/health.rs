@@ -10,7 +10,12 @@
 //! back the endpoints they held down, since nothing would check them again.
 //!
 //! State is keyed by endpoint URI and survives table reloads; the map is
-//! replaced (never locked) when the table names new endpoints.
+//! replaced (never locked) when the table names new endpoints or no longer
+//! names old ones (a reload, an address DNS dropped). An endpoint no table
+//! names is forgotten at once when it is healthy (it has nothing to keep),
+//! else [`FORGET_AFTER`] later: an address that comes back within that
+//! time (a DNS answer that named only some of a name's addresses) keeps
+//! the state it went with.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -69,7 +74,16 @@ impl EndpointState {
     pub fn is_ejected(&self, now_ms: u64) -> bool {
         self.ejected_until_ms.load(Ordering::Relaxed) > now_ms
     }
+
+    /// Up, not held, no passive failure counted: nothing worth keeping.
+    fn is_clean(&self) -> bool {
+        self.is_up() && !self.is_held() && self.passive_failures.load(Ordering::Relaxed) == 0
+    }
 }
+
+/// How long the state of an endpoint that is down, ejected or failing is
+/// kept after the table stopped naming it.
+pub const FORGET_AFTER: Duration = Duration::from_secs(300);
 
 /// Endpoint states by URI. Looked up several times per request, so hashed
 /// with FxHash (the keys come from the operator's table, not from clients).
@@ -83,10 +97,13 @@ pub type Observer = Arc<dyn Fn(&str, &Uri, bool) + Send + Sync>;
 /// Most of the time every endpoint is fine, so three counters, changed only
 /// on state transitions, let [`Health::usable`] and [`Health::record`] skip
 /// the per-endpoint lookup (hashing a URI) until something goes wrong. They
-/// are exact, not estimates: the map only grows, and each counter moves on
-/// the atomic transition it counts.
+/// are exact, not estimates: each counter moves on the atomic transition it
+/// counts, and a state leaves the map only after its transitions back to
+/// clean are counted ([`Health::settle`]).
 pub struct Health {
     states: ArcSwap<EndpointMap>,
+    /// Endpoints kept after the table stopped naming them, and since when.
+    unnamed: std::sync::Mutex<HashMap<Uri, Instant>>,
     observer: Option<Observer>,
     /// Endpoints the active checks hold down.
     down: AtomicU32,
@@ -145,6 +162,7 @@ impl Health {
     fn new(observer: Option<Observer>) -> Self {
         Health {
             states: ArcSwap::from_pointee(EndpointMap::default()),
+            unnamed: std::sync::Mutex::default(),
             observer,
             down: AtomicU32::new(0),
             failing: AtomicU32::new(0),
@@ -214,29 +232,64 @@ impl Health {
         self.track_table(&shared.snapshot().table);
     }
 
-    /// Makes sure every endpoint of `table` has a state.
+    /// Makes sure every endpoint of `table` has a state, and forgets those
+    /// it does not name (see the module doc).
     pub fn track_table(&self, table: &crate::routing::Table) {
+        self.track_at(table, Instant::now());
+    }
+
+    /// [`Health::track_table`] at `now`.
+    fn track_at(&self, table: &crate::routing::Table, now: Instant) {
         let current = self.states.load();
-        let mut missing = Vec::new();
+        let mut named: HashMap<&Uri, &str> = HashMap::new();
         for (i, region) in table.regions().iter().enumerate() {
             let peers = table.peers(RegionId(u16::try_from(i).unwrap_or(u16::MAX)));
             for up in region.upstreams.iter().chain(peers) {
-                if !current.contains_key(&up.uri) {
-                    missing.push((up.uri.clone(), region.name.clone()));
-                }
+                named.entry(&up.uri).or_insert(&region.name);
             }
         }
-        if missing.is_empty() {
+        let missing: Vec<_> = named.iter().filter(|(uri, _)| !current.contains_key(**uri)).collect();
+        let mut unnamed = self.unnamed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        unnamed.retain(|uri, _| !named.contains_key(uri));
+        let mut forget = Vec::new();
+        for (uri, s) in current.iter().filter(|(uri, _)| !named.contains_key(uri)) {
+            let since = *unnamed.entry(uri.clone()).or_insert(now);
+            if s.is_clean() || now.saturating_duration_since(since) >= FORGET_AFTER {
+                forget.push(uri);
+            }
+        }
+        if missing.is_empty() && forget.is_empty() {
             return;
         }
         let mut next: EndpointMap = (**current).clone();
+        for uri in forget {
+            unnamed.remove(uri);
+            if let Some(s) = next.remove(uri) {
+                self.settle(&s);
+            }
+        }
         for (uri, region) in missing {
             if let Some(o) = &self.observer {
-                o(&region, &uri, true);
+                o(region, uri, true);
             }
-            next.entry(uri).or_insert_with(|| Arc::new(EndpointState::new(&region)));
+            next.entry((*uri).clone()).or_insert_with(|| Arc::new(EndpointState::new(region)));
         }
         self.states.store(Arc::new(next));
+    }
+
+    /// Takes a forgotten endpoint's state out of the counters, by the same
+    /// transitions that count it back. A request that looked the endpoint
+    /// up before it was forgotten may still count a failure on it: the
+    /// counter then stays above the truth, which costs lookups, never a
+    /// request sent to an endpoint that is out.
+    fn settle(&self, s: &EndpointState) {
+        if !s.up.swap(true, Ordering::Relaxed) {
+            self.down.fetch_sub(1, Ordering::Relaxed);
+        }
+        if s.held.swap(false, Ordering::Relaxed) {
+            self.held.fetch_sub(1, Ordering::Relaxed);
+        }
+        self.clear_failures(s);
     }
 
     /// Passive health: the outcome of a real request to `uri`, judged by
@@ -554,5 +607,48 @@ mod tests {
         assert!(!h.usable(&a));
         h.checks_off();
         assert!(h.all_clear() && h.usable(&a), "nothing would ever check it again");
+    }
+
+    fn table_of(upstreams: &[&str]) -> Result<crate::routing::Table, crate::config::ConfigErrors> {
+        let list = upstreams.iter().map(|u| format!("\"{u}\"")).collect::<Vec<_>>().join(", ");
+        let text = format!("version: 1\nregions:\n  eu: {{ upstreams: [{list}] }}\nroutes: []\n");
+        Ok(crate::routing::Table::compile(&crate::config::load_str(&text, "t.yaml")?))
+    }
+
+    #[test]
+    fn endpoints_the_table_stops_naming_are_forgotten_healthy_at_once_else_later(
+    ) -> Result<(), crate::config::ConfigErrors> {
+        let (a, b, c) = ("http://10.0.0.1:80", "http://10.0.0.2:80", "http://10.0.0.3:80");
+        let (ua, ub) = (Uri::from_static(a), Uri::from_static(b));
+        let h = Health::default();
+        let t0 = Instant::now();
+        h.track_at(&table_of(&[a, b, c])?, t0);
+        assert_eq!(h.report().len(), 3);
+        // a down, b ejected; then the table names c alone (DNS dropped a and b).
+        h.apply_check(&ua, false, 1, 1);
+        h.record(&ub, true, 1, Duration::from_secs(60));
+        assert!(!h.all_clear());
+        let only_c = table_of(&[c])?;
+        h.track_at(&only_c, t0);
+        let names = |h: &Health| h.report().into_iter().map(|r| r.1).collect::<Vec<_>>();
+        assert_eq!(names(&h), [format!("{a}/"), format!("{b}/"), format!("{c}/")], "kept while out");
+        // Named again within FORGET_AFTER: the state it went with.
+        h.track_at(&table_of(&[a, c])?, t0 + Duration::from_secs(10));
+        assert!(!h.usable(&ua), "a came back healthy");
+        h.track_at(&only_c, t0 + Duration::from_secs(20));
+        // FORGET_AFTER after it went: b is gone, and the counters with it;
+        // a, which went again later, is kept a while longer.
+        h.track_at(&only_c, t0 + FORGET_AFTER);
+        assert_eq!(names(&h), [format!("{a}/"), format!("{c}/")]);
+        assert_eq!((h.held.load(Ordering::Relaxed), h.down.load(Ordering::Relaxed)), (0, 1));
+        h.track_at(&only_c, t0 + Duration::from_secs(20) + FORGET_AFTER);
+        assert_eq!(names(&h), [format!("{c}/")]);
+        assert!(h.all_clear(), "a forgotten endpoint still counts as out");
+        assert_eq!(h.failing.load(Ordering::Relaxed), 0);
+        // A healthy endpoint the table drops is forgotten at once.
+        h.track_at(&table_of(&[a])?, t0 + Duration::from_secs(400));
+        assert_eq!(names(&h), [format!("{a}/")]);
+        assert!(h.all_clear() && h.usable(&ua));
+        Ok(())
     }
 }
