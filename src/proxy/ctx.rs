@@ -38,9 +38,9 @@ pub(super) struct Ctx<'t> {
     /// Whether an authenticated peer relayed it: its header rules were
     /// applied there, and its answer gets them there.
     pub(super) relayed: bool,
-    /// Whether this instance held it for a moving unit and released it
-    /// into `table`: it is placed by this table, whatever epoch a peer sent.
-    pub(super) held: bool,
+    /// How it passed its unit's hold on this instance: released into
+    /// `table`, it is placed by this table, whatever epoch a peer sent.
+    pub(super) held: super::hold::Passed,
 }
 
 /// What is kept of a request for its answer and its log line.

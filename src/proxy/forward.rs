@@ -71,6 +71,10 @@ pub(super) struct Leg<'t> {
     /// The epoch of the request's placement unit, when it is being re-homed:
     /// sent to peers, which answer 421 when theirs is newer.
     pub(super) epoch: Option<u64>,
+    /// The unit of a write whose move this instance gave up: it may go to
+    /// a peer, whose table fences it, but to no backend of this instance's
+    /// own ([`ProxyError::HoldExpired`]).
+    pub(super) given_up: Option<&'t str>,
 }
 
 impl<'t> Leg<'t> {
@@ -87,6 +91,7 @@ impl<'t> Leg<'t> {
             rewrite: None,
             policy: table.upstream_of(region),
             epoch: None,
+            given_up: None,
         }
     }
 }
@@ -163,7 +168,7 @@ pub(super) async fn forward<'t>(
             Ok(t) => t,
             Err(e) => return Err(last.unwrap_or(e)),
         };
-        note_target(&leg, &target, journal);
+        note_target(&leg, &target, journal)?;
         if !std::mem::replace(&mut deposited, true) {
             reach.upstreams.deposit(target.id, &s);
         }
@@ -234,7 +239,8 @@ impl Fence {
 
     /// When `resp` is a peer's `421` naming an owner this table knows:
     /// `leg` turned to it (its backends when this instance serves it, else
-    /// its peer), with its epoch, and the body to send there.
+    /// its peer), with its epoch, and the body to send there; a move given
+    /// up here no longer keeps it from this instance's backends.
     fn redirect(
         &mut self,
         resp: &Response<ResponseBody>,
@@ -263,6 +269,8 @@ impl Fence {
         self.used = true;
         leg.chain = crate::proxy::dispatch::Chain::from_slice(&[owner]);
         leg.epoch = Some(epoch);
+        // The newer epoch's owner takes the unit's writes, wherever it is.
+        leg.given_up = None;
         Some(again)
     }
 }
@@ -349,12 +357,18 @@ fn trace_attempt(
     Box::new((span, headers))
 }
 
-/// Records where the request is going, for the log and the debug headers.
-fn note_target<'t>(leg: &Leg<'t>, target: &Target<'t>, journal: &mut Journal<'t>) {
+/// Records where the request is going, for the log and the debug headers;
+/// refuses a write of a move given up here that would go to this
+/// instance's own backends (`leg.given_up`).
+fn note_target<'t>(leg: &Leg<'t>, target: &Target<'t>, journal: &mut Journal<'t>) -> Result<(), ProxyError> {
     journal.region = Some(target.id);
     journal.peer = target.via_peer;
     let owner = leg.chain.first().map(|&r| leg.table.region(r).name.as_str());
     journal.failover_from = owner.filter(|o| *o != target.region.name);
+    match leg.given_up {
+        Some(unit) if !target.via_peer => Err(ProxyError::HoldExpired { unit: unit.to_string() }),
+        _ => Ok(()),
+    }
 }
 
 /// The request headers for an attempt at `target` when it is a peer:

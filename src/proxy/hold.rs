@@ -19,6 +19,10 @@
 //! each: past it this instance gives the move up on its own (the held and
 //! every later request of it go to the owner of the running table, still
 //! the source) until a table with a new epoch for the unit holds again.
+//! A given-up write goes to the source only through the source's
+//! gateway, whose table fences it when the unit switched meanwhile; one
+//! this instance would hand to the source's backends itself is refused
+//! ([`Passed::GivenUp`], [`ProxyError::HoldExpired`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -91,6 +95,20 @@ enum Entry {
     Full(usize),
 }
 
+/// How a request passed the hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Passed {
+    /// Its unit was not held, or it waited in no hold.
+    Free,
+    /// It waited, and goes on placed by the newest table, which no longer
+    /// holds its move.
+    Released,
+    /// This instance gave its unit's move up: the running table, which
+    /// still holds the move, places it. Its writes may reach the source
+    /// only through a gateway that can fence them.
+    GivenUp,
+}
+
 /// How a held request's wait ended.
 enum Ended {
     /// A table that no longer holds the move: go, placed by it.
@@ -161,9 +179,9 @@ impl Holds {
 }
 
 /// Holds `head`'s request while its unit's move holds it: the table to
-/// route it with (`loaded` itself when it is not held), or why it is
-/// refused. A request released into a table that holds its unit again
-/// (another move of it) waits again.
+/// route it with (`loaded` itself when it is not held) and how it passed,
+/// or why it is refused. A request released into a table that holds its
+/// unit again (another move of it) waits again.
 pub(super) async fn hold(
     table: &SharedTable,
     holds: &Holds,
@@ -171,22 +189,23 @@ pub(super) async fn hold(
     minters: &Minters,
     head: &Parts,
     mut loaded: Arc<Loaded>,
-) -> Result<Arc<Loaded>, ProxyError> {
+) -> Result<(Arc<Loaded>, Passed), ProxyError> {
+    let mut passed = Passed::Free;
     loop {
         let Ok(Plan::One(located)) = locate::locate(&loaded.table, head, None, minters, false) else {
-            return Ok(loaded);
+            return Ok((loaded, passed));
         };
         let (rule, region) = (located.placement.rule, located.placement.region);
         let upgrading = crate::server::upgrade::ClientUpgrade::asked(&head.extensions);
         let writes = !super::only_reads(&head.method, upgrading);
         let held = loaded.table.move_of(rule, region).filter(|m| m.phase == MovePhase::Hold && (m.hold_all || writes));
-        let Some(m) = held else { return Ok(loaded) };
+        let Some(m) = held else { return Ok((loaded, passed)) };
         let key = (m.unit.clone(), m.epoch);
         let (max_time, rate) = (m.max_time, m.release_rate);
         let all = holds.most(loaded.table.settings().restart.max_connections);
         let place = match holds.enter(&key, (m.max_requests, all)) {
             Entry::Held => Place { holds, key },
-            Entry::GivenUp => return Ok(loaded),
+            Entry::GivenUp => return Ok((loaded, Passed::GivenUp)),
             Entry::Full(max) => {
                 metrics.moved(&key.0, "refused");
                 return Err(ProxyError::HoldFull { unit: key.0, max });
@@ -214,6 +233,7 @@ pub(super) async fn hold(
             }
         }
         drop(place);
+        passed = Passed::Released;
         // The newest table: a release paced behind others may find a later one.
         loaded = table.snapshot();
     }

@@ -203,14 +203,11 @@ impl Proxy {
             return Answer { response, request_id: None, from_upstream: false, rules: RuleFields::new() };
         }
         // A unit being re-homed: its requests wait before anything of them is read.
-        let (mut refused, mut held) = (None, false);
+        let (mut refused, mut held) = (None, hold::Passed::Free);
         if loaded.table.is_holding() {
             let (holds, metrics) = (&shared.holds, &shared.metrics);
             match Box::pin(hold::hold(&shared.table, holds, metrics, &self.minters, head, Arc::clone(&loaded))).await {
-                Ok(next) => {
-                    held = !Arc::ptr_eq(&next, &loaded);
-                    loaded = next;
-                }
+                Ok((next, passed)) => (loaded, held) = (next, passed),
                 Err(e) => refused = Some(e),
             }
         }
@@ -425,7 +422,7 @@ fn fence(
     }
     let Some(m) = m else { return Ok((None, None)) };
     // Held here and released into this table: placed by it, a forward on if need be.
-    if sent_on && !ctx.held && m.epoch > relay.epoch {
+    if sent_on && ctx.held != hold::Passed::Released && m.epoch > relay.epoch {
         return Err(ProxyError::StaleEpoch {
             unit: m.unit.clone(),
             owner: table.region(located.placement.region).name.clone(),
@@ -472,6 +469,12 @@ fn one_leg<'t>(
         policy: table.policy(located.route, located.placement.region),
         // Set by [`fence`], which looks the unit's move up.
         epoch: None,
+        given_up: match ctx.held {
+            hold::Passed::GivenUp if !reads => {
+                table.move_of(located.placement.rule, located.placement.region).map(|m| m.unit.as_str())
+            }
+            _ => None,
+        },
     }
 }
 

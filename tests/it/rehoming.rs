@@ -2,7 +2,8 @@
 //! unit (only those) before their body is read, the `switch` revision sends
 //! them to the new owner at the release rate, an `abort` sends them back to
 //! the source, and the bounds (held at once, held for how long) answer 503
-//! or give the move up. Every request answered 200: nothing fails.
+//! or give the move up. A write is answered by the owner its table names,
+//! or refused: never written where the unit may no longer live.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -172,11 +173,13 @@ async fn rehoming_held_requests_leave_half_the_listeners_connections_to_the_rest
 }
 
 #[tokio::test]
-async fn rehoming_a_full_hold_answers_503_and_a_hold_past_its_time_gives_the_move_up() -> TestResult {
+async fn rehoming_a_full_hold_answers_503_and_a_hold_past_its_time_refuses_writes_it_would_send_the_source_itself(
+) -> TestResult {
     let [eu, kz, us] = three_backends().await?;
     let p = proxy(&table(eu.addr, kz.addr, us.addr, "")).await?;
     let bounds = ", hold: { max_requests: 2, max_time: 400ms }";
     publish(&p, &table(eu.addr, kz.addr, us.addr, &moving("hold", "eu", 1, bounds)))?;
+    let kz_before = kz.hits.load(Ordering::SeqCst);
     let started = Instant::now();
     let first = tokio::spawn(send(put(&p, 7)?));
     let second = tokio::spawn(send(put(&p, 7)?));
@@ -185,24 +188,37 @@ async fn rehoming_a_full_hold_answers_503_and_a_hold_past_its_time_gives_the_mov
     assert_eq!(third.status.as_u16(), 503);
     assert_eq!(third.headers.get("retry-after").and_then(|v| v.to_str().ok()), Some("1"));
     assert_eq!(third.json()?["reason"], "hold_full", "{:?}", third.body);
-    // Past max_time the two held writes go to the source, and later ones are not held.
+    // Past max_time the move is given up here. This instance reaches kz's
+    // backends itself, where no gateway fences a unit that switched
+    // meanwhile: the held writes are refused, not written to the source.
     for h in [first, second] {
         let got = h.await??;
-        assert_eq!((got.status.as_u16(), region(&got)), (200, "kz".into()));
+        assert_eq!(got.status.as_u16(), 503, "{:?}", got.body);
+        assert_eq!(got.json()?["reason"], "hold_expired", "{:?}", got.body);
+        assert_eq!(got.headers.get("retry-after").and_then(|v| v.to_str().ok()), Some("5"));
     }
     assert!(started.elapsed() >= Duration::from_millis(400));
+    // Later writes are not held again: refused at once.
     let quick = Instant::now();
     let later = send(put(&p, 7)?).await?;
-    assert_eq!((later.status.as_u16(), region(&later)), (200, "kz".into()));
+    assert_eq!(later.json()?["reason"], "hold_expired", "{:?}", later.body);
     assert!(quick.elapsed() < Duration::from_millis(300), "held again after the move was given up");
+    assert_eq!(kz.hits.load(Ordering::SeqCst), kz_before, "a write of the held unit reached the source");
+    // Reads go on to the source.
+    let read = get(&format!("http://{}/v1/orders/{}", p.addr, iuid(7))).await?;
+    assert_eq!((read.status.as_u16(), region(&read)), (200, "kz".into()));
     assert_eq!(metric(&p, "expired").await?, 2.0);
     assert_eq!(metric(&p, "refused").await?, 1.0);
+    // An abort gives the unit back to its source: writes reach kz again.
+    publish(&p, &table(eu.addr, kz.addr, us.addr, &moving("abort", "eu", 1, bounds)))?;
+    let aborted = send(put(&p, 7)?).await?;
+    assert_eq!((aborted.status.as_u16(), region(&aborted)), (200, "kz".into()));
     // A new epoch holds again.
     publish(&p, &table(eu.addr, kz.addr, us.addr, &moving("hold", "eu", 2, bounds)))?;
     let held = tokio::spawn(send(put(&p, 7)?));
     tokio::time::sleep(Duration::from_millis(150)).await;
     assert!(!held.is_finished(), "a new epoch did not hold");
-    assert_eq!(held.await??.status.as_u16(), 200);
+    assert_eq!(held.await??.json()?["reason"], "hold_expired");
     Ok(())
 }
 

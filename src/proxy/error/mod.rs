@@ -100,6 +100,13 @@ pub enum ProxyError {
         /// `server.max_connections` for all moves.
         max: usize,
     },
+    /// A write of a unit whose move this instance gave up (its hold ran past
+    /// `max_time` with no switch or abort): the source's backends, reached
+    /// from here, could take it after the unit switched elsewhere.
+    HoldExpired {
+        /// The placement unit.
+        unit: String,
+    },
     /// A peer forwarded a request for a unit this instance's table re-homed
     /// with a newer epoch: it goes to `owner` now.
     StaleEpoch {
@@ -285,7 +292,7 @@ impl ProxyError {
     /// `Retry-After` for failures worth retrying later, in seconds.
     fn retry_after(&self) -> Option<&'static str> {
         match self {
-            ProxyError::RegionUnavailable { .. } => Some("5"),
+            ProxyError::RegionUnavailable { .. } | ProxyError::HoldExpired { .. } => Some("5"),
             ProxyError::UpstreamSaturated { .. } | ProxyError::HoldFull { .. } => Some("1"),
             _ => None,
         }
@@ -331,6 +338,11 @@ impl fmt::Display for ProxyError {
                     "{unit} is moving to another region and this instance holds {max} requests already; retry shortly"
                 )
             }
+            E::HoldExpired { unit } => write!(
+                f,
+                "{unit} is moving to another region and its hold ran out on this instance before the move's next \
+                 table came; its writes wait for that table"
+            ),
             E::RegionUnavailable { region } => write!(f, "region {region} has no healthy endpoint"),
             E::UpstreamSaturated { region, full } => {
                 write!(f, "no endpoint of region {region} can take the request now: {}", full.explain())

@@ -61,6 +61,14 @@ const HOLD_FULL: Spec = row(
     Outcome::Unavailable,
 )
 .with_grpc(Code::Unavailable);
+const HOLD_EXPIRED: Spec = row(
+    S::SERVICE_UNAVAILABLE,
+    "hold_expired",
+    UNAVAILABLE,
+    "Placement unit moving",
+    "hold-expired",
+    Outcome::Unavailable,
+);
 const STALE_EPOCH: Spec = row(
     S::MISDIRECTED_REQUEST,
     "stale_epoch",
@@ -155,6 +163,7 @@ impl ProxyError {
             E::BadMintRequest { .. } => BAD_MINT,
             E::RegionUnavailable { .. } => REGION_DOWN,
             E::HoldFull { .. } => HOLD_FULL,
+            E::HoldExpired { .. } => HOLD_EXPIRED,
             E::StaleEpoch { .. } => STALE_EPOCH,
             E::UpstreamSaturated { .. } => SATURATED,
             E::UpstreamTimeout { .. } => UPSTREAM_TIMEOUT,

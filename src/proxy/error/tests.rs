@@ -24,6 +24,7 @@ fn every_error() -> Vec<ProxyError> {
         E::BadMintRequest { detail: d() },
         E::RegionUnavailable { region: r() },
         E::HoldFull { unit: "country KZ".into(), max: 3 },
+        E::HoldExpired { unit: "country KZ".into() },
         E::StaleEpoch { unit: "country KZ".into(), owner: r(), epoch: 2 },
         E::UpstreamSaturated { region: r(), full: crate::upstream::Full::Queue },
         E::BadUpgrade,
@@ -71,6 +72,7 @@ fn every_error_has_a_complete_row_and_a_problem_response() -> Result<(), Box<dyn
         "bad_mint_request",
         "region_unavailable",
         "hold_full",
+        "hold_expired",
         "stale_epoch",
         "upstream_saturated",
         "upstream_bad_upgrade",
@@ -104,6 +106,7 @@ fn every_error_has_a_complete_row_and_a_problem_response() -> Result<(), Box<dyn
 fn retry_after_goes_with_temporary_failures() {
     for (err, after) in [
         (ProxyError::RegionUnavailable { region: "kz".into() }, Some("5")),
+        (ProxyError::HoldExpired { unit: "country KZ".into() }, Some("5")),
         (ProxyError::UpstreamSaturated { region: "kz".into(), full: crate::upstream::Full::Waited }, Some("1")),
         (ProxyError::NoRoute, None),
     ] {
