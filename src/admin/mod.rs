@@ -165,6 +165,7 @@ impl AdminState {
             budget_exhausted: s.upstreams.budget_exhausted(),
             endpoints: Some(endpoints.collect()),
             found: s.found.stats(),
+            log_dropped: crate::telemetry::dropped_lines(),
             spans: s.traces.as_ref().map(|t| {
                 let n = t.totals();
                 (n.exported, n.dropped, n.failed)

@@ -254,8 +254,12 @@ pub fn run(cli: Cli) -> i32 {
         }
         Command::Serve(args) => match args.options() {
             Ok(options) => {
-                crate::telemetry::init(cli.log_json);
-                block_on(cli.threads, crate::app::serve(options)).map(served)
+                // The log written out before the exit's own words.
+                let result = {
+                    let _log = crate::telemetry::init(cli.log_json);
+                    block_on(cli.threads, crate::app::serve(options))
+                };
+                result.map(served)
             }
             Err(e) => {
                 eprintln!("shardgate serve: {e}");
@@ -263,11 +267,11 @@ pub fn run(cli: Cli) -> i32 {
             }
         },
         Command::Demo { listen } => {
-            crate::telemetry::init(cli.log_json);
+            let _log = crate::telemetry::init(cli.log_json);
             block_on(cli.threads, demo::run(listen)).and_then(|r| r)
         }
         Command::Backend { region, listen } => {
-            crate::telemetry::init(cli.log_json);
+            let _log = crate::telemetry::init(cli.log_json);
             block_on(cli.threads, backend::run(region, listen)).and_then(|r| r)
         }
     };

@@ -210,6 +210,8 @@ pub struct ScrapeInputs {
     pub found: crate::routing::FoundStats,
     /// Trace spans exported, dropped (queue full) and failed, when traces are on.
     pub spans: Option<(u64, u64, u64)>,
+    /// Log lines dropped because the log's reader did not keep up.
+    pub log_dropped: u64,
     /// DNS lookups of named endpoints: answered, failed, changed addresses.
     pub dns: (u64, u64, u64),
     /// A followed table source: the applied revision, seconds since it was
@@ -229,6 +231,7 @@ pub struct Metrics {
     minted: Family<MintLabels, Counter>,
     retries: Counter,
     budget_exhausted: Counter,
+    log_dropped: Counter,
     connects: Counter,
     upstream_health: Family<HealthLabels, Gauge>,
     open_connections: Family<ListenerLabels, Gauge>,
@@ -291,6 +294,12 @@ impl Metrics {
         registry.register("upstream_connects", "Upstream connections opened", connects.clone());
         let budget_exhausted = Counter::default();
         registry.register("retry_budget_exhausted", "Retries refused by the retry budget", budget_exhausted.clone());
+        let log_dropped = Counter::default();
+        registry.register(
+            "log_lines_dropped",
+            "Log lines (access lines among them) dropped because the log's reader did not keep up",
+            log_dropped.clone(),
+        );
         let upstream_health = Family::default();
         registry.register(
             "upstream_health",
@@ -413,6 +422,7 @@ impl Metrics {
             retries,
             connects,
             budget_exhausted,
+            log_dropped,
             upstream_health,
             open_connections,
             refused_connections,
@@ -545,6 +555,7 @@ impl Metrics {
         self.retries.inner().store(inputs.retries, Relaxed);
         self.connects.inner().store(inputs.connects, Relaxed);
         self.budget_exhausted.inner().store(inputs.budget_exhausted, Relaxed);
+        self.log_dropped.inner().store(inputs.log_dropped, Relaxed);
         let f = &inputs.found;
         for (result, n) in [("hit", f.hits), ("miss", f.misses), ("stale", f.stale)] {
             self.search_cache.get_or_create(&ResultLabels { result }).inner().store(n, Relaxed);

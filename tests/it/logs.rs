@@ -1,11 +1,12 @@
 //! Logging: the access-log and drain settings parsed with their defaults
-//! (an unknown key refused), and the binary naming each request's rule in
-//! its access log, written to a file without colour codes.
+//! (an unknown key refused), the binary naming each request's rule in
+//! its access log, written to a file without colour codes, and serving on
+//! when nothing reads its log.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::support::binary::spawn_binary_logging;
+use crate::support::binary::{spawn_binary_logging, spawn_with};
 use crate::support::ops::iuid;
 use crate::support::{backend, get, table, TestResult};
 
@@ -102,5 +103,25 @@ async fn the_access_log_goes_to_its_file_as_json_and_is_reopened_on_sigusr1() ->
     let text = std::fs::read_to_string(&stderr)?;
     assert!(!text.contains("shardgate::access"), "access lines on standard error too:\n{text}");
     assert!(text.contains("access log reopened"), "{text}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ops_a_log_reader_that_stops_reading_stops_no_request() -> TestResult {
+    let kz = backend("kz").await?;
+    let dir = tempfile::tempdir()?;
+    // Standard error is a pipe nobody reads: full after 64 KiB, about 250 access lines.
+    let piped = ("info", std::process::Stdio::piped());
+    let (mut child, port, admin) =
+        spawn_with(dir.path(), &table(kz.addr, kz.addr, kz.addr, ""), piped, None, &[]).await?;
+    let _unread = child.0.stderr.take().ok_or("no pipe")?;
+    let url = format!("http://127.0.0.1:{port}/v1/orders/{}", iuid(7, 3));
+    for n in 0..2000 {
+        let got = tokio::time::timeout(Duration::from_secs(5), get(&url)).await;
+        let got = got.map_err(|_| format!("request {n} was not answered: the proxy waits on its log"))??;
+        assert_eq!(got.status, 200);
+    }
+    let metrics = String::from_utf8(get(&format!("http://127.0.0.1:{admin}/metrics")).await?.body.to_vec())?;
+    assert!(metrics.contains("shardgate_log_lines_dropped_total 0"), "the lines fit the queue: none dropped");
     Ok(())
 }

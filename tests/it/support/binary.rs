@@ -92,16 +92,27 @@ pub async fn spawn_serving(
     open_files: Option<u64>,
     flags: &[&str],
 ) -> Result<(Child, u16, u16), BoxError> {
+    let (level, stderr) = match log {
+        Some(path) => ("info", std::process::Stdio::from(std::fs::File::create(path)?)),
+        None => ("warn", std::process::Stdio::null()),
+    };
+    spawn_with(dir, text, (level, stderr), open_files, flags).await
+}
+
+/// [`spawn_serving`], logging at `level` to `stderr`.
+pub async fn spawn_with(
+    dir: &Path,
+    text: &str,
+    (level, stderr): (&str, std::process::Stdio),
+    open_files: Option<u64>,
+    flags: &[&str],
+) -> Result<(Child, u16, u16), BoxError> {
     let (port, admin) = free_ports()?;
     let text = text
         .replace("listen: 127.0.0.1:18080", &format!("listen: 127.0.0.1:{port}"))
         .replace("admin: 127.0.0.1:19901", &format!("admin: 127.0.0.1:{admin}"));
     let file = dir.join("table.yaml");
     std::fs::write(&file, text)?;
-    let (level, stderr) = match log {
-        Some(path) => ("info", std::process::Stdio::from(std::fs::File::create(path)?)),
-        None => ("warn", std::process::Stdio::null()),
-    };
     let binary = env!("CARGO_BIN_EXE_shardgate");
     let mut command = match open_files {
         Some(n) => {
