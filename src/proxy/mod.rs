@@ -349,8 +349,10 @@ impl Proxy {
                 let (epoch, here) = fence(ctx, &located, &relay, served_here)?;
                 let reads = only_reads(&parts.method, tunnel.is_some());
                 let mut leg = Leg { epoch, ..one_leg(ctx, &located, &relay, served_here, reads) };
+                // A sender with a newer epoch placed it here: this region owns it now.
                 if let Some(here) = here {
                     leg.chain = dispatch::Chain::from_slice(&[here]);
+                    leg.given_up = None;
                 }
                 let resp = forward::forward(reach, leg, parts, &added, body, &mut ctx.journal).await?;
                 // Through a peer, the owner's shardgate announces the id its
@@ -450,6 +452,12 @@ fn one_leg<'t>(
     reads: bool,
 ) -> Leg<'t> {
     let table = ctx.table;
+    let given_up = match ctx.held {
+        hold::Passed::GivenUp if !reads => {
+            table.move_of(located.placement.rule, located.placement.region).map(|m| m.unit.as_str())
+        }
+        _ => None,
+    };
     Leg {
         // A peer that failed a region over to this one asks it to serve
         // from here (or follow this region's failover on): placing it
@@ -460,7 +468,13 @@ fn one_leg<'t>(
         },
         // Reads fail over unless the route says not; a write only where the
         // route says so (it would land in a region that does not own the entity).
-        can_fail_over: if reads { located.route.allow_failover_reads } else { located.route.allow_failover_writes },
+        // A write of a move given up here fails over nowhere: the region
+        // it would reach serves it unfenced.
+        can_fail_over: if reads {
+            located.route.allow_failover_reads
+        } else {
+            located.route.allow_failover_writes && given_up.is_none()
+        },
         hops: ctx.hops,
         table,
         serve_only: false,
@@ -469,12 +483,7 @@ fn one_leg<'t>(
         policy: table.policy(located.route, located.placement.region),
         // Set by [`fence`], which looks the unit's move up.
         epoch: None,
-        given_up: match ctx.held {
-            hold::Passed::GivenUp if !reads => {
-                table.move_of(located.placement.rule, located.placement.region).map(|m| m.unit.as_str())
-            }
-            _ => None,
-        },
+        given_up,
     }
 }
 

@@ -356,6 +356,32 @@ async fn rehoming_a_gateway_frozen_on_the_old_table_reaches_the_new_owner_throug
 }
 
 #[tokio::test]
+async fn rehoming_the_new_owners_gateway_that_gave_its_hold_up_still_takes_the_units_writes() -> TestResult {
+    let ([_eu, kz, _us], be, gw, [gw_eu, gw_kz, gw_us]) = mesh_of("kz").await?;
+    let hold = moving("hold", "eu", 1, ", hold: { max_time: 300ms }");
+    let switch = moving("switch", "eu", 2, "");
+    for (p, local) in [(&gw_eu, "eu"), (&gw_kz, "kz"), (&gw_us, "us")] {
+        publish(p, &mesh_table(local, &gw, &be, "kz", &hold))?;
+    }
+    // eu's gateway, the unit's new owner, never hears of the switch.
+    for (p, local) in [(&gw_kz, "kz"), (&gw_us, "us")] {
+        publish(p, &mesh_table(local, &gw, &be, "eu", &switch))?;
+    }
+    let kz_before = kz.hits.load(Ordering::SeqCst);
+    // Its own client's write waits out the hold and goes to kz's gateway
+    // (the source, through a peer), whose 421 names eu: served here.
+    let own = send(put(&gw_eu, 7)?).await?;
+    assert_eq!((own.status.as_u16(), region(&own)), (200, "eu".into()), "{:?}", own.body);
+    // Given up now, it still serves what a sender at epoch 2 placed here.
+    for _ in 0..5 {
+        let got = send(put(&gw_us, 7)?).await?;
+        assert_eq!((got.status.as_u16(), region(&got)), (200, "eu".into()), "{:?}", got.body);
+    }
+    assert_eq!(kz.hits.load(Ordering::SeqCst), kz_before, "a write reached the unit's old owner");
+    Ok(())
+}
+
+#[tokio::test]
 async fn rehoming_a_gateway_behind_on_the_table_serves_what_a_newer_sender_placed_in_its_region() -> TestResult {
     let ([_eu, kz, _us], be, gw, [gw_eu, gw_kz, gw_us]) = mesh_of("kz").await?;
     // KZ switched to eu everywhere but at eu's own gateway, which has not
