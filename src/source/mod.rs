@@ -345,10 +345,11 @@ pub async fn follow(
                     if let Ok((kv, header)) = client.get(&target.key).await {
                         status.confirm();
                         // etcd restored from an older snapshot, or replaced:
-                        // its revisions went back, and a watch from the
-                        // running one would wait for them to come round.
+                        // its revisions went back (below the running table's,
+                        // or below one the watch had reached), and a watch
+                        // from there would wait for them to come round.
                         let older = kv.as_ref().is_some_and(|kv| kv.mod_revision < revision);
-                        if older || header < revision {
+                        if older || header < revision || header + 1 < from {
                             tracing::warn!(source = %name, running = revision, etcd = header,
                                 "etcd's revision went back (restored or replaced); following it from its current one");
                             from = 0;
