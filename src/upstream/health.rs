@@ -75,9 +75,13 @@ impl EndpointState {
         self.ejected_until_ms.load(Ordering::Relaxed) > now_ms
     }
 
-    /// Up, not held, no passive failure counted: nothing worth keeping.
+    /// Up, not held, no passive failure and no failed check counted:
+    /// nothing worth keeping.
     fn is_clean(&self) -> bool {
-        self.is_up() && !self.is_held() && self.passive_failures.load(Ordering::Relaxed) == 0
+        self.is_up()
+            && !self.is_held()
+            && self.passive_failures.load(Ordering::Relaxed) == 0
+            && self.streak_fail.load(Ordering::Relaxed) == 0
     }
 }
 
@@ -262,11 +266,10 @@ impl Health {
             return;
         }
         let mut next: EndpointMap = (**current).clone();
+        let mut gone = Vec::new();
         for uri in forget {
             unnamed.remove(uri);
-            if let Some(s) = next.remove(uri) {
-                self.settle(&s);
-            }
+            gone.extend(next.remove(uri));
         }
         for (uri, region) in missing {
             if let Some(o) = &self.observer {
@@ -275,6 +278,10 @@ impl Health {
             next.entry((*uri).clone()).or_insert_with(|| Arc::new(EndpointState::new(region)));
         }
         self.states.store(Arc::new(next));
+        // Settled once no new lookup finds them.
+        for s in gone {
+            self.settle(&s);
+        }
     }
 
     /// Takes a forgotten endpoint's state out of the counters, by the same
@@ -618,36 +625,44 @@ mod tests {
     #[test]
     fn endpoints_the_table_stops_naming_are_forgotten_healthy_at_once_else_later(
     ) -> Result<(), crate::config::ConfigErrors> {
-        let (a, b, c) = ("http://10.0.0.1:80", "http://10.0.0.2:80", "http://10.0.0.3:80");
-        let (ua, ub) = (Uri::from_static(a), Uri::from_static(b));
+        let (a, b, c, d) = ("http://10.0.0.1:80", "http://10.0.0.2:80", "http://10.0.0.3:80", "http://10.0.0.4:80");
+        let (ua, ub, uc) = (Uri::from_static(a), Uri::from_static(b), Uri::from_static(c));
         let h = Health::default();
         let t0 = Instant::now();
-        h.track_at(&table_of(&[a, b, c])?, t0);
-        assert_eq!(h.report().len(), 3);
-        // a down, b ejected; then the table names c alone (DNS dropped a and b).
+        h.track_at(&table_of(&[a, b, c, d])?, t0);
+        assert_eq!(h.report().len(), 4);
+        // a down, b ejected, c one passive failure; then the table names d
+        // alone (DNS dropped the others).
         h.apply_check(&ua, false, 1, 1);
         h.record(&ub, true, 1, Duration::from_secs(60));
-        assert!(!h.all_clear());
-        let only_c = table_of(&[c])?;
-        h.track_at(&only_c, t0);
+        h.record(&uc, true, 3, Duration::from_secs(60));
+        let counts = |h: &Health| {
+            let n = |c: &AtomicU32| c.load(Ordering::Relaxed);
+            (n(&h.down), n(&h.held), n(&h.failing))
+        };
+        assert_eq!(counts(&h), (1, 1, 1));
+        let only_d = table_of(&[d])?;
+        h.track_at(&only_d, t0);
         let names = |h: &Health| h.report().into_iter().map(|r| r.1).collect::<Vec<_>>();
-        assert_eq!(names(&h), [format!("{a}/"), format!("{b}/"), format!("{c}/")], "kept while out");
+        assert_eq!(names(&h).len(), 4, "kept while out");
         // Named again within FORGET_AFTER: the state it went with.
-        h.track_at(&table_of(&[a, c])?, t0 + Duration::from_secs(10));
+        h.track_at(&table_of(&[a, d])?, t0 + Duration::from_secs(10));
         assert!(!h.usable(&ua), "a came back healthy");
-        h.track_at(&only_c, t0 + Duration::from_secs(20));
-        // FORGET_AFTER after it went: b is gone, and the counters with it;
-        // a, which went again later, is kept a while longer.
-        h.track_at(&only_c, t0 + FORGET_AFTER);
-        assert_eq!(names(&h), [format!("{a}/"), format!("{c}/")]);
-        assert_eq!((h.held.load(Ordering::Relaxed), h.down.load(Ordering::Relaxed)), (0, 1));
-        h.track_at(&only_c, t0 + Duration::from_secs(20) + FORGET_AFTER);
-        assert_eq!(names(&h), [format!("{c}/")]);
+        h.track_at(&only_d, t0 + Duration::from_secs(20));
+        // FORGET_AFTER after they went: b and c are gone, and the counters
+        // with them; a, which went again later, is kept a while longer.
+        h.track_at(&only_d, t0 + FORGET_AFTER);
+        assert_eq!(names(&h), [format!("{a}/"), format!("{d}/")]);
+        assert_eq!(counts(&h), (1, 0, 0));
+        h.track_at(&only_d, t0 + Duration::from_secs(20) + FORGET_AFTER);
+        assert_eq!(names(&h), [format!("{d}/")]);
         assert!(h.all_clear(), "a forgotten endpoint still counts as out");
-        assert_eq!(h.failing.load(Ordering::Relaxed), 0);
-        // A healthy endpoint the table drops is forgotten at once.
-        h.track_at(&table_of(&[a])?, t0 + Duration::from_secs(400));
-        assert_eq!(names(&h), [format!("{a}/")]);
+        // A healthy endpoint the table drops is forgotten at once; one with
+        // a failed check below the fall threshold is kept.
+        h.track_at(&table_of(&[a, b])?, t0 + Duration::from_secs(400));
+        h.apply_check(&ub, false, 1, 3);
+        h.track_at(&table_of(&[a])?, t0 + Duration::from_secs(401));
+        assert_eq!(names(&h), [format!("{a}/"), format!("{b}/")]);
         assert!(h.all_clear() && h.usable(&ua));
         Ok(())
     }
