@@ -33,6 +33,7 @@ use crate::routing::reload::{self, Reloader};
 use crate::routing::shared::SharedTable;
 use crate::server::Drain;
 use crate::server::{self, ServerOptions};
+use crate::telemetry::access::ACCESS_FILE;
 use crate::tls::{ServerTls, TlsError};
 use crate::upstream::ClientSettings;
 
@@ -162,7 +163,8 @@ pub fn client_settings(cfg: &Config) -> ClientSettings {
 }
 
 /// Publishes a validated table, builds the proxy that reads it and starts
-/// the active health checks of its endpoints.
+/// the active health checks of its endpoints, DNS discovery and the access
+/// log's following of the table.
 pub fn build_proxy(cfg: &Config, text: &str) -> Arc<Proxy> {
     let table = Arc::new(SharedTable::from_config(cfg, text));
     let shared = Shared::new(Arc::clone(&table), client_settings(cfg));
@@ -173,7 +175,32 @@ pub fn build_proxy(cfg: &Config, text: &str) -> Arc<Proxy> {
         shared.upstreams.connector().clone(),
     );
     crate::upstream::dns::spawn_discovery(Arc::downgrade(&table), Arc::clone(&shared.dns));
+    follow_access_file(Arc::downgrade(&table));
     Arc::new(Proxy::new(shared, &cfg.settings.restart.instance))
+}
+
+/// Points the access log at each published table's `log.access_file`, on
+/// a blocking thread: opening it, or waiting for the log's writing thread
+/// stalled on a slow disk, never holds a request's worker.
+fn follow_access_file(table: std::sync::Weak<SharedTable>) {
+    let Some(mut changes) = table.upgrade().map(|t| t.changes()) else { return };
+    tokio::spawn(async move {
+        loop {
+            let Some(shared) = table.upgrade() else { return };
+            let path = shared.snapshot().table.settings().log.access_file.clone();
+            drop(shared);
+            let followed = tokio::task::spawn_blocking(move || ACCESS_FILE.follow(path.as_ref()));
+            // Not awaited past a change: a follow stuck on a stalled disk
+            // does not keep the next table's from being asked for.
+            tokio::select! {
+                _ = followed => {}
+                _ = changes.changed() => continue,
+            }
+            if changes.changed().await.is_err() {
+                return;
+            }
+        }
+    });
 }
 
 /// A proxy built from a validated table (its TLS files read), serving on
@@ -438,7 +465,7 @@ pub async fn serve(options: ServeOptions) -> Result<Exit, ServeError> {
     }
     let tls_on = tls.is_some();
     // Opened now, so a path that cannot be written is told at start.
-    crate::telemetry::access::ACCESS_FILE.follow(cfg.settings.log.access_file.as_ref());
+    ACCESS_FILE.follow(cfg.settings.log.access_file.as_ref());
     let source = match &options.table {
         TableFrom::File(p) => reload::Source::File(p.clone()),
         TableFrom::Etcd(_) => reload::Source::Pushed(name.clone()),
@@ -639,7 +666,8 @@ impl Signals {
                         tracing::info!("SIGHUP: there is no table file to reload here; ignored");
                     }
                     _ = on(&mut self.usr1, std::future::pending()) => {
-                        crate::telemetry::access::ACCESS_FILE.reopen();
+                        // On a blocking thread: the file's lock may wait on a stalled write.
+                        drop(tokio::task::spawn_blocking(|| ACCESS_FILE.reopen()));
                     }
                 }
             }

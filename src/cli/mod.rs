@@ -314,5 +314,9 @@ fn block_on<T>(threads: Option<usize>, fut: impl std::future::Future<Output = T>
         Some(n) => tokio::runtime::Builder::new_multi_thread().worker_threads(n.max(1)).enable_all().build()?,
         None => tokio::runtime::Builder::new_multi_thread().enable_all().build()?,
     };
-    Ok(rt.block_on(fut))
+    let out = rt.block_on(fut);
+    // A blocking task stuck in a stalled write (the access log's file on a
+    // hung disk) does not keep the process from exiting.
+    rt.shutdown_timeout(std::time::Duration::from_secs(1));
+    Ok(out)
 }

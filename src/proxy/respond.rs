@@ -18,7 +18,6 @@ use crate::outcome::Outcome;
 use crate::problem::{grpc_response, response as problem_response};
 use crate::routing::{Loaded, Table};
 use crate::server::{AnswerBody, Drain};
-use crate::telemetry::access::ACCESS_FILE;
 use crate::telemetry::traces::{self, TraceSpan};
 
 /// What the end of a request reports to.
@@ -173,7 +172,6 @@ impl Record<'_> {
         if !log.access {
             return;
         }
-        ACCESS_FILE.follow(log.access_file.as_ref());
         tracing::info!(
             target: "shardgate::access",
             request_id = arrival.request_id.to_str().unwrap_or("-"),

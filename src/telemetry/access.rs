@@ -4,8 +4,13 @@
 //! new one at the same path, as nginx does) and when a reload names
 //! another path; without a path the access log stays on standard error.
 //!
-//! Each line is written whole in one `write`, unbuffered: a line a crash
-//! interrupts is the only one lost, and readers never see half of one.
+//! Lines reach the file from the log's queue, written by its own thread
+//! ([`super`]), each whole in one `write`: readers never see half of one.
+//! A line queued while the file changes goes to the file open when it is
+//! written (the new one after SIGUSR1), or to standard error when the
+//! file was turned off meanwhile. The file's lock is taken by that thread
+//! and by the table's and signal's followers, on blocking threads, never
+//! by a request.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -99,7 +104,7 @@ impl Write for LineWriter {
         let Ok(mut open) = self.0.open.lock() else { return Ok(buf.len()) };
         match open.as_mut() {
             Some((_, file)) => file.write_all(buf).map(|()| buf.len()),
-            None => Ok(buf.len()),
+            None => io::stderr().write_all(buf).map(|()| buf.len()),
         }
     }
 

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::support::binary::{spawn_binary_logging, spawn_with};
-use crate::support::ops::iuid;
+use crate::support::ops::{iuid, post};
 use crate::support::{backend, get, table, TestResult};
 
 #[tokio::test]
@@ -79,7 +79,11 @@ async fn the_access_log_goes_to_its_file_as_json_and_is_reopened_on_sigusr1() ->
     let (mut child, port, _) = spawn_binary_logging(dir.path(), kz.addr, &extra, Some(&stderr)).await?;
     let first = get(&format!("http://127.0.0.1:{port}/v1/orders/{}", iuid(7, 3))).await?;
     assert_eq!(first.status, 200);
-    // logrotate: rename, then tell the proxy.
+    // Its line written (by the log's own thread); then logrotate: rename, and tell the proxy.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while std::fs::metadata(&access).map_or(0, |m| m.len()) == 0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     std::fs::rename(&access, &rotated)?;
     child.signal("-USR1")?;
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
@@ -123,5 +127,44 @@ async fn ops_a_log_reader_that_stops_reading_stops_no_request() -> TestResult {
     }
     let metrics = String::from_utf8(get(&format!("http://127.0.0.1:{admin}/metrics")).await?.body.to_vec())?;
     assert!(metrics.contains("shardgate_log_lines_dropped_total 0"), "the lines fit the queue: none dropped");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ops_an_access_file_that_stops_taking_lines_stops_no_request_across_a_reload() -> TestResult {
+    let kz = backend("kz").await?;
+    let dir = tempfile::tempdir()?;
+    // The access file is a pipe whose reader never reads: its writer is
+    // stuck in write(2), holding the file, once 64 KiB are in it.
+    let fifo = dir.path().join("access.fifo");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status()?.success(), "mkfifo failed");
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::File::open(fifo))
+    };
+    let extra = format!("log: {{ access_file: \"{}\" }}", fifo.display());
+    let quiet = ("info", std::process::Stdio::null());
+    let text = table(kz.addr, kz.addr, kz.addr, &extra);
+    let (_child, port, admin) = spawn_with(dir.path(), &text, quiet, None, &[]).await?;
+    let _unread = reader.join().map_err(|_| "the reader thread panicked")??;
+    let url = format!("http://127.0.0.1:{port}/v1/orders/{}", iuid(7, 3));
+    let answered = |round: &'static str| {
+        let url = url.clone();
+        async move {
+            for n in 0..1000 {
+                let got = tokio::time::timeout(Duration::from_secs(5), get(&url)).await;
+                let got = got.map_err(|_| format!("{round}: request {n} was not answered"))??;
+                assert_eq!(got.status, 200);
+            }
+            Ok::<_, crate::support::BoxError>(())
+        }
+    };
+    answered("before the reload").await?;
+    // A reload: the new table's file is followed while the old one's writer is stuck.
+    let file = dir.path().join("table.yaml");
+    let reloaded = std::fs::read_to_string(&file)? + "\n# reloaded\n";
+    std::fs::write(&file, reloaded)?;
+    assert_eq!(post(&format!("http://127.0.0.1:{admin}/reload")).await?.status, 200);
+    answered("after the reload").await?;
     Ok(())
 }
