@@ -5,7 +5,8 @@
 //! accept  stream (h2: frames, HPACK, flow control, SETTINGS) ─▶ task
 //! handle  request ─▶ Handler::handle ─▶ answer (the client's RST_STREAM drops it)
 //! send    head (no connection fields; Date; Content-Length of a body of
-//!         known size) ─▶ body under the client's window ─▶ trailers
+//!         known size) ─▶ body under the client's window (reset when it
+//!         stays shut for idle_timeout) ─▶ trailers
 //! close   shutdown ─▶ GOAWAY; the streams in flight finish, then the connection
 //! ```
 //!
@@ -18,6 +19,7 @@
 use std::future::{poll_fn, Future};
 use std::sync::Arc;
 use std::task::Poll;
+use std::time::Duration;
 
 use bytes::Bytes;
 use h2::server::SendResponse;
@@ -87,7 +89,8 @@ async fn accept<H: Handler, S: ClientIo + 'static>(
                     // Boxed: spawning moves a pointer, not the stream's state,
                     // which is made in its box (`Box::pin(stream(..))` would
                     // make it on the stack and copy its kilobytes there).
-                    let task = Box::write(Box::new_uninit(), stream(Arc::clone(&handler), req, respond, info));
+                    let stream = stream(Arc::clone(&handler), req, respond, info, opts.idle_timeout);
+                    let task = Box::write(Box::new_uninit(), stream);
                     tokio::spawn(Box::into_pin(task));
                 }
                 Some(Err(e)) => return Err(e),
@@ -104,12 +107,14 @@ async fn accept<H: Handler, S: ClientIo + 'static>(
 
 /// One stream: its request handled, its answer sent. A client that resets
 /// the stream before the answer drops the handling (and the upstream's
-/// stream or connection with it).
+/// stream or connection with it); one that gives its answer no window for
+/// `stall` (`server.idle_timeout`) has it reset.
 async fn stream<H: Handler>(
     handler: Arc<H>,
     req: Request<RecvStream>,
     mut respond: SendResponse<Bytes>,
     info: ConnInfo,
+    stall: Duration,
 ) {
     let head_only = req.method() == Method::HEAD;
     let answer = {
@@ -133,13 +138,14 @@ async fn stream<H: Handler>(
         .await
     };
     let Some(answer) = answer else { return };
-    send(respond, answer.into_response(handler.via()), head_only).await;
+    send(respond, answer.into_response(handler.via()), head_only, stall).await;
 }
 
 /// Sends `response` on the stream: its head, then (unless `head_only`, the
 /// answer to a HEAD) its body as the client's window takes it, and its
-/// trailers. A head `h2` refuses, or a body that fails, resets the stream.
-async fn send(mut respond: SendResponse<Bytes>, response: Response<AnswerBody>, head_only: bool) {
+/// trailers. A head `h2` refuses, a body that fails, or a window that
+/// stays shut for `stall`, resets the stream.
+async fn send(mut respond: SendResponse<Bytes>, response: Response<AnswerBody>, head_only: bool, stall: Duration) {
     let (mut parts, body) = response.into_parts();
     let headers = &mut parts.headers;
     // HTTP/2 has no connection fields (RFC 9113, 8.2.2); `h2` refuses a
@@ -167,7 +173,7 @@ async fn send(mut respond: SendResponse<Bytes>, response: Response<AnswerBody>, 
             return respond.send_reset(h2::Reason::INTERNAL_ERROR);
         }
     };
-    if !end && pipe(body, &mut tx, None).await.is_err() {
+    if !end && pipe(body, &mut tx, None, Some(stall)).await.is_err() {
         tracing::debug!("http2 answer body failed; stream reset");
         tx.send_reset(h2::Reason::INTERNAL_ERROR);
     }

@@ -412,7 +412,7 @@ fn send_body(body: UpstreamBody, mut tx: SendStream<Bytes>, linger: Duration) ->
             let (hand, handed) = oneshot::channel::<Stream>();
             tokio::spawn(async move {
                 let piped = {
-                    let mut piping = std::pin::pin!(pipe(body, &mut tx, Some(stopped)));
+                    let mut piping = std::pin::pin!(pipe(body, &mut tx, Some(stopped), None));
                     tokio::select! {
                         piped = &mut piping => piped,
                         Ok(_counted) = handed => tokio::time::timeout(linger, piping).await.unwrap_or(Err(Stopped)),
@@ -466,10 +466,17 @@ enum Next<F> {
 
 /// `body`'s frames onto `tx` under the peer's flow control, until the
 /// end (a last chunk carries it when the body says it is the last), its
-/// trailers, the peer's reset, or word from `stop` (a request body's
-/// `Piping`) to stop: `send_body`'s task, and the client leg's answers
-/// (`server::h2`).
-pub async fn pipe<B>(body: B, tx: &mut SendStream<Bytes>, stop: Option<oneshot::Receiver<()>>) -> Result<(), Stopped>
+/// trailers, the peer's reset, word from `stop` (a request body's
+/// `Piping`) to stop, or a wait of `stall` for the peer's window that
+/// brings none (a client that takes nothing of its answer holds no
+/// upstream connection past it): `send_body`'s task, and the client leg's
+/// answers (`server::h2`).
+pub async fn pipe<B>(
+    body: B,
+    tx: &mut SendStream<Bytes>,
+    stop: Option<oneshot::Receiver<()>>,
+    stall: Option<Duration>,
+) -> Result<(), Stopped>
 where
     B: Body<Data = Bytes> + TakeIn,
 {
@@ -513,15 +520,18 @@ where
         };
         while !data.is_empty() {
             tx.reserve_capacity(data.len());
-            let room = poll_fn(|cx| {
+            let waiting = poll_fn(|cx| {
                 if stopped(cx) {
                     return Poll::Ready(None);
                 }
                 // What arrives meanwhile leaves the body's connection.
                 body.as_mut().take_in(cx);
                 tx.poll_capacity(cx)
-            })
-            .await;
+            });
+            let room = match stall {
+                Some(stall) => tokio::time::timeout(stall, waiting).await.map_err(|_| Stopped)?,
+                None => waiting.await,
+            };
             match room {
                 Some(Ok(room)) if room > 0 => {
                     let chunk = data.split_to(room.min(data.len()));

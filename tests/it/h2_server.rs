@@ -3,8 +3,10 @@
 //! stream in flight finish; an answer carries `Date` and the length of a
 //! body of known size, and a HEAD's is its head alone; a request body sent
 //! in frames reaches the backend whole; a client that resets its stream
-//! mid-body leaves the connection serving. (The reset reaching an HTTP/2
-//! backend is `h2_upstream`'s.)
+//! mid-body leaves the connection serving; an answer its client gives no
+//! window is reset after the idle timeout, however busy the client keeps
+//! the connection. (The reset reaching an HTTP/2 backend is
+//! `h2_upstream`'s.)
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -138,5 +140,41 @@ async fn h2_a_stream_its_client_resets_mid_body_leaves_the_connection_serving() 
     let (status, body) = get(&client, p.addr, &format!("/v1/orders/{}", iuid(7))).await?;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
     assert_eq!(backends[1].hits(), before + 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn h2_an_answer_its_client_gives_no_window_is_reset_after_the_idle_timeout() -> TestResult {
+    let [eu, kz, us] = three_backends().await?;
+    let p = crate::support::proxy(&table(eu.addr, kz.addr, us.addr, "server: { idle_timeout: 1s }")).await?;
+    // Streams open with no window: no byte of an answer's body may be sent.
+    let socket = tokio::net::TcpStream::connect(p.addr).await?;
+    let (client, mut conn) = h2::client::Builder::new().initial_window_size(0).handshake::<_, Bytes>(socket).await?;
+    let mut ping = conn.ping_pong().ok_or("no ping handle")?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    // The connection is never idle: a ping every 200 ms.
+    let pinging = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if ping.ping(h2::Ping::opaque()).await.is_err() {
+                return;
+            }
+        }
+    });
+    let req = Request::get(format!("http://{}/v1/orders/{}", p.addr, iuid(7))).body(())?;
+    let (answer, _) = client.ready().await?.send_request(req, true)?;
+    let answer = tokio::time::timeout(Duration::from_secs(10), answer).await??;
+    assert_eq!(answer.status(), 200);
+    let started = Instant::now();
+    let mut body = answer.into_body();
+    let ended = tokio::time::timeout(Duration::from_secs(10), body.data()).await;
+    let ended = ended.map_err(|_| "the answer waited for a window past the idle timeout")?;
+    assert!(matches!(ended, Some(Err(_))), "not reset: {ended:?}");
+    assert!(started.elapsed() >= Duration::from_millis(900), "reset after {:?}", started.elapsed());
+    // The stream was reset, not the connection closed.
+    assert!(!pinging.is_finished(), "the connection was closed, not the stream reset");
+    pinging.abort();
     Ok(())
 }
