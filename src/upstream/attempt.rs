@@ -17,7 +17,7 @@ use super::balance::{self, Candidates};
 use super::body::{BodyPhase, BodyWatch, Pace, UpstreamBody};
 use super::connect::{connector, ClientSettings, Connector};
 use super::exchange::{exchange, ExchangeError, ResponseBody};
-use super::h2::{H2Error, Unready, CONNECTIONS, H2};
+use super::h2::{H2Error, Unopened, Unready, CONNECTIONS, H2};
 use super::health::{Admit, Health};
 use super::outgoing::Outgoing;
 use super::pool::{Full, Limits, Pool, PoolError, Use};
@@ -289,7 +289,23 @@ impl Upstreams {
                     return Err(Failure { error: AttemptError::Saturated(Full::Queue), unsent: Some(body) });
                 }
             };
-            let sent = self.h2.send(endpoint, reserved, &a.out, (body, s.policy.request_timeout));
+            // Waiting for the server to take the stream is bounded on its
+            // own, as a wait for a pooled connection is.
+            let left = (s.started + s.policy.request_timeout).saturating_duration_since(Instant::now());
+            let queue = s.policy.queue_timeout.min(left);
+            let opened = match self.h2.start(endpoint, reserved, &a.out, (body, queue)).await {
+                Ok(opened) => opened,
+                Err(Unopened::Closed(e, unsent)) => {
+                    tracing::debug!(endpoint = %endpoint.uri, error = %e, "http2 connection closed; sending on another");
+                    body = unsent;
+                    continue;
+                }
+                Err(Unopened::Pending(unsent)) => {
+                    return Err(Failure { error: AttemptError::Saturated(Full::Waited), unsent: Some(unsent) });
+                }
+                Err(Unopened::Failed(e)) => return Err(failed(ExchangeError::Io(e), watch, endpoint, record)),
+            };
+            let sent = self.h2.answer(endpoint, opened, s.policy.request_timeout);
             match timed(std::pin::pin!(sent), watch, s).await {
                 Timed::Answered(Ok(resp)) => {
                     record(a.count_5xx && resp.status().is_server_error());

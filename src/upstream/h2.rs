@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use h2::client::SendRequest;
+use h2::client::{ResponseFuture, SendRequest};
 use h2::{RecvStream, SendStream};
 use http::uri::Scheme;
 use http::{header, HeaderValue, Request, Response};
@@ -188,6 +188,29 @@ pub enum H2Error {
     GoneAway(String),
 }
 
+/// Why a stream was not opened ([`H2::start`]): nothing of it reached the
+/// server, and the body is given back where there is one.
+#[derive(Debug)]
+pub enum Unopened {
+    /// The connection did not take the stream (closed, or going away).
+    Closed(String, UpstreamBody),
+    /// The server's concurrent-stream limit kept it waiting past the
+    /// queue's time: the endpoint is busy, not failing.
+    Pending(UpstreamBody),
+    /// The request's head could not be made.
+    Failed(String),
+}
+
+/// A stream the server took, its request head sent; its body not yet.
+#[derive(Debug)]
+pub struct Opened {
+    link: Link,
+    stream: Stream,
+    answer: ResponseFuture,
+    tx: SendStream<Bytes>,
+    body: UpstreamBody,
+}
+
 /// A stream reserved on a connection, counted there from now on.
 #[derive(Debug)]
 pub struct Reserved {
@@ -239,41 +262,71 @@ impl H2 {
         Ok(Reserved { link, stream })
     }
 
-    /// Sends `out` with `body` on the reserved stream and reads the
-    /// answer's head; the answer's body and trailers follow as frames.
-    pub async fn send(
+    /// Sends `out`'s head on the reserved stream and waits, up to `queue`,
+    /// for the server to take it: past its `SETTINGS_MAX_CONCURRENT_STREAMS`
+    /// a stream waits in `h2` for another to end, a wait for the
+    /// endpoint's capacity (as for an HTTP/1 connection from the pool), not
+    /// the attempt's time, and never held against the endpoint.
+    pub async fn start(
         &self,
         endpoint: &Upstream,
         reserved: Reserved,
         out: &Outgoing<'_>,
-        (body, linger): (UpstreamBody, Duration),
-    ) -> Result<Response<Answer>, H2Error> {
+        (body, queue): (UpstreamBody, Duration),
+    ) -> Result<Opened, Unopened> {
+        use futures_util::FutureExt;
         let Reserved { link, stream } = reserved;
         let req = match request(endpoint, out, body.size_hint().exact()) {
             Ok(head) => head,
-            Err(e) => return Err(H2Error::Failed(e)),
+            Err(e) => return Err(Unopened::Failed(e)),
         };
         let mut send = match link.send.clone().ready().await {
             Ok(send) => send,
             Err(e) => {
                 self.forget(endpoint, &link);
-                return Err(H2Error::Closed(e.to_string(), body));
+                return Err(Unopened::Closed(e.to_string(), body));
             }
         };
-        // A GOAWAY that leaves this stream out says the server never took it
-        // (RFC 9113 §6.8): a body held whole (a count, not a copy) goes again.
-        let again = body.again();
-        let ends = body.is_end_stream();
-        let (answer, tx) = match send.send_request(req, ends) {
+        let (answer, tx) = match send.send_request(req, body.is_end_stream()) {
             Ok(sent) => sent,
             // The connection is going or gone: the head did not go.
             Err(e) if e.is_go_away() || e.is_io() => {
                 self.forget(endpoint, &link);
-                return Err(H2Error::Closed(e.to_string(), body));
+                return Err(Unopened::Closed(e.to_string(), body));
             }
-            Err(e) => return Err(H2Error::Failed(e.to_string())),
+            Err(e) => return Err(Unopened::Failed(e.to_string())),
         };
-        let piping = if ends { Piping(None) } else { send_body(body, tx, linger) };
+        // Ready again once this stream is open; at once unless it waits.
+        let mut taken = std::pin::pin!(send.ready());
+        let taken = match taken.as_mut().now_or_never() {
+            Some(taken) => taken,
+            // Dropped unopened, the stream is cancelled: nothing of it went.
+            None => match tokio::time::timeout(queue, taken).await {
+                Ok(taken) => taken,
+                Err(_) => return Err(Unopened::Pending(body)),
+            },
+        };
+        if let Err(e) = taken {
+            self.forget(endpoint, &link);
+            return Err(Unopened::Closed(e.to_string(), body));
+        }
+        Ok(Opened { link, stream, answer, tx, body })
+    }
+
+    /// The opened stream's body sent (the rest of it at most `linger` past
+    /// the answer's end) and the answer's head read; its body and trailers
+    /// follow as frames.
+    pub async fn answer(
+        &self,
+        endpoint: &Upstream,
+        opened: Opened,
+        linger: Duration,
+    ) -> Result<Response<Answer>, H2Error> {
+        let Opened { link, stream, answer, tx, body } = opened;
+        // A GOAWAY that leaves this stream out says the server never took it
+        // (RFC 9113 §6.8): a body held whole (a count, not a copy) goes again.
+        let again = body.again();
+        let piping = if body.is_end_stream() { Piping(None) } else { send_body(body, tx, linger) };
         match answer.await {
             Ok(resp) => Ok(Answer::new(resp, stream, piping)),
             Err(e) if e.is_go_away() && e.is_remote() => {

@@ -4,7 +4,9 @@
 //! a body no one waits on; an answer that ends before the call's body
 //! does lets the rest of the body go, within the request timeout; a body
 //! read whole goes with its length, and goes again on another connection
-//! when a GOAWAY says the server never took its stream.
+//! when a GOAWAY says the server never took its stream; calls that wait
+//! for the server's concurrent-stream limit wait as for a pooled
+//! connection, never held against the endpoint.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -315,5 +317,69 @@ async fn h2_upstream_calls_that_waited_on_one_failed_opening_count_it_once() -> 
     let kz = health.report().into_iter().find(|(r, ..)| r == "kz").ok_or("no kz endpoint")?;
     assert!(!kz.3, "one failed opening ejected the endpoint as five would: {kz:?}");
     drop(queued);
+    Ok(())
+}
+
+/// An HTTP/2 backend that takes one stream at a time and answers each call
+/// (`grpc-status: 0`) `after` it came.
+async fn one_stream_at_a_time(after: Duration) -> Result<SocketAddr, BoxError> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let handshake = h2::server::Builder::new().max_concurrent_streams(1).handshake::<_, Bytes>(socket);
+                let Ok(mut conn) = handshake.await else { return };
+                while let Some(Ok((_, mut respond))) = conn.accept().await {
+                    tokio::spawn(async move {
+                        tokio::time::sleep(after).await;
+                        let head = http::Response::builder().header("content-type", "application/grpc").body(());
+                        if let Some(mut stream) = head.ok().and_then(|h| respond.send_response(h, false).ok()) {
+                            let mut trailers = http::HeaderMap::new();
+                            trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                            let _ = stream.send_trailers(trailers);
+                        }
+                    });
+                }
+            });
+        }
+    });
+    Ok(addr)
+}
+
+/// A unary call to the proxy over HTTP/1.1, routed to kz: its answer, whole.
+async fn unary(proxy: SocketAddr) -> Result<String, BoxError> {
+    let mut s = tokio::net::TcpStream::connect(proxy).await?;
+    let head = format!(
+        "POST /echo.Echo/Unary HTTP/1.1\r\nhost: x\r\nx-entity-id: {}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+        iuid(7)
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut s, head.as_bytes()).await?;
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), tokio::io::AsyncReadExt::read_to_end(&mut s, &mut answer)).await??;
+    Ok(String::from_utf8_lossy(&answer).into_owned())
+}
+
+#[tokio::test]
+async fn h2_upstream_calls_waiting_on_the_servers_stream_limit_are_saturation_not_failures() -> TestResult {
+    let at = one_stream_at_a_time(Duration::from_millis(1500)).await?;
+    let upstream = "health: { interval: 0s }, attempt_timeout: 2s, queue_timeout: 300ms, retries: 0, \
+                    eject_after: 2, eject_for: 60s";
+    let p = proxy_with(at, upstream).await?;
+    // One call takes the server's one stream for 1.5 s; three more wait for it.
+    let first = tokio::spawn(unary(p.addr));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let waiting = futures_util::future::join_all((0..3).map(|_| unary(p.addr))).await;
+    for answer in waiting {
+        let answer = answer?;
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        assert!(answer.contains("upstream_saturated"), "{answer}");
+    }
+    assert!(first.await??.starts_with("HTTP/1.1 200"));
+    let health = p.proxy.as_ref().ok_or("proxy")?.shared().health.clone();
+    let kz = health.report().into_iter().find(|(r, ..)| r == "kz").ok_or("no kz endpoint")?;
+    assert!(!kz.3, "calls waiting for a stream ejected the endpoint: {kz:?}");
+    // And it serves the next call.
+    assert!(unary(p.addr).await?.starts_with("HTTP/1.1 200"));
     Ok(())
 }
