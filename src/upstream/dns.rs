@@ -41,12 +41,85 @@ pub struct DnsStats {
 /// Longest one lookup may take.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Resolves the table's named endpoints until `shared` is dropped.
+/// What one name's lookup found: its addresses (`None`: failed, or none)
+/// and how long until it is asked again.
+type Found = (Option<Vec<IpAddr>>, Duration);
+
+/// Discovery's state between rounds.
+#[derive(Default)]
+struct Discovery {
+    /// The resolver, and the servers it asks.
+    resolver: Option<(Vec<std::net::SocketAddr>, TokioResolver)>,
+    /// When each name is asked again.
+    due: HashMap<String, Instant>,
+    /// The addresses found.
+    resolved: Resolved,
+    /// The lookups out, and each one's name by its task.
+    lookups: tokio::task::JoinSet<Found>,
+    out: HashMap<tokio::task::Id, String>,
+}
+
+impl Discovery {
+    /// Starts a lookup of each of `names` that is due and not out already.
+    fn ask(&mut self, names: &[String], r: &TokioResolver, policy: &DnsPolicy) {
+        let now = Instant::now();
+        for name in names.iter().filter(|n| self.due.get(*n).is_none_or(|t| *t <= now)) {
+            if self.out.values().any(|out| out == name) {
+                continue;
+            }
+            let (r, asked, policy) = (r.clone(), name.clone(), policy.clone());
+            let task = self.lookups.spawn(async move { lookup(&r, &asked, &policy).await });
+            self.out.insert(task.id(), name.clone());
+        }
+    }
+
+    /// Applies one lookup's end; whether a name of `names` has new addresses.
+    fn answered(
+        &mut self,
+        done: Result<(tokio::task::Id, Found), tokio::task::JoinError>,
+        names: &[String],
+        (stats, min_ttl): (&DnsStats, Duration),
+    ) -> bool {
+        let id = done.as_ref().map_or_else(tokio::task::JoinError::id, |(id, _)| *id);
+        let Some(name) = self.out.remove(&id) else { return false };
+        let (addrs, ttl) = done.map_or((None, min_ttl), |(_, found)| found);
+        self.due.insert(name.clone(), Instant::now() + ttl);
+        if !names.contains(&name) {
+            return false;
+        }
+        let Some(addrs) = addrs else {
+            stats.failed.fetch_add(1, Ordering::Relaxed);
+            return false;
+        };
+        stats.answered.fetch_add(1, Ordering::Relaxed);
+        let changed = self.resolved.set(&name, addrs.clone());
+        if changed {
+            stats.changed.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(name = %name, addresses = ?addrs, "named endpoint resolved to new addresses");
+        }
+        changed
+    }
+
+    /// The resolver for `policy`'s servers, built anew when they changed.
+    fn resolver(&mut self, policy: &DnsPolicy) -> Result<TokioResolver, String> {
+        match &self.resolver {
+            Some((servers, r)) if *servers == policy.servers => Ok(r.clone()),
+            _ => {
+                let r = build(policy)?;
+                self.resolver = Some((policy.servers.clone(), r.clone()));
+                Ok(r)
+            }
+        }
+    }
+}
+
+/// Resolves the table's named endpoints until `shared` is dropped. Each
+/// name is looked up on its own schedule, side by side with the others,
+/// and its answer applied as it comes: a name whose server does not answer
+/// (one region's resolver down) delays no other name's refresh.
 pub fn spawn_discovery(shared: Weak<SharedTable>, stats: std::sync::Arc<DnsStats>) {
     tokio::spawn(async move {
-        let mut resolver: Option<(Vec<std::net::SocketAddr>, TokioResolver)> = None;
-        let mut due: HashMap<String, Instant> = HashMap::new();
-        let mut resolved = Resolved::none();
+        let mut d = Discovery::default();
         loop {
             let Some(table) = shared.upgrade() else { return };
             let snapshot = table.snapshot();
@@ -54,57 +127,39 @@ pub fn spawn_discovery(shared: Weak<SharedTable>, stats: std::sync::Arc<DnsStats
             let policy = snapshot.table.settings().dns.clone();
             drop(snapshot);
             drop(table);
-            if names.is_empty() {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-            let r = match &resolver {
-                Some((servers, r)) if *servers == policy.servers => r.clone(),
-                _ => match build(&policy) {
-                    Ok(r) => {
-                        resolver = Some((policy.servers.clone(), r.clone()));
-                        r
-                    }
+            if !names.is_empty() {
+                match d.resolver(&policy) {
+                    Ok(r) => d.ask(&names, &r, &policy),
                     Err(e) => {
                         tracing::warn!(error = %e, "cannot start the DNS resolver; named endpoints are resolved as they are connected to");
                         tokio::time::sleep(policy.min_ttl.max(Duration::from_secs(1))).await;
                         continue;
                     }
-                },
-            };
+                }
+            }
+            let before = d.resolved.clone();
+            d.resolved.retain(&names);
+            d.due.retain(|n, _| names.contains(n));
+            let mut changed = before != d.resolved;
             let now = Instant::now();
-            let mut changed = false;
-            let asked: Vec<&String> = names.iter().filter(|n| due.get(*n).is_none_or(|t| *t <= now)).collect();
-            for name in asked {
-                let (addrs, ttl) = lookup(&r, name, &policy).await;
-                match addrs {
-                    Some(addrs) => {
-                        stats.answered.fetch_add(1, Ordering::Relaxed);
-                        if resolved.set(name, addrs.clone()) {
-                            stats.changed.fetch_add(1, Ordering::Relaxed);
-                            tracing::info!(name = %name, addresses = ?addrs, "named endpoint resolved to new addresses");
-                            changed = true;
-                        }
-                    }
-                    None => {
-                        stats.failed.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                due.insert(name.clone(), Instant::now() + ttl);
-            }
-            let before = resolved.clone();
-            resolved.retain(&names);
-            due.retain(|n, _| names.contains(n));
-            if changed || before != resolved {
-                if let Some(table) = shared.upgrade() {
-                    table.refresh_addresses(resolved.clone());
-                }
-            }
-            let next = due.values().min().copied().unwrap_or(now + Duration::from_secs(1));
+            let next = d.due.values().min().copied().unwrap_or(now + Duration::from_secs(1));
             // New names in a reloaded table are looked at within a second.
-            let wake =
-                next.min(Instant::now() + Duration::from_secs(1)).max(Instant::now() + Duration::from_millis(50));
-            tokio::time::sleep_until(wake.into()).await;
+            let wake = next.min(now + Duration::from_secs(1)).max(now + Duration::from_millis(50));
+            let sleep = tokio::time::sleep_until(wake.into());
+            tokio::pin!(sleep);
+            // Until the next name is due, each answer as it comes.
+            loop {
+                if std::mem::take(&mut changed) {
+                    let Some(table) = shared.upgrade() else { return };
+                    table.refresh_addresses(d.resolved.clone());
+                }
+                tokio::select! {
+                    () = &mut sleep => break,
+                    Some(done) = d.lookups.join_next_with_id() => {
+                        changed = d.answered(done, &names, (&stats, policy.min_ttl));
+                    }
+                }
+            }
         }
     });
 }

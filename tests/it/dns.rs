@@ -1,7 +1,8 @@
 //! DNS discovery against a name server run here on loopback: a backend
 //! named by host is every address of its name, re-resolved as its TTL
 //! runs out; an address that goes away is drained (a request in flight
-//! there finishes), and a failed lookup keeps the addresses last found.
+//! there finishes), and a failed lookup keeps the addresses last found; a
+//! name whose lookups go unanswered delays no other name's.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::Ordering;
@@ -19,25 +20,43 @@ enum Answer {
     Fail,
 }
 
+/// A name that the name server never answers.
+const SILENT: &str = "silent.test";
+
 /// A name server on 127.0.0.1 answering `name`'s A question from `answer`
-/// (TTL 1 s), AAAA with no records, and anything else NXDOMAIN.
+/// (TTL 1 s), AAAA with no records, [`SILENT`]'s never, and anything else
+/// NXDOMAIN.
 async fn name_server(name: &'static str, answer: Arc<Mutex<Answer>>) -> Result<SocketAddr, BoxError> {
+    Ok(counting_name_server(name, answer).await?.0)
+}
+
+/// [`name_server`], and how many A questions for `name` it was asked.
+async fn counting_name_server(
+    name: &'static str,
+    answer: Arc<Mutex<Answer>>,
+) -> Result<(SocketAddr, Arc<std::sync::atomic::AtomicUsize>), BoxError> {
     let socket = UdpSocket::bind("127.0.0.1:0").await?;
     let addr = socket.local_addr()?;
+    let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = Arc::clone(&asked);
     tokio::spawn(async move {
         let mut buf = [0u8; 512];
         while let Ok((n, from)) = socket.recv_from(&mut buf).await {
             let current = answer.lock().map(|a| a.clone()).unwrap_or(Answer::Fail);
-            if let Some(reply) = reply(&buf[..n], name, &current) {
+            if let Some((reply, a_for_name)) = reply(&buf[..n], name, &current) {
+                if a_for_name {
+                    count.fetch_add(1, Ordering::Relaxed);
+                }
                 let _ = socket.send_to(&reply, from).await;
             }
         }
     });
-    Ok(addr)
+    Ok((addr, asked))
 }
 
-/// The reply to one query (RFC 1035 §4.1): the question echoed, then the answers.
-fn reply(query: &[u8], name: &str, answer: &Answer) -> Option<Vec<u8>> {
+/// The reply to one query (RFC 1035 §4.1): the question echoed, then the
+/// answers; and whether it was an A question for `name`. None for [`SILENT`].
+fn reply(query: &[u8], name: &str, answer: &Answer) -> Option<(Vec<u8>, bool)> {
     let mut at = 12;
     let mut labels = Vec::new();
     while *query.get(at)? != 0 {
@@ -47,6 +66,9 @@ fn reply(query: &[u8], name: &str, answer: &Answer) -> Option<Vec<u8>> {
     }
     let question_end = at + 5;
     let qtype = u16::from_be_bytes([*query.get(at + 1)?, *query.get(at + 2)?]);
+    if labels.join(".") == SILENT {
+        return None;
+    }
     let ours = labels.join(".") == name;
     let (rcode, addrs): (u8, Vec<Ipv4Addr>) = match (ours, answer, qtype) {
         (false, ..) => (3, Vec::new()),
@@ -65,7 +87,7 @@ fn reply(query: &[u8], name: &str, answer: &Answer) -> Option<Vec<u8>> {
         out.extend_from_slice(&[0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 1, 0, 4]);
         out.extend_from_slice(&ip.octets());
     }
-    Some(out)
+    Some((out, ours && qtype == 1))
 }
 
 /// A backend named `who` on `ip`:`port`.
@@ -146,5 +168,26 @@ async fn a_named_backend_is_every_address_of_its_name_as_it_changes() -> TestRes
         assert_eq!(get(&p.url("/any")).await?.header("x-backend-region"), Some("second"));
     }
     drop(second);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_whose_lookups_go_unanswered_delays_no_other_names_refresh() -> TestResult {
+    let probe = TcpListener::bind((Ipv4Addr::new(127, 0, 0, 2), 0)).await?;
+    let port = probe.local_addr()?.port();
+    let _backend = backend_on(probe, "eu").await?;
+    let answer = Arc::new(Mutex::new(Answer::Addresses(vec![Ipv4Addr::new(127, 0, 0, 2)])));
+    let (dns, asked) = counting_name_server("backends.test", answer).await?;
+    // us's name is never answered: each of its lookups waits out its timeout (about 4 s).
+    let yaml = format!(
+        "version: 1\nupstream: {{ dns: {{ servers: [\"{dns}\"], min_ttl: 1s, max_ttl: 1s }} }}\nregions:\n  us: {{ upstreams: [\"http://{SILENT}:{port}\"] }}\n  eu: {{ upstreams: [\"http://backends.test:{port}\"] }}\ndefault_region: eu\nroutes:\n  - {{ name: all, match: {{ prefix: / }}, to: local }}\n"
+    );
+    let p = support::proxy(&yaml).await?;
+    until_from(&p, "eu").await?;
+    // eu's name, TTL 1 s, is asked again about every second meanwhile.
+    let before = asked.load(Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let during = asked.load(Ordering::Relaxed) - before;
+    assert!(during >= 4, "backends.test was asked {during} times in 6 s: its refresh waited on silent.test's lookups");
     Ok(())
 }
