@@ -77,6 +77,23 @@ impl Config {
                 fixed.pool_idle_timeout, fixed.header_read_timeout
             ));
         }
+        for route in &self.routes {
+            let Some(f) = &route.fanout else { continue };
+            let rounds = f.regions.len().div_ceil(f.concurrency.max(1));
+            let needed = f.leg_timeout.saturating_mul(u32::try_from(rounds).unwrap_or(u32::MAX));
+            if f.deadline < needed {
+                out.push(format!(
+                    "route {}: fanout.deadline ({:?}) is shorter than the {rounds} rounds of leg_timeout ({:?}) its \
+                     {} regions take at concurrency {}: regions that do not answer can keep the ones after them \
+                     in the list from being asked at all (raise deadline to {needed:?}, or concurrency)",
+                    route.name,
+                    f.deadline,
+                    f.leg_timeout,
+                    f.regions.len(),
+                    f.concurrency
+                ));
+            }
+        }
         out
     }
 }

@@ -591,3 +591,18 @@ async fn a_search_passes_on_a_refusal_every_region_agrees_on_and_the_owners_304(
     assert_eq!(send(req).await?.status, 304);
     Ok(())
 }
+
+#[test]
+fn a_fanout_whose_deadline_does_not_cover_its_rounds_of_legs_is_warned_of() -> TestResult {
+    let at = SocketAddr::from(([127, 0, 0, 1], 9));
+    let warned = |fanout: &str| -> Result<Vec<String>, BoxError> {
+        let cfg = shardgate::config::load_str(&table(at, at, at, fanout), "t.yaml").map_err(|e| e.to_string())?;
+        Ok(cfg.warnings().into_iter().filter(|w| w.contains("fanout.deadline")).collect())
+    };
+    // Three regions one at a time: three rounds of 2 s, and 5 s to do them in.
+    let w = warned("concurrency: 1, leg_timeout: 2s, deadline: 5s")?;
+    assert!(w.len() == 1 && w[0].contains("route user-orders") && w[0].contains("3 rounds"), "{w:?}");
+    assert_eq!(warned("concurrency: 1, leg_timeout: 2s, deadline: 6s")?, Vec::<String>::new());
+    assert_eq!(warned("concurrency: 3, leg_timeout: 2s, deadline: 2s")?, Vec::<String>::new());
+    Ok(())
+}
