@@ -306,6 +306,10 @@ impl ServerTls {
         let weak: Weak<CertReloader> = Arc::downgrade(&self.reloader);
         let tickets = self.tickets.as_ref().map(Arc::downgrade);
         WatchGuard(tokio::spawn(async move {
+            // The files are read on a blocking thread, one check at a time:
+            // a stalled mount (a secret volume) holds no worker, and the
+            // ticket keys still roll while a check waits on it.
+            let mut checking: Option<tokio::task::JoinHandle<()>> = None;
             loop {
                 tokio::time::sleep(interval).await;
                 // Ticket keys are erased on time on an idle listener too.
@@ -313,13 +317,16 @@ impl ServerTls {
                     keys.roll();
                 }
                 let Some(reloader) = weak.upgrade() else { return };
-                match reloader.check() {
+                if checking.as_ref().is_some_and(|c| !c.is_finished()) {
+                    continue;
+                }
+                checking = Some(tokio::task::spawn_blocking(move || match reloader.check() {
                     Ok(true) => tracing::info!(cert = %reloader.cert, "tls certificate reloaded"),
                     Ok(false) => {}
                     Err(e) => {
                         tracing::error!(error = %e, "tls certificate not reloaded; the previous one stays in use")
                     }
-                }
+                }));
             }
         }))
     }

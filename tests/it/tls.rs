@@ -272,6 +272,31 @@ async fn certificate_files_are_reloaded_without_dropping_connections() -> TestRe
     Ok(())
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_file_whose_read_never_ends_stops_no_request_on_one_thread() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let ca = Ca::new("shardgate test ca")?;
+    let (cert, key) = write_leaf(dir.path(), "proxy", &ca.leaf("proxy")?)?;
+    let [eu, kz, us] = three_backends().await?;
+    let extra = format!("server: {{ tls: {{ cert: \"{cert}\", key: \"{key}\" }} }}");
+    let text = table(eu.addr, kz.addr, us.addr, &extra);
+    let serving = crate::support::binary::spawn_serving(dir.path(), &text, None, None, &["--threads", "1"]);
+    let (_child, port, _) = serving.await?;
+    // The certificate becomes a pipe no one writes to: opening it to read waits forever.
+    std::fs::remove_file(&cert)?;
+    assert!(std::process::Command::new("mkfifo").arg(&cert).status()?.success(), "mkfifo failed");
+    // The check (every second) has found it changed and is waiting on it.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let client = https_client(client_config(&ca, None, &[])?, false);
+    for country in [7, 49, 1] {
+        let url = format!("https://127.0.0.1:{port}{}", order(country));
+        let got = tokio::time::timeout(Duration::from_secs(5), get_with(&client, &url, &[])).await;
+        let (_, got) = got.map_err(|_| "not answered: the certificate check holds the only worker")??;
+        assert_eq!(got.status, 200);
+    }
+    Ok(())
+}
+
 /// An echo backend behind TLS; counts the connections it accepted.
 struct TlsBackend {
     addr: SocketAddr,
