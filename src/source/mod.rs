@@ -430,7 +430,7 @@ async fn apply(
     let running = reloader.shared().snapshot().sha256.clone();
     if sha == running {
         status.applied(revision, &sha, arrived.elapsed().as_secs_f64(), false);
-        keep(options, source, revision, text);
+        keep(options, source, revision, text).await;
         return;
     }
     let r = Arc::clone(reloader);
@@ -440,7 +440,7 @@ async fn apply(
     match result {
         Ok(Ok(_)) => {
             status.applied(revision, &sha, arrived.elapsed().as_secs_f64(), false);
-            keep(options, source, revision, text);
+            keep(options, source, revision, text).await;
         }
         Ok(Err(ReloadError::Invalid(errors))) => status.rejected(revision, errors.located()),
         Ok(Err(ReloadError::NeedsRestart(why))) => status.rejected(revision, vec![why]),
@@ -448,10 +448,15 @@ async fn apply(
     }
 }
 
-fn keep(options: &FollowOptions, source: &str, revision: i64, text: String) {
+/// Writes the local copy on a blocking thread (a slow disk holds no
+/// worker), waiting for it, so copies are written in revision order.
+async fn keep(options: &FollowOptions, source: &str, revision: i64, text: String) {
     let copy = LocalCopy { source: source.to_string(), revision, text };
-    if let Err(e) = copy.write(&options.local_copy) {
-        tracing::warn!(error = %e, "cannot keep the local copy of the table");
+    let path = options.local_copy.clone();
+    match tokio::task::spawn_blocking(move || copy.write(&path)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "cannot keep the local copy of the table"),
+        Err(e) => tracing::warn!(error = %e, "cannot keep the local copy of the table"),
     }
 }
 

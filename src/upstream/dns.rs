@@ -151,7 +151,10 @@ pub fn spawn_discovery(shared: Weak<SharedTable>, stats: std::sync::Arc<DnsStats
             loop {
                 if std::mem::take(&mut changed) {
                     let Some(table) = shared.upgrade() else { return };
-                    table.refresh_addresses(d.resolved.clone());
+                    // Compiled on a blocking thread: it may also wait for
+                    // a reload's compile, which holds the addresses' lock.
+                    let resolved = d.resolved.clone();
+                    let _ = tokio::task::spawn_blocking(move || table.refresh_addresses(resolved)).await;
                 }
                 tokio::select! {
                     () = &mut sleep => break,
