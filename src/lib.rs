@@ -94,7 +94,8 @@
 //!   local disk) and the fleet view every instance publishes there.
 //! * [`admin`]: the admin listener: probes, metrics, the table, reload,
 //!   drain, `explain`.
-//! * [`app`]: assembly of the daemon: table, proxy, admin, reload triggers, signals.
+//! * [`app`]: assembly of the daemon: table, proxy, admin, reload triggers,
+//!   signals, and the tasks that follow the published table off the request path.
 //! * [`cli`]: the command line: `serve` (via [`app`]), `check`, `decode`,
 //!   `mint`, `demo`, `backend`, `probe`; exit codes.
 //!

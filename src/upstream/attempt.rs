@@ -120,6 +120,12 @@ pub struct Attempt<'a> {
 }
 
 impl Upstreams {
+    /// Lets go of the HTTP/2 connections of endpoints `table` does not
+    /// name (HTTP/1 connections leave with the pool's idle sweep).
+    pub fn keep_only(&self, table: &crate::routing::Table) {
+        self.h2.keep_only(table);
+    }
+
     /// Upstream connections kept alive per endpoint (at most 256 idle each).
     pub fn new(settings: ClientSettings) -> Upstreams {
         let connector = connector(&settings);
@@ -300,8 +306,11 @@ impl Upstreams {
                     body = unsent;
                     continue;
                 }
-                Err(Unopened::Pending(unsent)) => {
-                    return Err(Failure { error: AttemptError::Saturated(Full::Waited), unsent: Some(unsent) });
+                Err(Unopened::Pending) if Instant::now() >= s.started + s.policy.request_timeout => {
+                    return Err(Failure { error: AttemptError::RequestTimeout, unsent: None });
+                }
+                Err(Unopened::Pending) => {
+                    return Err(Failure { error: AttemptError::Saturated(Full::Streams), unsent: None });
                 }
                 Err(Unopened::Failed(e)) => return Err(failed(ExchangeError::Io(e), watch, endpoint, record)),
             };

@@ -188,15 +188,15 @@ pub enum H2Error {
     GoneAway(String),
 }
 
-/// Why a stream was not opened ([`H2::start`]): nothing of it reached the
-/// server, and the body is given back where there is one.
+/// Why a stream was not opened ([`H2::start`]).
 #[derive(Debug)]
 pub enum Unopened {
     /// The connection did not take the stream (closed, or going away).
     Closed(String, UpstreamBody),
     /// The server's concurrent-stream limit kept it waiting past the
-    /// queue's time: the endpoint is busy, not failing.
-    Pending(UpstreamBody),
+    /// queue's time: the endpoint is busy, not failing. Its head may still
+    /// reach the server (then reset): the body is not given back.
+    Pending,
     /// The request's head could not be made.
     Failed(String),
 }
@@ -266,7 +266,9 @@ impl H2 {
     /// for the server to take it: past its `SETTINGS_MAX_CONCURRENT_STREAMS`
     /// a stream waits in `h2` for another to end, a wait for the
     /// endpoint's capacity (as for an HTTP/1 connection from the pool), not
-    /// the attempt's time, and never held against the endpoint.
+    /// the attempt's time, and never held against the endpoint. (`h2` says
+    /// a stream waits when it is the one that fills the connection; one
+    /// sent in a burst past that may still wait under the attempt.)
     pub async fn start(
         &self,
         endpoint: &Upstream,
@@ -296,19 +298,14 @@ impl H2 {
             }
             Err(e) => return Err(Unopened::Failed(e.to_string())),
         };
-        // Ready again once this stream is open; at once unless it waits.
+        // Ready again once this stream is open; at once unless it waits. A
+        // connection error meanwhile is the answer's to tell (a GOAWAY may
+        // or may not have left the stream out).
         let mut taken = std::pin::pin!(send.ready());
-        let taken = match taken.as_mut().now_or_never() {
-            Some(taken) => taken,
-            // Dropped unopened, the stream is cancelled: nothing of it went.
-            None => match tokio::time::timeout(queue, taken).await {
-                Ok(taken) => taken,
-                Err(_) => return Err(Unopened::Pending(body)),
-            },
-        };
-        if let Err(e) = taken {
-            self.forget(endpoint, &link);
-            return Err(Unopened::Closed(e.to_string(), body));
+        if taken.as_mut().now_or_never().is_none() && tokio::time::timeout(queue, taken).await.is_err() {
+            // Dropped, `h2` still sends its head once a stream ends, then
+            // resets it: the server may see it, and nothing sends it again.
+            return Err(Unopened::Pending);
         }
         Ok(Opened { link, stream, answer, tx, body })
     }
@@ -338,6 +335,19 @@ impl H2 {
             }
             Err(e) => Err(H2Error::Failed(e.to_string())),
         }
+    }
+
+    /// Drops the connections of every endpoint `table` does not name (a
+    /// reload took it out, DNS no longer returns its address): a call in
+    /// flight on one keeps it until the call ends; no new call finds it.
+    pub fn keep_only(&self, table: &crate::routing::Table) {
+        let named: std::collections::HashSet<&str> = (0..table.regions().len())
+            .filter_map(|i| u16::try_from(i).ok().map(crate::routing::RegionId))
+            .flat_map(|id| table.region(id).upstreams.iter().chain(table.peers(id)))
+            .map(|u| &*u.pool_key)
+            .collect();
+        let mut all = self.endpoints.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        all.retain(|key, _| named.contains(&**key));
     }
 
     /// Why `endpoint`'s last opening failed, when it failed after `since`.

@@ -51,6 +51,8 @@ pub enum Full {
     Uploads,
     /// `max_tunnels` tunnels are open.
     Tunnels,
+    /// An HTTP/2 server took no more streams within `upstream.queue_timeout`.
+    Streams,
 }
 
 impl Full {
@@ -73,6 +75,7 @@ impl Full {
             Full::Waited => "no connection freed within upstream.queue_timeout (upstream.max_connections)",
             Full::Uploads => "its share of connections for bodies still arriving is taken (upstream.upload_share)",
             Full::Tunnels => "it has upstream.max_tunnels tunnels open",
+            Full::Streams => "its server took no more streams within upstream.queue_timeout (its own stream limit)",
         }
     }
 }

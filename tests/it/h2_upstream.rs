@@ -6,7 +6,8 @@
 //! read whole goes with its length, and goes again on another connection
 //! when a GOAWAY says the server never took its stream; calls that wait
 //! for the server's concurrent-stream limit wait as for a pooled
-//! connection, never held against the endpoint.
+//! connection, never held against the endpoint; the connections of an
+//! endpoint a reload took out are let go.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -381,5 +382,59 @@ async fn h2_upstream_calls_waiting_on_the_servers_stream_limit_are_saturation_no
     assert!(!kz.3, "calls waiting for a stream ejected the endpoint: {kz:?}");
     // And it serves the next call.
     assert!(unary(p.addr).await?.starts_with("HTTP/1.1 200"));
+    Ok(())
+}
+
+/// An HTTP/2 backend answering every call at once (`grpc-status: 0`);
+/// how many connections to it are open.
+async fn counting_connections() -> Result<(SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>), BoxError> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let open = std::sync::Arc::new(AtomicUsize::new(0));
+    let count = std::sync::Arc::clone(&open);
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            let count = std::sync::Arc::clone(&count);
+            count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                if let Ok(mut conn) = h2::server::handshake(socket).await {
+                    while let Some(Ok((_, mut respond))) = conn.accept().await {
+                        let head = http::Response::builder().header("content-type", "application/grpc").body(());
+                        if let Some(mut stream) = head.ok().and_then(|h| respond.send_response(h, false).ok()) {
+                            let mut trailers = http::HeaderMap::new();
+                            trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                            let _ = stream.send_trailers(trailers);
+                        }
+                    }
+                }
+                count.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+    });
+    Ok((addr, open))
+}
+
+#[tokio::test]
+async fn h2_upstream_the_connections_of_an_endpoint_a_reload_took_out_are_let_go() -> TestResult {
+    use std::sync::atomic::Ordering;
+    let (old, old_open) = counting_connections().await?;
+    let (new, _) = counting_connections().await?;
+    let p = proxy_to(old).await?;
+    assert!(unary(p.addr).await?.starts_with("HTTP/1.1 200"));
+    assert_eq!(old_open.load(Ordering::SeqCst), 1);
+    // kz's backend is replaced: the next calls go to the new one, and the
+    // old one's connection is closed, not kept (and pinged) for good.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let yaml = table(dead, dead, dead, "upstream: { health: { interval: 0s } }") + ECHO_ROUTE;
+    let text = region_as(&yaml, dead, "kz", &format!("upstreams: [\"h2c://{new}\"]"));
+    let cfg = shardgate::config::load_str(&text, "t.yaml").map_err(|e| e.to_string())?;
+    p.proxy.as_ref().ok_or("proxy")?.shared().table.publish_config(&cfg, text.clone())?;
+    assert!(unary(p.addr).await?.starts_with("HTTP/1.1 200"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while old_open.load(Ordering::SeqCst) > 0 {
+        assert!(std::time::Instant::now() < deadline, "the old endpoint's connection is still open");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     Ok(())
 }

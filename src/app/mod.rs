@@ -26,6 +26,8 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+mod follow;
+
 use crate::admin::{self, AdminState};
 use crate::config::{self, Config, ConfigErrors};
 use crate::proxy::{Proxy, Shared};
@@ -175,32 +177,9 @@ pub fn build_proxy(cfg: &Config, text: &str) -> Arc<Proxy> {
         shared.upstreams.connector().clone(),
     );
     crate::upstream::dns::spawn_discovery(Arc::downgrade(&table), Arc::clone(&shared.dns));
-    follow_access_file(Arc::downgrade(&table));
+    follow::access_file(Arc::downgrade(&table));
+    follow::gone_endpoints(Arc::downgrade(&table), Arc::downgrade(&shared.upstreams));
     Arc::new(Proxy::new(shared, &cfg.settings.restart.instance))
-}
-
-/// Points the access log at each published table's `log.access_file`, on
-/// a blocking thread: opening it, or waiting for the log's writing thread
-/// stalled on a slow disk, never holds a request's worker.
-fn follow_access_file(table: std::sync::Weak<SharedTable>) {
-    let Some(mut changes) = table.upgrade().map(|t| t.changes()) else { return };
-    tokio::spawn(async move {
-        loop {
-            let Some(shared) = table.upgrade() else { return };
-            let path = shared.snapshot().table.settings().log.access_file.clone();
-            drop(shared);
-            let followed = tokio::task::spawn_blocking(move || ACCESS_FILE.follow(path.as_ref()));
-            // Not awaited past a change: a follow stuck on a stalled disk
-            // does not keep the next table's from being asked for.
-            tokio::select! {
-                _ = followed => {}
-                _ = changes.changed() => continue,
-            }
-            if changes.changed().await.is_err() {
-                return;
-            }
-        }
-    });
 }
 
 /// A proxy built from a validated table (its TLS files read), serving on
