@@ -63,13 +63,16 @@ impl Discovery {
     /// Starts a lookup of each of `names` that is due and not out already.
     fn ask(&mut self, names: &[String], r: &TokioResolver, policy: &DnsPolicy) {
         let now = Instant::now();
-        for name in names.iter().filter(|n| self.due.get(*n).is_none_or(|t| *t <= now)) {
+        let due: Vec<&String> = names.iter().filter(|n| self.due.get(*n).is_none_or(|t| *t <= now)).collect();
+        for name in due {
             if self.out.values().any(|out| out == name) {
                 continue;
             }
             let (r, asked, policy) = (r.clone(), name.clone(), policy.clone());
             let task = self.lookups.spawn(async move { lookup(&r, &asked, &policy).await });
             self.out.insert(task.id(), name.clone());
+            // Not due again while it is out (its end sets when it is).
+            self.due.insert(name.clone(), now + LOOKUP_TIMEOUT);
         }
     }
 
