@@ -310,6 +310,8 @@ impl ServerTls {
             // a stalled mount (a secret volume) holds no worker, and the
             // ticket keys still roll while a check waits on it.
             let mut checking: Option<tokio::task::JoinHandle<()>> = None;
+            // Whether a check still out has been told of.
+            let mut told = false;
             loop {
                 tokio::time::sleep(interval).await;
                 // Ticket keys are erased on time on an idle listener too.
@@ -318,8 +320,13 @@ impl ServerTls {
                 }
                 let Some(reloader) = weak.upgrade() else { return };
                 if checking.as_ref().is_some_and(|c| !c.is_finished()) {
+                    if !std::mem::replace(&mut told, true) {
+                        tracing::warn!(cert = %reloader.cert, key = %reloader.key,
+                            "the certificate check has not returned: the files' volume may be stalled; the current certificate stays in use");
+                    }
                     continue;
                 }
+                told = false;
                 checking = Some(tokio::task::spawn_blocking(move || match reloader.check() {
                     Ok(true) => tracing::info!(cert = %reloader.cert, "tls certificate reloaded"),
                     Ok(false) => {}
