@@ -183,6 +183,14 @@ impl Limit {
         let Some(list) = &self.open_list else { return Some(Slot::counted(&self.open, None)) };
         let held = Arc::new(Held::default());
         if let Ok(mut list) = list.lock() {
+            // Closed connections leave the list as they are met, and all
+            // at once when they outnumber the limit: it stays near it.
+            while list.front().is_some_and(|w| w.strong_count() == 0) {
+                list.pop_front();
+            }
+            if list.len() >= 2 * self.max {
+                list.retain(|w| w.strong_count() > 0);
+            }
             list.push_back(Arc::downgrade(&held));
         }
         Some(Slot::counted(&self.open, Some(held)))
@@ -229,5 +237,25 @@ impl Limit {
             .await;
             drop(refusing);
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_list_of_open_connections_forgets_closed_ones() {
+        let mut limit = Limit::new("admin", 4, Arc::new(crate::metrics::Metrics::new()));
+        limit.open_list = Some(Mutex::new(VecDeque::new()));
+        let len = |l: &Limit| l.open_list.as_ref().and_then(|m| m.lock().ok()).map_or(0, |l| l.len());
+        // A connection that stays open while thousands come and go.
+        let kept = limit.try_acquire();
+        assert!(kept.is_some());
+        for _ in 0..10_000 {
+            drop(limit.try_acquire());
+        }
+        assert!(len(&limit) <= 2 * 4 + 1, "{} entries for one open connection", len(&limit));
+        drop(kept);
     }
 }
