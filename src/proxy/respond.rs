@@ -120,7 +120,8 @@ impl Record<'_> {
     /// raw id unless `log.ids` is on (then `journal.id` holds it).
     fn trace(&self, span: &TraceSpan, table: &Table, arrival: &Arrival, journal: &Journal<'_>) {
         if let Some(route) = journal.route {
-            traces::rename(span, format!("{} {}", arrival.method, route.template));
+            let method = traces::span_name(traces::span_method(&arrival.method));
+            traces::rename(span, format!("{method} {}", route.template));
             traces::set(span, "http.route", route.template.clone());
             traces::set(span, "shardgate.route", route.name.clone());
         }

@@ -236,12 +236,19 @@ impl Traces {
     }
 
     /// The server span of a request with `method` and `headers` (its
-    /// parent: the client's `traceparent`, when it sent one).
+    /// parent: the client's `traceparent`, when it sent one). A method
+    /// outside HTTP's own is `_OTHER` (its name `HTTP`), as the semantic
+    /// conventions say: clients do not choose span names.
     pub fn server(&self, method: &Method, headers: &HeaderMap) -> TraceSpan {
+        let known = span_method(method);
         let span = dispatcher::with_default(&self.dispatch, || {
-            tracing::info_span!(target: TARGET, "request", otel.name = method.as_str(), otel.kind = "server",
-                http.request.method = method.as_str(), service.instance.id = self.settings.instance.as_str())
+            tracing::info_span!(target: TARGET, "request", otel.name = span_name(known), otel.kind = "server",
+                http.request.method = known, http.request.method_original = tracing::field::Empty,
+                service.instance.id = self.settings.instance.as_str())
         });
+        if known == "_OTHER" {
+            span.record("http.request.method_original", method.as_str());
+        }
         let parent = TraceContextPropagator::new().extract(&Fields(headers));
         let _ = span.set_parent(parent);
         self.own(span)
@@ -256,8 +263,9 @@ impl Traces {
     /// failed.
     pub fn attempt(&self, parent: &TraceSpan, a: &Attempt<'_>) -> TraceSpan {
         let span = dispatcher::with_default(&self.dispatch, || {
-            tracing::info_span!(target: TARGET, parent: &parent.span, "attempt", otel.name = a.method.as_str(),
-                otel.kind = "client", http.request.method = a.method.as_str(),
+            let known = span_method(a.method);
+            tracing::info_span!(target: TARGET, parent: &parent.span, "attempt", otel.name = span_name(known),
+                otel.kind = "client", http.request.method = known,
                 server.address = %a.endpoint, shardgate.region = a.region, shardgate.attempt = a.number,
                 shardgate.peer = a.peer, shardgate.retry_reason = a.retry_reason)
         });
@@ -362,6 +370,20 @@ impl Injector for FieldsMut<'_> {
         } else if let Ok(value) = HeaderValue::from_str(&value) {
             self.0.insert(name, value);
         }
+    }
+}
+
+/// `method` as a span says it: one of HTTP's, else `_OTHER`.
+pub fn span_method(method: &Method) -> &'static str {
+    crate::metrics::method_label(method)
+}
+
+/// A span's name for a request of `known` method (`HTTP` for `_OTHER`).
+pub fn span_name(known: &'static str) -> &'static str {
+    if known == "_OTHER" {
+        "HTTP"
+    } else {
+        known
     }
 }
 
