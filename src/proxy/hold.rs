@@ -136,9 +136,13 @@ impl Holds {
 
     /// Takes a place among the move's held requests, unless this instance
     /// gave the move up, it holds `max` already, or all moves together
-    /// hold `all`.
-    fn enter(&self, key: &(String, u64), (max, all): (usize, usize)) -> Entry {
+    /// hold `all`. Moves `table` no longer holds, with nothing held, are
+    /// forgotten: one entry per move ever made would pile up.
+    fn enter(&self, key: &(String, u64), (max, all): (usize, usize), table: &crate::routing::Table) -> Entry {
         let mut moves = self.lock();
+        let holds =
+            |k: &(String, u64)| table.moves().any(|m| m.unit == k.0 && m.epoch == k.1 && m.phase == MovePhase::Hold);
+        moves.retain(|k, h| h.now > 0 || k == key || holds(k));
         let total: usize = moves.values().map(|h| h.now).sum();
         let held = moves.entry(key.clone()).or_insert(Held { now: 0, expired: false, next_release: Instant::now() });
         if held.expired {
@@ -203,7 +207,7 @@ pub(super) async fn hold(
         let key = (m.unit.clone(), m.epoch);
         let (max_time, rate) = (m.max_time, m.release_rate);
         let all = holds.most(loaded.table.settings().restart.max_connections);
-        let place = match holds.enter(&key, (m.max_requests, all)) {
+        let place = match holds.enter(&key, (m.max_requests, all), &loaded.table) {
             Entry::Held => Place { holds, key },
             Entry::GivenUp => return Ok((loaded, Passed::GivenUp)),
             Entry::Full(max) => {
@@ -258,5 +262,35 @@ async fn wait(table: &SharedTable, holds: &Holds, key: &(String, u64), deadline:
             _ = given_up.changed() => {}
             () = tokio::time::sleep_until(deadline.into()) => return Ended::Expired,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holding(epoch: u64) -> Result<crate::routing::Table, crate::config::ConfigErrors> {
+        let text = format!(
+            "version: 1\nregions:\n  eu: {{ upstreams: [\"http://10.0.0.1:80\"] }}\n  kz: {{ upstreams: [\"http://10.0.0.2:80\"] }}\n\
+             countries:\n  KZ: {{ id: 7, region: kz }}\n\
+             moves:\n  - {{ unit: \"country KZ\", to: eu, phase: hold, epoch: {epoch} }}\nroutes: []\n"
+        );
+        Ok(crate::routing::Table::compile(&crate::config::load_str(&text, "t.yaml")?))
+    }
+
+    #[test]
+    fn moves_no_table_holds_are_forgotten_once_nothing_of_them_is_held() -> Result<(), crate::config::ConfigErrors> {
+        let holds = Holds::default();
+        let (first, second) = (("country KZ".to_string(), 1), ("country KZ".to_string(), 2));
+        assert!(matches!(holds.enter(&first, (10, 10), &holding(1)?), Entry::Held));
+        // Still holding a request: kept, though the table moved on.
+        assert!(matches!(holds.enter(&second, (10, 10), &holding(2)?), Entry::Held));
+        assert_eq!(holds.lock().len(), 2);
+        if let Some(h) = holds.lock().get_mut(&first) {
+            h.now = 0;
+        }
+        assert!(matches!(holds.enter(&second, (10, 10), &holding(2)?), Entry::Held));
+        assert_eq!(holds.lock().keys().collect::<Vec<_>>(), [&second]);
+        Ok(())
     }
 }
