@@ -299,17 +299,7 @@ async fn h2_upstream_calls_that_waited_on_one_failed_opening_count_it_once() -> 
     let upstream = "health: { interval: 0s }, connect_timeout: 500ms, retries: 0, eject_after: 2, eject_for: 60s";
     let p = proxy_with(at, upstream).await?;
     // Five calls at once: one opens the connection, four wait for it; it fails for all five.
-    let calls = (0..5).map(|_| async {
-        let mut s = tokio::net::TcpStream::connect(p.addr).await?;
-        let head = format!(
-            "POST /echo.Echo/Unary HTTP/1.1\r\nhost: x\r\nx-entity-id: {}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
-            iuid(7)
-        );
-        tokio::io::AsyncWriteExt::write_all(&mut s, head.as_bytes()).await?;
-        let mut answer = Vec::new();
-        tokio::time::timeout(Duration::from_secs(10), tokio::io::AsyncReadExt::read_to_end(&mut s, &mut answer)).await??;
-        Ok::<_, BoxError>(String::from_utf8_lossy(&answer).into_owned())
-    });
+    let calls = (0..5).map(|_| unary(p.addr));
     for answer in futures_util::future::join_all(calls).await {
         let answer = answer?;
         assert!(answer.starts_with("HTTP/1.1 5"), "{answer}");
