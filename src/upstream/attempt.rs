@@ -297,9 +297,9 @@ impl Upstreams {
             };
             // Waiting for the server to take the stream is bounded on its
             // own, as a wait for a pooled connection is.
-            let left = (s.started + s.policy.request_timeout).saturating_duration_since(Instant::now());
-            let queue = s.policy.queue_timeout.min(left);
-            let opened = match self.h2.start(endpoint, reserved, &a.out, (body, queue)).await {
+            let deadline = s.started + s.policy.request_timeout;
+            let opened = match self.h2.start(endpoint, reserved, &a.out, (body, s.policy.queue_timeout, deadline)).await
+            {
                 Ok(opened) => opened,
                 Err(Unopened::Closed(e, unsent)) => {
                     tracing::debug!(endpoint = %endpoint.uri, error = %e, "http2 connection closed; sending on another");

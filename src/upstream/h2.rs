@@ -262,8 +262,8 @@ impl H2 {
         Ok(Reserved { link, stream })
     }
 
-    /// Sends `out`'s head on the reserved stream and waits, up to `queue`,
-    /// for the server to take it: past its `SETTINGS_MAX_CONCURRENT_STREAMS`
+    /// Sends `out`'s head on the reserved stream and waits, up to `queue`
+    /// (and not past `deadline`), for the server to take it: past its `SETTINGS_MAX_CONCURRENT_STREAMS`
     /// a stream waits in `h2` for another to end, a wait for the
     /// endpoint's capacity (as for an HTTP/1 connection from the pool), not
     /// the attempt's time, and never held against the endpoint. (`h2` says
@@ -274,7 +274,7 @@ impl H2 {
         endpoint: &Upstream,
         reserved: Reserved,
         out: &Outgoing<'_>,
-        (body, queue): (UpstreamBody, Duration),
+        (body, queue, deadline): (UpstreamBody, Duration, Instant),
     ) -> Result<Opened, Unopened> {
         use futures_util::FutureExt;
         let Reserved { link, stream } = reserved;
@@ -302,7 +302,8 @@ impl H2 {
         // connection error meanwhile is the answer's to tell (a GOAWAY may
         // or may not have left the stream out).
         let mut taken = std::pin::pin!(send.ready());
-        if taken.as_mut().now_or_never().is_none() && tokio::time::timeout(queue, taken).await.is_err() {
+        let until = || (Instant::now() + queue).min(deadline);
+        if taken.as_mut().now_or_never().is_none() && tokio::time::timeout_at(until().into(), taken).await.is_err() {
             // Dropped, `h2` still sends its head once a stream ends, then
             // resets it: the server may see it, and nothing sends it again.
             return Err(Unopened::Pending);
@@ -591,9 +592,12 @@ where
                 body.as_mut().take_in(cx);
                 tx.poll_capacity(cx)
             });
-            let room = match stall {
-                Some(stall) => tokio::time::timeout(stall, waiting).await.map_err(|_| Stopped)?,
-                None => waiting.await,
+            // The stall's clock is read only when the window is shut.
+            let mut waiting = std::pin::pin!(waiting);
+            let room = match (stall, futures_util::FutureExt::now_or_never(waiting.as_mut())) {
+                (_, Some(room)) => room,
+                (Some(stall), None) => tokio::time::timeout(stall, waiting).await.map_err(|_| Stopped)?,
+                (None, None) => waiting.await,
             };
             match room {
                 Some(Ok(room)) if room > 0 => {
