@@ -22,7 +22,7 @@
 //! A given-up write goes to the source only through the source's
 //! gateway, whose table fences it when the unit switched meanwhile; one
 //! this instance would hand to the source's backends itself is refused
-//! ([`Passed::GivenUp`], [`ProxyError::HoldExpired`]).
+//! (`Passed::GivenUp`, [`ProxyError::HoldExpired`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

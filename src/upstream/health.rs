@@ -103,7 +103,7 @@ pub type Observer = Arc<dyn Fn(&str, &Uri, bool) + Send + Sync>;
 /// the per-endpoint lookup (hashing a URI) until something goes wrong. They
 /// are exact, not estimates: each counter moves on the atomic transition it
 /// counts, and a state leaves the map only after its transitions back to
-/// clean are counted ([`Health::settle`]).
+/// clean are counted (`Health::settle`).
 pub struct Health {
     states: ArcSwap<EndpointMap>,
     /// Endpoints kept after the table stopped naming them, and since when.
