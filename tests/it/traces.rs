@@ -326,3 +326,28 @@ async fn an_invalid_traceparent_sends_the_upstream_a_fresh_one_and_no_empty_trac
     assert!(headers.get("tracestate").is_none(), "tracestate upstream: {:?}", headers.get("tracestate"));
     Ok(())
 }
+
+#[tokio::test]
+async fn a_method_of_the_clients_own_making_names_no_span() -> TestResult {
+    let (otlp, received) = collector().await?;
+    let kz = backend("kz").await?;
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let gw = proxy_on(listener, &table(Some("kz"), "gw-kz", kz.addr, addr, &otlp.url(""))).await?;
+    let id = Iuid::from_fields(1_700_000_000_000, 7, 3, 78).to_string();
+    let trace_id = "5bf92f3577b34da6a3ce929d0e0e4737";
+    let req = Request::builder()
+        .method("FROBNICATE")
+        .uri(gw.url(&format!("/v1/orders/{id}")))
+        .header("traceparent", format!("00-{trace_id}-00f067aa0ba902b8-01"))
+        .body(Full::new(Bytes::new()))?;
+    let got = send(req).await?;
+    assert_eq!(got.status, 405, "{}", String::from_utf8_lossy(&got.body));
+    let spans = spans_of(&received, trace_id, 1).await?;
+    let server = one(&spans, "gw-kz", SpanKind::Server)?;
+    // As the semantic conventions say: the client chooses no span name.
+    assert!(server.name == "HTTP" || server.name.starts_with("HTTP "), "span named {:?}", server.name);
+    assert_eq!(attr(server, "http.request.method").as_deref(), Some("_OTHER"));
+    assert_eq!(attr(server, "http.request.method_original").as_deref(), Some("FROBNICATE"));
+    Ok(())
+}
