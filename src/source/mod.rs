@@ -453,10 +453,9 @@ async fn apply(
 async fn keep(options: &FollowOptions, source: &str, revision: i64, text: String) {
     let copy = LocalCopy { source: source.to_string(), revision, text };
     let path = options.local_copy.clone();
-    match tokio::task::spawn_blocking(move || copy.write(&path)).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::warn!(error = %e, "cannot keep the local copy of the table"),
-        Err(e) => tracing::warn!(error = %e, "cannot keep the local copy of the table"),
+    let written = tokio::task::spawn_blocking(move || copy.write(&path)).await.map_err(|e| e.to_string());
+    if let Err(e) = written.and_then(|w| w) {
+        tracing::warn!(error = %e, "cannot keep the local copy of the table");
     }
 }
 

@@ -306,7 +306,7 @@ impl Upstreams {
                     body = unsent;
                     continue;
                 }
-                Err(Unopened::Pending) if Instant::now() >= s.started + s.policy.request_timeout => {
+                Err(Unopened::Pending) if Instant::now() >= deadline => {
                     return Err(Failure { error: AttemptError::RequestTimeout, unsent: None });
                 }
                 Err(Unopened::Pending) => {

@@ -302,8 +302,9 @@ impl H2 {
         // connection error meanwhile is the answer's to tell (a GOAWAY may
         // or may not have left the stream out).
         let mut taken = std::pin::pin!(send.ready());
-        let until = || (Instant::now() + queue).min(deadline);
-        if taken.as_mut().now_or_never().is_none() && tokio::time::timeout_at(until().into(), taken).await.is_err() {
+        if taken.as_mut().now_or_never().is_none()
+            && tokio::time::timeout_at((Instant::now() + queue).min(deadline).into(), taken).await.is_err()
+        {
             // Dropped, `h2` still sends its head once a stream ends, then
             // resets it: the server may see it, and nothing sends it again.
             return Err(Unopened::Pending);
