@@ -33,7 +33,7 @@ use super::upgrade::ClientIo;
 use super::{AnswerBody, Handler};
 use crate::cork::{self, Corked};
 use crate::http1::HOP_BY_HOP;
-use crate::upstream::h2::pipe;
+use crate::upstream::pipe::pipe;
 use crate::upstream::{RecvBody, RequestBody};
 
 /// A stream's flow-control window, and the connection's.

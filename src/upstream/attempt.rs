@@ -306,11 +306,11 @@ impl Upstreams {
                     body = unsent;
                     continue;
                 }
-                Err(Unopened::Pending) if Instant::now() >= deadline => {
-                    return Err(Failure { error: AttemptError::RequestTimeout, unsent: None });
+                Err(Unopened::Pending(unsent)) if Instant::now() >= deadline => {
+                    return Err(Failure { error: AttemptError::RequestTimeout, unsent });
                 }
-                Err(Unopened::Pending) => {
-                    return Err(Failure { error: AttemptError::Saturated(Full::Streams), unsent: None });
+                Err(Unopened::Pending(unsent)) => {
+                    return Err(Failure { error: AttemptError::Saturated(Full::Streams), unsent });
                 }
                 Err(Unopened::Failed(e)) => return Err(failed(ExchangeError::Io(e), watch, endpoint, record)),
             };

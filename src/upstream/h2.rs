@@ -4,8 +4,8 @@
 //! task of its own. A request takes the open connection with
 //! the fewest streams, a new one being opened when every open one carries
 //! [`STREAMS`] already, up to the endpoint's connection cap; the streams
-//! beyond that wait in the connection for the server's stream limit, as
-//! HTTP/2 has them. Bodies and trailers go both ways as frames, so gRPC's
+//! beyond that, or beyond the server's stream limit, wait at the
+//! connection's gate ([`Gate`]) before `h2` is given them. Bodies and trailers go both ways as frames, so gRPC's
 //! streaming calls and its status in trailers pass as they are.
 //!
 //! Why `h2` here and not the proxy's own exchange ([`super::exchange`]):
@@ -28,11 +28,11 @@ use h2::{RecvStream, SendStream};
 use http::uri::Scheme;
 use http::{header, HeaderValue, Request, Response};
 use hyper::body::Body;
-use tokio::sync::oneshot;
 
 use super::body::UpstreamBody;
 use super::connect::Connector;
 use super::outgoing::Outgoing;
+use super::pipe::{send_body, Piping};
 use super::recv::{RecvBody, TakeIn};
 use crate::cork::{self, Corked};
 use crate::http1::HOP_BY_HOP;
@@ -71,16 +71,18 @@ struct Endpoint {
 /// while its client does not read (and as much again on its way out).
 const STREAM_WINDOW: u32 = 1024 * 1024;
 
-/// The connection's flow-control window: every stream's window, so that
-/// streams whose clients do not read hold only their own windows, never
-/// the connection's other streams.
+/// The connection's flow-control window: every stream's window (its gate
+/// lets at most [`STREAMS`] be open), so that streams whose clients do not
+/// read hold only their own windows, never the connection's other streams.
 const CONNECTION_WINDOW: u32 = STREAMS as u32 * STREAM_WINDOW;
 
 /// One connection and the streams open on it.
 #[derive(Clone, Debug)]
 struct Link {
     send: SendRequest<Bytes>,
+    /// Streams reserved on it, open or waiting at its gate.
     streams: Arc<AtomicUsize>,
+    gate: Arc<Gate>,
     /// Set by the connection's task when the connection has ended.
     closed: Arc<AtomicBool>,
 }
@@ -91,13 +93,74 @@ impl Link {
     }
 }
 
-/// A stream counted on its connection while its answer is read.
+/// A stream counted on its connection while its answer is read (and at
+/// its gate once it has passed).
 #[derive(Debug)]
-pub struct Stream(Arc<AtomicUsize>);
+pub struct Stream {
+    reserved: Arc<AtomicUsize>,
+    passed: Option<Arc<Gate>>,
+}
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.reserved.fetch_sub(1, Ordering::Relaxed);
+        if let Some(gate) = self.passed.take() {
+            gate.leave();
+        }
+    }
+}
+
+/// How often a stream waiting at a gate looks at the server's limit again
+/// without being woken: a SETTINGS frame that raises it wakes no one.
+const RELOOK: Duration = Duration::from_millis(100);
+
+/// The streams of one connection given to `h2`: at most the server's
+/// `SETTINGS_MAX_CONCURRENT_STREAMS` and [`STREAMS`]. The rest wait here,
+/// not in `h2`: a stream `h2` holds back still reaches the server after it
+/// is given up (its head, then a reset; hyperium/h2#125), and the
+/// connection's window is sized for [`STREAMS`] open streams. (A burst
+/// sent before the server's SETTINGS arrive may still wait in `h2`.)
+#[derive(Debug, Default)]
+struct Gate {
+    open: AtomicUsize,
+    freed: tokio::sync::Notify,
+}
+
+impl Gate {
+    /// A place among `send`'s open streams, waited for until the time
+    /// `until` gives, which is asked (and the clock read) only when it
+    /// must wait; `false`: none came.
+    async fn pass(&self, send: &SendRequest<Bytes>, until: impl Fn() -> Instant) -> bool {
+        if self.take(send) {
+            return true;
+        }
+        let mut by = None;
+        loop {
+            // Listening before looking again: a place freed in between wakes it.
+            let freed = self.freed.notified();
+            let mut freed = std::pin::pin!(freed);
+            freed.as_mut().enable();
+            if self.take(send) {
+                return true;
+            }
+            let until = *by.get_or_insert_with(&until);
+            let now = Instant::now();
+            if now >= until {
+                return false;
+            }
+            let _ = tokio::time::timeout_at((now + RELOOK).min(until).into(), freed).await;
+        }
+    }
+
+    /// A place, when one is free now.
+    fn take(&self, send: &SendRequest<Bytes>) -> bool {
+        let allowed = send.current_max_send_streams().min(STREAMS);
+        self.open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < allowed).then_some(n + 1)).is_ok()
+    }
+
+    fn leave(&self) {
+        self.open.fetch_sub(1, Ordering::AcqRel);
+        self.freed.notify_one();
     }
 }
 
@@ -112,13 +175,13 @@ pub struct Answer {
     /// `None` once handed to the piping.
     stream: Option<Stream>,
     /// The request body's piping, stopped if the answer is dropped before its end.
-    piping: Piping,
+    piping: Piping<Stream>,
 }
 
 impl Answer {
     /// `resp`'s body, on the stream `stream` counts, the request's body
     /// sent by the task `piping` holds when there is one.
-    fn new(resp: Response<RecvStream>, stream: Stream, piping: Piping) -> Response<Answer> {
+    fn new(resp: Response<RecvStream>, stream: Stream, piping: Piping<Stream>) -> Response<Answer> {
         let (parts, recv) = resp.into_parts();
         let body = RecvBody::new(recv, &parts.headers);
         Response::from_parts(parts, Answer { body, stream: Some(stream), piping })
@@ -194,9 +257,10 @@ pub enum Unopened {
     /// The connection did not take the stream (closed, or going away).
     Closed(String, UpstreamBody),
     /// The server's concurrent-stream limit kept it waiting past the
-    /// queue's time: the endpoint is busy, not failing. Its head may still
-    /// reach the server (then reset): the body is not given back.
-    Pending,
+    /// queue's time: the endpoint is busy, not failing. The body is given
+    /// back when it waited at the gate (nothing went); not when `h2` held
+    /// it back, whose head may still reach the server (then reset).
+    Pending(Option<UpstreamBody>),
     /// The request's head could not be made.
     Failed(String),
 }
@@ -258,17 +322,16 @@ impl H2 {
         if taken.is_err() {
             return Err(Unready::Saturated);
         }
-        let stream = Stream(Arc::clone(&link.streams));
+        let stream = Stream { reserved: Arc::clone(&link.streams), passed: None };
         Ok(Reserved { link, stream })
     }
 
-    /// Sends `out`'s head on the reserved stream and waits, up to `queue`
-    /// (and not past `deadline`), for the server to take it: past its `SETTINGS_MAX_CONCURRENT_STREAMS`
-    /// a stream waits in `h2` for another to end, a wait for the
-    /// endpoint's capacity (as for an HTTP/1 connection from the pool), not
-    /// the attempt's time, and never held against the endpoint. (`h2` says
-    /// a stream waits when it is the one that fills the connection; one
-    /// sent in a burst past that may still wait under the attempt.)
+    /// Waits, up to `queue` (and not past `deadline`), for a place among
+    /// the connection's open streams ([`Gate`]), then sends `out`'s head on
+    /// the reserved stream: a wait for the endpoint's capacity (as for an
+    /// HTTP/1 connection from the pool), not the attempt's time, and never
+    /// held against the endpoint. A stream that `h2` still holds back (a
+    /// burst before the server's SETTINGS) is waited for the same way.
     pub async fn start(
         &self,
         endpoint: &Upstream,
@@ -277,11 +340,16 @@ impl H2 {
         (body, queue, deadline): (UpstreamBody, Duration, Instant),
     ) -> Result<Opened, Unopened> {
         use futures_util::FutureExt;
-        let Reserved { link, stream } = reserved;
+        let Reserved { link, mut stream } = reserved;
         let req = match request(endpoint, out, body.size_hint().exact()) {
             Ok(head) => head,
             Err(e) => return Err(Unopened::Failed(e)),
         };
+        let until = move || (Instant::now() + queue).min(deadline);
+        if !link.gate.pass(&link.send, until).await {
+            return Err(Unopened::Pending(Some(body)));
+        }
+        stream.passed = Some(Arc::clone(&link.gate));
         let mut send = match link.send.clone().ready().await {
             Ok(send) => send,
             Err(e) => {
@@ -302,12 +370,10 @@ impl H2 {
         // connection error meanwhile is the answer's to tell (a GOAWAY may
         // or may not have left the stream out).
         let mut taken = std::pin::pin!(send.ready());
-        if taken.as_mut().now_or_never().is_none()
-            && tokio::time::timeout_at((Instant::now() + queue).min(deadline).into(), taken).await.is_err()
-        {
+        if taken.as_mut().now_or_never().is_none() && tokio::time::timeout_at(until().into(), taken).await.is_err() {
             // Dropped, `h2` still sends its head once a stream ends, then
             // resets it: the server may see it, and nothing sends it again.
-            return Err(Unopened::Pending);
+            return Err(Unopened::Pending(None));
         }
         Ok(Opened { link, stream, answer, tx, body })
     }
@@ -325,7 +391,7 @@ impl H2 {
         // A GOAWAY that leaves this stream out says the server never took it
         // (RFC 9113 §6.8): a body held whole (a count, not a copy) goes again.
         let again = body.again();
-        let piping = if body.is_end_stream() { Piping(None) } else { send_body(body, tx, linger) };
+        let piping = send_body(body, tx, linger);
         match answer.await {
             Ok(resp) => Ok(Answer::new(resp, stream, piping)),
             Err(e) if e.is_go_away() && e.is_remote() => {
@@ -412,7 +478,7 @@ impl H2 {
         let closed = Arc::new(AtomicBool::new(false));
         tokio::spawn(cork::uncorked(held, drive(conn, endpoint.uri.clone(), Arc::clone(&closed))));
         self.opened.fetch_add(1, Ordering::Relaxed);
-        Ok(Link { send, streams: Arc::new(AtomicUsize::new(0)), closed })
+        Ok(Link { send, streams: Arc::new(AtomicUsize::new(0)), gate: Arc::default(), closed })
     }
 
     fn forget(&self, endpoint: &Upstream, link: &Link) {
@@ -454,165 +520,6 @@ async fn drive(
     closed.store(true, Ordering::Release);
     if let Err(e) = ended {
         tracing::debug!(endpoint = %at, error = %e, "http2 upstream connection closed with an error");
-    }
-}
-
-/// Sends a request's body on its stream: one read whole at once (the
-/// connection buffers it, at most `server.request_buffer_bytes`, until the
-/// server's window takes it); one still arriving from its client from a
-/// task of its own, each chunk as the server's window allows, its trailers
-/// after, while the request's task reads the answer; its [`Piping`] is
-/// held by the answer. A client body that fails resets the stream; a
-/// stream the server resets stops the piping. Once the answer has ended,
-/// the rest of the body has `linger` to go, its stream still counted.
-fn send_body(body: UpstreamBody, mut tx: SendStream<Bytes>, linger: Duration) -> Piping {
-    match body {
-        UpstreamBody::Whole(Some(data)) => {
-            // A failure here is the stream's, and the answer reports it.
-            let _ = tx.send_data(data, true);
-            Piping(None)
-        }
-        body => {
-            let (stop, stopped) = oneshot::channel();
-            let (hand, handed) = oneshot::channel::<Stream>();
-            tokio::spawn(async move {
-                let piped = {
-                    let mut piping = std::pin::pin!(pipe(body, &mut tx, Some(stopped), None));
-                    tokio::select! {
-                        piped = &mut piping => piped,
-                        Ok(_counted) = handed => tokio::time::timeout(linger, piping).await.unwrap_or(Err(Stopped)),
-                    }
-                };
-                if piped.is_err() {
-                    tx.send_reset(h2::Reason::CANCEL);
-                }
-            });
-            Piping(Some((stop, hand)))
-        }
-    }
-}
-
-/// The hold on a request body's piping task ([`send_body`]): dropped
-/// before the answer has ended (the client gone, a timeout), the piping
-/// stops and resets the stream; let go once the answer has ended, the rest
-/// of the body still goes, its stream handed to the task.
-#[derive(Debug)]
-struct Piping(Option<(oneshot::Sender<()>, oneshot::Sender<Stream>)>);
-
-impl Piping {
-    /// The answer has ended: the body's piping goes on by itself, and
-    /// counts `stream` on its connection until it ends.
-    fn let_go(&mut self, stream: Stream) {
-        if let Some((_, hand)) = self.0.take() {
-            let _ = hand.send(stream);
-        }
-    }
-}
-
-impl Drop for Piping {
-    fn drop(&mut self) {
-        if let Some((stop, _)) = self.0.take() {
-            let _ = stop.send(());
-        }
-    }
-}
-
-/// What ended a body's piping early: the body failed, the stream did (its
-/// connection gone), or the piping was told to stop.
-#[derive(Debug)]
-pub struct Stopped;
-
-/// What the piping found first.
-enum Next<F> {
-    Frame(F),
-    /// The server reset the stream: nothing more goes.
-    Reset,
-}
-
-/// `body`'s frames onto `tx` under the peer's flow control, until the
-/// end (a last chunk carries it when the body says it is the last), its
-/// trailers, the peer's reset, word from `stop` (a request body's
-/// `Piping`) to stop, or a wait of `stall` for the peer's window that
-/// brings none (a client that takes nothing of its answer holds no
-/// upstream connection past it): `send_body`'s task, and the client leg's
-/// answers (`server::h2`).
-pub async fn pipe<B>(
-    body: B,
-    tx: &mut SendStream<Bytes>,
-    stop: Option<oneshot::Receiver<()>>,
-    stall: Option<Duration>,
-) -> Result<(), Stopped>
-where
-    B: Body<Data = Bytes> + TakeIn,
-{
-    use std::future::{poll_fn, Future};
-    use std::pin::Pin;
-    use std::task::Poll;
-    let mut body = std::pin::pin!(body);
-    // Watched until the hold is let go (its sender dropped without a word).
-    let mut stop = stop;
-    let mut stopped = move |cx: &mut std::task::Context<'_>| match stop.as_mut().map(|s| Pin::new(s).poll(cx)) {
-        Some(Poll::Ready(Ok(()))) => true,
-        Some(Poll::Ready(Err(_))) => {
-            stop = None;
-            false
-        }
-        Some(Poll::Pending) | None => false,
-    };
-    loop {
-        let next = poll_fn(|cx| {
-            if stopped(cx) {
-                return Poll::Ready(Err(Stopped));
-            }
-            if tx.poll_reset(cx).is_ready() {
-                return Poll::Ready(Ok(Next::Reset));
-            }
-            body.as_mut().poll_frame(cx).map(|f| Ok(Next::Frame(f)))
-        })
-        .await?;
-        let frame = match next {
-            Next::Reset => return Ok(()),
-            Next::Frame(None) => return tx.send_data(Bytes::new(), true).map_err(|_| Stopped),
-            Next::Frame(Some(Ok(frame))) => frame,
-            Next::Frame(Some(Err(_))) => return Err(Stopped),
-        };
-        let mut data = match frame.into_data() {
-            Ok(data) => data,
-            Err(frame) => match frame.into_trailers() {
-                Ok(trailers) => return tx.send_trailers(trailers).map_err(|_| Stopped),
-                Err(_) => continue,
-            },
-        };
-        while !data.is_empty() {
-            tx.reserve_capacity(data.len());
-            let waiting = poll_fn(|cx| {
-                if stopped(cx) {
-                    return Poll::Ready(None);
-                }
-                // What arrives meanwhile leaves the body's connection.
-                body.as_mut().take_in(cx);
-                tx.poll_capacity(cx)
-            });
-            // The stall's clock is read only when the window is shut.
-            let mut waiting = std::pin::pin!(waiting);
-            let room = match (stall, futures_util::FutureExt::now_or_never(waiting.as_mut())) {
-                (_, Some(room)) => room,
-                (Some(stall), None) => tokio::time::timeout(stall, waiting).await.map_err(|_| Stopped)?,
-                (None, None) => waiting.await,
-            };
-            match room {
-                Some(Ok(room)) if room > 0 => {
-                    let chunk = data.split_to(room.min(data.len()));
-                    let last = data.is_empty() && body.is_end_stream();
-                    tx.send_data(chunk, last).map_err(|_| Stopped)?;
-                    if last {
-                        return Ok(());
-                    }
-                }
-                Some(Ok(_)) => {}
-                Some(Err(_)) | None => return Err(Stopped),
-            }
-        }
     }
 }
 

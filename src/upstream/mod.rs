@@ -8,6 +8,8 @@
 //!   task owns (no connection task): head and body out, head and body back;
 //! * [`h2`]: HTTP/2 to `h2c://` and `h2://` endpoints: a few multiplexed connections
 //!   each, bodies and trailers passed as frames (gRPC);
+//! * [`pipe`]: a body's frames onto an HTTP/2 stream as the peer's window
+//!   allows (request bodies to those endpoints, answers to HTTP/2 clients);
 //! * [`body`]: the client's body on its way upstream: a small one read
 //!   whole first, a larger one watched, so timeouts and blame follow what
 //!   each side did;
@@ -31,6 +33,7 @@ pub mod exchange;
 pub mod h2;
 pub mod health;
 pub mod outgoing;
+pub mod pipe;
 pub mod pool;
 pub mod recv;
 pub mod retry;

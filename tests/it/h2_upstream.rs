@@ -10,6 +10,8 @@
 //! endpoint a reload took out are let go.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -313,15 +315,19 @@ async fn h2_upstream_calls_that_waited_on_one_failed_opening_count_it_once() -> 
 
 /// An HTTP/2 backend that takes one stream at a time and answers each call
 /// (`grpc-status: 0`) `after` it came.
-async fn one_stream_at_a_time(after: Duration) -> Result<SocketAddr, BoxError> {
+async fn one_stream_at_a_time(after: Duration) -> Result<(SocketAddr, Arc<AtomicUsize>), BoxError> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
+    let streams = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&streams);
     tokio::spawn(async move {
         while let Ok((socket, _)) = listener.accept().await {
+            let count = Arc::clone(&count);
             tokio::spawn(async move {
                 let handshake = h2::server::Builder::new().max_concurrent_streams(1).handshake::<_, Bytes>(socket);
                 let Ok(mut conn) = handshake.await else { return };
                 while let Some(Ok((_, mut respond))) = conn.accept().await {
+                    count.fetch_add(1, Ordering::SeqCst);
                     tokio::spawn(async move {
                         tokio::time::sleep(after).await;
                         let head = http::Response::builder().header("content-type", "application/grpc").body(());
@@ -335,7 +341,7 @@ async fn one_stream_at_a_time(after: Duration) -> Result<SocketAddr, BoxError> {
             });
         }
     });
-    Ok(addr)
+    Ok((addr, streams))
 }
 
 /// A unary call to the proxy over HTTP/1.1, routed to kz: its answer, whole.
@@ -353,7 +359,7 @@ async fn unary(proxy: SocketAddr) -> Result<String, BoxError> {
 
 #[tokio::test]
 async fn h2_upstream_calls_waiting_on_the_servers_stream_limit_are_saturation_not_failures() -> TestResult {
-    let at = one_stream_at_a_time(Duration::from_millis(1500)).await?;
+    let (at, streams) = one_stream_at_a_time(Duration::from_millis(1500)).await?;
     let upstream = "health: { interval: 0s }, attempt_timeout: 2s, queue_timeout: 300ms, retries: 0, \
                     eject_after: 2, eject_for: 60s";
     let p = proxy_with(at, upstream).await?;
@@ -367,6 +373,10 @@ async fn h2_upstream_calls_waiting_on_the_servers_stream_limit_are_saturation_no
         assert!(answer.contains("upstream_saturated"), "{answer}");
     }
     assert!(first.await??.starts_with("HTTP/1.1 200"));
+    // The calls given up never reached the server: they waited at the
+    // proxy, not in the connection, whose streams it would have sent later.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(streams.load(Ordering::SeqCst), 1, "calls given up reached the server");
     let health = p.proxy.as_ref().ok_or("proxy")?.shared().health.clone();
     let kz = health.report().into_iter().find(|(r, ..)| r == "kz").ok_or("no kz endpoint")?;
     assert!(!kz.3, "calls waiting for a stream ejected the endpoint: {kz:?}");
@@ -377,15 +387,14 @@ async fn h2_upstream_calls_waiting_on_the_servers_stream_limit_are_saturation_no
 
 /// An HTTP/2 backend answering every call at once (`grpc-status: 0`);
 /// how many connections to it are open.
-async fn counting_connections() -> Result<(SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>), BoxError> {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+async fn counting_connections() -> Result<(SocketAddr, Arc<AtomicUsize>), BoxError> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    let open = std::sync::Arc::new(AtomicUsize::new(0));
-    let count = std::sync::Arc::clone(&open);
+    let open = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&open);
     tokio::spawn(async move {
         while let Ok((socket, _)) = listener.accept().await {
-            let count = std::sync::Arc::clone(&count);
+            let count = Arc::clone(&count);
             count.fetch_add(1, Ordering::SeqCst);
             tokio::spawn(async move {
                 if let Ok(mut conn) = h2::server::handshake(socket).await {
@@ -407,7 +416,6 @@ async fn counting_connections() -> Result<(SocketAddr, std::sync::Arc<std::sync:
 
 #[tokio::test]
 async fn h2_upstream_the_connections_of_an_endpoint_a_reload_took_out_are_let_go() -> TestResult {
-    use std::sync::atomic::Ordering;
     let (old, old_open) = counting_connections().await?;
     let (new, _) = counting_connections().await?;
     let p = proxy_to(old).await?;
