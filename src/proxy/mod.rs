@@ -224,7 +224,7 @@ impl Proxy {
             // gRPC is carried over HTTP/2 only.
             grpc: is_call(head),
         };
-        let journal = Journal { trace: self.server_span(head), ..Journal::default() };
+        let journal = Journal { trace: self.server_span(head, &conn, table), ..Journal::default() };
         let mut ctx = Ctx { table, conn, arrival, journal, hops: 0, relayed: false, held };
         let result = match refused {
             Some(e) => Err(e),
@@ -247,10 +247,19 @@ impl Proxy {
         }
     }
 
-    /// The request's server span, when traces are on.
-    fn server_span(&self, head: &Parts) -> Option<Box<crate::telemetry::traces::TraceSpan>> {
+    /// The request's server span, when traces are on; the client's
+    /// sampled flag is followed from a mesh peer or a trusted hop only.
+    fn server_span(
+        &self,
+        head: &Parts,
+        conn: &ConnInfo,
+        table: &Table,
+    ) -> Option<Box<crate::telemetry::traces::TraceSpan>> {
         let traces = self.shared.traces.as_ref()?;
-        Some(Box::new(traces.server(&head.method, &head.headers)))
+        let settings = table.settings();
+        let trusted = conn.is_mesh_peer(&settings.mesh.trusted_peers)
+            || settings.server.trusted_hops.iter().any(|c| c.contains(conn.peer.ip()));
+        Some(Box::new(traces.server(&head.method, &head.headers, trusted)))
     }
 
     /// Whether `conn` is an authenticated peer shardgate; from anyone else

@@ -16,8 +16,13 @@
 //! A client's W3C `traceparent` (and `tracestate`) makes the server span
 //! its child; every attempt sends the attempt's own span as the upstream's
 //! parent, so a trace through two regional gateways shows both hops.
-//! Sampling: parent-based (a client's sampled flag is followed), otherwise
-//! the ratio. No span carries the raw id unless `log.ids` is on.
+//! Sampling: parent-based for a trusted sender (a mesh peer or a
+//! `server.trusted_hops` proxy: its sampled flag is followed), otherwise
+//! the ratio. Anyone else's trace is continued but sampled at the ratio, a
+//! fresh draw per request: a client that marks every request sampled (or
+//! picks trace ids the ratio keeps) cannot make this proxy record and
+//! export its every request, crowding out everyone else's spans. No span
+//! carries the raw id unless `log.ids` is on.
 
 use std::sync::Arc;
 
@@ -236,10 +241,11 @@ impl Traces {
     }
 
     /// The server span of a request with `method` and `headers` (its
-    /// parent: the client's `traceparent`, when it sent one). A method
+    /// parent: the client's `traceparent`, when it sent one, its sampled
+    /// flag followed only when the client is `trusted`). A method
     /// outside HTTP's own is `_OTHER` (its name `HTTP`), as the semantic
     /// conventions say: clients do not choose span names.
-    pub fn server(&self, method: &Method, headers: &HeaderMap) -> TraceSpan {
+    pub fn server(&self, method: &Method, headers: &HeaderMap, trusted: bool) -> TraceSpan {
         let known = span_method(method);
         let span = dispatcher::with_default(&self.dispatch, || {
             tracing::info_span!(target: TARGET, "request", otel.name = span_name(known), otel.kind = "server",
@@ -250,8 +256,22 @@ impl Traces {
             span.record("http.request.method_original", method.as_str());
         }
         let parent = TraceContextPropagator::new().extract(&Fields(headers));
+        let parent = if trusted { parent } else { self.sampled_here(&parent) };
         let _ = span.set_parent(parent);
         self.own(span)
+    }
+
+    /// `parent` with its sampled flag drawn here at the ratio.
+    fn sampled_here(&self, parent: &opentelemetry::Context) -> opentelemetry::Context {
+        use opentelemetry::trace::{SpanContext, TraceContextExt as _};
+        let sent = parent.span().span_context().clone();
+        if !sent.is_valid() {
+            return opentelemetry::Context::new();
+        }
+        let sampled = rand::random::<f64>() < self.settings.sample_ratio;
+        let flags = sent.trace_flags().with_sampled(sampled);
+        let context = SpanContext::new(sent.trace_id(), sent.span_id(), flags, true, sent.trace_state().clone());
+        opentelemetry::Context::new().with_remote_span_context(context)
     }
 
     fn own(&self, span: Span) -> TraceSpan {

@@ -351,3 +351,48 @@ async fn a_method_of_the_clients_own_making_names_no_span() -> TestResult {
     assert_eq!(attr(server, "http.request.method_original").as_deref(), Some("FROBNICATE"));
     Ok(())
 }
+
+/// A gateway recording no new traces (`sample_ratio: 0`), `trusted` listing
+/// the hops whose sampled flag it follows.
+fn unsampled_table(backend: SocketAddr, collector: &str, trusted: &str) -> String {
+    format!(
+        r#"version: 1
+region: kz
+instance: gw-kz
+server: {{ trusted_hops: [{trusted}] }}
+telemetry: {{ otlp_endpoint: "{collector}", sample_ratio: 0.0 }}
+regions:
+  kz: {{ upstreams: ["http://{backend}"] }}
+countries:
+  KZ: {{ id: 7, region: kz }}
+entities: {{ IntercityOrder: 3 }}
+routes:
+  - name: orders
+    match: {{ path: "/v1/orders/{{id}}", methods: [GET] }}
+    id: {{ path_param: id, formats: [iuid] }}
+"#
+    )
+}
+
+#[tokio::test]
+async fn a_clients_sampled_flag_is_followed_from_a_trusted_hop_only() -> TestResult {
+    let (otlp, _received) = collector().await?;
+    let kz = backend("kz").await?;
+    let id = Iuid::from_fields(1_700_000_000_000, 7, 3, 78);
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    for (trusted, flag) in [("", "00"), ("\"127.0.0.1/32\"", "01")] {
+        let gw = proxy_on(TcpListener::bind("127.0.0.1:0").await?, &unsampled_table(kz.addr, &otlp.url(""), trusted))
+            .await?;
+        for _ in 0..20 {
+            let req = Request::get(gw.url(&format!("/v1/orders/{id}")))
+                .header("traceparent", format!("00-{trace_id}-00f067aa0ba902b7-01"))
+                .body(Full::new(Bytes::new()))?;
+            let got = send(req).await?;
+            let sent = got.json()?["headers"]["traceparent"].as_str().ok_or("no traceparent upstream")?.to_owned();
+            // The trace is continued either way; only a trusted hop decides that it is recorded.
+            assert!(sent.starts_with(&format!("00-{trace_id}-")), "trusted {trusted:?}: {sent}");
+            assert!(sent.ends_with(&format!("-{flag}")), "trusted {trusted:?}: {sent}");
+        }
+    }
+    Ok(())
+}

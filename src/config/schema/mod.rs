@@ -579,8 +579,8 @@ pub struct Telemetry {
     /// The collector's OTLP/HTTP base URL (`http://collector:4318`); spans go to `<it>/v1/traces`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub otlp_endpoint: Option<String>,
-    /// Share of new traces recorded, 0.0 to 1.0 (default 1.0); a client's sampled
-    /// `traceparent` is always followed.
+    /// Share of new traces recorded, 0.0 to 1.0 (default 1.0); a mesh peer's or
+    /// trusted hop's sampled flag is followed, anyone else's trace sampled at this ratio.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sample_ratio: Option<f64>,
     /// `service.name` of the spans (default `shardgate`).
