@@ -101,6 +101,7 @@ pub fn server_options(cfg: &Config) -> ServerOptions {
         max_headers: fixed.max_headers,
         shutdown_timeout: cfg.settings.server.shutdown_timeout,
         idle_timeout: fixed.idle_timeout,
+        answer_min_rate: fixed.answer_min_rate,
         max_connections: fixed.max_connections,
         admin_max_connections: fixed.admin_max_connections,
     }

@@ -67,6 +67,8 @@ restart_only! {
     header_read_timeout: Duration => "server.header_read_timeout",
     /// Client connection idle timeout.
     idle_timeout: Duration => "server.idle_timeout",
+    /// The rate a client must take what is sent to it.
+    answer_min_rate: u64 => "server.answer_min_rate",
     /// Largest request head.
     max_header_bytes: usize => "server.max_header_bytes",
     /// Most request header fields.

@@ -60,7 +60,8 @@ pub(super) fn to_upstream(
     let upgrade = parts.version == http::Version::HTTP_11 && keep_allowed_upgrades(&mut parts.headers, &route.upgrades);
     let tunnel = if upgrade { ClientUpgrade::take(&mut parts.extensions) } else { None }.and_then(|client| {
         let asked = parts.headers.get(header::UPGRADE)?.clone();
-        Some(Tunnel { client, asked, idle: route.tunnel_idle_timeout, peer: conn.peer })
+        let (idle, min_rate) = (route.tunnel_idle_timeout, settings.restart.answer_min_rate);
+        Some(Tunnel { client, asked, idle, min_rate, peer: conn.peer })
     });
     // The authority the client asked for: the absolute URI's (or HTTP/2's
     // `:authority`), else `Host`.

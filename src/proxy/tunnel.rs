@@ -1,7 +1,8 @@
 //! The tunnel an upgrade opens (WebSocket): once the upstream answers
 //! `101` to the protocol the client asked for and the client's side has
 //! switched, the two sockets are copied both ways until either closes, or
-//! until no byte has moved for the route's `tunnel_idle_timeout`. Its
+//! until no byte has moved for the route's `tunnel_idle_timeout` (or the
+//! client takes what is sent to it slower than `server.answer_min_rate`). Its
 //! upstream connection counts under the endpoint's `upstream.max_tunnels`
 //! until then, never under the connection cap requests need.
 
@@ -27,6 +28,9 @@ pub struct Tunnel {
     pub asked: HeaderValue,
     /// The route's `tunnel_idle_timeout`.
     pub idle: Duration,
+    /// `server.answer_min_rate`: what the client must take of what the
+    /// upstream sends it.
+    pub min_rate: u64,
     /// The client, for the log.
     pub peer: SocketAddr,
 }
@@ -51,10 +55,15 @@ impl Tunnel {
     /// Copies between the client, once its side has switched, and
     /// `upstream`, in a task of its own.
     pub fn spawn(self, upstream: Conn) {
-        let Tunnel { client, idle, peer, .. } = self;
+        let Tunnel { client, idle, min_rate, peer, .. } = self;
         // The idle watch of a connection, with the tunnel's timeout both
         // before and after the client's first byte.
-        let opts = ServerOptions { idle_timeout: idle, header_read_timeout: idle, ..ServerOptions::default() };
+        let opts = ServerOptions {
+            idle_timeout: idle,
+            header_read_timeout: idle,
+            answer_min_rate: min_rate,
+            ..ServerOptions::default()
+        };
         tokio::spawn(async move {
             match client.0.await {
                 Ok(c) => copy(Watched::new(c), upstream, opts, peer).await,

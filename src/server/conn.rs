@@ -24,6 +24,11 @@ pub struct ServerOptions {
     /// that stops reading its response. Upgraded (WebSocket) tunnels are
     /// not covered; idle keep-alive waits end at `header_read_timeout`.
     pub idle_timeout: Duration,
+    /// Bytes a second a client must take of what waits to be sent to it:
+    /// one that took less over a whole `idle_timeout` during which a write
+    /// to it waited at every look is closed (a reader that takes a byte now
+    /// and then keeps `idle_timeout` from seeing it idle). 0: no limit.
+    pub answer_min_rate: u64,
     /// Most client connections open at once; beyond it a new connection is
     /// answered `503` problem+json with `Connection: close` and closed.
     pub max_connections: usize,
@@ -39,6 +44,7 @@ impl Default for ServerOptions {
             max_headers: 100,
             shutdown_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(60),
+            answer_min_rate: 1024,
             max_connections: 10_000,
             admin_max_connections: 64,
         }

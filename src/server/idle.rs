@@ -1,13 +1,13 @@
 //! The idle watch of a connection: whether bytes have moved on it
-//! (`Watched`, `Activity`), and a connection driven until it ends or
-//! sits idle too long (`until_idle`). The accept loop, the admin
-//! listener and the tunnels share it.
+//! (`Watched`, `Activity`), and a connection driven until it ends, sits
+//! idle too long, or takes what is sent to it too slowly (`until_idle`).
+//! The accept loop, the admin listener and the tunnels share it.
 
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -26,7 +26,8 @@ const LOOKS_PER_IDLE: u32 = 8;
 /// is looked at eight times per period, before its first byte per the
 /// shorter of the two timeouts), or, on a connection that has sent nothing
 /// yet, for `opts.header_read_timeout` (a socket that never speaks is a
-/// slowloris too).
+/// slowloris too), or until it has taken less than `opts.answer_min_rate`
+/// ([`Behind`]) over a whole `idle_timeout` while a write to it waited.
 pub(crate) async fn until_idle<E: std::fmt::Display>(
     conn: impl Future<Output = Result<(), E>>,
     activity: &Activity,
@@ -36,6 +37,7 @@ pub(crate) async fn until_idle<E: std::fmt::Display>(
     tokio::pin!(conn);
     // When bytes last moved, as far as the looks tell: at most one look late.
     let mut quiet_since = tokio::time::Instant::now();
+    let mut behind = Behind::default();
     loop {
         let now = tokio::time::Instant::now();
         if activity.take_moved() {
@@ -45,6 +47,10 @@ pub(crate) async fn until_idle<E: std::fmt::Display>(
         let idle = if activity.has_read() { opts.idle_timeout } else { opts.header_read_timeout };
         if quiet >= idle {
             tracing::debug!(%peer, ?idle, "closing an idle connection (server.idle_timeout, or header_read_timeout before any byte)");
+            return;
+        }
+        if behind.look(activity, now, opts) {
+            tracing::debug!(%peer, rate = opts.answer_min_rate, "closing a connection that takes what is sent to it too slowly (server.answer_min_rate)");
             return;
         }
         // Before the first byte too at most an eighth of `idle_timeout`
@@ -67,8 +73,45 @@ pub(crate) async fn until_idle<E: std::fmt::Display>(
     }
 }
 
+/// What the looks of [`until_idle`] saw of a client that a write waits for:
+/// since when a write waited at every look, and how many bytes the client
+/// had taken then.
+#[derive(Debug, Default)]
+struct Behind {
+    since: Option<(tokio::time::Instant, u64)>,
+}
+
+impl Behind {
+    /// Whether the client is behind: over a whole `idle_timeout` a write
+    /// to it waited at every look, and it took fewer than `idle_timeout` ×
+    /// `answer_min_rate` bytes. A client waiting on the proxy (an upstream
+    /// still answering) has no write waiting, and is never behind.
+    fn look(&mut self, activity: &Activity, now: tokio::time::Instant, opts: ServerOptions) -> bool {
+        if opts.answer_min_rate == 0 || !activity.write_waits.load(Ordering::Relaxed) {
+            self.since = None;
+            return false;
+        }
+        let taken = activity.written.load(Ordering::Relaxed);
+        let Some((since, then)) = self.since else {
+            self.since = Some((now, taken));
+            return false;
+        };
+        let over = now.saturating_duration_since(since);
+        if over < opts.idle_timeout {
+            return false;
+        }
+        let owed = opts.answer_min_rate as f64 * over.as_secs_f64();
+        if (taken.saturating_sub(then) as f64) < owed {
+            return true;
+        }
+        self.since = Some((now, taken));
+        false
+    }
+}
+
 /// Whether bytes have moved on a connection since the idle watch
-/// ([`until_idle`]) last looked, and whether the client has sent any yet.
+/// ([`until_idle`]) last looked, whether the client has sent any yet, what
+/// it has taken, and whether a write to it waits.
 ///
 /// A flag, not a time: the socket is read and written several times a
 /// request, and a clock read on each was two of the thirteen a proxied
@@ -78,11 +121,30 @@ pub(crate) async fn until_idle<E: std::fmt::Display>(
 pub(crate) struct Activity {
     moved: AtomicBool,
     read_any: AtomicBool,
+    /// Bytes written to the client.
+    written: AtomicU64,
+    /// Whether the last write found the client's socket full.
+    write_waits: AtomicBool,
 }
 
 impl Activity {
     fn touch(&self) {
         self.moved.store(true, Ordering::Relaxed);
+    }
+
+    /// What a write to the client came to.
+    fn wrote(&self, polled: &Poll<io::Result<usize>>) {
+        match polled {
+            Poll::Ready(Ok(n)) => {
+                if *n > 0 {
+                    self.touch();
+                    self.written.fetch_add(*n as u64, Ordering::Relaxed);
+                }
+                self.write_waits.store(false, Ordering::Relaxed);
+            }
+            Poll::Ready(Err(_)) => self.write_waits.store(false, Ordering::Relaxed),
+            Poll::Pending => self.write_waits.store(true, Ordering::Relaxed),
+        }
     }
 
     /// Whether bytes moved since the last call.
@@ -125,9 +187,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
 impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let polled = Pin::new(&mut self.io).poll_write(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
-        }
+        self.activity.wrote(&polled);
         polled
     }
 
@@ -137,9 +197,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let polled = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
-        }
+        self.activity.wrote(&polled);
         polled
     }
 

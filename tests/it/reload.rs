@@ -78,6 +78,7 @@ const CHANGES: &[(&str, &str, Option<&str>, &str)] = &[
     ("server.tls", "server", None, "tls: { cert: gw.pem, key: gw.key }"),
     ("server.header_read_timeout", "server", None, "header_read_timeout: 11s"),
     ("server.idle_timeout", "server", None, "idle_timeout: 61s"),
+    ("server.answer_min_rate", "server", None, "answer_min_rate: 2048"),
     ("server.max_header_bytes", "server", None, "max_header_bytes: 20000"),
     ("server.max_headers", "server", None, "max_headers: 101"),
     ("server.max_connections", "server", None, "max_connections: 10001"),

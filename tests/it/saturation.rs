@@ -3,8 +3,9 @@
 //! never timed out against the endpoint; slow uploads hold at most
 //! `upstream.upload_share` of an endpoint's connections, a small body is
 //! read before any connection is taken, and a body slower than
-//! `server.body_min_rate` is the client's 408; tunnels have a cap of their
-//! own and close when idle. Through all of it the endpoint is never
+//! `server.body_min_rate` is the client's 408; a client that takes its
+//! answer slower than `server.answer_min_rate` is closed; tunnels have a
+//! cap of their own and close when idle. Through all of it the endpoint is never
 //! ejected and the region's other clients are served.
 
 use std::time::{Duration, Instant};
@@ -288,5 +289,53 @@ async fn under_slow_upload_and_idle_tunnel_floods_the_region_is_still_served() -
     eprintln!("reads under both floods: median {median:?}, slowest {slowest:?}");
     assert!(slowest < Duration::from_secs(1), "the slowest read took {slowest:?}");
     assert!(all_up(&p, "kz")?, "kz ejected: {:?}", crate::support::health_of(&p, "kz")?);
+    Ok(())
+}
+
+/// A kz backend whose every answer (health checks' aside) is `size` bytes.
+async fn large_answers(size: usize) -> Result<(Running, std::sync::Arc<crate::support::Conns>), BoxError> {
+    let body = bytes::Bytes::from(vec![b'x'; size]);
+    backend_with(move |req| {
+        let body = if is_health_check(&req) { bytes::Bytes::from_static(b"ok") } else { body.clone() };
+        async move { Response::new(full(body)) }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_client_that_takes_its_answer_slower_than_the_minimum_rate_is_closed_and_frees_its_connection() -> TestResult
+{
+    let (kz, _) = large_answers(48 * 1024 * 1024).await?;
+    // One connection to kz, which the slow reader's answer holds; 8 MB/s a
+    // client must take over any 4 s in which a write to it waits.
+    let extra = "server: { idle_timeout: 4s, answer_min_rate: 8000000 }\n\
+                 upstream: { max_connections: 1, queue_timeout: 200ms, health: { interval: 0s } }";
+    let (p, _eu, _us) = over(&kz, extra).await?;
+    let p = &p;
+    let mut slow = TcpStream::connect(p.addr).await?;
+    let head = format!("GET /v1/orders/{} HTTP/1.1\r\nHost: x\r\n\r\n", iuid(7));
+    slow.write_all(head.as_bytes()).await?;
+    // About 1 MB/s: bytes move every second or so (the proxy's writes end as
+    // its socket's send buffer drains), so idle_timeout alone never closes it.
+    let started = Instant::now();
+    let mut chunk = vec![0u8; 16 * 1024];
+    let (mut taken, mut closed) = (0usize, None);
+    while started.elapsed() < Duration::from_secs(15) {
+        match tokio::time::timeout(Duration::from_secs(5), slow.read(&mut chunk)).await {
+            Ok(Ok(0) | Err(_)) => {
+                closed = Some(started.elapsed());
+                break;
+            }
+            Ok(Ok(n)) => taken += n,
+            Err(_) => return Err(format!("the proxy sent nothing for 5 s after {taken} bytes").into()),
+        }
+        tokio::time::sleep(Duration::from_millis(16)).await;
+    }
+    let closed = closed.ok_or(format!("a reader taking {taken} bytes in 15 s was not closed"))?;
+    assert!(taken < 48 * 1024 * 1024, "the whole answer went");
+    assert!(closed >= Duration::from_secs(4), "closed after {closed:?}, before a whole idle_timeout");
+    // Its upstream connection is free again: the next request is served.
+    let (got, _) = timed_get(p, &format!("/v1/orders/{}", iuid(7))).await?;
+    assert_eq!(got.status, 200, "{}", String::from_utf8_lossy(&got.body[..got.body.len().min(300)]));
     Ok(())
 }

@@ -408,6 +408,9 @@ pub struct Server {
     pub body_timeout: Dur,
     /// Bytes a second a request body must average after `body_timeout`; 0: no limit.
     pub body_min_rate: u64,
+    /// Bytes a second a client must take, on average over `idle_timeout`,
+    /// of what waits to be sent to it; 0: no limit.
+    pub answer_min_rate: u64,
     /// An upgraded connection (WebSocket tunnel) on which no byte moves
     /// either way for this long is closed (routes may set their own).
     pub tunnel_idle_timeout: Dur,
@@ -506,6 +509,7 @@ impl Default for Server {
             request_buffer_bytes: 64 * 1024,
             body_timeout: Dur(Duration::from_secs(10)),
             body_min_rate: 1024,
+            answer_min_rate: 1024,
             tunnel_idle_timeout: Dur(Duration::from_secs(300)),
             backlog: 4096,
             tls: None,

@@ -160,6 +160,7 @@ pub(super) fn typed(file: &File, top: &TopLevel, ids: &IdSettings) -> Settings {
         server_tls: server.tls.clone(),
         header_read_timeout: server.header_read_timeout.0,
         idle_timeout: server.idle_timeout.0,
+        answer_min_rate: server.answer_min_rate,
         max_header_bytes: server.max_header_bytes,
         max_headers: server.max_headers,
         max_connections: server.max_connections,
