@@ -102,14 +102,19 @@ impl SharedTable {
     /// Compiles `cfg` (from `source_text`) with the addresses discovery
     /// holds, keeps the running restart-only values, and publishes it: the
     /// new version and the restart-only keys that changed, or why the
-    /// running instance cannot take it.
+    /// running instance cannot take it. What `check` would warn of in the
+    /// new table is logged, as at start-up.
     pub fn publish_config(&self, cfg: &Config, source_text: String) -> Result<(u64, Vec<&'static str>), String> {
         let resolved = self.resolved.lock().unwrap_or_else(|p| p.into_inner());
         let mut table = Table::compile_with(cfg, &resolved);
         let running = self.snapshot();
         let needs_restart = table.keep_restart_only(&running.table)?;
         table.units().carry(running.table.units());
-        Ok((self.publish_loaded(table, source_text, Some(Arc::new(cfg.clone()))), needs_restart))
+        let version = self.publish_loaded(table, source_text, Some(Arc::new(cfg.clone())));
+        for warning in cfg.warnings() {
+            tracing::warn!(version, "{warning}");
+        }
+        Ok((version, needs_restart))
     }
 
     /// Takes `resolved` as the addresses of named endpoints and, when they

@@ -606,3 +606,41 @@ fn a_fanout_whose_deadline_does_not_cover_its_rounds_of_legs_is_warned_of() -> T
     assert_eq!(warned("concurrency: 3, leg_timeout: 2s, deadline: 2s")?, Vec::<String>::new());
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_brings_a_fanout_deadline_too_short_for_its_legs_is_warned_of() -> TestResult {
+    use crate::support::binary::spawn_table;
+    use crate::support::ops::{post, replace_file};
+    let at = SocketAddr::from(([127, 0, 0, 1], 9));
+    let dir = tempfile::tempdir()?;
+    let log = dir.path().join("stderr.log");
+    let text = |fanout: &str, ports: (u16, u16)| {
+        format!("listen: 127.0.0.1:{}\nadmin: 127.0.0.1:{}\n{}", ports.0, ports.1, table(at, at, at, fanout))
+    };
+    let (mut child, port, admin) = spawn_table(
+        dir.path(),
+        &text("concurrency: 3, leg_timeout: 2s, deadline: 5s", (18080, 19901)),
+        Some(&log),
+        None,
+    )
+    .await?;
+    let warned = || std::fs::read_to_string(&log).map(|l| l.contains("fanout.deadline"));
+    assert!(!warned()?, "warned of a table that covers its legs");
+    // One region at a time: three rounds of 2 s, and 5 s to do them in.
+    replace_file(
+        &dir.path().join("table.yaml"),
+        &text("concurrency: 1, leg_timeout: 2s, deadline: 5s", (port, admin)),
+    )?;
+    let got = post(&format!("http://127.0.0.1:{admin}/reload")).await?;
+    assert_eq!(got.status, 200, "{}", String::from_utf8_lossy(&got.body));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !warned()? {
+        if std::time::Instant::now() > deadline {
+            return Err(format!("the reload's table was not warned of: {}", std::fs::read_to_string(&log)?).into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    child.signal("-TERM")?;
+    child.wait_exit(Duration::from_secs(10)).await?;
+    Ok(())
+}
