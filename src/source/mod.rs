@@ -295,6 +295,7 @@ pub async fn follow(
     mut stop: watch::Receiver<bool>,
 ) {
     let name = target.name();
+    let keeper = Keeper::new(options.local_copy.clone());
     let mut tick = tokio::time::interval(options.progress);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Events from `from` on: the running revision is read again first, so a
@@ -308,7 +309,7 @@ pub async fn follow(
                     match kv {
                         Some(kv) if kv.mod_revision != revision => {
                             revision = kv.mod_revision;
-                            apply(&reloader, &status, &options, &name, kv.value, revision, Instant::now()).await;
+                            apply(&reloader, &status, &keeper, &name, kv.value, revision, Instant::now()).await;
                         }
                         // No key in an etcd whose revisions went back: any put of it is newer.
                         None if header < revision => revision = 0,
@@ -358,7 +359,7 @@ pub async fn follow(
                         if let Some(kv) = kv.filter(|kv| kv.mod_revision > revision) {
                             revision = kv.mod_revision;
                             from = revision + 1;
-                            apply(&reloader, &status, &options, &name, kv.value, revision, Instant::now()).await;
+                            apply(&reloader, &status, &keeper, &name, kv.value, revision, Instant::now()).await;
                         }
                     }
                 }
@@ -374,7 +375,7 @@ pub async fn follow(
                         from = kv.mod_revision + 1;
                         if kv.mod_revision > revision {
                             revision = kv.mod_revision;
-                            apply(&reloader, &status, &options, &name, kv.value, revision, arrived).await;
+                            apply(&reloader, &status, &keeper, &name, kv.value, revision, arrived).await;
                         }
                     }
                     Ok(Event::Deleted(r)) => {
@@ -420,7 +421,7 @@ async fn pause(stop: &mut watch::Receiver<bool>, d: Duration) -> bool {
 async fn apply(
     reloader: &Arc<Reloader>,
     status: &Arc<Status>,
-    options: &FollowOptions,
+    keeper: &Keeper,
     source: &str,
     text: String,
     revision: i64,
@@ -430,7 +431,7 @@ async fn apply(
     let running = reloader.shared().snapshot().sha256.clone();
     if sha == running {
         status.applied(revision, &sha, arrived.elapsed().as_secs_f64(), false);
-        keep(options, source, revision, text).await;
+        keeper.keep(LocalCopy { source: source.to_string(), revision, text });
         return;
     }
     let r = Arc::clone(reloader);
@@ -440,7 +441,7 @@ async fn apply(
     match result {
         Ok(Ok(_)) => {
             status.applied(revision, &sha, arrived.elapsed().as_secs_f64(), false);
-            keep(options, source, revision, text).await;
+            keeper.keep(LocalCopy { source: source.to_string(), revision, text });
         }
         Ok(Err(ReloadError::Invalid(errors))) => status.rejected(revision, errors.located()),
         Ok(Err(ReloadError::NeedsRestart(why))) => status.rejected(revision, vec![why]),
@@ -448,20 +449,75 @@ async fn apply(
     }
 }
 
-/// Writes the local copy on a blocking thread (a slow disk holds no
-/// worker), waiting for it, so copies are written in revision order.
-async fn keep(options: &FollowOptions, source: &str, revision: i64, text: String) {
-    let copy = LocalCopy { source: source.to_string(), revision, text };
-    let path = options.local_copy.clone();
-    let written = tokio::task::spawn_blocking(move || copy.write(&path)).await.map_err(|e| e.to_string());
-    if let Err(e) = written.and_then(|w| w) {
-        tracing::warn!(error = %e, "cannot keep the local copy of the table");
+/// The local copy's writer: the newest copy handed to it is written on a
+/// blocking thread, one write at a time, and never waited for. A disk that
+/// hangs holds up neither a worker nor the following of new revisions;
+/// copies handed over meanwhile give way to the newest, so copies are
+/// still written in revision order.
+#[derive(Debug)]
+struct Keeper {
+    path: PathBuf,
+    /// The copy waiting to be written, and whether a write is under way.
+    next: Arc<Mutex<(Option<LocalCopy>, bool)>>,
+}
+
+impl Keeper {
+    fn new(path: PathBuf) -> Keeper {
+        Keeper { path, next: Arc::default() }
+    }
+
+    fn keep(&self, copy: LocalCopy) {
+        fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+            m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        }
+        {
+            let mut next = lock(&self.next);
+            next.0 = Some(copy);
+            if std::mem::replace(&mut next.1, true) {
+                return;
+            }
+        }
+        let (path, next) = (self.path.clone(), Arc::clone(&self.next));
+        tokio::task::spawn_blocking(move || loop {
+            let copy = {
+                let mut next = lock(&next);
+                match next.0.take() {
+                    Some(copy) => copy,
+                    None => {
+                        next.1 = false;
+                        return;
+                    }
+                }
+            };
+            if let Err(e) = copy.write(&path) {
+                tracing::warn!(error = %e, "cannot keep the local copy of the table");
+            }
+        });
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn the_keeper_writes_the_newest_copy_it_was_handed() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("copy.json");
+        let keeper = Keeper::new(path.clone());
+        let target = Target::parse("etcd://10.0.0.1:2379/fleet/a")?;
+        let copy = |revision| LocalCopy { source: target.name(), revision, text: format!("version: {revision}\n") };
+        for revision in 1..=20 {
+            keeper.keep(copy(revision));
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while LocalCopy::read(&path, &target).map(|c| c.revision) != Ok(20) {
+            assert!(std::time::Instant::now() < deadline, "the newest copy was not written");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(LocalCopy::read(&path, &target), Ok(copy(20)));
+        Ok(())
+    }
 
     #[test]
     fn a_local_copy_serves_its_own_key_alone() -> Result<(), Box<dyn std::error::Error>> {
