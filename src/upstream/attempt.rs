@@ -306,8 +306,9 @@ impl Upstreams {
                     body = unsent;
                     continue;
                 }
-                Err(Unopened::Pending(unsent)) if Instant::now() >= deadline => {
-                    return Err(Failure { error: AttemptError::RequestTimeout, unsent });
+                // Past the request's deadline nothing goes anywhere else.
+                Err(Unopened::Pending(_)) if Instant::now() >= deadline => {
+                    return Err(Failure { error: AttemptError::RequestTimeout, unsent: None });
                 }
                 Err(Unopened::Pending(unsent)) => {
                     return Err(Failure { error: AttemptError::Saturated(Full::Streams), unsent });

@@ -119,22 +119,32 @@ const RELOOK: Duration = Duration::from_millis(100);
 /// not in `h2`: a stream `h2` holds back still reaches the server after it
 /// is given up (its head, then a reset; hyperium/h2#125), and the
 /// connection's window is sized for [`STREAMS`] open streams. (A burst
-/// sent before the server's SETTINGS arrive may still wait in `h2`.)
+/// sent before the server's SETTINGS arrive may still wait in `h2`, as may
+/// a stream passed when `h2` still counts one the proxy let go, its last
+/// frames not yet sent.)
 #[derive(Debug, Default)]
 struct Gate {
     open: AtomicUsize,
+    /// Calls waiting for a place.
+    waiting: AtomicUsize,
     freed: tokio::sync::Notify,
 }
 
 impl Gate {
-    /// A place among `send`'s open streams, waited for until the time
-    /// `until` gives, which is asked (and the clock read) only when it
-    /// must wait; `false`: none came.
-    async fn pass(&self, send: &SendRequest<Bytes>, until: impl Fn() -> Instant) -> bool {
-        if self.take(send) {
+    /// A place among `send`'s open streams, waited for until `by`, which
+    /// `until` gives (and the clock is read) only when it must wait;
+    /// `false`: none came. Calls that find others waiting wait behind them.
+    async fn pass(&self, send: &SendRequest<Bytes>, by: &mut Option<Instant>, until: impl Fn() -> Instant) -> bool {
+        if self.waiting.load(Ordering::Acquire) == 0 && self.take(send) {
             return true;
         }
-        let mut by = None;
+        self.waiting.fetch_add(1, Ordering::AcqRel);
+        // Counted out however the wait ends, its call dropped included.
+        let _waiting = Waiting(&self.waiting);
+        self.wait(send, by, until).await
+    }
+
+    async fn wait(&self, send: &SendRequest<Bytes>, by: &mut Option<Instant>, until: impl Fn() -> Instant) -> bool {
         loop {
             // Listening before looking again: a place freed in between wakes it.
             let freed = self.freed.notified();
@@ -161,6 +171,15 @@ impl Gate {
     fn leave(&self) {
         self.open.fetch_sub(1, Ordering::AcqRel);
         self.freed.notify_one();
+    }
+}
+
+/// A call counted among a gate's waiting ones until dropped.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -345,12 +364,23 @@ impl H2 {
             Ok(head) => head,
             Err(e) => return Err(Unopened::Failed(e)),
         };
+        // One limit for every wait below, read off the clock when the first one begins.
         let until = move || (Instant::now() + queue).min(deadline);
-        if !link.gate.pass(&link.send, until).await {
+        let mut by = None;
+        if !link.gate.pass(&link.send, &mut by, until).await {
             return Err(Unopened::Pending(Some(body)));
         }
         stream.passed = Some(Arc::clone(&link.gate));
-        let mut send = match link.send.clone().ready().await {
+        // Not ready while `h2` still holds back a stream sent before this one.
+        let mut ready = std::pin::pin!(link.send.clone().ready());
+        let ready = match ready.as_mut().now_or_never() {
+            Some(ready) => ready,
+            None => match tokio::time::timeout_at((*by.get_or_insert_with(until)).into(), ready).await {
+                Ok(ready) => ready,
+                Err(_) => return Err(Unopened::Pending(Some(body))),
+            },
+        };
+        let mut send = match ready {
             Ok(send) => send,
             Err(e) => {
                 self.forget(endpoint, &link);
@@ -370,7 +400,9 @@ impl H2 {
         // connection error meanwhile is the answer's to tell (a GOAWAY may
         // or may not have left the stream out).
         let mut taken = std::pin::pin!(send.ready());
-        if taken.as_mut().now_or_never().is_none() && tokio::time::timeout_at(until().into(), taken).await.is_err() {
+        if taken.as_mut().now_or_never().is_none()
+            && tokio::time::timeout_at((*by.get_or_insert_with(until)).into(), taken).await.is_err()
+        {
             // Dropped, `h2` still sends its head once a stream ends, then
             // resets it: the server may see it, and nothing sends it again.
             return Err(Unopened::Pending(None));
