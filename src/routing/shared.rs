@@ -110,8 +110,11 @@ impl SharedTable {
         let running = self.snapshot();
         let needs_restart = table.keep_restart_only(&running.table)?;
         table.units().carry(running.table.units());
+        // Warned of as it runs: with the restart-only values it keeps.
+        let mut running_as = cfg.clone();
+        running_as.settings.restart = table.settings().restart.clone();
         let version = self.publish_loaded(table, source_text, Some(Arc::new(cfg.clone())));
-        for warning in cfg.warnings() {
+        for warning in running_as.warnings() {
             tracing::warn!(version, "{warning}");
         }
         Ok((version, needs_restart))
