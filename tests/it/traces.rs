@@ -353,25 +353,11 @@ async fn a_method_of_the_clients_own_making_names_no_span() -> TestResult {
 }
 
 /// A gateway recording no new traces (`sample_ratio: 0`), `trusted` listing
-/// the hops whose sampled flag it follows.
+/// the hops whose sampled flag it follows (and no mesh peer).
 fn unsampled_table(backend: SocketAddr, collector: &str, trusted: &str) -> String {
-    format!(
-        r#"version: 1
-region: kz
-instance: gw-kz
-server: {{ trusted_hops: [{trusted}] }}
-telemetry: {{ otlp_endpoint: "{collector}", sample_ratio: 0.0 }}
-regions:
-  kz: {{ upstreams: ["http://{backend}"] }}
-countries:
-  KZ: {{ id: 7, region: kz }}
-entities: {{ IntercityOrder: 3 }}
-routes:
-  - name: orders
-    match: {{ path: "/v1/orders/{{id}}", methods: [GET] }}
-    id: {{ path_param: id, formats: [iuid] }}
-"#
-    )
+    table(Some("kz"), "gw-kz", backend, backend, collector)
+        .replace("mesh: { trusted_peers: [\"127.0.0.1/32\"] }", &format!("server: {{ trusted_hops: [{trusted}] }}"))
+        .replace("service_name: gw-kz }", "service_name: gw-kz, sample_ratio: 0.0 }")
 }
 
 #[tokio::test]
