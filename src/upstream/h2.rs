@@ -144,13 +144,20 @@ impl Gate {
         self.wait(send, by, until).await
     }
 
+    /// Waits for a place. A call looks for one only once woken (a place
+    /// freed wakes the longest waiting call first; every call looks again
+    /// each [`RELOOK`]), so a call that arrives while others wait does not
+    /// take the place freed for one of them. A place freed between the
+    /// fast path's look and this wait leaves its wake-up stored, and it
+    /// comes at once.
     async fn wait(&self, send: &SendRequest<Bytes>, by: &mut Option<Instant>, until: impl Fn() -> Instant) -> bool {
+        let mut woken = false;
         loop {
-            // Listening before looking again: a place freed in between wakes it.
+            // Listening before looking: a place freed in between wakes it.
             let freed = self.freed.notified();
             let mut freed = std::pin::pin!(freed);
             freed.as_mut().enable();
-            if self.take(send) {
+            if woken && self.take(send) {
                 return true;
             }
             let until = *by.get_or_insert_with(&until);
@@ -159,6 +166,7 @@ impl Gate {
                 return false;
             }
             let _ = tokio::time::timeout_at((now + RELOOK).min(until).into(), freed).await;
+            woken = true;
         }
     }
 
@@ -371,16 +379,9 @@ impl H2 {
             return Err(Unopened::Pending(Some(body)));
         }
         stream.passed = Some(Arc::clone(&link.gate));
-        // Not ready while `h2` still holds back a stream sent before this one.
-        let mut ready = std::pin::pin!(link.send.clone().ready());
-        let ready = match ready.as_mut().now_or_never() {
-            Some(ready) => ready,
-            None => match tokio::time::timeout_at((*by.get_or_insert_with(until)).into(), ready).await {
-                Ok(ready) => ready,
-                Err(_) => return Err(Unopened::Pending(Some(body))),
-            },
-        };
-        let mut send = match ready {
+        // A clone holds no stream of its own yet: ready at once, or the
+        // connection's error.
+        let mut send = match link.send.clone().ready().await {
             Ok(send) => send,
             Err(e) => {
                 self.forget(endpoint, &link);
