@@ -25,9 +25,8 @@ pub struct ServerOptions {
     /// not covered; idle keep-alive waits end at `header_read_timeout`.
     pub idle_timeout: Duration,
     /// Bytes a second a client must take of what waits to be sent to it:
-    /// one on whose connection fewer moved (either way) over a whole
-    /// `idle_timeout` during which a write to it waited at every look is
-    /// closed (a reader that takes a byte now
+    /// one that took fewer over a whole `idle_timeout` during which a write
+    /// to it waited at every look is closed (a reader that takes a byte now
     /// and then keeps `idle_timeout` from seeing it idle). 0: no limit.
     pub answer_min_rate: u64,
     /// Most client connections open at once; beyond it a new connection is

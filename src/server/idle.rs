@@ -26,7 +26,7 @@ const LOOKS_PER_IDLE: u32 = 8;
 /// is looked at eight times per period, before its first byte per the
 /// shorter of the two timeouts), or, on a connection that has sent nothing
 /// yet, for `opts.header_read_timeout` (a socket that never speaks is a
-/// slowloris too), or until it has moved less than `opts.answer_min_rate`
+/// slowloris too), or until it has taken less than `opts.answer_min_rate`
 /// ([`Behind`]) over a whole `idle_timeout` while a write to it waited.
 pub(crate) async fn until_idle<E: std::fmt::Display>(
     conn: impl Future<Output = Result<(), E>>,
@@ -74,8 +74,8 @@ pub(crate) async fn until_idle<E: std::fmt::Display>(
 }
 
 /// What the looks of [`until_idle`] saw of a client that a write waits for:
-/// since when a write waited at every look, and how many bytes had moved
-/// either way by then.
+/// since when a write waited at every look, and how many bytes the client
+/// had taken by then.
 #[derive(Debug, Default)]
 struct Behind {
     since: Option<(tokio::time::Instant, u64)>,
@@ -83,18 +83,18 @@ struct Behind {
 
 impl Behind {
     /// Whether the client is behind: over a whole `idle_timeout` (or up to
-    /// a look more) a write to it waited at every look, and fewer bytes
-    /// than `answer_min_rate` a second of it moved either way. A client
-    /// waiting on the proxy (an upstream still answering) has no write
-    /// waiting, and is never behind; one still sending its request at the
-    /// rate (an HTTP/1.1 client reads its answer once its upload is done)
-    /// is not behind either.
+    /// a look more) a write to it waited at every look, and it took fewer
+    /// bytes than `answer_min_rate` a second of it. A client waiting on the
+    /// proxy (an upstream still answering) has no write waiting, and is
+    /// never behind. What the client sends does not count: an HTTP/2
+    /// client could send frames at the rate while it reads nothing, and
+    /// the HTTP/1.1 server reads nothing while it writes an answer.
     fn look(&mut self, activity: &Activity, now: tokio::time::Instant, opts: ServerOptions) -> bool {
         if opts.answer_min_rate == 0 || !activity.write_waits.load(Ordering::Relaxed) {
             self.since = None;
             return false;
         }
-        let taken = activity.bytes.load(Ordering::Relaxed);
+        let taken = activity.written.load(Ordering::Relaxed);
         let Some((since, then)) = self.since else {
             self.since = Some((now, taken));
             return false;
@@ -114,7 +114,7 @@ impl Behind {
 
 /// Whether bytes have moved on a connection since the idle watch
 /// ([`until_idle`]) last looked, whether the client has sent any yet, how
-/// many have moved either way, and whether a write to it waits.
+/// many it has taken, and whether a write to it waits.
 ///
 /// A flag, not a time: the socket is read and written several times a
 /// request, and a clock read on each was two of the thirteen a proxied
@@ -124,8 +124,8 @@ impl Behind {
 pub(crate) struct Activity {
     moved: AtomicBool,
     read_any: AtomicBool,
-    /// Bytes read from the client and written to it.
-    bytes: AtomicU64,
+    /// Bytes written to the client.
+    written: AtomicU64,
     /// Whether the last write found the client's socket full.
     write_waits: AtomicBool,
 }
@@ -141,7 +141,7 @@ impl Activity {
             Poll::Ready(Ok(n)) => {
                 if *n > 0 {
                     self.touch();
-                    self.bytes.fetch_add(*n as u64, Ordering::Relaxed);
+                    self.written.fetch_add(*n as u64, Ordering::Relaxed);
                 }
                 self.write_waits.store(false, Ordering::Relaxed);
             }
@@ -179,11 +179,9 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.io).poll_read(cx, buf);
-        let read = buf.filled().len().saturating_sub(before);
-        if read > 0 {
+        if buf.filled().len() > before {
             self.activity.touch();
             self.activity.read_any.store(true, Ordering::Relaxed);
-            self.activity.bytes.fetch_add(read as u64, Ordering::Relaxed);
         }
         polled
     }
@@ -297,14 +295,14 @@ mod tests {
         // No write waits (the client waits on an upstream): never behind.
         assert!(!behind.look(&activity, at(100), opts));
         activity.write_waits.store(true, Ordering::Relaxed);
-        // 2,000 bytes a second either way (say its upload): not behind.
+        // It takes 2,000 bytes a second: not behind.
         for s in 0..=16 {
             assert!(!behind.look(&activity, at(100 + s), opts), "behind at {s} s");
-            activity.bytes.fetch_add(2000, Ordering::Relaxed);
+            activity.written.fetch_add(2000, Ordering::Relaxed);
         }
         // 500 a second: behind once a whole period has passed.
         let behind_at = (17..40).find(|&s| {
-            activity.bytes.fetch_add(500, Ordering::Relaxed);
+            activity.written.fetch_add(500, Ordering::Relaxed);
             behind.look(&activity, at(100 + s), opts)
         });
         assert!(behind_at.is_some_and(|s| (24..=26).contains(&s)), "behind at {behind_at:?}");
