@@ -1,12 +1,12 @@
 //! HTTP/2 to `h2c://` (prior knowledge) and `h2://` (TLS, ALPN `h2`)
-//! endpoints: a few
-//! multiplexed connections per endpoint, each driven by the `h2` crate on a
-//! task of its own. A request takes the open connection with
-//! the fewest streams, a new one being opened when every open one carries
-//! [`STREAMS`] already, up to the endpoint's connection cap; the streams
-//! beyond that, or beyond the server's stream limit, wait at the
-//! connection's gate ([`Gate`]) before `h2` is given them. Bodies and trailers go both ways as frames, so gRPC's
-//! streaming calls and its status in trailers pass as they are.
+//! endpoints: a few multiplexed connections per endpoint, each driven by
+//! the `h2` crate on a task of its own. A request takes the open connection
+//! with the fewest streams, a new one being opened when every open one
+//! carries [`STREAMS`] already, up to the endpoint's connection cap; the
+//! streams beyond that, or beyond the server's stream limit, wait at the
+//! connection's gate (`Gate`) before `h2` is given them. Bodies and
+//! trailers go both ways as frames, so gRPC's streaming calls and its
+//! status in trailers pass as they are.
 //!
 //! Why `h2` here and not the proxy's own exchange ([`super::exchange`]):
 //! HTTP/2's framing, flow control and stream states are what `h2` is made
@@ -354,7 +354,7 @@ impl H2 {
     }
 
     /// Waits, up to `queue` (and not past `deadline`), for a place among
-    /// the connection's open streams ([`Gate`]), then sends `out`'s head on
+    /// the connection's open streams (its `Gate`), then sends `out`'s head on
     /// the reserved stream: a wait for the endpoint's capacity (as for an
     /// HTTP/1 connection from the pool), not the attempt's time, and never
     /// held against the endpoint. A stream that `h2` still holds back (a
