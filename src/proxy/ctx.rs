@@ -13,6 +13,7 @@ use http::{HeaderValue, Method, Uri, Version};
 
 use super::error::ProxyError;
 use super::locate::Plan;
+use crate::config::settings::Settings;
 use crate::http1::rules::{RuleFields, Rules, PICKS};
 use crate::ids::{Decoded, Format};
 use crate::outcome::Outcome;
@@ -29,6 +30,8 @@ pub(super) struct Ctx<'t> {
     pub(super) table: &'t Table,
     /// The connection it came on.
     pub(super) conn: ConnInfo,
+    /// How far its sender is trusted, judged once by `table`.
+    pub(super) sender: Sender,
     /// How it came.
     pub(super) arrival: Arrival,
     /// What became of it.
@@ -41,6 +44,34 @@ pub(super) struct Ctx<'t> {
     /// How it passed its unit's hold on this instance: released into
     /// `table`, it is placed by this table, whatever epoch a peer sent.
     pub(super) held: super::hold::Passed,
+}
+
+/// How far a request's sender is trusted, by the table's settings: the one
+/// place that judges a connection's address and certificate.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Sender {
+    /// An authenticated peer shardgate (a verified client certificate on a
+    /// listener that asks for one, else an address in `mesh.trusted_peers`):
+    /// its mesh headers are honoured.
+    pub(super) peer: bool,
+    /// A trusted hop (`server.trusted_hops`): its `Forwarded` and
+    /// `X-Forwarded-*` fields are kept.
+    pub(super) hop: bool,
+}
+
+impl Sender {
+    /// `conn`'s sender, judged by `settings`.
+    pub(super) fn of(conn: &ConnInfo, settings: &Settings) -> Sender {
+        Sender {
+            peer: conn.is_mesh_peer(&settings.mesh.trusted_peers),
+            hop: settings.server.trusted_hops.iter().any(|c| c.contains(conn.peer.ip())),
+        }
+    }
+
+    /// Whether its trace context decides sampling: a peer's or a trusted hop's.
+    pub(super) fn traced(self) -> bool {
+        self.peer || self.hop
+    }
 }
 
 /// What is kept of a request for its answer and its log line.

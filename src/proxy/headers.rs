@@ -71,8 +71,7 @@ pub(super) fn to_upstream(
     };
     let chunked = !body.is_end_stream() && body.size_hint().exact().is_none();
     remove_hop_by_hop(&mut parts.headers, upgrade);
-    let trusted = settings.server.trusted_hops.iter().any(|c| c.contains(conn.peer.ip()));
-    let origin = Origin { peer: conn.peer.ip(), trusted, tls: conn.tls, host };
+    let origin = Origin { peer: conn.peer.ip(), trusted: ctx.sender.hop, tls: conn.tls, host };
     let added = forwarded(&mut parts.headers, origin, ctx.arrival.id_to_add(), via.for_version(parts.version));
     // A body of unknown length (chunked from the client, or HTTP/2 without
     // content-length) goes upstream chunked, whatever the method: without

@@ -68,7 +68,7 @@ use crate::server::{Answer, AnswerBody, ConnInfo, Drain, Handler};
 use crate::telemetry::traces::{TraceSettings, Traces};
 use crate::upstream::{ClientSettings, Health, RequestBody, Upstreams};
 
-use ctx::{Arrival, Ctx, Journal};
+use ctx::{Arrival, Ctx, Journal, Sender};
 use error::ProxyError;
 use forward::{Leg, Reach};
 pub use locate::Plan;
@@ -224,8 +224,9 @@ impl Proxy {
             // gRPC is carried over HTTP/2 only.
             grpc: is_call(head),
         };
-        let journal = Journal { trace: self.server_span(head, &conn, table), ..Journal::default() };
-        let mut ctx = Ctx { table, conn, arrival, journal, hops: 0, relayed: false, held };
+        let sender = Sender::of(&conn, table.settings());
+        let journal = Journal { trace: self.server_span(head, sender), ..Journal::default() };
+        let mut ctx = Ctx { table, conn, sender, arrival, journal, hops: 0, relayed: false, held };
         let result = match refused {
             Some(e) => Err(e),
             None => self.route(&mut ctx, head, body).await,
@@ -249,31 +250,20 @@ impl Proxy {
 
     /// The request's server span, when traces are on; the client's
     /// sampled flag is followed from a mesh peer or a trusted hop only.
-    fn server_span(
-        &self,
-        head: &Parts,
-        conn: &ConnInfo,
-        table: &Table,
-    ) -> Option<Box<crate::telemetry::traces::TraceSpan>> {
+    fn server_span(&self, head: &Parts, sender: Sender) -> Option<Box<crate::telemetry::traces::TraceSpan>> {
         let traces = self.shared.traces.as_ref()?;
-        let settings = table.settings();
-        let trusted = conn.is_mesh_peer(&settings.mesh.trusted_peers)
-            || settings.server.trusted_hops.iter().any(|c| c.contains(conn.peer.ip()));
-        Some(Box::new(traces.server(&head.method, &head.headers, trusted)))
+        Some(Box::new(traces.server(&head.method, &head.headers, sender.traced())))
     }
 
-    /// Whether `conn` is an authenticated peer shardgate; from anyone else
-    /// the mesh headers are removed (and `Forwarded`, unless from a trusted hop).
-    fn trust(head: &mut Parts, conn: &ConnInfo, table: &Table) -> bool {
-        let settings = table.settings();
-        let from_peer = conn.is_mesh_peer(&settings.mesh.trusted_peers);
-        if !from_peer {
-            let trusted_hop = settings.server.trusted_hops.iter().any(|c| c.contains(conn.peer.ip()));
-            if mesh::strip_from_request(&mut head.headers, trusted_hop) {
-                tracing::debug!(peer = %conn.peer, "mesh headers from a client that is not an authenticated peer removed");
-            }
+    /// Whether the request came from an authenticated peer shardgate; from
+    /// anyone else the mesh headers are removed (and `Forwarded`, unless
+    /// from a trusted hop).
+    fn trust(head: &mut Parts, ctx: &Ctx<'_>) -> bool {
+        let Sender { peer, hop } = ctx.sender;
+        if !peer && mesh::strip_from_request(&mut head.headers, hop) {
+            tracing::debug!(peer = %ctx.conn.peer, "mesh headers from a client that is not an authenticated peer removed");
         }
-        from_peer
+        peer
     }
 
     /// The request's id and whether it is fresh: the client's when it sent
@@ -313,7 +303,7 @@ impl Proxy {
         body: RequestBody,
     ) -> Result<Response<AnswerBody>, ProxyError> {
         let table = ctx.table;
-        let from_peer = Self::trust(parts, &ctx.conn, table);
+        let from_peer = Self::trust(parts, ctx);
         headers::admit(parts, table.settings())?;
         let relay = mesh::Relay::take(&mut parts.headers, &self.me.node);
         let served_here = relay.served_here(table);
