@@ -131,17 +131,16 @@ struct Gate {
 }
 
 impl Gate {
-    /// A place among `send`'s open streams, waited for until `by`, which
-    /// `until` gives (and the clock is read) only when it must wait;
+    /// A place among `send`'s open streams, waited for within `limit`;
     /// `false`: none came. Calls that find others waiting wait behind them.
-    async fn pass(&self, send: &SendRequest<Bytes>, by: &mut Option<Instant>, until: impl Fn() -> Instant) -> bool {
+    async fn pass(&self, send: &SendRequest<Bytes>, limit: &mut Limit) -> bool {
         if self.waiting.load(Ordering::Acquire) == 0 && self.take(send) {
             return true;
         }
         self.waiting.fetch_add(1, Ordering::AcqRel);
         // Counted out however the wait ends, its call dropped included.
         let _waiting = Waiting(&self.waiting);
-        self.wait(send, by, until).await
+        self.wait(send, limit).await
     }
 
     /// Waits for a place. A call looks for one only once woken (a place
@@ -150,7 +149,7 @@ impl Gate {
     /// take the place freed for one of them. A place freed between the
     /// fast path's look and this wait leaves its wake-up stored, and it
     /// comes at once.
-    async fn wait(&self, send: &SendRequest<Bytes>, by: &mut Option<Instant>, until: impl Fn() -> Instant) -> bool {
+    async fn wait(&self, send: &SendRequest<Bytes>, limit: &mut Limit) -> bool {
         let mut woken = false;
         loop {
             // Listening before looking: a place freed in between wakes it.
@@ -160,7 +159,7 @@ impl Gate {
             if woken && self.take(send) {
                 return true;
             }
-            let until = *by.get_or_insert_with(&until);
+            let until = limit.end();
             let now = Instant::now();
             if now >= until {
                 return false;
@@ -179,6 +178,23 @@ impl Gate {
     fn leave(&self) {
         self.open.fetch_sub(1, Ordering::AcqRel);
         self.freed.notify_one();
+    }
+}
+
+/// One limit for all of a call's waits: `queue` from when the first of them
+/// begins (the clock is read only when a call must wait), never past
+/// `deadline`.
+#[derive(Debug)]
+struct Limit {
+    queue: Duration,
+    deadline: Instant,
+    end: Option<Instant>,
+}
+
+impl Limit {
+    fn end(&mut self) -> Instant {
+        let (queue, deadline) = (self.queue, self.deadline);
+        *self.end.get_or_insert_with(|| (Instant::now() + queue).min(deadline))
     }
 }
 
@@ -372,10 +388,8 @@ impl H2 {
             Ok(head) => head,
             Err(e) => return Err(Unopened::Failed(e)),
         };
-        // One limit for every wait below, read off the clock when the first one begins.
-        let until = move || (Instant::now() + queue).min(deadline);
-        let mut by = None;
-        if !link.gate.pass(&link.send, &mut by, until).await {
+        let mut limit = Limit { queue, deadline, end: None };
+        if !link.gate.pass(&link.send, &mut limit).await {
             return Err(Unopened::Pending(Some(body)));
         }
         stream.passed = Some(Arc::clone(&link.gate));
@@ -401,8 +415,7 @@ impl H2 {
         // connection error meanwhile is the answer's to tell (a GOAWAY may
         // or may not have left the stream out).
         let mut taken = std::pin::pin!(send.ready());
-        if taken.as_mut().now_or_never().is_none()
-            && tokio::time::timeout_at((*by.get_or_insert_with(until)).into(), taken).await.is_err()
+        if taken.as_mut().now_or_never().is_none() && tokio::time::timeout_at(limit.end().into(), taken).await.is_err()
         {
             // Dropped, `h2` still sends its head once a stream ends, then
             // resets it: the server may see it, and nothing sends it again.
