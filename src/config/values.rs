@@ -165,6 +165,14 @@ impl Upstream {
         self.uri.host().unwrap_or("").trim_start_matches('[').trim_end_matches(']')
     }
 
+    /// How reports name it: its URL, then the name it was found by, if any.
+    pub fn shown(&self) -> String {
+        match &self.server_name {
+            Some(name) => format!("{} ({name})", self.uri),
+            None => self.uri.to_string(),
+        }
+    }
+
     /// Whether it names its host, rather than giving an address.
     pub fn is_named(&self) -> bool {
         self.server_name.is_none() && self.bare_host().parse::<IpAddr>().is_err()

@@ -62,8 +62,8 @@ impl<'t> Target<'t> {
 }
 
 /// Where a request whose failover `chain` (the owner first) ends in the
-/// region to try goes. Endpoints in `tried` (failed earlier for this
-/// request) do not count. When the last region of the chain has no usable
+/// region to try goes. Endpoints in `tried` (by their
+/// [`Upstream::pool_key`]: failed earlier for this request) do not count. When the last region of the chain has no usable
 /// endpoint, its failover region is appended and tried in turn, if
 /// `can_fail_over`.
 pub fn dispatch<'t>(
@@ -71,10 +71,10 @@ pub fn dispatch<'t>(
     health: &Health,
     chain: &mut Chain,
     can_fail_over: bool,
-    tried: &[&Uri],
+    tried: &[&str],
 ) -> Result<Target<'t>, ProxyError> {
     let owner = chain.first().copied().unwrap_or(RegionId(0));
-    let usable = |u: &Upstream| !tried.contains(&&u.uri) && health.usable(&u.uri);
+    let usable = |u: &Upstream| !tried.contains(&&*u.pool_key) && health.usable(&u.pool_key);
     while let Some(&id) = chain.last() {
         let region = table.region(id);
         let limits = table.upstream_of(id).limits;
@@ -125,10 +125,8 @@ routes: []
     fn health(t: &Table, down: &[&str]) -> Health {
         let h = Health::default();
         h.track_table(t);
-        for uri in down {
-            if let Ok(u) = uri.parse::<Uri>() {
-                h.record(&u, true, 1, Duration::from_secs(60));
-            }
+        for key in down {
+            h.record(key, true, 1, Duration::from_secs(60));
         }
         h
     }
@@ -149,7 +147,7 @@ routes: []
         assert_eq!((target.region.name.as_str(), target.via_peer), ("eu", true));
         assert_eq!(chain.as_slice(), [kz, eu]);
         // Tried endpoints count as down; a write that may not fail over gets 503.
-        let tried = [&t.region(kz).upstreams[0].uri];
+        let tried = [&*t.region(kz).upstreams[0].pool_key];
         let err = dispatch(&t, &health(&t, &[]), &mut Chain::from_slice(&[kz]), false, &tried);
         assert!(matches!(err, Err(ProxyError::RegionUnavailable { region }) if region == "kz"));
         Ok(())

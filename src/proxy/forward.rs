@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use http::request::Parts;
 use http::uri::PathAndQuery;
-use http::{header, HeaderMap, Response, Uri};
+use http::{header, HeaderMap, Response};
 
 use super::ctx::Journal;
 use super::dispatch::{dispatch, Chain, Target};
@@ -159,7 +159,7 @@ pub(super) async fn forward<'t>(
     let mut body = Some(body);
     let mut deposited = false;
     journal.upstream_started = Some(Instant::now());
-    let mut tried: Vec<&'t Uri> = Vec::new();
+    let mut tried: Vec<&'t str> = Vec::new();
     let mut last = None;
     let mut fence = Fence { used: false };
     loop {
@@ -175,7 +175,7 @@ pub(super) async fn forward<'t>(
         let Some((at, endpoint, admit)) = reach.upstreams.pick(target.candidates(), &tried, reach.health) else {
             // Health changed since dispatch looked (another request took a
             // half-open endpoint's trial): count the region as tried.
-            tried.extend(target.endpoints.iter().map(|e| &e.uri));
+            tried.extend(target.endpoints.iter().map(|e| &*e.pool_key));
             continue;
         };
         let to_peer = peer_headers(reach.node, &leg, &target, &parts.headers)?;
@@ -199,13 +199,13 @@ pub(super) async fn forward<'t>(
                 span_ends(traced.as_deref(), Ok(resp.status().as_u16()));
                 // A peer with a newer epoch for the unit names its owner: once, there.
                 let Some(again) = fence.redirect(&resp, replay, &mut leg) else { return Ok(resp) };
-                tried.push(&endpoint.uri);
+                tried.push(&endpoint.pool_key);
                 body = Some(again);
                 continue;
             }
             Err(f) => f,
         };
-        tried.push(&endpoint.uri);
+        tried.push(&endpoint.pool_key);
         let error = ProxyError::from_attempt(failure.error, &target.region.name);
         span_ends(traced.as_deref(), Err(error.reason()));
         body = Some(match failure.unsent {

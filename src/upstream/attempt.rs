@@ -11,7 +11,7 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
-use http::{Response, Uri};
+use http::Response;
 
 use super::balance::{self, Candidates};
 use super::body::{BodyPhase, BodyWatch, Pace, UpstreamBody};
@@ -180,7 +180,7 @@ impl Upstreams {
     pub fn pick<'e>(
         &self,
         candidates: Candidates<'e>,
-        tried: &[&Uri],
+        tried: &[&str],
         health: &Health,
     ) -> Option<(usize, &'e Upstream, Admit)> {
         balance::pick(candidates, &self.cursor, tried, health)
@@ -204,7 +204,7 @@ impl Upstreams {
         // `a`, and with it the endpoint's admission (a trial request's), is
         // held until the attempt ends.
         let endpoint = a.endpoint;
-        let record = |failed: bool| health.record(&endpoint.uri, failed, s.policy.eject_after, s.policy.eject_for);
+        let record = |failed: bool| health.record(&endpoint.pool_key, failed, s.policy.eject_after, s.policy.eject_for);
         let watch = body.watch();
         if is_h2(endpoint.uri.scheme_str()) {
             // Boxed: its state (hyper's) would otherwise widen every HTTP/1 attempt's future.

@@ -22,7 +22,6 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use http::Uri;
 use rand::Rng;
 
 use super::health::{Admit, Health};
@@ -47,7 +46,7 @@ pub struct Candidates<'e> {
 pub fn pick<'e>(
     c: Candidates<'e>,
     cursor: &AtomicUsize,
-    tried: &[&Uri],
+    tried: &[&str],
     health: &Health,
 ) -> Option<(usize, &'e Upstream, Admit)> {
     let n = c.endpoints.len();
@@ -56,10 +55,10 @@ pub fn pick<'e>(
     }
     let admit = |i: usize| -> Option<(usize, &'e Upstream, Admit)> {
         let e = &c.endpoints[i];
-        if tried.contains(&&e.uri) {
+        if tried.contains(&&*e.pool_key) {
             return None;
         }
-        match health.admit(&e.uri) {
+        match health.admit(&e.pool_key) {
             Admit::No => None,
             admit => Some((i, e, admit)),
         }

@@ -9,7 +9,11 @@
 //! a failed trial ejects it again. Turning active checks off also brings
 //! back the endpoints they held down, since nothing would check them again.
 //!
-//! State is keyed by endpoint URI and survives table reloads; the map is
+//! State is keyed by the endpoint's connection key ([`Upstream::pool_key`]:
+//! its URL, and for an address found by DNS the name it was found by), so
+//! two names on one address (two virtual hosts behind one balancer, each
+//! region's) keep health apart: one failing leaves the other in service.
+//! It survives table reloads; the map is
 //! replaced (never locked) when the table names new endpoints or no longer
 //! names old ones (a reload, an address DNS dropped). An endpoint no table
 //! names is forgotten at once when it is healthy (it has nothing to keep),
@@ -23,7 +27,6 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use http::Uri;
 
 use super::connect::Connector;
 use crate::ids::{Clock, SystemClock};
@@ -35,6 +38,8 @@ use crate::routing::{RegionId, Upstream};
 pub struct EndpointState {
     /// Region name (for reports), as of the table that added the endpoint.
     pub region: String,
+    /// The endpoint, as reports name it ([`Upstream::shown`]).
+    pub endpoint: String,
     up: AtomicBool,
     streak_ok: AtomicU32,
     streak_fail: AtomicU32,
@@ -47,9 +52,10 @@ pub struct EndpointState {
 }
 
 impl EndpointState {
-    fn new(region: &str) -> Self {
+    fn new(region: &str, endpoint: String) -> Self {
         EndpointState {
             region: region.to_string(),
+            endpoint,
             up: AtomicBool::new(true),
             streak_ok: AtomicU32::new(0),
             streak_fail: AtomicU32::new(0),
@@ -89,26 +95,23 @@ impl EndpointState {
 /// kept after the table stopped naming it.
 pub const FORGET_AFTER: Duration = Duration::from_secs(300);
 
-/// Endpoint states by URI. Looked up several times per request, so hashed
-/// with FxHash (the keys come from the operator's table, not from clients).
-type EndpointMap = HashMap<Uri, Arc<EndpointState>, rustc_hash::FxBuildHasher>;
-
-/// A change of an endpoint's state, reported to the observer.
-pub type Observer = Arc<dyn Fn(&str, &Uri, bool) + Send + Sync>;
+/// Endpoint states by [`Upstream::pool_key`]. Looked up several times per
+/// request, so hashed with FxHash (the keys come from the operator's table
+/// and its names' DNS answers, not from clients).
+type EndpointMap = HashMap<Arc<str>, Arc<EndpointState>, rustc_hash::FxBuildHasher>;
 
 /// Health of all endpoints.
 ///
 /// Most of the time every endpoint is fine, so three counters, changed only
 /// on state transitions, let [`Health::usable`] and [`Health::record`] skip
-/// the per-endpoint lookup (hashing a URI) until something goes wrong. They
+/// the per-endpoint lookup (hashing its key) until something goes wrong. They
 /// are exact, not estimates: each counter moves on the atomic transition it
 /// counts, and a state leaves the map only after its transitions back to
 /// clean are counted (`Health::settle`).
 pub struct Health {
     states: ArcSwap<EndpointMap>,
     /// Endpoints kept after the table stopped naming them, and since when.
-    unnamed: std::sync::Mutex<HashMap<Uri, Instant>>,
-    observer: Option<Observer>,
+    unnamed: std::sync::Mutex<HashMap<Arc<str>, Instant>>,
     /// Endpoints the active checks hold down.
     down: AtomicU32,
     /// Endpoints with passive failures counted and not yet cleared.
@@ -152,42 +155,31 @@ impl std::fmt::Debug for Health {
 
 impl Default for Health {
     fn default() -> Self {
-        Health::new(None)
-    }
-}
-
-impl Health {
-    /// Health state with an observer called on every up/down change
-    /// (region, endpoint, up) — the metrics hook.
-    pub fn with_observer(observer: Observer) -> Self {
-        Health::new(Some(observer))
-    }
-
-    fn new(observer: Option<Observer>) -> Self {
         Health {
             states: ArcSwap::from_pointee(EndpointMap::default()),
             unnamed: std::sync::Mutex::default(),
-            observer,
             down: AtomicU32::new(0),
             failing: AtomicU32::new(0),
             held: AtomicU32::new(0),
             active: AtomicBool::new(true),
         }
     }
+}
 
+impl Health {
     /// No endpoint is down or ejected right now, so every one is usable.
     fn all_clear(&self) -> bool {
         self.down.load(Ordering::Relaxed) == 0 && self.held.load(Ordering::Relaxed) == 0
     }
 
-    /// Whether `uri` may receive traffic now: up and not ejected, or a
-    /// half-open endpoint whose trial slot is free. Unknown endpoints are
-    /// usable.
-    pub fn usable(&self, uri: &Uri) -> bool {
+    /// Whether the endpoint `key` ([`Upstream::pool_key`]) may receive
+    /// traffic now: up and not ejected, or a half-open endpoint whose trial
+    /// slot is free. Unknown endpoints are usable.
+    pub fn usable(&self, key: &str) -> bool {
         if self.all_clear() {
             return true;
         }
-        match self.states.load().get(uri) {
+        match self.states.load().get(key) {
             Some(s) => s.is_up() && (!s.is_held() || self.half_open(s) && !s.trial.load(Ordering::Relaxed)),
             None => true,
         }
@@ -199,14 +191,14 @@ impl Health {
         !self.active.load(Ordering::Relaxed) && !s.is_ejected(SystemClock.unix_millis())
     }
 
-    /// Claims `uri` for one request: [`Admit::Trial`] when it is the trial
-    /// request of a half-open endpoint (only one at a time).
-    pub fn admit(&self, uri: &Uri) -> Admit {
+    /// Claims the endpoint `key` for one request: [`Admit::Trial`] when it
+    /// is the trial request of a half-open endpoint (only one at a time).
+    pub fn admit(&self, key: &str) -> Admit {
         if self.all_clear() {
             return Admit::Yes;
         }
         let states = self.states.load();
-        let Some(s) = states.get(uri) else { return Admit::Yes };
+        let Some(s) = states.get(key) else { return Admit::Yes };
         if !s.is_up() {
             return Admit::No;
         }
@@ -219,13 +211,13 @@ impl Health {
         Admit::No
     }
 
-    /// Every known endpoint: (region, uri, up, ejected).
+    /// Every known endpoint: (region, endpoint, up, ejected).
     pub fn report(&self) -> Vec<(String, String, bool, bool)> {
         let mut out: Vec<_> = self
             .states
             .load()
-            .iter()
-            .map(|(uri, s)| (s.region.clone(), uri.to_string(), s.is_up(), s.is_held()))
+            .values()
+            .map(|s| (s.region.clone(), s.endpoint.clone(), s.is_up(), s.is_held()))
             .collect();
         out.sort();
         out
@@ -245,21 +237,21 @@ impl Health {
     /// [`Health::track_table`] at `now`.
     fn track_at(&self, table: &crate::routing::Table, now: Instant) {
         let current = self.states.load();
-        let mut named: HashMap<&Uri, &str> = HashMap::new();
+        let mut named: HashMap<&str, (&Upstream, &str)> = HashMap::new();
         for (i, region) in table.regions().iter().enumerate() {
             let peers = table.peers(RegionId(u16::try_from(i).unwrap_or(u16::MAX)));
             for up in region.upstreams.iter().chain(peers) {
-                named.entry(&up.uri).or_insert(&region.name);
+                named.entry(&up.pool_key).or_insert((up, &region.name));
             }
         }
-        let missing: Vec<_> = named.iter().filter(|(uri, _)| !current.contains_key(**uri)).collect();
+        let missing: Vec<_> = named.iter().filter(|(key, _)| !current.contains_key(**key)).map(|(_, v)| v).collect();
         let mut unnamed = self.unnamed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        unnamed.retain(|uri, _| !named.contains_key(uri));
+        unnamed.retain(|key, _| !named.contains_key(&**key));
         let mut forget = Vec::new();
-        for (uri, s) in current.iter().filter(|(uri, _)| !named.contains_key(uri)) {
-            let since = *unnamed.entry(uri.clone()).or_insert(now);
+        for (key, s) in current.iter().filter(|(key, _)| !named.contains_key(&***key)) {
+            let since = *unnamed.entry(Arc::clone(key)).or_insert(now);
             if s.is_clean() || now.saturating_duration_since(since) >= FORGET_AFTER {
-                forget.push(uri);
+                forget.push(key);
             }
         }
         if missing.is_empty() && forget.is_empty() {
@@ -267,15 +259,13 @@ impl Health {
         }
         let mut next: EndpointMap = (**current).clone();
         let mut gone = Vec::new();
-        for uri in forget {
-            unnamed.remove(uri);
-            gone.extend(next.remove(uri));
+        for key in forget {
+            unnamed.remove(key);
+            gone.extend(next.remove(key));
         }
-        for (uri, region) in missing {
-            if let Some(o) = &self.observer {
-                o(region, uri, true);
-            }
-            next.entry((*uri).clone()).or_insert_with(|| Arc::new(EndpointState::new(region)));
+        for (up, region) in missing {
+            let state = || Arc::new(EndpointState::new(region, up.shown()));
+            next.entry(Arc::clone(&up.pool_key)).or_insert_with(state);
         }
         self.states.store(Arc::new(next));
         // Settled once no new lookup finds them.
@@ -299,22 +289,22 @@ impl Health {
         self.clear_failures(s);
     }
 
-    /// Passive health: the outcome of a real request to `uri`, judged by
+    /// Passive health: the outcome of a real request to the endpoint `key`, judged by
     /// what the upstream did (the caller never counts a client's fault). A
     /// failure counts against it; `eject_after` in a row eject it for
     /// `eject_for` (0 disables ejection). The outcome of a half-open trial
     /// re-admits the endpoint or ejects it again.
-    pub fn record(&self, uri: &Uri, failed: bool, eject_after: u32, eject_for: Duration) {
+    pub fn record(&self, key: &str, failed: bool, eject_after: u32, eject_for: Duration) {
         if !failed && self.failing.load(Ordering::Relaxed) == 0 && self.held.load(Ordering::Relaxed) == 0 {
             return;
         }
         let states = self.states.load();
-        let Some(s) = states.get(uri) else { return };
+        let Some(s) = states.get(key) else { return };
         if s.is_held() {
             if failed {
-                self.eject(uri, s, eject_for, "trial request failed");
+                self.eject(s, eject_for, "trial request failed");
             } else {
-                self.readmit(uri, s, "trial request succeeded");
+                self.readmit(s, "trial request succeeded");
             }
             return;
         }
@@ -328,31 +318,25 @@ impl Health {
         }
         if eject_after > 0 && n >= eject_after {
             self.clear_failures(s);
-            self.eject(uri, s, eject_for, "consecutive failures");
+            self.eject(s, eject_for, "consecutive failures");
         }
     }
 
     /// Holds `s` out for `eject_for`, and until a check or trial re-admits it.
-    fn eject(&self, uri: &Uri, s: &EndpointState, eject_for: Duration, why: &'static str) {
+    fn eject(&self, s: &EndpointState, eject_for: Duration, why: &'static str) {
         let until = SystemClock.unix_millis().saturating_add(u64::try_from(eject_for.as_millis()).unwrap_or(u64::MAX));
         s.ejected_until_ms.store(until, Ordering::Relaxed);
         if !s.held.swap(true, Ordering::Relaxed) {
             self.held.fetch_add(1, Ordering::Relaxed);
         }
-        tracing::warn!(endpoint = %uri, region = %s.region, ?eject_for, why, "endpoint ejected");
-        if let Some(o) = &self.observer {
-            o(&s.region, uri, false);
-        }
+        tracing::warn!(endpoint = %s.endpoint, region = %s.region, ?eject_for, why, "endpoint ejected");
     }
 
     /// Lets a held endpoint receive traffic again.
-    fn readmit(&self, uri: &Uri, s: &EndpointState, why: &'static str) {
+    fn readmit(&self, s: &EndpointState, why: &'static str) {
         if s.held.swap(false, Ordering::Relaxed) {
             self.held.fetch_sub(1, Ordering::Relaxed);
-            tracing::info!(endpoint = %uri, region = %s.region, why, "ejected endpoint re-admitted");
-            if let Some(o) = &self.observer {
-                o(&s.region, uri, s.is_up());
-            }
+            tracing::info!(endpoint = %s.endpoint, region = %s.region, why, "ejected endpoint re-admitted");
         }
     }
 
@@ -364,14 +348,11 @@ impl Health {
         if !self.active.swap(false, Ordering::Relaxed) {
             return;
         }
-        for (uri, s) in self.states.load().iter() {
+        for s in self.states.load().values() {
             s.streak_fail.store(0, Ordering::Relaxed);
             if !s.up.swap(true, Ordering::Relaxed) {
                 self.down.fetch_sub(1, Ordering::Relaxed);
-                tracing::info!(endpoint = %uri, region = %s.region, "active checks turned off: endpoint back in service");
-                if let Some(o) = &self.observer {
-                    o(&s.region, uri, !s.is_held());
-                }
+                tracing::info!(endpoint = %s.endpoint, region = %s.region, "active checks turned off: endpoint back in service");
             }
         }
     }
@@ -386,11 +367,11 @@ impl Health {
     /// Applies one active check result with rise/fall thresholds. A
     /// successful check re-admits an ejected endpoint whose `eject_for` has
     /// run out.
-    fn apply_check(&self, uri: &Uri, ok: bool, rise: u32, fall: u32) {
+    fn apply_check(&self, key: &str, ok: bool, rise: u32, fall: u32) {
         let states = self.states.load();
-        let Some(s) = states.get(uri) else { return };
+        let Some(s) = states.get(key) else { return };
         if ok && s.is_held() && !s.is_ejected(SystemClock.unix_millis()) {
-            self.readmit(uri, s, "active check succeeded");
+            self.readmit(s, "active check succeeded");
         }
         let changed = if ok {
             s.streak_fail.store(0, Ordering::Relaxed);
@@ -408,10 +389,7 @@ impl Health {
             } else {
                 self.down.fetch_add(1, Ordering::Relaxed);
             }
-            tracing::warn!(endpoint = %uri, region = %s.region, up, "endpoint health changed");
-            if let Some(o) = &self.observer {
-                o(&s.region, uri, up);
-            }
+            tracing::warn!(endpoint = %s.endpoint, region = %s.region, up, "endpoint health changed");
         }
     }
 }
@@ -426,15 +404,17 @@ impl Health {
 /// reload live; an interval of 0 turns checking off. Each check's result
 /// is applied as it comes: a region whose checks wait out a long timeout
 /// delays no other region's (an endpoint is not asked again while its last
-/// check is still out).
+/// check is still out). A table published (a reload, a name's new addresses)
+/// is tracked at once, so its new endpoints' first failures count.
 pub fn spawn_checker(health: Weak<Health>, shared: Weak<SharedTable>, connector: Connector) {
+    let Some(mut published) = shared.upgrade().map(|s| s.changes()) else { return };
     tokio::spawn(async move {
         // When each region (by name) was last checked.
         let mut last: HashMap<String, Instant> = HashMap::new();
         let mut checks = tokio::task::JoinSet::new();
         // The endpoints with a check out, and each check's, by its task.
         let mut busy = std::collections::HashSet::new();
-        let mut out: HashMap<tokio::task::Id, Uri> = HashMap::new();
+        let mut out: HashMap<tokio::task::Id, Arc<str>> = HashMap::new();
         loop {
             let (Some(h), Some(shared)) = (health.upgrade(), shared.upgrade()) else { return };
             h.track(&shared);
@@ -448,7 +428,10 @@ pub fn spawn_checker(health: Weak<Health>, shared: Weak<SharedTable>, connector:
                 out.clear();
                 h.checks_off();
                 drop(h);
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = published.changed() => {}
+                }
                 continue;
             }
             h.active.store(true, Ordering::Relaxed);
@@ -468,10 +451,10 @@ pub fn spawn_checker(health: Weak<Health>, shared: Weak<SharedTable>, connector:
                 let peers = table.peers(id).iter().map(|p| (p, crate::mesh::READY_PATH, false));
                 let backends = region.upstreams.iter().map(|u| (u, cfg.path.as_str(), cfg.grpc));
                 for (up, path, grpc) in backends.chain(peers) {
-                    if busy.insert(up.uri.clone()) {
+                    if busy.insert(Arc::clone(&up.pool_key)) {
                         let task =
                             checks.spawn(check(connector.clone(), up, path, grpc, (cfg.timeout, cfg.rise, cfg.fall)));
-                        out.insert(task.id(), up.uri.clone());
+                        out.insert(task.id(), Arc::clone(&up.pool_key));
                     }
                 }
             }
@@ -482,14 +465,15 @@ pub fn spawn_checker(health: Weak<Health>, shared: Weak<SharedTable>, connector:
             loop {
                 tokio::select! {
                     () = &mut due => break,
+                    Ok(()) = published.changed() => break,
                     Some(done) = checks.join_next_with_id() => {
                         let id = done.as_ref().map_or_else(|e| e.id(), |(id, _)| *id);
-                        if let Some(uri) = out.remove(&id) {
-                            busy.remove(&uri);
+                        if let Some(key) = out.remove(&id) {
+                            busy.remove(&key);
                         }
-                        let Ok((_, (uri, ok, rise, fall))) = done else { continue };
+                        let Ok((_, (key, ok, rise, fall))) = done else { continue };
                         let Some(h) = health.upgrade() else { return };
-                        h.apply_check(&uri, ok, rise, fall);
+                        h.apply_check(&key, ok, rise, fall);
                     }
                 }
             }
@@ -498,16 +482,16 @@ pub fn spawn_checker(health: Weak<Health>, shared: Weak<SharedTable>, connector:
 }
 
 /// One active check of `up` (GET `path`, or the gRPC health service):
-/// its URI, whether it passed, and the thresholds to apply it with.
+/// its key, whether it passed, and the thresholds to apply it with.
 fn check(
     connector: Connector,
     up: &Upstream,
     path: &str,
     grpc: bool,
     (timeout, rise, fall): (Duration, u32, u32),
-) -> impl std::future::Future<Output = (Uri, bool, u32, u32)> + Send + 'static {
-    let uri = up.uri.clone();
-    let target = super::connect::upstream_uri(&uri, path).ok().map(|uri| super::client::Get {
+) -> impl std::future::Future<Output = (Arc<str>, bool, u32, u32)> + Send + 'static {
+    let key = Arc::clone(&up.pool_key);
+    let target = super::connect::upstream_uri(&up.uri, path).ok().map(|uri| super::client::Get {
         uri,
         host: Some(up.host.clone()),
         server_name: up.server_name.clone(),
@@ -520,7 +504,7 @@ fn check(
                 .is_ok_and(|s| s.is_success() || s.is_redirection()),
             None => false,
         };
-        (uri, ok, rise, fall)
+        (key, ok, rise, fall)
     }
 }
 
@@ -531,89 +515,90 @@ pub const USER_AGENT: &str = "shardgate-health";
 mod tests {
     use super::*;
 
-    fn health_with(uris: &[&Uri]) -> Health {
+    fn health_with(keys: &[&str]) -> Health {
         let h = Health::default();
-        let map: EndpointMap = uris.iter().map(|u| ((*u).clone(), Arc::new(EndpointState::new("r")))).collect();
+        let map: EndpointMap =
+            keys.iter().map(|k| (Arc::from(*k), Arc::new(EndpointState::new("r", (*k).to_string())))).collect();
         h.states.store(Arc::new(map));
         h
     }
 
     #[test]
     fn the_fast_path_follows_every_transition() {
-        let (a, b) = (Uri::from_static("http://10.0.0.1:1"), Uri::from_static("http://10.0.0.2:1"));
-        let h = health_with(&[&a, &b]);
-        assert!(h.all_clear() && h.usable(&a) && h.usable(&b));
+        let (a, b) = ("http://10.0.0.1:1", "http://10.0.0.2:1");
+        let h = health_with(&[a, b]);
+        assert!(h.all_clear() && h.usable(a) && h.usable(b));
 
         // Down by active checks (fall 2): only `a` is out, and only while down.
-        h.apply_check(&a, false, 1, 2);
+        h.apply_check(a, false, 1, 2);
         assert!(h.all_clear(), "one failed check is below the fall threshold");
-        h.apply_check(&a, false, 1, 2);
-        assert!(!h.all_clear() && !h.usable(&a) && h.usable(&b));
-        h.apply_check(&a, false, 1, 2);
+        h.apply_check(a, false, 1, 2);
+        assert!(!h.all_clear() && !h.usable(a) && h.usable(b));
+        h.apply_check(a, false, 1, 2);
         assert_eq!(h.down.load(Ordering::Relaxed), 1, "a further failed check changes nothing");
-        h.apply_check(&a, true, 1, 2);
-        assert!(h.all_clear() && h.usable(&a));
+        h.apply_check(a, true, 1, 2);
+        assert!(h.all_clear() && h.usable(a));
 
         // Passive failures: counted once per streak, cleared by a success.
-        h.record(&b, true, 3, Duration::from_secs(60));
-        h.record(&b, true, 3, Duration::from_secs(60));
+        h.record(b, true, 3, Duration::from_secs(60));
+        h.record(b, true, 3, Duration::from_secs(60));
         assert_eq!(h.failing.load(Ordering::Relaxed), 1);
-        h.record(&b, false, 3, Duration::from_secs(60));
+        h.record(b, false, 3, Duration::from_secs(60));
         assert_eq!(h.failing.load(Ordering::Relaxed), 0);
 
         // Ejection: out for eject_for, the streak cleared.
         for _ in 0..3 {
-            h.record(&b, true, 3, Duration::from_secs(60));
+            h.record(b, true, 3, Duration::from_secs(60));
         }
         assert_eq!(h.failing.load(Ordering::Relaxed), 0);
-        assert!(!h.all_clear() && !h.usable(&b) && h.usable(&a));
+        assert!(!h.all_clear() && !h.usable(b) && h.usable(a));
         // Once the ejection has run out it stays out until a check succeeds.
-        expire(&h, &b);
-        assert!(!h.usable(&b) && matches!(h.admit(&b), Admit::No), "no re-admission on a timer alone");
-        h.apply_check(&b, true, 1, 2);
-        assert!(h.all_clear() && h.usable(&b));
+        expire(&h, b);
+        assert!(!h.usable(b) && matches!(h.admit(b), Admit::No), "no re-admission on a timer alone");
+        h.apply_check(b, true, 1, 2);
+        assert!(h.all_clear() && h.usable(b));
     }
 
-    /// Ends `uri`'s ejection period now.
-    fn expire(h: &Health, uri: &Uri) {
-        if let Some(s) = h.states.load().get(uri) {
+    /// Ends `key`'s ejection period now.
+    fn expire(h: &Health, key: &str) {
+        if let Some(s) = h.states.load().get(key) {
             s.ejected_until_ms.store(1, Ordering::Relaxed);
         }
     }
 
     #[test]
     fn without_active_checks_one_trial_request_decides() {
-        let a = Uri::from_static("http://10.0.0.1:1");
-        let h = health_with(&[&a]);
+        let a = "http://10.0.0.1:1";
+        let h = health_with(&[a]);
         h.checks_off();
-        h.record(&a, true, 1, Duration::from_secs(60));
-        assert!(matches!(h.admit(&a), Admit::No), "ejected");
-        expire(&h, &a);
+        h.record(a, true, 1, Duration::from_secs(60));
+        assert!(matches!(h.admit(a), Admit::No), "ejected");
+        expire(&h, a);
         // One trial at a time.
-        let trial = h.admit(&a);
+        let trial = h.admit(a);
         assert!(matches!(trial, Admit::Trial(_)));
-        assert!(matches!(h.admit(&a), Admit::No) && !h.usable(&a));
+        assert!(matches!(h.admit(a), Admit::No) && !h.usable(a));
         // A failed trial ejects it again; a trial dropped without a verdict frees the slot.
-        h.record(&a, true, 1, Duration::from_secs(60));
+        h.record(a, true, 1, Duration::from_secs(60));
         drop(trial);
-        assert!(matches!(h.admit(&a), Admit::No), "ejected again");
-        expire(&h, &a);
-        drop(h.admit(&a));
-        let trial = h.admit(&a);
+        assert!(matches!(h.admit(a), Admit::No), "ejected again");
+        expire(&h, a);
+        drop(h.admit(a));
+        let trial = h.admit(a);
         assert!(matches!(trial, Admit::Trial(_)));
-        h.record(&a, false, 1, Duration::from_secs(60));
+        h.record(a, false, 1, Duration::from_secs(60));
         drop(trial);
-        assert!(h.all_clear() && matches!(h.admit(&a), Admit::Yes));
+        assert!(h.all_clear() && matches!(h.admit(a), Admit::Yes));
     }
 
     #[test]
     fn turning_active_checks_off_brings_endpoints_back() {
-        let a = Uri::from_static("http://10.0.0.1:1");
-        let h = health_with(&[&a]);
-        h.apply_check(&a, false, 1, 1);
-        assert!(!h.usable(&a));
+        let a = "http://10.0.0.1:1";
+        let h = health_with(&[a]);
+        h.apply_check(a, false, 1, 1);
+        assert!(!h.usable(a));
         h.checks_off();
-        assert!(h.all_clear() && h.usable(&a), "nothing would ever check it again");
+        assert!(h.all_clear() && h.usable(a), "nothing would ever check it again");
     }
 
     fn table_of(upstreams: &[&str]) -> Result<crate::routing::Table, crate::config::ConfigErrors> {
@@ -626,16 +611,15 @@ mod tests {
     fn endpoints_the_table_stops_naming_are_forgotten_healthy_at_once_else_later(
     ) -> Result<(), crate::config::ConfigErrors> {
         let (a, b, c, d) = ("http://10.0.0.1:80", "http://10.0.0.2:80", "http://10.0.0.3:80", "http://10.0.0.4:80");
-        let (ua, ub, uc) = (Uri::from_static(a), Uri::from_static(b), Uri::from_static(c));
         let h = Health::default();
         let t0 = Instant::now();
         h.track_at(&table_of(&[a, b, c, d])?, t0);
         assert_eq!(h.report().len(), 4);
         // a down, b ejected, c one passive failure; then the table names d
         // alone (DNS dropped the others).
-        h.apply_check(&ua, false, 1, 1);
-        h.record(&ub, true, 1, Duration::from_secs(60));
-        h.record(&uc, true, 3, Duration::from_secs(60));
+        h.apply_check(a, false, 1, 1);
+        h.record(b, true, 1, Duration::from_secs(60));
+        h.record(c, true, 3, Duration::from_secs(60));
         let counts = |h: &Health| {
             let n = |c: &AtomicU32| c.load(Ordering::Relaxed);
             (n(&h.down), n(&h.held), n(&h.failing))
@@ -647,7 +631,7 @@ mod tests {
         assert_eq!(names(&h).len(), 4, "kept while out");
         // Named again within FORGET_AFTER: the state it went with.
         h.track_at(&table_of(&[a, d])?, t0 + Duration::from_secs(10));
-        assert!(!h.usable(&ua), "a came back healthy");
+        assert!(!h.usable(a), "a came back healthy");
         h.track_at(&only_d, t0 + Duration::from_secs(20));
         // FORGET_AFTER after they went: b and c are gone, and the counters
         // with them; a, which went again later, is kept a while longer.
@@ -660,10 +644,10 @@ mod tests {
         // A healthy endpoint the table drops is forgotten at once; one with
         // a failed check below the fall threshold is kept.
         h.track_at(&table_of(&[a, b])?, t0 + Duration::from_secs(400));
-        h.apply_check(&ub, false, 1, 3);
+        h.apply_check(b, false, 1, 3);
         h.track_at(&table_of(&[a])?, t0 + Duration::from_secs(401));
         assert_eq!(names(&h), [format!("{a}/"), format!("{b}/")]);
-        assert!(h.all_clear() && h.usable(&ua));
+        assert!(h.all_clear() && h.usable(a));
         Ok(())
     }
 }

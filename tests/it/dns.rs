@@ -23,7 +23,8 @@ enum Answer {
 /// A name that the name server never answers.
 const SILENT: &str = "silent.test";
 
-/// A name server on 127.0.0.1 answering `name`'s A question from `answer`
+/// A name server on 127.0.0.1 answering the A question of `name` (and of
+/// every name under it) from `answer`
 /// (TTL 1 s), AAAA with no records, [`SILENT`]'s never, and anything else
 /// NXDOMAIN.
 async fn name_server(name: &'static str, answer: Arc<Mutex<Answer>>) -> Result<SocketAddr, BoxError> {
@@ -55,7 +56,8 @@ async fn counting_name_server(
 }
 
 /// The reply to one query (RFC 1035 §4.1): the question echoed, then the
-/// answers; and whether it was an A question for `name`. None for [`SILENT`].
+/// answers; and whether it was an A question for `name` or a name under it.
+/// None for [`SILENT`].
 fn reply(query: &[u8], name: &str, answer: &Answer) -> Option<(Vec<u8>, bool)> {
     let mut at = 12;
     let mut labels = Vec::new();
@@ -69,7 +71,9 @@ fn reply(query: &[u8], name: &str, answer: &Answer) -> Option<(Vec<u8>, bool)> {
     if labels.join(".") == SILENT {
         return None;
     }
-    let ours = labels.join(".") == name;
+    // `name` and every name under it (a wildcard record).
+    let asked = labels.join(".");
+    let ours = asked == name || asked.strip_suffix(name).is_some_and(|sub| sub.ends_with('.'));
     let (rcode, addrs): (u8, Vec<Ipv4Addr>) = match (ours, answer, qtype) {
         (false, ..) => (3, Vec::new()),
         (true, Answer::Fail, _) => (2, Vec::new()),
@@ -189,5 +193,71 @@ async fn a_name_whose_lookups_go_unanswered_delays_no_other_names_refresh() -> T
     tokio::time::sleep(Duration::from_secs(6)).await;
     let during = asked.load(Ordering::Relaxed) - before;
     assert!(during >= 4, "backends.test was asked {during} times in 6 s: its refresh waited on silent.test's lookups");
+    Ok(())
+}
+
+/// Two regions whose backends are two names of one address (two virtual
+/// hosts behind one balancer): the name that fails is ejected, and the
+/// other, on the same address, stays in service.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_names_on_one_address_keep_their_health_apart() -> TestResult {
+    let (vhosts, _) = support::backend_with(|req| {
+        let host = req.headers().get("host").map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned());
+        let host = host.unwrap_or_default();
+        let status = if host.starts_with("eu.") { 503 } else { 200 };
+        async move {
+            let mut resp = http::Response::new(support::full(host));
+            *resp.status_mut() = http::StatusCode::from_u16(status).unwrap_or_default();
+            resp
+        }
+    })
+    .await?;
+    let kz = support::backend("kz").await?;
+    let dns = name_server("shared.test", Arc::new(Mutex::new(Answer::Addresses(vec![Ipv4Addr::LOCALHOST])))).await?;
+    let port = vhosts.addr.port();
+    let extra = format!(
+        "upstream: {{ dns: {{ servers: [\"{dns}\"], min_ttl: 1s, max_ttl: 2s }}, health: {{ interval: 0s }}, \
+         retries: 0, eject_after: 2, eject_for: 60s }}"
+    );
+    let yaml = support::table(vhosts.addr, kz.addr, vhosts.addr, &extra)
+        .replace(
+            &format!("eu: {{ upstreams: [\"http://{}\"] }}", vhosts.addr),
+            &format!("eu: {{ upstreams: [\"http://eu.shared.test:{port}\"] }}"),
+        )
+        .replace(
+            &format!("us: {{ upstreams: [\"http://{}\"] }}", vhosts.addr),
+            &format!("us: {{ upstreams: [\"http://us.shared.test:{port}\"] }}"),
+        );
+    assert!(yaml.contains("eu.shared.test") && yaml.contains("us.shared.test"), "{yaml}");
+    let p = support::proxy(&yaml).await?;
+    let order = |country: u8| p.url(&format!("/v1/orders/{}", support::iuid(country)));
+    // The endpoint each name was found at, as health reports it: (up, ejected).
+    let found = |region: &str, name: &str| -> Result<Option<(bool, bool)>, BoxError> {
+        let report = support::health_of(&p, region)?;
+        Ok(report.into_iter().find(|(e, ..)| e.ends_with(&format!("({name})"))).map(|(_, up, ej)| (up, ej)))
+    };
+    // Once both names are found (and tracked): us answers.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while found("eu", "eu.shared.test")?.is_none()
+        || found("us", "us.shared.test")?.is_none()
+        || get(&order(1)).await?.status != 200
+    {
+        assert!(Instant::now() < deadline, "the names were never found: {:?}", support::health_of(&p, "us")?);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // eu's virtual host fails until its endpoint is ejected.
+    for _ in 0..4 {
+        assert_eq!(get(&order(49)).await?.status, 503);
+    }
+    assert_eq!(found("eu", "eu.shared.test")?, Some((true, true)), "{:?}", support::health_of(&p, "eu")?);
+    // us, on the same address, is not.
+    for _ in 0..4 {
+        let got = get(&order(1)).await?;
+        assert_eq!(
+            (got.status.as_u16(), String::from_utf8_lossy(&got.body).into_owned()),
+            (200, format!("us.shared.test:{port}"))
+        );
+    }
+    assert_eq!(found("us", "us.shared.test")?, Some((true, false)), "{:?}", support::health_of(&p, "us")?);
     Ok(())
 }
