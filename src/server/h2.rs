@@ -36,14 +36,20 @@ use crate::http1::HOP_BY_HOP;
 use crate::upstream::pipe::pipe;
 use crate::upstream::{RecvBody, RequestBody};
 
-/// A stream's flow-control window, and the connection's.
-const WINDOW: u32 = 1024 * 1024;
+/// A stream's flow-control window: what one request body may hold at the
+/// proxy while its upstream does not take it.
+const WINDOW: u32 = 256 * 1024;
+/// Streams a client may have open at once.
+const MAX_STREAMS: u32 = 200;
+/// The connection's flow-control window: every stream's window, so that a
+/// body its upstream does not take (a region slow to read, an upload waiting
+/// for a connection) holds only its own stream's window, never the other
+/// streams of the connection (a front door carries many clients on one).
+const CONNECTION_WINDOW: u32 = MAX_STREAMS * WINDOW;
 /// The largest frame the client may send.
 const MAX_FRAME: u32 = 16 * 1024;
 /// Answer bytes a stream buffers before its body waits for the client's window.
 const SEND_BUFFER: usize = 400 * 1024;
-/// Streams a client may have open at once.
-const MAX_STREAMS: u32 = 200;
 /// Streams this server may reset for a client's errors before it ends the
 /// connection (a client provoking resets to load the server).
 const MAX_LOCAL_RESETS: usize = 1024;
@@ -73,7 +79,7 @@ async fn accept<H: Handler, S: ClientIo + 'static>(
 ) -> Result<(), h2::Error> {
     let mut conn = h2::server::Builder::new()
         .initial_window_size(WINDOW)
-        .initial_connection_window_size(WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
         .max_frame_size(MAX_FRAME)
         .max_header_list_size(u32::try_from(opts.max_header_bytes).unwrap_or(u32::MAX))
         .max_local_error_reset_streams(Some(MAX_LOCAL_RESETS))

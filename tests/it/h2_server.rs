@@ -5,7 +5,8 @@
 //! in frames reaches the backend whole; a client that resets its stream
 //! mid-body leaves the connection serving; an answer its client gives no
 //! window is reset after the idle timeout, however busy the client keeps
-//! the connection. (The reset reaching an HTTP/2 backend is
+//! the connection; a body its backend does not take holds up none of the
+//! connection's other streams. (The reset reaching an HTTP/2 backend is
 //! `h2_upstream`'s.)
 
 use std::net::SocketAddr;
@@ -176,5 +177,41 @@ async fn h2_an_answer_its_client_gives_no_window_is_reset_after_the_idle_timeout
     // The stream was reset, not the connection closed.
     assert!(!pinging.is_finished(), "the connection was closed, not the stream reset");
     pinging.abort();
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_a_body_its_backend_does_not_take_holds_up_no_other_stream() -> TestResult {
+    // kz's backend reads a request's head, then nothing for longer than the test.
+    let kz = crate::support::raw_backend(|stream| async move {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        drop(stream);
+    })
+    .await?;
+    let [eu, _, us] = three_backends().await?;
+    let extra = "upstream: { health: { interval: 0s }, request_timeout: 60s }";
+    let p = crate::support::proxy(&table(eu.addr, kz.addr, us.addr, extra)).await?;
+    let client = connect(p.addr).await?;
+    // An upload to kz far larger than the sockets on the way to kz hold: the
+    // rest waits at the proxy, and in the client.
+    const STUCK: usize = 48 * 1024 * 1024;
+    let req = Request::post(p.url(&format!("/v1/orders/{}", iuid(7)))).header("content-length", STUCK).body(())?;
+    let (_stuck, mut tx) = client.clone().ready().await?.send_request(req, false)?;
+    tx.send_data(Bytes::from(vec![b'x'; STUCK]), true)?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // An upload to eu on the same connection arrives whole.
+    let body = vec![b'y'; 300_000];
+    let req = Request::post(p.url(&format!("/v1/orders/{}", iuid(49))))
+        .header("content-length", body.len())
+        .header("content-type", "text/plain")
+        .body(())?;
+    let (answer, mut tx) = client.clone().ready().await?.send_request(req, false)?;
+    tx.send_data(Bytes::from(body), true)?;
+    let answer = tokio::time::timeout(Duration::from_secs(5), answer).await;
+    let answer = answer.map_err(|_| "the upload to eu waited behind the one kz does not take")??;
+    assert_eq!(answer.status(), 200);
+    let echo: serde_json::Value = serde_json::from_slice(&read_body(answer.into_body()).await?)?;
+    assert_eq!((&echo["region"], &echo["body_bytes"]), (&serde_json::json!("eu"), &serde_json::json!(300_000)));
+    assert_eq!(kz.hits(), 1, "the upload reached kz");
     Ok(())
 }
