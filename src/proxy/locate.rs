@@ -34,7 +34,8 @@ pub struct Search<'t> {
     pub rule: &'t SearchRule,
     /// The id.
     pub id: Decoded,
-    /// The entity's own path, whose `HEAD` says whether a region has it.
+    /// The entity's own path, whose `HEAD` says whether a region has it
+    /// (with the id's query parameter, when the id is read from the query).
     pub exists: String,
 }
 
@@ -144,10 +145,18 @@ pub fn locate<'t>(
         (None, None) => return Err(rejected(ProxyError::NoRoute)),
     };
     if let (Strategy::Search, Some(rule)) = (route.strategy, &route.search) {
-        let exists = match &rule.exists {
+        let mut exists = match &rule.exists {
             Some(t) => t.fill(|name| m.params.get(name)),
             None => parts.uri.path().to_string(),
         };
+        // An id read from the query is asked for in the query, as the client
+        // sent it: without it, the path names no entity, and a region that
+        // answers for the path would be taken for the entity's.
+        if let Some(IdSource::Query(name)) = route.id.as_ref().map(|r| &r.source) {
+            if let Some(value) = extract::query_param(parts.uri.query().unwrap_or(""), name) {
+                exists = format!("{exists}?{name}={value}");
+            }
+        }
         return Ok(Plan::Search(Search { route, rule, id, exists }));
     }
     let placement =

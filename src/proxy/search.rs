@@ -93,7 +93,7 @@ pub(super) async fn search<'t>(
     ctx.journal.upstream_started = Some(Instant::now());
     // A read of the entity itself is asked as it is (a 304 from the owner
     // is its answer); anything else first asks plainly where the entity is.
-    let itself = read && parts.uri.path() == asked.exists;
+    let itself = read && is_itself(&parts.uri, &asked.exists);
     let probe = if itself {
         legs::leg_head(parts, parts.method.clone(), parts.uri.clone(), false)
     } else {
@@ -123,6 +123,16 @@ pub(super) async fn search<'t>(
     }
     drop(resp);
     send(reach, ctx, region, parts, body.take().unwrap_or(RequestBody::Empty)).await
+}
+
+/// Whether `uri` asks for the entity itself: its `exists` path (and query,
+/// when `exists` has one: the id's parameter alone).
+fn is_itself(uri: &http::Uri, exists: &str) -> bool {
+    if exists.contains('?') {
+        uri.path_and_query().is_some_and(|pq| pq.as_str() == exists)
+    } else {
+        uri.path() == exists
+    }
 }
 
 /// The request, with its body, to `region` alone.

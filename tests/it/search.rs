@@ -2,7 +2,9 @@
 //! answers a request about something else of the id's (`GET /s/X/comments`
 //! answered `200 []` by a region without X) teaches the search cache
 //! nothing, so one client's read never sends another client's write to a
-//! region that does not hold the entity.
+//! region that does not hold the entity. An id read from the query is
+//! asked for with it (`HEAD /q?id=X`), never by the bare path, which any
+//! region with a list there answers.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -177,5 +179,62 @@ async fn a_read_with_a_body_is_not_asked_again_without_it() -> TestResult {
     }
     let lines = us_log.lock().map_err(|_| "log")?.clone();
     assert!(lines.iter().all(|l| l.starts_with("GET /s/") || l.starts_with("HEAD /s/")), "{lines:?}");
+    Ok(())
+}
+
+/// A region's backend for ids in the query, as list endpoints take them:
+/// `/q?id=X` is the entity (200 when it `holds` X, else 404), and `/q`
+/// alone, or with a `view`, is a list every region answers `200 []`. A
+/// region that is `slow` answers everything 200 ms late.
+async fn query_region(holds: bool, slow: bool) -> Result<(Running, Log), BoxError> {
+    let log: Log = Arc::default();
+    let seen = Arc::clone(&log);
+    let (running, _) = backend_with(move |req| {
+        let seen = Arc::clone(&seen);
+        async move {
+            if is_health_check(&req) {
+                return Response::new(full("ok"));
+            }
+            if slow {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            let (method, target) = (req.method().clone(), req.uri().to_string());
+            if let Ok(mut s) = seen.lock() {
+                s.push(format!("{method} {target}"));
+            }
+            let query = req.uri().query().unwrap_or("");
+            let list = !query.contains("id=") || query.contains("view=");
+            let status = if list || holds { StatusCode::OK } else { StatusCode::NOT_FOUND };
+            let mut resp = Response::new(full(if list { "[]" } else { "{}" }));
+            *resp.status_mut() = status;
+            resp.headers_mut().insert("x-holds", http::HeaderValue::from_static(if holds { "yes" } else { "no" }));
+            resp
+        }
+    })
+    .await?;
+    Ok((running, log))
+}
+
+#[tokio::test]
+async fn an_id_in_the_query_is_searched_for_with_its_query() -> TestResult {
+    // eu does not hold X and answers at once; us holds X and answers late.
+    let (eu, eu_log) = query_region(false, false).await?;
+    let (us, _us_log) = query_region(true, true).await?;
+    let route = "    match: { path: \"/s/{id}/{*rest}\" }\n    id: { path_param: id, formats: [uuidv7] }\n";
+    let yaml =
+        table(eu.addr, us.addr).replace(route, "    match: { path: /q }\n    id: { query: id, formats: [uuidv7] }\n");
+    assert!(yaml.contains("query: id"), "{yaml}");
+    let p = proxy(&yaml).await?;
+    // A list of X's: asked where X is first, then answered by the region that holds it.
+    let list = get(&p.url(&format!("/q?id={X}&view=history"))).await?;
+    assert_eq!((list.status.as_u16(), list.header("x-holds")), (200, Some("yes")), "answered by a region without X");
+    // A write of an id not yet searched for goes to the region that holds it.
+    let y = X.replace("0001", "0002");
+    let put = Request::put(p.url(&format!("/q?id={y}"))).body(Full::new(Bytes::from("{}")))?;
+    let got = send(put).await?;
+    assert_eq!((got.status.as_u16(), got.header("x-holds")), (200, Some("yes")));
+    // eu was asked only where each id is, with the id in the query.
+    let eu_saw = eu_log.lock().map_err(|_| "log")?.clone();
+    assert_eq!(eu_saw, [format!("HEAD /q?id={X}"), format!("HEAD /q?id={y}")]);
     Ok(())
 }
