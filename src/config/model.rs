@@ -93,6 +93,13 @@ impl Config {
                     f.concurrency
                 ));
             }
+            if f.max_leg_bytes > fixed.fanout_buffer_bytes {
+                out.push(format!(
+                    "route {}: fanout.max_leg_bytes ({}) is above server.fanout_buffer_bytes ({}), the room all \
+                     fan-outs' answers share: a region's answer larger than the room fails as too_large",
+                    route.name, f.max_leg_bytes, fixed.fanout_buffer_bytes
+                ));
+            }
         }
         out
     }

@@ -79,6 +79,8 @@ restart_only! {
     admin_max_connections: usize => "server.admin_max_connections",
     /// The proxy listener's pending-connection queue.
     backlog: u32 => "server.backlog",
+    /// Room for the answers fan-outs hold.
+    fanout_buffer_bytes: usize => "server.fanout_buffer_bytes",
     /// TLS to upstreams and peers.
     upstream_tls: UpstreamTls => "upstream.tls",
     /// Upstream connect timeout.

@@ -73,7 +73,7 @@ pub(super) async fn fanout<'t>(
     for (region, answer) in &answers {
         let name = table.region(*region).name.as_str();
         let said = match answer {
-            Ok(Answer::List(body)) => match merge::items(&rule.merge, table.id_params(), name, body) {
+            Ok(Answer::List { body, .. }) => match merge::items(&rule.merge, table.id_params(), name, body) {
                 Ok(items) => {
                     answered.push((name, items.len()));
                     all.extend(items);
@@ -192,10 +192,11 @@ fn leg_request(parts: &Parts) -> Result<Parts, ProxyError> {
     Ok(legs::leg_head(parts, Method::GET, uri, true))
 }
 
-/// What one region answered: its list, or 404 (no list there: nothing to merge).
+/// What one region answered: its list (and the room it takes until the
+/// request ends), or 404 (no list there: nothing to merge).
 #[derive(Debug)]
 enum Answer {
-    List(Bytes),
+    List { body: Bytes, _room: super::room::Taken },
     NotFound,
 }
 
@@ -217,9 +218,9 @@ async fn gather(
         let ends = tokio::time::Instant::now() + rule.leg_timeout;
         let result = match legs::ask(reach, Leg::alone(table, region, hops), leg, asking).await {
             Ok(resp) if resp.status().is_success() => {
-                let read = legs::read_body(name, resp, rule.max_leg_bytes);
+                let read = legs::read_body(name, resp, rule.max_leg_bytes, reach.room);
                 match tokio::time::timeout_at(ends, read).await {
-                    Ok(r) => r.map(Answer::List),
+                    Ok(r) => r.map(|(body, taken)| Answer::List { body, _room: taken }),
                     Err(_) => Err(LegFailure {
                         region: name.to_string(),
                         reason: "leg_timeout",

@@ -44,6 +44,8 @@ pub(super) struct Reach<'p> {
     pub(super) traces: Option<&'p Traces>,
     /// This instance's node name (`Forwarded: by=` to peers).
     pub(super) node: &'p str,
+    /// Room for the answers fan-outs hold.
+    pub(super) room: &'p super::room::Room,
 }
 
 /// What the attempts of one request share.

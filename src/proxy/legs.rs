@@ -8,11 +8,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::request::Parts;
 use http::{header, HeaderName, Method, Response};
-use http_body_util::{BodyExt, Limited};
+use http_body_util::BodyExt;
 
 use super::ctx::Journal;
 use super::error::{LegFailure, ProxyError};
 use super::forward::{forward, Leg, Reach};
+use super::room::{Gathered, Room, Short, Taken};
 use crate::http1::write::Added;
 use crate::routing::Rewrite;
 use crate::telemetry::traces::{self, TraceSpan};
@@ -115,34 +116,42 @@ pub(super) fn status_failure(region: &str, status: http::StatusCode) -> LegFailu
 
 /// The whole body of a leg's answer, at most `max` bytes (a longer one is
 /// the leg's failure, found from `Content-Length` before reading when it is
-/// sent).
-pub(super) async fn read_body(region: &str, resp: Response<ResponseBody>, max: usize) -> Result<Bytes, LegFailure> {
-    let too_large = || LegFailure {
-        region: region.to_string(),
-        reason: "too_large",
-        detail: format!("the answer is larger than max_leg_bytes ({max})"),
-    };
+/// sent), each byte held in `room` (none left is the leg's failure,
+/// `proxy_full`; an answer larger than the whole room is `too_large`); the
+/// room is held until the answer is dropped.
+pub(super) async fn read_body(
+    region: &str,
+    resp: Response<ResponseBody>,
+    max: usize,
+    room: &Room,
+) -> Result<(Bytes, Taken), LegFailure> {
+    let fail = |reason, detail| LegFailure { region: region.to_string(), reason, detail };
+    // An answer larger than the whole room could never be held.
+    let (max, limit) =
+        if room.size() < max { (room.size(), "server.fanout_buffer_bytes") } else { (max, "max_leg_bytes") };
+    let too_large = || fail("too_large", format!("the answer is larger than {limit} ({max})"));
     if let Some(coding) = resp.headers().get(header::CONTENT_ENCODING).filter(|v| v.as_bytes() != b"identity") {
-        return Err(LegFailure {
-            region: region.to_string(),
-            reason: "invalid_json",
-            detail: format!(
-                "the answer is encoded ({}); legs ask for plain JSON",
-                String::from_utf8_lossy(coding.as_bytes())
-            ),
-        });
+        let coding = String::from_utf8_lossy(coding.as_bytes());
+        return Err(fail("invalid_json", format!("the answer is encoded ({coding}); legs ask for plain JSON")));
     }
     let declared = resp.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|n| n > max as u64) {
         return Err(too_large());
     }
-    match Limited::new(resp.into_body(), max).collect().await {
-        Ok(body) => Ok(body.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
-        Err(e) => Err(LegFailure {
-            region: region.to_string(),
-            reason: "upstream_failed",
-            detail: format!("the answer broke off: {e}"),
-        }),
+    let mut body = resp.into_body();
+    let mut gathered = Gathered::new(declared.and_then(|n| usize::try_from(n).ok()).unwrap_or(0), max);
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| fail("upstream_failed", format!("the answer broke off: {e}")))?;
+        let Ok(data) = frame.into_data() else { continue };
+        match gathered.push(room, &data) {
+            Ok(()) => {}
+            Err(Short::Max) => return Err(too_large()),
+            Err(Short::Room) => {
+                let detail =
+                    format!("the fan-outs in flight hold server.fanout_buffer_bytes ({}) already", room.size());
+                return Err(fail(LegFailure::PROXY_FULL, detail));
+            }
+        }
     }
+    Ok(gathered.into_parts())
 }

@@ -26,6 +26,7 @@
 //! * `fanout`: list routes asked of several regions, answers merged ([`crate::merge`]).
 //! * `search`: ids without a region, asked of the regions, remembered ([`crate::routing::Found`]).
 //! * `legs`: one request to one region alone, for those two.
+//! * `room`: the room all fan-outs' answers share (`server.fanout_buffer_bytes`).
 //! * `respond`: every answer's end: problem+json, metrics, access log (the
 //!   request id and `Via` are the server's to write, beside the map).
 //! * [`error`]: the one table of failures the proxy answers itself.
@@ -47,6 +48,7 @@ pub mod mint;
 pub mod path;
 mod respond;
 pub mod rewrite;
+mod room;
 mod search;
 pub mod tunnel;
 
@@ -95,6 +97,8 @@ pub struct Shared {
     pub dns: Arc<crate::upstream::dns::DnsStats>,
     /// The requests held for moving placement units.
     pub holds: Arc<hold::Holds>,
+    /// Room for the answers fan-outs hold (`server.fanout_buffer_bytes`).
+    pub(crate) room: Arc<room::Room>,
 }
 
 impl Shared {
@@ -109,6 +113,7 @@ impl Shared {
             traces,
             found: Arc::new(Found::new(fixed.search_cache_capacity)),
             holds: Arc::default(),
+            room: Arc::new(room::Room::new(fixed.fanout_buffer_bytes)),
             table,
             metrics: Arc::new(Metrics::new()),
             health: Arc::new(Health::default()),
@@ -245,6 +250,7 @@ impl Proxy {
             health: &shared.health,
             traces: shared.traces.as_deref(),
             node: &self.me.node,
+            room: &shared.room,
         }
     }
 

@@ -607,6 +607,20 @@ fn a_fanout_whose_deadline_does_not_cover_its_rounds_of_legs_is_warned_of() -> T
     Ok(())
 }
 
+#[test]
+fn a_fanout_whose_answers_may_be_larger_than_the_room_is_warned_of() -> TestResult {
+    let at = SocketAddr::from(([127, 0, 0, 1], 9));
+    let warned = |fanout: &str| -> Result<Vec<String>, BoxError> {
+        let yaml = table(at, at, at, fanout) + "server: { fanout_buffer_bytes: 2000000 }\n";
+        let cfg = shardgate::config::load_str(&yaml, "t.yaml").map_err(|e| e.to_string())?;
+        Ok(cfg.warnings().into_iter().filter(|w| w.contains("fanout_buffer_bytes")).collect())
+    };
+    let w = warned("max_leg_bytes: 4000000")?;
+    assert!(w.len() == 1 && w[0].contains("route user-orders") && w[0].contains("(4000000)"), "{w:?}");
+    assert_eq!(warned("max_leg_bytes: 2000000")?, Vec::<String>::new());
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_that_brings_a_fanout_deadline_too_short_for_its_legs_is_warned_of() -> TestResult {
     use crate::support::binary::spawn_table;
@@ -642,5 +656,39 @@ async fn a_reload_that_brings_a_fanout_deadline_too_short_for_its_legs_is_warned
     }
     child.signal("-TERM")?;
     child.wait_exit(Duration::from_secs(10)).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fanouts_at_once_hold_no_more_answers_than_their_room() -> TestResult {
+    // eu answers more than half the room at once, kz an empty list, us an empty list a second late.
+    let eu_items = orders("eu", 49, 1_700_000_000_000, 1000, 6000);
+    let eu_bytes = serde_json::Value::from(eu_items.clone()).to_string().len();
+    assert!((250_000..500_000).contains(&eu_bytes), "{eu_bytes}");
+    let eu = list(&eu_items).await?;
+    let kz = list(&[]).await?;
+    let us = answering(200, Bytes::from("[]"), Duration::from_secs(1)).await?;
+    let yaml =
+        table(eu.addr, kz.addr, us.addr, "sort: { formats: [iuid] }") + "server: { fanout_buffer_bytes: 500000 }\n";
+    let p = proxy(&yaml).await?;
+    let url = p.url("/v1/users/alice/orders?limit=10");
+    // The first fan-out holds eu's answer while it waits for us.
+    let first = tokio::spawn({
+        let url = url.clone();
+        async move { get(&url).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The second finds no room for eu's: eu is its failure, the rest is merged.
+    let second = get(&url).await?;
+    assert_eq!(second.status, 200, "{}", String::from_utf8_lossy(&second.body));
+    assert_eq!(second.header("x-shardgate-partial"), Some("eu"));
+    let body = second.json()?;
+    assert_eq!((&body["failed"][0]["region"], &body["failed"][0]["reason"]), (&"eu".into(), &"proxy_full".into()));
+    let first = first.await??;
+    assert_eq!((first.status.as_u16(), first.header("x-shardgate-partial")), (200, None));
+    assert_eq!(ids(&first.json()?).len(), 10);
+    // Once the first has answered, its room is free again.
+    let third = get(&url).await?;
+    assert_eq!((third.status.as_u16(), third.header("x-shardgate-partial")), (200, None));
     Ok(())
 }

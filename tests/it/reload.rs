@@ -84,6 +84,7 @@ const CHANGES: &[(&str, &str, Option<&str>, &str)] = &[
     ("server.max_connections", "server", None, "max_connections: 10001"),
     ("server.admin_max_connections", "server", None, "admin_max_connections: 65"),
     ("server.backlog", "server", None, "backlog: 1024"),
+    ("server.fanout_buffer_bytes", "server", None, "fanout_buffer_bytes: 1048576"),
     ("upstream.tls", "upstream", None, "tls: { ca: ca.pem }"),
     ("upstream.connect_timeout", "upstream", None, "connect_timeout: 3s"),
     ("upstream.pool_idle_timeout", "upstream", None, "pool_idle_timeout: 91s"),

@@ -404,6 +404,9 @@ pub struct Server {
     /// Request bodies up to this size are read whole before an upstream
     /// connection is taken; larger ones are passed on as they arrive.
     pub request_buffer_bytes: usize,
+    /// Bytes of regions' answers that the fan-outs in flight may hold, all
+    /// requests together (restart-only).
+    pub fanout_buffer_bytes: usize,
     /// Time a client has to send its request body before `body_min_rate` counts.
     pub body_timeout: Dur,
     /// Bytes a second a request body must average after `body_timeout`; 0: no limit.
@@ -507,6 +510,7 @@ impl Default for Server {
             drain_delay: Dur(Duration::from_secs(5)),
             shutdown_timeout: Dur(Duration::from_secs(30)),
             request_buffer_bytes: 64 * 1024,
+            fanout_buffer_bytes: 256 * 1024 * 1024,
             body_timeout: Dur(Duration::from_secs(10)),
             body_min_rate: 1024,
             answer_min_rate: 1024,

@@ -169,6 +169,7 @@ pub(super) fn typed(file: &File, top: &TopLevel, ids: &IdSettings) -> Settings {
         upstream_tls: up.tls.clone(),
         connect_timeout: up.connect_timeout.0,
         pool_idle_timeout: up.pool_idle_timeout.0,
+        fanout_buffer_bytes: server.fanout_buffer_bytes,
         search_cache_capacity: file.search_cache.capacity,
         telemetry: file.telemetry.clone(),
     };
@@ -252,6 +253,7 @@ pub(super) fn limits_and_timeouts(file: &File, ctx: &mut Ctx<'_>) {
         ("max_connections", server.max_connections),
         ("admin_max_connections", server.admin_max_connections),
         ("backlog", server.backlog as usize),
+        ("fanout_buffer_bytes", server.fanout_buffer_bytes),
     ] {
         if v == 0 {
             ctx.at(&root.k("server").k(key), format!("{key} must be positive"), Some("a positive whole number"));

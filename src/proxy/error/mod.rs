@@ -225,13 +225,24 @@ pub struct LegFailure {
     /// The region.
     pub region: String,
     /// A stable token: `leg_timeout`, `deadline`, `status`, `too_large`,
-    /// `invalid_json`, `no_array`, `bad_item`, or the error table's reason.
+    /// `proxy_full`, `invalid_json`, `no_array`, `bad_item`, or the error
+    /// table's reason.
     pub reason: &'static str,
     /// What happened, for people.
     pub detail: String,
 }
 
 impl LegFailure {
+    /// The reason of a region whose answer found no room left among what
+    /// the fan-outs in flight hold (`server.fanout_buffer_bytes`).
+    pub const PROXY_FULL: &'static str = "proxy_full";
+
+    /// Whether every one of `failed` found no room for its answer (and
+    /// there is one): the proxy is saturated, not the regions.
+    pub fn all_proxy_full(failed: &[LegFailure]) -> bool {
+        !failed.is_empty() && failed.iter().all(|f| f.reason == Self::PROXY_FULL)
+    }
+
     /// Whether the region ran out of time (its own or the whole request's).
     pub fn is_timeout(&self) -> bool {
         matches!(self.reason, "leg_timeout" | "deadline" | "upstream_timeout" | "request_timeout")
@@ -294,6 +305,7 @@ impl ProxyError {
         match self {
             ProxyError::RegionUnavailable { .. } | ProxyError::HoldExpired { .. } => Some("5"),
             ProxyError::UpstreamSaturated { .. } | ProxyError::HoldFull { .. } => Some("1"),
+            ProxyError::LegsFailed { failed, .. } if LegFailure::all_proxy_full(failed) => Some("1"),
             _ => None,
         }
     }

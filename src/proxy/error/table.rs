@@ -125,6 +125,14 @@ const BAD_PAGE: Spec =
     row(S::BAD_REQUEST, "bad_page", REQ, "Invalid page request", "invalid-page", Outcome::BadRequest);
 const LEGS_TIMEOUT: Spec =
     row(S::GATEWAY_TIMEOUT, "regions_timeout", LATE, "Regions timed out", "regions-failed", Outcome::Timeout);
+const LEGS_FULL: Spec = row(
+    S::SERVICE_UNAVAILABLE,
+    "fanout_saturated",
+    "connection_limit_reached",
+    "Fan-outs saturated",
+    "fanout-saturated",
+    Outcome::Unavailable,
+);
 const LEGS_FAILED: Spec =
     row(S::BAD_GATEWAY, "regions_failed", UNAVAILABLE, "Regions failed", "regions-failed", Outcome::UpstreamError);
 const REWRITE: Spec = row(
@@ -182,6 +190,7 @@ impl ProxyError {
             E::LegsFailed { failed, .. } if !failed.is_empty() && failed.iter().all(LegFailure::is_timeout) => {
                 LEGS_TIMEOUT
             }
+            E::LegsFailed { failed, .. } if LegFailure::all_proxy_full(failed) => LEGS_FULL,
             E::LegsFailed { .. } => LEGS_FAILED,
             E::NotFoundAnywhere { .. } => NOT_FOUND,
             E::Rewrite { .. } => REWRITE,

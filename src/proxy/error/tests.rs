@@ -51,9 +51,17 @@ fn every_error() -> Vec<ProxyError> {
             asked: 3,
             failed: vec![LegFailure { region: "us".into(), reason: "leg_timeout", detail: "no answer in 2s".into() }],
         },
+        full_legs(),
         E::NotFoundAnywhere { asked: vec!["eu".into(), "us".into()] },
         E::Rewrite { detail: "'/a b' is not a path".into() },
     ]
+}
+
+/// A fan-out whose every region found no room for its answer.
+fn full_legs() -> ProxyError {
+    let full =
+        |region: &str| LegFailure { region: region.into(), reason: LegFailure::PROXY_FULL, detail: "no room".into() };
+    ProxyError::LegsFailed { what: "fan-out", asked: 2, failed: vec![full("eu"), full("us")] }
 }
 
 #[test]
@@ -91,6 +99,7 @@ fn every_error_has_a_complete_row_and_a_problem_response() -> Result<(), Box<dyn
         "bad_page",
         "regions_failed",
         "regions_timeout",
+        "fanout_saturated",
         "not_found_in_any_region",
         "rewrite_failed",
     ];
@@ -108,6 +117,7 @@ fn retry_after_goes_with_temporary_failures() {
         (ProxyError::RegionUnavailable { region: "kz".into() }, Some("5")),
         (ProxyError::HoldExpired { unit: "country KZ".into() }, Some("5")),
         (ProxyError::UpstreamSaturated { region: "kz".into(), full: crate::upstream::Full::Waited }, Some("1")),
+        (full_legs(), Some("1")),
         (ProxyError::NoRoute, None),
     ] {
         let resp = crate::problem::response(&err, "/", "-", "gw");
