@@ -154,7 +154,8 @@ pub fn locate<'t>(
         // answers for the path would be taken for the entity's.
         if let Some(IdSource::Query(name)) = route.id.as_ref().map(|r| &r.source) {
             if let Some(value) = extract::query_param(parts.uri.query().unwrap_or(""), name) {
-                exists = format!("{exists}?{name}={value}");
+                let and = if exists.contains('?') { '&' } else { '?' };
+                exists = format!("{exists}{and}{name}={value}");
             }
         }
         return Ok(Plan::Search(Search { route, rule, id, exists }));
@@ -231,6 +232,34 @@ routes:
         assert_eq!((region(&t, &located), located.minted, located.route.name.as_str()), ("eu", true, "create"));
         let Some(Decoded::Iuid(id)) = located.id else { return Err("not an iuid".into()) };
         assert_eq!((id.country(), id.service_entity()), (49, 3));
+        Ok(())
+    }
+
+    #[test]
+    fn a_search_asks_for_the_entity_where_its_id_is() -> TestResult {
+        let text = r#"version: 1
+regions: { eu: { upstreams: ["http://127.0.0.1:1"] }, kz: { upstreams: ["http://127.0.0.1:2"] } }
+routes:
+  - { name: path, match: { path: "/p/{id}/{*rest}" }, id: { path_param: id, formats: [uuidv7] }, placement: search }
+  - { name: query, match: { path: "/q" }, id: { query: id, formats: [uuidv7] }, placement: search }
+  - name: full
+    match: { path: "/f" }
+    id: { query: id, formats: [uuidv7] }
+    placement: search
+    search: { exists: "/f?full=1" }
+"#;
+        let t = Table::compile(&crate::config::load_str(text, "t.yaml")?);
+        let minters = mint::Minters::new(None, crate::ids::LocalityMode::Variable);
+        let x = "017491bb-3800-74cf-8cf4-000000000001";
+        for (method, uri, exists) in [
+            ("GET", format!("/p/{x}/comments"), format!("/p/{x}")),
+            ("PUT", format!("/q?a=1&id={x}"), format!("/q?id={x}")),
+            ("GET", format!("/f?id={x}&view=all"), format!("/f?full=1&id={x}")),
+        ] {
+            let plan = locate(&t, &parts(method, &uri, &[])?, None, &minters, false).map_err(|r| r.error)?;
+            let Plan::Search(search) = plan else { return Err(format!("{uri}: not a search").into()) };
+            assert_eq!(search.exists, exists, "{uri}");
+        }
         Ok(())
     }
 
