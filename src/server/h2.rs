@@ -14,7 +14,10 @@
 //! handling in a state machine of its own and pipes every answer's body
 //! through a second one; here the stream's task goes from the handler's
 //! answer straight to its frames, as the upstream leg (`upstream::h2`) goes
-//! from its request to its stream. The settings are hyper's server's.
+//! from its request to its stream. The settings are hyper's server's, but
+//! for the flow-control windows: a stream's is smaller, and the
+//! connection's is every stream's, so that one stream's body never holds
+//! up the others.
 
 use std::future::{poll_fn, Future};
 use std::sync::Arc;
