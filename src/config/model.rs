@@ -78,6 +78,9 @@ impl Config {
             ));
         }
         for route in &self.routes {
+            if let Some(warning) = search_of_many_paths(route) {
+                out.push(warning);
+            }
             let Some(f) = &route.fanout else { continue };
             let rounds = f.regions.len().div_ceil(f.concurrency.max(1));
             let needed = f.leg_timeout.saturating_mul(u32::try_from(rounds).unwrap_or(u32::MAX));
@@ -222,6 +225,24 @@ pub struct Nodes {
     pub sonyflake_machine: Vec<(u16, usize)>,
     /// Instagram logical shard ranges (inclusive).
     pub instagram_shard: Vec<(u16, u16, usize)>,
+}
+
+/// A search route whose id is not in its path, on a route that matches
+/// many paths, and no `search.exists`: every read of any of its paths is
+/// asked of the regions as a read of the entity itself.
+fn search_of_many_paths(route: &Route) -> Option<String> {
+    let (search, id) = (route.search.as_ref()?, route.id.as_ref()?);
+    let many_paths = route.matches.len() > 1 || route.template.contains('{');
+    let in_path = matches!(id.source, IdSource::PathParam(_));
+    (search.exists.is_none() && !in_path && many_paths).then(|| {
+        format!(
+            "route {}: placement search reads its id outside the path, on a route of many paths, without \
+             search.exists: a read of any of its paths counts as a read of the entity itself, so a region \
+             that answers one (a list, 200 []) without holding the entity is remembered as its owner (set \
+             search.exists to the entity's own path)",
+            route.name
+        )
+    })
 }
 
 /// A route.

@@ -238,3 +238,25 @@ async fn an_id_in_the_query_is_searched_for_with_its_query() -> TestResult {
     assert_eq!(eu_saw, [format!("HEAD /q?id={X}"), format!("HEAD /q?id={y}")]);
     Ok(())
 }
+
+#[test]
+fn a_search_route_of_many_paths_with_its_id_outside_them_and_no_exists_is_warned_of() -> TestResult {
+    let at = std::net::SocketAddr::from(([127, 0, 0, 1], 9));
+    let route = "    match: { path: \"/s/{id}/{*rest}\" }\n    id: { path_param: id, formats: [uuidv7] }\n";
+    let warned = |with: &str| -> Result<Vec<String>, BoxError> {
+        let cfg =
+            shardgate::config::load_str(&table(at, at).replace(route, with), "t.yaml").map_err(|e| e.to_string())?;
+        Ok(cfg.warnings().into_iter().filter(|w| w.contains("search.exists")).collect())
+    };
+    let header = "    id: { header: X-Entity-Id, formats: [uuidv7] }\n";
+    let w = warned(&format!("    match: {{ prefix: /w/ }}\n{header}"))?;
+    assert!(w.len() == 1 && w[0].contains("route things"), "{w:?}");
+    let w = warned("    match: { path: \"/q/{tenant}\" }\n    id: { query: id, formats: [uuidv7] }\n")?;
+    assert_eq!(w.len(), 1, "{w:?}");
+    // One path, the id in the path, or exists set: nothing to warn of.
+    assert_eq!(warned(&format!("    match: {{ path: /w }}\n{header}"))?, Vec::<String>::new());
+    assert_eq!(warned(route)?, Vec::<String>::new());
+    let exists = format!("    match: {{ prefix: /w/ }}\n{header}    search: {{ exists: /w }}\n");
+    assert_eq!(warned(&exists)?, Vec::<String>::new());
+    Ok(())
+}

@@ -177,18 +177,24 @@ pub(super) fn search_rule(r: &schema::Route, names: &Names<'_>, sp: &YamlPath, c
 /// route's own; else the route's path up to its id's segment, when the id
 /// is a path parameter.
 fn exists(r: &schema::Route, sp: &YamlPath, ctx: &mut Ctx<'_>) -> Option<PathTemplate> {
-    let route = PathTemplate::parse(&r.matcher.path).ok()?;
+    // A prefix route has no path template, and no parameters.
+    let route = PathTemplate::parse(&r.matcher.path).ok();
     let Some(text) = r.search.as_ref().and_then(|s| s.exists.as_deref()) else {
         let param = r.id.as_ref()?.path_param.as_deref()?;
-        return route.through(param);
+        return route?.through(param);
     };
     let p = sp.k("exists");
+    let params: Vec<&str> = route.iter().flat_map(|t| t.params()).collect();
     match PathTemplate::parse(text) {
         Ok(t) => {
             let mut ok = true;
-            for name in t.params().filter(|n| !route.params().any(|m| m == *n)) {
+            for name in t.params().filter(|n| !params.contains(n)) {
                 ok = false;
-                let hint = format!("the route's path has {}", route.params().collect::<Vec<_>>().join(", "));
+                let hint = if params.is_empty() {
+                    "the route's path has no parameters".to_string()
+                } else {
+                    format!("the route's path has {}", params.join(", "))
+                };
                 ctx.at(&p, format!("exists names {{{name}}}, which match.path does not have"), Some(&hint));
             }
             ok.then_some(t)
