@@ -21,33 +21,25 @@ const X: &str = "017491bb-3800-74cf-8cf4-000000000001";
 /// The requests a backend received: `METHOD path` each.
 type Log = Arc<Mutex<Vec<String>>>;
 
-/// A region's backend that holds the entity X when `holds`; either way it
-/// answers every list under `/s/<id>/` with `200 []`, as list endpoints
-/// do, and anything ending in `/gone` with 404. Its lists answer after
-/// `list_delay`.
-async fn region(holds: bool, list_delay: Duration) -> Result<(Running, Log), BoxError> {
+/// A region's backend that answers each request (its method and target)
+/// by `answers`: the status, the body, and how long it takes first. It says
+/// whether it holds X (`x-holds`), and logs every request but health checks
+/// as `METHOD target`.
+async fn logged_region<F>(holds: bool, answers: F) -> Result<(Running, Log), BoxError>
+where
+    F: Fn(&http::Method, &http::Uri) -> (StatusCode, &'static str, Duration) + Send + Sync + 'static,
+{
     let log: Log = Arc::default();
     let seen = Arc::clone(&log);
     let (running, _) = backend_with(move |req| {
         let seen = Arc::clone(&seen);
+        let answer = (!is_health_check(&req)).then(|| answers(req.method(), req.uri()));
+        if let (Some(_), Ok(mut s)) = (&answer, seen.lock()) {
+            s.push(format!("{} {}", req.method(), req.uri()));
+        }
         async move {
-            if is_health_check(&req) {
-                return Response::new(full("ok"));
-            }
-            let (method, path) = (req.method().clone(), req.uri().path().to_string());
-            if let Ok(mut s) = seen.lock() {
-                s.push(format!("{method} {path}"));
-            }
-            let entity = path == format!("/s/{X}");
-            let status = if path.ends_with("/comments") && method == http::Method::GET {
-                tokio::time::sleep(list_delay).await;
-                StatusCode::OK
-            } else if holds && (entity || path.starts_with(&format!("/s/{X}/"))) && !path.ends_with("/gone") {
-                StatusCode::OK
-            } else {
-                StatusCode::NOT_FOUND
-            };
-            let body = if path.ends_with("/comments") { "[]" } else { "{}" };
+            let Some((status, body, delay)) = answer else { return Response::new(full("ok")) };
+            tokio::time::sleep(delay).await;
             let mut resp = Response::new(full(body));
             *resp.status_mut() = status;
             resp.headers_mut().insert("x-holds", http::HeaderValue::from_static(if holds { "yes" } else { "no" }));
@@ -56,6 +48,24 @@ async fn region(holds: bool, list_delay: Duration) -> Result<(Running, Log), Box
     })
     .await?;
     Ok((running, log))
+}
+
+/// A region's backend that holds the entity X when `holds`; either way it
+/// answers every list under `/s/<id>/` with `200 []`, as list endpoints
+/// do, and anything ending in `/gone` with 404. Its lists answer after
+/// `list_delay`.
+async fn region(holds: bool, list_delay: Duration) -> Result<(Running, Log), BoxError> {
+    logged_region(holds, move |method, uri| {
+        let path = uri.path();
+        let list = path.ends_with("/comments") && method == http::Method::GET;
+        let entity = path == format!("/s/{X}") || path.starts_with(&format!("/s/{X}/"));
+        match () {
+            () if list => (StatusCode::OK, "[]", list_delay),
+            () if holds && entity && !path.ends_with("/gone") => (StatusCode::OK, "{}", Duration::ZERO),
+            () => (StatusCode::NOT_FOUND, "{}", Duration::ZERO),
+        }
+    })
+    .await
 }
 
 /// Regions eu and us, and a search route over both.
@@ -187,32 +197,16 @@ async fn a_read_with_a_body_is_not_asked_again_without_it() -> TestResult {
 /// alone, or with a `view`, is a list every region answers `200 []`. A
 /// region that is `slow` answers everything 200 ms late.
 async fn query_region(holds: bool, slow: bool) -> Result<(Running, Log), BoxError> {
-    let log: Log = Arc::default();
-    let seen = Arc::clone(&log);
-    let (running, _) = backend_with(move |req| {
-        let seen = Arc::clone(&seen);
-        async move {
-            if is_health_check(&req) {
-                return Response::new(full("ok"));
-            }
-            if slow {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            let (method, target) = (req.method().clone(), req.uri().to_string());
-            if let Ok(mut s) = seen.lock() {
-                s.push(format!("{method} {target}"));
-            }
-            let query = req.uri().query().unwrap_or("");
-            let list = !query.contains("id=") || query.contains("view=");
-            let status = if list || holds { StatusCode::OK } else { StatusCode::NOT_FOUND };
-            let mut resp = Response::new(full(if list { "[]" } else { "{}" }));
-            *resp.status_mut() = status;
-            resp.headers_mut().insert("x-holds", http::HeaderValue::from_static(if holds { "yes" } else { "no" }));
-            resp
+    let delay = if slow { Duration::from_millis(200) } else { Duration::ZERO };
+    logged_region(holds, move |_, uri| {
+        let query = uri.query().unwrap_or("");
+        match !query.contains("id=") || query.contains("view=") {
+            true => (StatusCode::OK, "[]", delay),
+            false if holds => (StatusCode::OK, "{}", delay),
+            false => (StatusCode::NOT_FOUND, "{}", delay),
         }
     })
-    .await?;
-    Ok((running, log))
+    .await
 }
 
 #[tokio::test]
