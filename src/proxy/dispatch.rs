@@ -63,9 +63,9 @@ impl<'t> Target<'t> {
 
 /// Where a request whose failover `chain` (the owner first) ends in the
 /// region to try goes. Endpoints in `tried` (by their
-/// [`Upstream::pool_key`]: failed earlier for this request) do not count. When the last region of the chain has no usable
-/// endpoint, its failover region is appended and tried in turn, if
-/// `can_fail_over`.
+/// [`Upstream::pool_key`]: failed earlier for this request) do not count.
+/// When the last region of the chain has no usable endpoint, its failover
+/// region is appended and tried in turn, if `can_fail_over`.
 pub fn dispatch<'t>(
     table: &'t Table,
     health: &Health,

@@ -13,10 +13,10 @@
 //! its URL, and for an address found by DNS the name it was found by), so
 //! two names on one address (two virtual hosts behind one balancer, each
 //! region's) keep health apart: one failing leaves the other in service.
-//! It survives table reloads; the map is
-//! replaced (never locked) when the table names new endpoints or no longer
-//! names old ones (a reload, an address DNS dropped). An endpoint no table
-//! names is forgotten at once when it is healthy (it has nothing to keep),
+//! It survives table reloads; the map is replaced (never locked) when the
+//! table names new endpoints or no longer names old ones (a reload, an
+//! address DNS dropped). An endpoint no table names is forgotten at once
+//! when it is healthy (it has nothing to keep),
 //! else [`FORGET_AFTER`] later: an address that comes back within that
 //! time (a DNS answer that named only some of a name's addresses) keeps
 //! the state it went with.
@@ -289,9 +289,9 @@ impl Health {
         self.clear_failures(s);
     }
 
-    /// Passive health: the outcome of a real request to the endpoint `key`, judged by
-    /// what the upstream did (the caller never counts a client's fault). A
-    /// failure counts against it; `eject_after` in a row eject it for
+    /// Passive health: the outcome of a real request to the endpoint `key`,
+    /// judged by what the upstream did (the caller never counts a client's
+    /// fault). A failure counts against it; `eject_after` in a row eject it for
     /// `eject_for` (0 disables ejection). The outcome of a half-open trial
     /// re-admits the endpoint or ejects it again.
     pub fn record(&self, key: &str, failed: bool, eject_after: u32, eject_for: Duration) {
