@@ -8,7 +8,7 @@
 //! | `/ready`, `/readyz`, `/healthz` | GET | 200 with a table loaded and not draining, else 503 |
 //! | `/metrics` | GET | Prometheus metrics (OpenMetrics text) |
 //! | `/config` | GET | the active table's text, sha256, load time and version |
-//! | `/reload` | POST | reload the table file now: 200 with the outcome (the units that moved), 422 with every error |
+//! | `/reload` | POST | reload the table file now: 200 with the outcome (the units that moved, the fences given up), 422 with every error |
 //! | `/reload?dry_run=1` | POST | the plan of the table in the body (or of the file, with an empty body) against the running one, with each unit's traffic; nothing applied |
 //! | `/fleet` | GET | every instance following the same etcd key: the revision each runs, since when, what it rejected, who is behind (a table file: this instance alone) |
 //! | `/placement` | GET | the requests each placement unit placed over the last five minutes (what `plan` reads) |
@@ -520,6 +520,7 @@ async fn reload(state: &AdminState) -> Response<AdminBody> {
                 "sha256": o.sha256,
                 "needs_restart": o.needs_restart,
                 "moves": o.moves,
+                "unfenced": o.unfenced,
             }),
         ),
         Err(ReloadError::Invalid(errors)) => problem(&AdminError::InvalidTable { errors }, "/reload"),

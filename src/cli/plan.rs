@@ -4,9 +4,10 @@
 //! minutes). Both tables load as the instance runs them: in the region
 //! `--region` names, else, with `--admin`, the one the instance serves.
 //!
-//! Exit 0 when nothing moves, 1 when something does (a CI gate can ask for
-//! a review), 78 when either table is invalid, 69 when the instance cannot
-//! be asked, 2 for a usage error.
+//! Exit 0 when nothing moves, 1 when something does or the new table gives
+//! up a re-homed unit's fence (a CI gate can ask for a review), 78 when
+//! either table is invalid, 69 when the instance cannot be asked, 2 for a
+//! usage error.
 
 use std::io::Write;
 use std::path::PathBuf;

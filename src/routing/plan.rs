@@ -24,6 +24,12 @@
 //! proportion (shards, key space) when it is a part of one, at most the
 //! whole range for a part of a time range, and unknown when the running
 //! table counted it under another unit (an override the new table adds).
+//!
+//! A plan also lists the fences the new table gives up ([`Unfenced`]): a
+//! switched move it no longer records, or a move it sets back to a lower
+//! epoch. A unit's epoch is what refuses a forward from an instance still
+//! on an older table (the 421 `stale_epoch`), so the table that drops it
+//! lets such a write land in the unit's old region.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -33,6 +39,7 @@ use serde::Serialize;
 use super::rule::RegionId;
 use super::table::{Table, NONE, OVERRIDE_FLAG};
 use super::units::{key_name, node_name, time_name};
+use crate::config::schema::MovePhase;
 
 /// Keys the hash comparison spreads over the key space.
 const HASH_SAMPLES: u64 = 1 << 16;
@@ -87,11 +94,25 @@ pub struct Move {
     pub traffic: Option<Traffic>,
 }
 
+/// A unit whose fence the new table gives up: its switched move removed,
+/// or its move set back to a lower epoch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Unfenced {
+    /// The unit, as the tables' `moves` name it.
+    pub unit: String,
+    /// Its epoch in the running table.
+    pub epoch: u64,
+    /// Its epoch in the new table (`None`: the move is removed).
+    pub next: Option<u64>,
+}
+
 /// Every move from one table to another.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Plan {
     /// The moves, in table order (countries, overrides, shards, nodes, ranges, hash, default).
     pub moves: Vec<Move>,
+    /// The fences the new table gives up, in the running table's order.
+    pub unfenced: Vec<Unfenced>,
     /// The window traffic was read over (`None`: none was available).
     pub window: Option<WindowSummary>,
 }
@@ -154,6 +175,23 @@ impl<'a> Tally<'a> {
     }
 }
 
+/// The fences `next` gives up: each switched move of `running` it does not
+/// record, and each move of `running` it records at a lower epoch. A hold
+/// or an abort removed gives up nothing: the unit never left its source.
+fn unfenced(running: &Table, next: &Table) -> Vec<Unfenced> {
+    running
+        .moves()
+        .filter_map(|m| {
+            let kept = next.moves().find(|n| n.unit == m.unit).map(|n| n.epoch);
+            let given_up = match kept {
+                None => m.phase == MovePhase::Switch,
+                Some(epoch) => epoch < m.epoch,
+            };
+            given_up.then(|| Unfenced { unit: m.unit.clone(), epoch: m.epoch, next: kept })
+        })
+        .collect()
+}
+
 /// A region's name in `table`, for cells that hold a region or [`NONE`].
 fn owner(table: &Table, cell: u16) -> Option<String> {
     (cell != NONE).then(|| table.region(RegionId(cell & !OVERRIDE_FLAG)).name.clone())
@@ -167,8 +205,11 @@ impl Plan {
     /// Every placement unit whose owner differs between `running` and
     /// `next`, with its traffic from `window` (the running instance's).
     pub fn between(running: &Table, next: &Table, window: Option<&Window>) -> Plan {
-        let mut plan =
-            Plan { moves: Vec::new(), window: window.map(|w| WindowSummary { seconds: w.seconds, total: w.total }) };
+        let mut plan = Plan {
+            moves: Vec::new(),
+            unfenced: unfenced(running, next),
+            window: window.map(|w| WindowSummary { seconds: w.seconds, total: w.total }),
+        };
         plan.countries(running, next, window);
         plan.overrides(running, next, window);
         plan.cells("shard", running.units().shard_units(), &running.shards, &next.shards, (running, next), window);
@@ -187,9 +228,9 @@ impl Plan {
         plan
     }
 
-    /// Whether nothing moves.
+    /// Whether nothing moves and no fence is given up: nothing to review.
     pub fn is_empty(&self) -> bool {
-        self.moves.is_empty()
+        self.moves.is_empty() && self.unfenced.is_empty()
     }
 
     fn push(&mut self, unit: String, from: Option<String>, to: Option<String>, key_share: Option<f64>, t: &Tally) {
@@ -433,6 +474,7 @@ fn segments(old: &[u64], new: &[u64], from_zero: bool) -> Vec<(u64, u128)> {
 impl fmt::Display for Plan {
     /// For people: one line per move, then what traffic it carried.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.fmt_unfenced(f)?;
         let n = self.moves.len();
         if n == 0 {
             return writeln!(f, "nothing moves: every placement unit keeps its owner");
@@ -482,6 +524,24 @@ impl fmt::Display for Plan {
             }
             None => writeln!(f, "traffic: none available (give --admin URL of a running instance)"),
         }
+    }
+}
+
+impl Plan {
+    /// The fences given up, first: they are what a reviewer must not miss.
+    fn fmt_unfenced(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.unfenced.is_empty() {
+            return Ok(());
+        }
+        writeln!(f, "fences given up: a write forwarded by an instance still on an older table is no longer refused")?;
+        let width = self.unfenced.iter().map(|u| u.unit.len()).max().unwrap_or(0);
+        for u in &self.unfenced {
+            match u.next {
+                None => writeln!(f, "  {:width$}  epoch {}: its switched move is removed", u.unit, u.epoch)?,
+                Some(e) => writeln!(f, "  {:width$}  epoch {} set back to {e}", u.unit, u.epoch)?,
+            }
+        }
+        writeln!(f, "(keep each switch's move, at its epoch or a higher one, in the tables that follow)")
     }
 }
 

@@ -24,7 +24,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::json;
 
 use super::audit::Audit;
-use super::plan::{Move, Plan, Window};
+use super::plan::{Move, Plan, Unfenced, Window};
 use super::shared::{sha256_hex, SharedTable};
 use super::table::Table;
 
@@ -42,6 +42,8 @@ pub struct ReloadOutcome {
     pub needs_restart: Vec<&'static str>,
     /// The placement units whose owner changed.
     pub moves: Vec<Move>,
+    /// The fences the table gave up (logged as a warning).
+    pub unfenced: Vec<Unfenced>,
 }
 
 /// Where a table came from and what made it change, for the history and
@@ -312,8 +314,8 @@ impl Reloader {
             let (cfg, region_kept) = self.load(&text, &name)?;
             let (version, needs_restart) = self.shared.publish_config(&cfg, text).map_err(ReloadError::NeedsRestart)?;
             let needs_restart = deferred(needs_restart, region_kept);
-            let moves = Plan::between(&running.table, &self.shared.snapshot().table, None).moves;
-            Ok(ReloadOutcome { version, sha256, needs_restart, moves })
+            let Plan { moves, unfenced, .. } = Plan::between(&running.table, &self.shared.snapshot().table, None);
+            Ok(ReloadOutcome { version, sha256, needs_restart, moves, unfenced })
         });
         self.record(&name, by, digest.as_deref(), &result);
         {
@@ -337,6 +339,16 @@ impl Reloader {
                 );
                 if !o.needs_restart.is_empty() {
                     tracing::warn!(path = %name, keys = ?o.needs_restart, "restart-only keys changed; running values kept until restart");
+                }
+                for u in &o.unfenced {
+                    tracing::warn!(
+                        path = %name,
+                        unit = %u.unit,
+                        epoch = u.epoch,
+                        next = ?u.next,
+                        "the table gives up a unit's fence (its switched move removed, or its epoch set back): \
+                         a write forwarded by an instance still on an older table is no longer refused"
+                    );
                 }
             }
             Err(e) => {
@@ -365,6 +377,9 @@ impl Reloader {
                 entry["event"] = json!("applied");
                 entry["version"] = json!(o.version);
                 entry["moves"] = serde_json::to_value(&o.moves).unwrap_or_default();
+                if !o.unfenced.is_empty() {
+                    entry["unfenced"] = serde_json::to_value(&o.unfenced).unwrap_or_default();
+                }
                 entry["deferred"] = json!(o.needs_restart);
                 // The re-homing moves this table carries, each in its phase.
                 let running = self.shared.snapshot();

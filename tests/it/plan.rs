@@ -149,7 +149,8 @@ async fn reqwest_post(url: &str, body: String) -> Result<(u16, String), BoxError
 }
 
 #[tokio::test]
-async fn the_audit_trail_records_each_change_and_fails_to_verify_with_one_byte_changed() -> TestResult {
+async fn the_audit_trail_records_each_change_and_the_fences_it_gives_up_and_fails_to_verify_with_one_byte_changed(
+) -> TestResult {
     let [eu, kz, us] = three_backends().await?;
     let dir = tempfile::tempdir()?;
     let trail = dir.path().join("audit.jsonl");
@@ -184,6 +185,26 @@ async fn the_audit_trail_records_each_change_and_fails_to_verify_with_one_byte_c
         + "moves:\n  - { unit: \"country DE\", to: us, phase: hold, epoch: 1 }\n";
     reload(moving)?;
     assert_eq!(post(()).await?.0, 200);
+    // The move switched, then left out of the next table: the fence it
+    // gives up is in the answer, in the trail, and in `plan`'s exit code.
+    let switched = text
+        .replace("KZ: { id: 7, region: kz }", "KZ: { id: 7, region: eu }")
+        .replace("DE: { id: 49, region: eu }", "DE: { id: 49, region: us }");
+    let with_switch = format!("{switched}moves:\n  - {{ unit: \"country DE\", to: us, phase: switch, epoch: 2 }}\n");
+    reload(with_switch.clone())?;
+    assert_eq!(post(()).await?.0, 200);
+    reload(switched.clone())?;
+    let dropped = post(()).await?;
+    assert_eq!(dropped.0, 200, "{}", dropped.1);
+    let answer: serde_json::Value = serde_json::from_str(&dropped.1)?;
+    let given_up = serde_json::json!([{ "unit": "country DE", "epoch": 2, "next": null }]);
+    assert_eq!(answer["unfenced"], given_up, "{answer}");
+    let (before, after) = (dir.path().join("switched.yaml"), dir.path().join("dropped.yaml"));
+    std::fs::write(&before, &with_switch)?;
+    std::fs::write(&after, &switched)?;
+    let (code, out, err) = plan(&["--running", before.to_str().ok_or("path")?, after.to_str().ok_or("path")?])?;
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.starts_with("fences given up:") && out.contains("nothing moves"), "{out}");
     reload(text.replace("version: 1", "version: 1\nbogus: 2"))?;
     assert_eq!(post(()).await?.0, 422);
     let lines: Vec<serde_json::Value> =
@@ -196,6 +217,8 @@ async fn the_audit_trail_records_each_change_and_fails_to_verify_with_one_byte_c
     let phases = lines.iter().find(|l| !l["phases"].is_null()).ok_or("no entry with the move's phase")?;
     assert_eq!(phases["phases"][0]["phase"], "hold", "{phases}");
     assert_eq!(phases["phases"][0]["unit"], "country DE", "{phases}");
+    let unfenced = lines.iter().find(|l| !l["unfenced"].is_null()).ok_or("no entry with a fence given up")?;
+    assert_eq!(unfenced["unfenced"], given_up, "{unfenced}");
     let rejected = lines.iter().find(|l| l["event"] == "rejected").ok_or("no rejected entry")?;
     assert!(rejected["errors"][0].as_str().is_some_and(|e| e.contains("table.yaml:2:1")), "{rejected}");
     let verify = |path: &std::path::Path| {

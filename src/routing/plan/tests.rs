@@ -173,3 +173,30 @@ fn traffic_shares_from_the_running_units() -> TestResult {
     assert!(text.contains("over the last 60 s: 100 placed requests, 50.00%"), "{text}");
     Ok(())
 }
+
+#[test]
+fn a_table_that_drops_a_switched_move_or_sets_its_epoch_back_gives_up_its_fence() -> TestResult {
+    let in_eu = BASE.replace("KZ: { id: 7, region: kz }", "KZ: { id: 7, region: eu }");
+    let switched = format!("{in_eu}moves: [{{ unit: \"country KZ\", to: eu, phase: switch, epoch: 5 }}]\n");
+    let unfenced = |old: &str, new: &str| -> Result<Vec<Unfenced>, crate::config::ConfigErrors> {
+        Ok(Plan::between(&table(old)?, &table(new)?, None).unfenced)
+    };
+    let given_up = |next| vec![Unfenced { unit: "country KZ".into(), epoch: 5, next }];
+    // Kept, or raised by the unit's next move: the fence holds.
+    assert_eq!(unfenced(&switched, &switched)?, vec![]);
+    assert_eq!(unfenced(&switched, &switched.replace("epoch: 5", "epoch: 6"))?, vec![]);
+    // Removed: nothing moves, and yet the plan is not empty; it says so first.
+    let plan = Plan::between(&table(&switched)?, &table(&in_eu)?, None);
+    assert_eq!((plan.moves.len(), &plan.unfenced), (0, &given_up(None)));
+    assert!(!plan.is_empty());
+    let text = plan.to_string();
+    assert!(text.starts_with("fences given up:"), "{text}");
+    assert!(text.contains("country KZ  epoch 5: its switched move is removed"), "{text}");
+    // Set back to a lower epoch.
+    assert_eq!(unfenced(&switched, &switched.replace("epoch: 5", "epoch: 3"))?, given_up(Some(3)));
+    // A hold removed (an abort) gives up nothing: the unit never left its source.
+    let hold = format!("{BASE}moves: [{{ unit: \"country KZ\", to: eu, phase: hold, epoch: 4 }}]\n");
+    assert_eq!(unfenced(&hold, BASE)?, vec![]);
+    assert_eq!(unfenced(&hold, &hold.replace("epoch: 4", "epoch: 2"))?.len(), 1);
+    Ok(())
+}
