@@ -2,8 +2,11 @@
 //! [--barrier 3s]`: re-homes a placement unit across a fleet that follows
 //! one etcd key, phase by phase.
 //!
-//! 1. Both tables are checked here first (and the hold table must hold a
-//!    move, the switch table switch it): nothing is put when either is invalid.
+//! 1. Both tables are checked here first: the hold table must hold a move
+//!    and the switch table switch it; each keeps the moves earlier moves
+//!    left, as neither may give up a fence the table before it keeps.
+//!    Nothing is put when either is invalid, or when the hold table gives up
+//!    a fence of the table in etcd or does not raise its unit's epoch.
 //! 2. The hold table is put; then every instance of the fleet (each one's
 //!    report under `KEY/fleet/`) must report that it runs it, or a later
 //!    revision, within the barrier: each holds the unit's requests.
@@ -22,6 +25,7 @@ use std::time::{Duration, Instant};
 use super::exit;
 use crate::config::model::MoveRule;
 use crate::config::schema::MovePhase;
+use crate::routing::plan::unfenced;
 use crate::source::etcd::{Client, Target};
 
 /// `move`'s arguments.
@@ -64,7 +68,7 @@ pub fn run(args: &MoveArgs, out: &mut impl Write, err: &mut impl Write) -> i32 {
         let _ = writeln!(err, "shardgate move: {e}");
         return exit::CONFIG;
     }
-    let (hold, held_units, switch) = (hold.0, hold.1, switch.0);
+    let (hold, hold_moves, switch) = (hold.0, hold.1, switch.0);
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -75,7 +79,7 @@ pub fn run(args: &MoveArgs, out: &mut impl Write, err: &mut impl Write) -> i32 {
 
     let user = args.etcd_user.clone().map(|u| (u, std::env::var("SHARDGATE_ETCD_PASSWORD").unwrap_or_default()));
     let client = Client::new(&target, None, user);
-    match rt.block_on(drive(&client, &target, (&hold, &held_units), &switch, args.barrier, out)) {
+    match rt.block_on(drive(&client, &target, (&hold, &hold_moves), &switch, args.barrier, out)) {
         Ok(true) => exit::OK,
         Ok(false) => exit::FAILURE,
         Err(e) => {
@@ -85,22 +89,30 @@ pub fn run(args: &MoveArgs, out: &mut impl Write, err: &mut impl Write) -> i32 {
     }
 }
 
-/// The text of the table at `path` and its moves, valid and every move in `phase`.
+/// The text of the table at `path` and its moves: valid, with a move in
+/// `phase`. Its other moves are what earlier moves left (a switch kept as
+/// its unit's fence, an abort); a switch table holds nothing.
 fn checked(path: &std::path::Path, phase: MovePhase) -> Result<(String, Vec<MoveRule>), String> {
     let (cfg, text) = crate::config::load_file(path).map_err(|e| format!("{e}\n{}: invalid", path.display()))?;
-    if cfg.moves.is_empty() || cfg.moves.iter().any(|m| m.phase != phase) {
-        return Err(format!(
-            "{}: every move of this table must be in phase {phase:?} (and there must be one)",
-            path.display()
-        ));
+    let moving = cfg.moves.iter().any(|m| m.phase == phase);
+    let holding = phase == MovePhase::Switch && held(&cfg.moves).next().is_some();
+    if !moving || holding {
+        let none_held = if phase == MovePhase::Switch { ", and none in phase Hold" } else { "" };
+        return Err(format!("{}: this table must have a move in phase {phase:?}{none_held}", path.display()));
     }
     Ok((text, cfg.moves))
 }
 
+/// The units a table holds: its moves in phase `hold`.
+fn held(moves: &[MoveRule]) -> impl Iterator<Item = &MoveRule> {
+    moves.iter().filter(|m| m.phase == MovePhase::Hold)
+}
+
 /// The switch moves the units the hold holds, to the same regions, each at
-/// a higher epoch; and the barrier ends before a held request gives up.
+/// a higher epoch, and keeps the hold table's other moves (the fences of
+/// earlier moves); and the barrier ends before a held request gives up.
 fn pair(hold: &[MoveRule], switch: &[MoveRule], barrier: Duration) -> Result<(), String> {
-    for h in hold {
+    for h in held(hold) {
         let Some(s) = switch.iter().find(|s| s.unit == h.unit) else {
             return Err(format!("the switch table does not switch {}", h.unit));
         };
@@ -117,23 +129,28 @@ fn pair(hold: &[MoveRule], switch: &[MoveRule], barrier: Duration) -> Result<(),
             ));
         }
     }
-    if switch.len() != hold.len() {
-        return Err("the switch table switches a unit the hold table does not hold".into());
+    if let Some(s) = switch.iter().find(|s| !hold.iter().any(|h| h.unit == s.unit)) {
+        return Err(format!("the switch table moves {}, which the hold table does not hold", s.unit));
     }
-    Ok(())
+    match unfenced(hold, switch).first() {
+        Some(u) => Err(format!("the switch table gives up a fence the hold table keeps: {u}")),
+        None => Ok(()),
+    }
 }
 
-/// A unit the hold holds that the table in etcd moves at the hold's epoch
-/// or a later one (or that table's problems, when it does not load: the
-/// epochs cannot be checked). Each move of a unit must raise its epoch: a
-/// forward from an instance still on an older table would otherwise win
-/// the fence.
-fn stale_epoch(running: &str, hold: &[MoveRule]) -> Option<String> {
+/// Why the table in etcd refuses the hold table, or that table's problems
+/// when it does not load (its epochs cannot be checked):
+/// - a unit the hold holds that it moves at the hold's epoch or a later
+///   one: each move of a unit must raise its epoch, or a forward from an
+///   instance still on an older table would win the fence;
+/// - a fence it keeps that the hold table gives up (an earlier move's
+///   switch left out, or its epoch set back).
+fn refused(running: &str, hold: &[MoveRule]) -> Option<String> {
     let cfg = match crate::config::load_str(running, "the table in etcd") {
         Ok(cfg) => cfg,
         Err(e) => return Some(format!("the table in etcd does not load, so its units' epochs are unknown:\n{e}")),
     };
-    hold.iter().find_map(|h| {
+    let stale = held(hold).find_map(|h| {
         let m = cfg.moves.iter().find(|m| m.unit == h.unit && m.epoch >= h.epoch)?;
         Some(format!(
             "{} is at epoch {} in the table in etcd: the hold must raise it (epoch {} or more)",
@@ -141,6 +158,10 @@ fn stale_epoch(running: &str, hold: &[MoveRule]) -> Option<String> {
             m.epoch,
             m.epoch.saturating_add(1)
         ))
+    });
+    stale.or_else(|| {
+        let u = unfenced(&cfg.moves, hold).into_iter().next()?;
+        Some(format!("the hold table gives up a fence the table in etcd keeps: {u}; keep that move in both tables"))
     })
 }
 
@@ -148,7 +169,7 @@ fn stale_epoch(running: &str, hold: &[MoveRule]) -> Option<String> {
 async fn drive(
     client: &Client,
     target: &Target,
-    (hold, held_units): (&str, &[MoveRule]),
+    (hold, hold_moves): (&str, &[MoveRule]),
     switch: &str,
     barrier: Duration,
     out: &mut impl Write,
@@ -157,7 +178,7 @@ async fn drive(
         let _ = writeln!(out, "no table at {}: nothing to move", target.key);
         return Ok(false);
     };
-    if let Some(why) = stale_epoch(&before.value, held_units) {
+    if let Some(why) = refused(&before.value, hold_moves) {
         let _ = writeln!(out, "not moved: {why}");
         return Ok(false);
     }
@@ -221,5 +242,62 @@ async fn confirmed(
             return Ok(Err(if reports.is_empty() { vec!["(no instance reports)".into()] } else { behind }));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mv(unit: &str, phase: MovePhase, epoch: u64) -> MoveRule {
+        MoveRule {
+            unit: unit.into(),
+            to: 1,
+            phase,
+            epoch,
+            hold_all: false,
+            max_requests: 10,
+            max_time: Duration::from_secs(5),
+            release_rate: 100,
+        }
+    }
+
+    const IN_ETCD: &str = r#"version: 1
+regions:
+  eu: { upstreams: ["http://127.0.0.1:1"] }
+  us: { upstreams: ["http://127.0.0.1:2"] }
+countries: { KZ: { id: 7, region: eu }, DE: { id: 49, region: us } }
+entities: { Order: 3 }
+moves: [{ unit: "country DE", to: us, phase: switch, epoch: 2 }]
+"#;
+
+    #[test]
+    fn a_move_keeps_the_fences_earlier_moves_left() {
+        let barrier = Duration::from_secs(3);
+        let kept = mv("country DE", MovePhase::Switch, 2);
+        let (hold, switch) = (mv("country KZ", MovePhase::Hold, 5), mv("country KZ", MovePhase::Switch, 6));
+        let both = |h: &[MoveRule], s: &[MoveRule]| pair(h, s, barrier);
+        let fails_with = |r: Result<(), String>, why: &str| matches!(&r, Err(e) if e.contains(why));
+        // DE's earlier switch kept in both tables, as the one in etcd has it.
+        let hold_table = [kept.clone(), hold.clone()];
+        assert_eq!(both(&hold_table, &[kept.clone(), switch.clone()]), Ok(()));
+        assert_eq!(refused(IN_ETCD, &hold_table), None);
+        // Left out of the switch table, or set back there.
+        let gone = "gives up a fence the hold table keeps: country DE at epoch 2: its switched move is removed";
+        assert!(fails_with(both(&hold_table, std::slice::from_ref(&switch)), gone));
+        let back = [mv("country DE", MovePhase::Switch, 1), switch.clone()];
+        assert!(fails_with(both(&hold_table, &back), "country DE at epoch 2: set back to epoch 1"));
+        // Left out of the hold table: the table in etcd refuses it.
+        let why = refused(IN_ETCD, std::slice::from_ref(&hold)).unwrap_or_default();
+        assert!(
+            why.contains("the hold table gives up a fence the table in etcd keeps: country DE at epoch 2"),
+            "{why}"
+        );
+        // A switch of a unit the hold table has no move for.
+        let extra = both(std::slice::from_ref(&hold), &[kept.clone(), switch.clone()]);
+        assert!(fails_with(extra, "moves country DE, which the hold table does not hold"));
+        // Holding DE again must raise its epoch.
+        let why = refused(IN_ETCD, &[mv("country DE", MovePhase::Hold, 2)]).unwrap_or_default();
+        assert!(why.contains("country DE is at epoch 2 in the table in etcd"), "{why}");
     }
 }

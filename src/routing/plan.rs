@@ -39,6 +39,7 @@ use serde::Serialize;
 use super::rule::RegionId;
 use super::table::{Table, NONE, OVERRIDE_FLAG};
 use super::units::{key_name, node_name, time_name};
+use crate::config::model::MoveRule;
 use crate::config::schema::MovePhase;
 
 /// Keys the hash comparison spreads over the key space.
@@ -175,14 +176,19 @@ impl<'a> Tally<'a> {
     }
 }
 
-/// The fences `next` gives up: each switched move of `running` it does not
-/// record, and each move of `running` it records at a lower epoch. A hold
-/// or an abort removed gives up nothing: the unit never left its source.
-fn unfenced(running: &Table, next: &Table) -> Vec<Unfenced> {
+/// The fences a table whose moves are `next` gives up against one whose
+/// moves are `running`: each switched move of `running` it does not record,
+/// and each move of `running` it records at a lower epoch. A hold or an
+/// abort removed gives up nothing: the unit never left its source.
+pub fn unfenced<'a, 'b>(
+    running: impl IntoIterator<Item = &'a MoveRule>,
+    next: impl IntoIterator<Item = &'b MoveRule>,
+) -> Vec<Unfenced> {
+    let next: Vec<&MoveRule> = next.into_iter().collect();
     running
-        .moves()
+        .into_iter()
         .filter_map(|m| {
-            let kept = next.moves().find(|n| n.unit == m.unit).map(|n| n.epoch);
+            let kept = next.iter().find(|n| n.unit == m.unit).map(|n| n.epoch);
             let given_up = match kept {
                 None => m.phase == MovePhase::Switch,
                 Some(epoch) => epoch < m.epoch,
@@ -207,7 +213,7 @@ impl Plan {
     pub fn between(running: &Table, next: &Table, window: Option<&Window>) -> Plan {
         let mut plan = Plan {
             moves: Vec::new(),
-            unfenced: unfenced(running, next),
+            unfenced: unfenced(running.moves(), next.moves()),
             window: window.map(|w| WindowSummary { seconds: w.seconds, total: w.total }),
         };
         plan.countries(running, next, window);
@@ -527,6 +533,15 @@ impl fmt::Display for Plan {
     }
 }
 
+impl fmt::Display for Unfenced {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.next {
+            None => write!(f, "{} at epoch {}: its switched move is removed", self.unit, self.epoch),
+            Some(e) => write!(f, "{} at epoch {}: set back to epoch {e}", self.unit, self.epoch),
+        }
+    }
+}
+
 impl Plan {
     /// The fences given up, first: they are what a reviewer must not miss.
     fn fmt_unfenced(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -534,12 +549,8 @@ impl Plan {
             return Ok(());
         }
         writeln!(f, "fences given up: a write forwarded by an instance still on an older table is no longer refused")?;
-        let width = self.unfenced.iter().map(|u| u.unit.len()).max().unwrap_or(0);
         for u in &self.unfenced {
-            match u.next {
-                None => writeln!(f, "  {:width$}  epoch {}: its switched move is removed", u.unit, u.epoch)?,
-                Some(e) => writeln!(f, "  {:width$}  epoch {} set back to {e}", u.unit, u.epoch)?,
-            }
+            writeln!(f, "  {u}")?;
         }
         writeln!(f, "(keep each switch's move, at its epoch or a higher one, in the tables that follow)")
     }

@@ -619,6 +619,16 @@ async fn rehoming_a_fleet_under_load_moves_a_country_and_back_and_aborts_with_no
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("not moved: country KZ is at epoch 4 in the table in etcd"), "{out}");
     assert_eq!(a.sha256().await?, running, "a refused move put a table");
+    // A move of another unit whose tables leave KZ's switch out would give
+    // up KZ's fence: refused, nothing put.
+    let de = |phase: &str, epoch: u32| {
+        format!("moves:\n  - {{ unit: \"country DE\", to: us, phase: {phase}, epoch: {epoch} }}\n")
+    };
+    let de_switch = t(&de("switch", 2), "kz").replace("DE: { id: 49, region: eu }", "DE: { id: 49, region: us }");
+    let (code, out) = shardgate_move(dir.path(), &source, &t(&de("hold", 1), "kz"), &de_switch, "3s").await?;
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("the hold table gives up a fence the table in etcd keeps: country KZ at epoch 4"), "{out}");
+    assert_eq!(a.sha256().await?, running, "a refused move put a table");
 
     // A third time with b frozen: it cannot confirm the hold, so the move is aborted.
     load.only_first.store(true, Ordering::SeqCst);

@@ -191,7 +191,7 @@ fn a_table_that_drops_a_switched_move_or_sets_its_epoch_back_gives_up_its_fence(
     assert!(!plan.is_empty());
     let text = plan.to_string();
     assert!(text.starts_with("fences given up:"), "{text}");
-    assert!(text.contains("country KZ  epoch 5: its switched move is removed"), "{text}");
+    assert!(text.contains("  country KZ at epoch 5: its switched move is removed\n"), "{text}");
     // Set back to a lower epoch.
     assert_eq!(unfenced(&switched, &switched.replace("epoch: 5", "epoch: 3"))?, given_up(Some(3)));
     // A hold removed (an abort) gives up nothing: the unit never left its source.
