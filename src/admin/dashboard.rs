@@ -141,7 +141,7 @@ fn reload(r: &crate::routing::reload::ReloadRecord) -> Value {
     let when = iso_time(r.at, 0);
     match &r.result {
         Ok(o) => json!({ "at": when, "result": "success", "version": o.version, "sha256": o.sha256,
-                         "needs_restart": o.needs_restart }),
+                         "needs_restart": o.needs_restart, "unfenced": o.unfenced }),
         Err(ReloadError::Invalid(errors)) => {
             let list: Vec<Value> = errors
                 .errors

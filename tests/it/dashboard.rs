@@ -173,7 +173,8 @@ async fn count(c: &Client, css: &str) -> Result<usize, BoxError> {
 }
 
 #[tokio::test]
-async fn the_dashboard_shows_the_table_finds_an_id_keeps_hostile_text_text_and_lists_a_rejected_reload() -> TestResult {
+async fn the_dashboard_shows_the_table_finds_an_id_keeps_hostile_text_text_and_lists_reloads_rejected_and_unfencing(
+) -> TestResult {
     let Some(driver) = driver().await? else { return Ok(()) };
     let backends = three_backends().await?;
     let be = [backends[0].addr, backends[1].addr, backends[2].addr];
@@ -284,6 +285,17 @@ async fn drive(c: &Client, admin: SocketAddr, path: &std::path::Path, yaml: &str
     assert!(reloads.contains("mars") && reloads.contains("line"), "{reloads}");
     assert_eq!(count(c, "#reloads tbody tr").await?, 1, "{reloads}");
     assert!(reloads.contains("×3") && reloads.contains("more (POST /reload lists them all)"), "{reloads}");
+    // A table that records a switch, then one without it: the fence it
+    // gave up is shown on the second.
+    let switched = format!("{yaml}moves: [{{ unit: \"country KZ\", to: kz, phase: switch, epoch: 2 }}]\n");
+    for table in [switched.as_str(), yaml] {
+        std::fs::write(path, table)?;
+        let req = Request::post(format!("http://{admin}/reload")).body(Full::new(Bytes::new()))?;
+        assert_eq!(send(req).await?.status, 200);
+    }
+    c.refresh().await?;
+    let reloads = until_text(c, "#reloads .unfenced", "fence given up").await?;
+    assert!(reloads.contains("country KZ at epoch 2, its switch removed"), "{reloads}");
     // A picture of it all, to look at (`SHARDGATE_SCREENSHOT=path`).
     if let Some(file) = std::env::var_os("SHARDGATE_SCREENSHOT") {
         std::fs::write(file, c.screenshot().await?)?;
