@@ -493,7 +493,8 @@ async fn dry_run(state: &AdminState, req: Request<Incoming>) -> Response<AdminBo
     match plan {
         Ok(Ok((plan, needs_restart))) => json_response(
             StatusCode::OK,
-            &json!({ "result": "dry_run", "moves": plan.moves.len(), "needs_restart": needs_restart, "plan": plan }),
+            &json!({ "result": "dry_run", "moves": plan.moves.len(), "unfenced": plan.unfenced.len(),
+                     "needs_restart": needs_restart, "plan": plan }),
         ),
         Ok(Err(ReloadError::Invalid(errors))) => problem(&AdminError::InvalidTable { errors }, "/reload"),
         Ok(Err(ReloadError::NeedsRestart(detail))) => problem(&AdminError::NeedsRestart { detail }, "/reload"),

@@ -68,11 +68,12 @@ pub enum Command {
         print: bool,
     },
     /// List every placement unit a new table moves and the traffic it
-    /// carried; exit 0 when nothing moves, 1 when something does, 78 when invalid.
+    /// carried, and the re-homed units' fences it gives up; exit 0 when
+    /// nothing moves, 1 when something does or a fence is given up, 78 when invalid.
     Plan(plan::PlanArgs),
     /// Re-home a placement unit across the fleet following an etcd key: put the
     /// hold table, wait until every instance holds, then put the switch table
-    /// (or put the table from before back). Exit 0 switched, 1 aborted.
+    /// (or call the hold off). Exit 0 switched, 1 aborted or refused.
     Move(rehome::MoveArgs),
     /// Audit trail tools.
     Audit {

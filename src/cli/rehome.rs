@@ -4,19 +4,21 @@
 //!
 //! 1. Both tables are checked here first: the hold table must hold a move
 //!    and the switch table switch it; each keeps the moves earlier moves
-//!    left, as neither may give up a fence the table before it keeps.
-//!    Nothing is put when either is invalid, or when the hold table gives up
-//!    a fence of the table in etcd or does not raise its unit's epoch.
+//!    left as they are, as neither may give up a fence the table before it
+//!    keeps. Nothing is put when either is invalid, or when the hold table
+//!    gives up a fence of the table in etcd, changes another unit's move
+//!    there, or does not raise its unit's epoch.
 //! 2. The hold table is put; then every instance of the fleet (each one's
 //!    report under `KEY/fleet/`) must report that it runs it, or a later
 //!    revision, within the barrier: each holds the unit's requests.
 //! 3. Only then is the switch table put, and its application awaited.
 //!    When an instance does not confirm the hold in time (down, frozen,
-//!    rejecting the table), the table that ran before the hold is put back:
-//!    the move is aborted and every held request goes to the source.
+//!    rejecting the table), the hold table is put again with its holds
+//!    called off (`phase: abort`): the move is aborted, every held request
+//!    goes to the source, and no unit's epoch goes down.
 //!
-//! Exit 0 when switched, 1 when aborted, 69 when etcd cannot be reached, 78
-//! when a table is invalid.
+//! Exit 0 when switched, 1 when aborted or refused, 69 when etcd cannot be
+//! reached, 78 when a table is invalid.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -97,8 +99,11 @@ fn checked(path: &std::path::Path, phase: MovePhase) -> Result<(String, Vec<Move
     let moving = cfg.moves.iter().any(|m| m.phase == phase);
     let holding = phase == MovePhase::Switch && held(&cfg.moves).next().is_some();
     if !moving || holding {
-        let none_held = if phase == MovePhase::Switch { ", and none in phase Hold" } else { "" };
-        return Err(format!("{}: this table must have a move in phase {phase:?}{none_held}", path.display()));
+        let (name, none_held) = match phase {
+            MovePhase::Switch => ("switch", ", and none in phase hold"),
+            _ => ("hold", ""),
+        };
+        return Err(format!("{}: this table must have a move in phase {name}{none_held}", path.display()));
     }
     Ok((text, cfg.moves))
 }
@@ -109,11 +114,12 @@ fn held(moves: &[MoveRule]) -> impl Iterator<Item = &MoveRule> {
 }
 
 /// The switch moves the units the hold holds, to the same regions, each at
-/// a higher epoch, and keeps the hold table's other moves (the fences of
-/// earlier moves); and the barrier ends before a held request gives up.
+/// a higher epoch, and keeps the hold table's other moves as they are (the
+/// fences of earlier moves); and the barrier ends before a held request
+/// gives up.
 fn pair(hold: &[MoveRule], switch: &[MoveRule], barrier: Duration) -> Result<(), String> {
     for h in held(hold) {
-        let Some(s) = switch.iter().find(|s| s.unit == h.unit) else {
+        let Some(s) = switch.iter().find(|s| s.unit == h.unit && s.phase == MovePhase::Switch) else {
             return Err(format!("the switch table does not switch {}", h.unit));
         };
         if s.to != h.to || s.epoch <= h.epoch {
@@ -132,10 +138,38 @@ fn pair(hold: &[MoveRule], switch: &[MoveRule], barrier: Duration) -> Result<(),
     if let Some(s) = switch.iter().find(|s| !hold.iter().any(|h| h.unit == s.unit)) {
         return Err(format!("the switch table moves {}, which the hold table does not hold", s.unit));
     }
-    match unfenced(hold, switch).first() {
-        Some(u) => Err(format!("the switch table gives up a fence the hold table keeps: {u}")),
+    if let Some(u) = unfenced(hold, switch).first() {
+        return Err(format!("the switch table gives up a fence the hold table keeps: {u}"));
+    }
+    match changed(hold.iter().filter(|h| h.phase != MovePhase::Hold), switch) {
+        Some(unit) => {
+            Err(format!("the switch table changes {unit}'s move, which the hold table keeps from an earlier move"))
+        }
         None => Ok(()),
     }
+}
+
+/// The first of `kept` (moves earlier moves left) that `next` records
+/// otherwise (another phase, region or epoch). A move changes only the
+/// units it holds.
+fn changed<'a>(kept: impl IntoIterator<Item = &'a MoveRule>, next: &[MoveRule]) -> Option<&'a str> {
+    let same = |k: &MoveRule, n: &MoveRule| (n.phase, n.to, n.epoch) == (k.phase, k.to, k.epoch);
+    kept.into_iter().find(|k| next.iter().any(|n| n.unit == k.unit && !same(k, n))).map(|k| k.unit.as_str())
+}
+
+/// The hold table with its holds called off: each `phase: hold` made
+/// `phase: abort`, at its epoch, which sends held requests to the source
+/// as the table from before the hold would, without setting the units'
+/// epochs back (and with them the fences of earlier switches). `None` when
+/// the text does not say `phase: hold` plainly for each held move.
+fn called_off(hold: &str, moves: &[MoveRule]) -> Option<String> {
+    let text = ["", "\"", "'"]
+        .iter()
+        .fold(hold.to_string(), |t, q| t.replace(&format!("phase: {q}hold{q}"), &format!("phase: {q}abort{q}")));
+    let cfg = crate::config::load_str(&text, "the hold table, called off").ok()?;
+    let aborted =
+        |h: &MoveRule| cfg.moves.iter().any(|m| m.unit == h.unit && m.phase == MovePhase::Abort && m.epoch == h.epoch);
+    (held(&cfg.moves).next().is_none() && held(moves).all(aborted)).then_some(text)
 }
 
 /// Why the table in etcd refuses the hold table, or that table's problems
@@ -144,7 +178,8 @@ fn pair(hold: &[MoveRule], switch: &[MoveRule], barrier: Duration) -> Result<(),
 ///   one: each move of a unit must raise its epoch, or a forward from an
 ///   instance still on an older table would win the fence;
 /// - a fence it keeps that the hold table gives up (an earlier move's
-///   switch left out, or its epoch set back).
+///   switch left out, or its epoch set back);
+/// - a move of another unit that the hold table changes.
 fn refused(running: &str, hold: &[MoveRule]) -> Option<String> {
     let cfg = match crate::config::load_str(running, "the table in etcd") {
         Ok(cfg) => cfg,
@@ -159,10 +194,18 @@ fn refused(running: &str, hold: &[MoveRule]) -> Option<String> {
             m.epoch.saturating_add(1)
         ))
     });
-    stale.or_else(|| {
-        let u = unfenced(&cfg.moves, hold).into_iter().next()?;
-        Some(format!("the hold table gives up a fence the table in etcd keeps: {u}; keep that move in both tables"))
-    })
+    stale
+        .or_else(|| {
+            let u = unfenced(&cfg.moves, hold).into_iter().next()?;
+            Some(format!("the hold table gives up a fence the table in etcd keeps: {u}; keep that move in both tables"))
+        })
+        .or_else(|| {
+            let kept = cfg.moves.iter().filter(|m| !held(hold).any(|h| h.unit == m.unit));
+            let unit = changed(kept, hold)?;
+            Some(format!(
+                "the hold table changes {unit}'s move in the table in etcd: a move changes only the units it holds"
+            ))
+        })
 }
 
 /// Hold, barrier, switch (or back to the table before): whether it switched.
@@ -205,8 +248,12 @@ async fn drive(
         }
         Err(behind) => {
             let _ = writeln!(out, "not confirmed in time by: {}; aborting", behind.join(", "));
-            let back = client.put(&target.key, &before.value, 0).await?;
-            let _ = writeln!(out, "the table from before the hold put back at revision {back}");
+            let (back, what) = match called_off(hold, hold_moves) {
+                Some(text) => (text, "the hold table, its holds called off (phase: abort),"),
+                None => (before.value.clone(), "the table from before the hold"),
+            };
+            let at = client.put(&target.key, &back, 0).await?;
+            let _ = writeln!(out, "{what} put at revision {at}");
             Ok(false)
         }
     }
@@ -282,22 +329,43 @@ moves: [{ unit: "country DE", to: us, phase: switch, epoch: 2 }]
         let hold_table = [kept.clone(), hold.clone()];
         assert_eq!(both(&hold_table, &[kept.clone(), switch.clone()]), Ok(()));
         assert_eq!(refused(IN_ETCD, &hold_table), None);
-        // Left out of the switch table, or set back there.
-        let gone = "gives up a fence the hold table keeps: country DE at epoch 2: its switched move is removed";
+        // Left out of the switch table, set back there, or changed there.
+        let gone = "gives up a fence the hold table keeps: country DE at epoch 2 (switch): its move is removed";
         assert!(fails_with(both(&hold_table, std::slice::from_ref(&switch)), gone));
         let back = [mv("country DE", MovePhase::Switch, 1), switch.clone()];
-        assert!(fails_with(both(&hold_table, &back), "country DE at epoch 2: set back to epoch 1"));
-        // Left out of the hold table: the table in etcd refuses it.
+        assert!(fails_with(both(&hold_table, &back), "country DE at epoch 2 (switch): set back to epoch 1"));
+        let elsewhere = [MoveRule { to: 0, ..kept.clone() }, switch.clone()];
+        assert!(fails_with(both(&hold_table, &elsewhere), "changes country DE's move"));
+        // The held unit called off instead of switched is no switch.
+        let aborted = [kept.clone(), mv("country KZ", MovePhase::Abort, 6)];
+        assert!(fails_with(both(&hold_table, &aborted), "does not switch country KZ"));
+        // Left out of the hold table, or changed there: the table in etcd refuses it.
         let why = refused(IN_ETCD, std::slice::from_ref(&hold)).unwrap_or_default();
-        assert!(
-            why.contains("the hold table gives up a fence the table in etcd keeps: country DE at epoch 2"),
-            "{why}"
-        );
+        assert!(why.contains("gives up a fence the table in etcd keeps: country DE at epoch 2 (switch)"), "{why}");
+        let why = refused(IN_ETCD, &[MoveRule { to: 0, ..kept.clone() }, hold.clone()]).unwrap_or_default();
+        assert!(why.contains("changes country DE's move in the table in etcd"), "{why}");
         // A switch of a unit the hold table has no move for.
         let extra = both(std::slice::from_ref(&hold), &[kept.clone(), switch.clone()]);
         assert!(fails_with(extra, "moves country DE, which the hold table does not hold"));
         // Holding DE again must raise its epoch.
         let why = refused(IN_ETCD, &[mv("country DE", MovePhase::Hold, 2)]).unwrap_or_default();
         assert!(why.contains("country DE is at epoch 2 in the table in etcd"), "{why}");
+    }
+
+    #[test]
+    fn a_move_called_off_keeps_its_epochs() -> Result<(), crate::config::ConfigErrors> {
+        let hold = IN_ETCD.replace(
+            "phase: switch, epoch: 2 }]",
+            "phase: switch, epoch: 2 }, { unit: \"country KZ\", to: us, phase: \"hold\", epoch: 5 }]",
+        );
+        let moves = crate::config::load_str(&hold, "hold.yaml")?.moves;
+        let off = called_off(&hold, &moves).unwrap_or_default();
+        let after = crate::config::load_str(&off, "off.yaml")?.moves;
+        let phases: Vec<_> = after.iter().map(|m| (m.unit.as_str(), m.phase, m.epoch)).collect();
+        assert_eq!(phases, [("country DE", MovePhase::Switch, 2), ("country KZ", MovePhase::Abort, 5)]);
+        // A hold written some other way is not guessed at.
+        let other = hold.replace("phase: \"hold\"", "phase:  hold");
+        assert_eq!(called_off(&other, &moves), None);
+        Ok(())
     }
 }

@@ -26,10 +26,13 @@
 //! table counted it under another unit (an override the new table adds).
 //!
 //! A plan also lists the fences the new table gives up ([`Unfenced`]): a
-//! switched move it no longer records, or a move it sets back to a lower
-//! epoch. A unit's epoch is what refuses a forward from an instance still
-//! on an older table (the 421 `stale_epoch`), so the table that drops it
-//! lets such a write land in the unit's old region.
+//! move it no longer records, or records at a lower epoch. A unit's epoch
+//! is what refuses a forward from an instance still on an older table (the
+//! 421 `stale_epoch`), so once the unit has switched (by this move, or by
+//! an earlier one whose epoch a later hold took over), the table that
+//! forgets its epoch lets such a write land in the region the unit left.
+//! Two tables cannot tell whether it had, so every epoch forgotten is
+//! listed; calling a move off with `phase: abort` keeps it.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -95,12 +98,14 @@ pub struct Move {
     pub traffic: Option<Traffic>,
 }
 
-/// A unit whose fence the new table gives up: its switched move removed,
-/// or its move set back to a lower epoch.
+/// A unit whose fence the new table gives up: its move removed, or set
+/// back to a lower epoch.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Unfenced {
     /// The unit, as the tables' `moves` name it.
     pub unit: String,
+    /// Its move's phase in the running table.
+    pub phase: MovePhase,
     /// Its epoch in the running table.
     pub epoch: u64,
     /// Its epoch in the new table (`None`: the move is removed).
@@ -177,9 +182,8 @@ impl<'a> Tally<'a> {
 }
 
 /// The fences a table whose moves are `next` gives up against one whose
-/// moves are `running`: each switched move of `running` it does not record,
-/// and each move of `running` it records at a lower epoch. A hold or an
-/// abort removed gives up nothing: the unit never left its source.
+/// moves are `running`: each move of `running` it does not record, or
+/// records at a lower epoch.
 pub fn unfenced<'a, 'b>(
     running: impl IntoIterator<Item = &'a MoveRule>,
     next: impl IntoIterator<Item = &'b MoveRule>,
@@ -189,11 +193,8 @@ pub fn unfenced<'a, 'b>(
         .into_iter()
         .filter_map(|m| {
             let kept = next.iter().find(|n| n.unit == m.unit).map(|n| n.epoch);
-            let given_up = match kept {
-                None => m.phase == MovePhase::Switch,
-                Some(epoch) => epoch < m.epoch,
-            };
-            given_up.then(|| Unfenced { unit: m.unit.clone(), epoch: m.epoch, next: kept })
+            let given_up = kept.is_none_or(|epoch| epoch < m.epoch);
+            given_up.then(|| Unfenced { unit: m.unit.clone(), phase: m.phase, epoch: m.epoch, next: kept })
         })
         .collect()
 }
@@ -534,10 +535,17 @@ impl fmt::Display for Plan {
 }
 
 impl fmt::Display for Unfenced {
+    /// `country KZ at epoch 5 (switch): its move is removed`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let phase = match self.phase {
+            MovePhase::Hold => "hold",
+            MovePhase::Switch => "switch",
+            MovePhase::Abort => "abort",
+        };
+        write!(f, "{} at epoch {} ({phase}): ", self.unit, self.epoch)?;
         match self.next {
-            None => write!(f, "{} at epoch {}: its switched move is removed", self.unit, self.epoch),
-            Some(e) => write!(f, "{} at epoch {}: set back to epoch {e}", self.unit, self.epoch),
+            None => f.write_str("its move is removed"),
+            Some(e) => write!(f, "set back to epoch {e}"),
         }
     }
 }
@@ -552,7 +560,7 @@ impl Plan {
         for u in &self.unfenced {
             writeln!(f, "  {u}")?;
         }
-        writeln!(f, "(keep each switch's move, at its epoch or a higher one, in the tables that follow)")
+        writeln!(f, "(keep each move at its epoch or a higher one; call a move off with phase: abort)")
     }
 }
 

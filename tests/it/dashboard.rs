@@ -295,7 +295,7 @@ async fn drive(c: &Client, admin: SocketAddr, path: &std::path::Path, yaml: &str
     }
     c.refresh().await?;
     let reloads = until_text(c, "#reloads .unfenced", "fence given up").await?;
-    assert!(reloads.contains("country KZ at epoch 2, its switch removed"), "{reloads}");
+    assert!(reloads.contains("country KZ at epoch 2 (switch), its move removed"), "{reloads}");
     // A picture of it all, to look at (`SHARDGATE_SCREENSHOT=path`).
     if let Some(file) = std::env::var_os("SHARDGATE_SCREENSHOT") {
         std::fs::write(file, c.screenshot().await?)?;

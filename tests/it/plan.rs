@@ -197,7 +197,7 @@ async fn the_audit_trail_records_each_change_and_the_fences_it_gives_up_and_fail
     let dropped = post(()).await?;
     assert_eq!(dropped.0, 200, "{}", dropped.1);
     let answer: serde_json::Value = serde_json::from_str(&dropped.1)?;
-    let given_up = serde_json::json!([{ "unit": "country DE", "epoch": 2, "next": null }]);
+    let given_up = serde_json::json!([{ "unit": "country DE", "phase": "switch", "epoch": 2, "next": null }]);
     assert_eq!(answer["unfenced"], given_up, "{answer}");
     let (before, after) = (dir.path().join("switched.yaml"), dir.path().join("dropped.yaml"));
     std::fs::write(&before, &with_switch)?;

@@ -641,6 +641,10 @@ async fn rehoming_a_fleet_under_load_moves_a_country_and_back_and_aborts_with_no
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("gw-b") && out.contains("aborting"), "{out}");
     tokio::time::sleep(Duration::from_millis(500)).await;
+    // Called off at its epoch, not set back to the table before it.
+    assert!(out.contains("the hold table, its holds called off (phase: abort), put at revision"), "{out}");
+    let explain = get(&a.url(&format!("/explain?id={}&route=orders", iuid(7)))).await?.json()?.to_string();
+    assert!(explain.contains(r#""move":{"epoch":5,"phase":"abort","to":"eu","unit":"country KZ"}"#), "{explain}");
     let results = load.finish().await?;
     b.child = None;
 

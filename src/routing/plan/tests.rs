@@ -175,28 +175,30 @@ fn traffic_shares_from_the_running_units() -> TestResult {
 }
 
 #[test]
-fn a_table_that_drops_a_switched_move_or_sets_its_epoch_back_gives_up_its_fence() -> TestResult {
+fn a_table_that_forgets_a_moves_epoch_or_sets_it_back_gives_up_its_fence() -> TestResult {
     let in_eu = BASE.replace("KZ: { id: 7, region: kz }", "KZ: { id: 7, region: eu }");
     let switched = format!("{in_eu}moves: [{{ unit: \"country KZ\", to: eu, phase: switch, epoch: 5 }}]\n");
     let unfenced = |old: &str, new: &str| -> Result<Vec<Unfenced>, crate::config::ConfigErrors> {
         Ok(Plan::between(&table(old)?, &table(new)?, None).unfenced)
     };
-    let given_up = |next| vec![Unfenced { unit: "country KZ".into(), epoch: 5, next }];
+    let given_up = |phase, next| vec![Unfenced { unit: "country KZ".into(), phase, epoch: 5, next }];
     // Kept, or raised by the unit's next move: the fence holds.
     assert_eq!(unfenced(&switched, &switched)?, vec![]);
     assert_eq!(unfenced(&switched, &switched.replace("epoch: 5", "epoch: 6"))?, vec![]);
     // Removed: nothing moves, and yet the plan is not empty; it says so first.
     let plan = Plan::between(&table(&switched)?, &table(&in_eu)?, None);
-    assert_eq!((plan.moves.len(), &plan.unfenced), (0, &given_up(None)));
+    assert_eq!((plan.moves.len(), &plan.unfenced), (0, &given_up(MovePhase::Switch, None)));
     assert!(!plan.is_empty());
     let text = plan.to_string();
     assert!(text.starts_with("fences given up:"), "{text}");
-    assert!(text.contains("  country KZ at epoch 5: its switched move is removed\n"), "{text}");
+    assert!(text.contains("  country KZ at epoch 5 (switch): its move is removed\n"), "{text}");
     // Set back to a lower epoch.
-    assert_eq!(unfenced(&switched, &switched.replace("epoch: 5", "epoch: 3"))?, given_up(Some(3)));
-    // A hold removed (an abort) gives up nothing: the unit never left its source.
-    let hold = format!("{BASE}moves: [{{ unit: \"country KZ\", to: eu, phase: hold, epoch: 4 }}]\n");
-    assert_eq!(unfenced(&hold, BASE)?, vec![]);
-    assert_eq!(unfenced(&hold, &hold.replace("epoch: 4", "epoch: 2"))?.len(), 1);
+    assert_eq!(unfenced(&switched, &switched.replace("epoch: 5", "epoch: 3"))?, given_up(MovePhase::Switch, Some(3)));
+    // A hold that took the epoch over (the unit moving back) removed: two
+    // tables cannot tell it from a first move's, so it is listed too; called
+    // off with `abort` at its epoch, nothing is given up.
+    let back = format!("{in_eu}moves: [{{ unit: \"country KZ\", to: kz, phase: hold, epoch: 5 }}]\n");
+    assert_eq!(unfenced(&back, &in_eu)?, given_up(MovePhase::Hold, None));
+    assert_eq!(unfenced(&back, &back.replace("phase: hold", "phase: abort"))?, vec![]);
     Ok(())
 }
