@@ -99,10 +99,8 @@ fn checked(path: &std::path::Path, phase: MovePhase) -> Result<(String, Vec<Move
     let moving = cfg.moves.iter().any(|m| m.phase == phase);
     let holding = phase == MovePhase::Switch && held(&cfg.moves).next().is_some();
     if !moving || holding {
-        let (name, none_held) = match phase {
-            MovePhase::Switch => ("switch", ", and none in phase hold"),
-            _ => ("hold", ""),
-        };
+        let none_held = if phase == MovePhase::Switch { ", and none in phase hold" } else { "" };
+        let name = phase.name();
         return Err(format!("{}: this table must have a move in phase {name}{none_held}", path.display()));
     }
     Ok((text, cfg.moves))

@@ -537,12 +537,7 @@ impl fmt::Display for Plan {
 impl fmt::Display for Unfenced {
     /// `country KZ at epoch 5 (switch): its move is removed`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let phase = match self.phase {
-            MovePhase::Hold => "hold",
-            MovePhase::Switch => "switch",
-            MovePhase::Abort => "abort",
-        };
-        write!(f, "{} at epoch {} ({phase}): ", self.unit, self.epoch)?;
+        write!(f, "{} at epoch {} ({}): ", self.unit, self.epoch, self.phase.name())?;
         match self.next {
             None => f.write_str("its move is removed"),
             Some(e) => write!(f, "set back to epoch {e}"),

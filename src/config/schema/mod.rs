@@ -230,6 +230,17 @@ pub enum MovePhase {
     Abort,
 }
 
+impl MovePhase {
+    /// Its name in the table (`phase: hold`).
+    pub fn name(self) -> &'static str {
+        match self {
+            MovePhase::Hold => "hold",
+            MovePhase::Switch => "switch",
+            MovePhase::Abort => "abort",
+        }
+    }
+}
+
 /// `moves[i].hold`.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, expecting = "a mapping such as { requests: writes, max_requests: 1000, max_time: 5s }")]
@@ -613,5 +624,19 @@ impl Default for Mesh {
     fn default() -> Self {
         // Front door → owner → failover region → its failover region.
         Mesh { max_hops: 3, trusted_peers: Vec::new() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MovePhase;
+
+    #[test]
+    fn a_phase_is_named_as_the_table_writes_it() -> Result<(), serde_json::Error> {
+        for phase in [MovePhase::Hold, MovePhase::Switch, MovePhase::Abort] {
+            assert_eq!(serde_json::to_value(phase)?, phase.name());
+            assert_eq!(serde_json::from_value::<MovePhase>(phase.name().into())?, phase);
+        }
+        Ok(())
     }
 }
