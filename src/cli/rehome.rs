@@ -59,18 +59,13 @@ pub fn run(args: &MoveArgs, out: &mut impl Write, err: &mut impl Write) -> i32 {
             return exit::USAGE;
         }
     };
-    let (hold, switch) = match (checked(&args.hold, MovePhase::Hold), checked(&args.switch, MovePhase::Switch)) {
-        (Ok(h), Ok(s)) => (h, s),
-        (Err(e), _) | (_, Err(e)) => {
+    let tables = match tables(args) {
+        Ok(t) => t,
+        Err(e) => {
             let _ = writeln!(err, "{e}");
             return exit::CONFIG;
         }
     };
-    if let Err(e) = pair(&hold.1, &switch.1, args.barrier) {
-        let _ = writeln!(err, "shardgate move: {e}");
-        return exit::CONFIG;
-    }
-    let (hold, hold_moves, switch) = (hold.0, hold.1, switch.0);
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -81,7 +76,7 @@ pub fn run(args: &MoveArgs, out: &mut impl Write, err: &mut impl Write) -> i32 {
 
     let user = args.etcd_user.clone().map(|u| (u, std::env::var("SHARDGATE_ETCD_PASSWORD").unwrap_or_default()));
     let client = Client::new(&target, None, user);
-    match rt.block_on(drive(&client, &target, (&hold, &hold_moves), &switch, args.barrier, out)) {
+    match rt.block_on(drive(&client, &target, &tables, args.barrier, out)) {
         Ok(true) => exit::OK,
         Ok(false) => exit::FAILURE,
         Err(e) => {
@@ -91,55 +86,98 @@ pub fn run(args: &MoveArgs, out: &mut impl Write, err: &mut impl Write) -> i32 {
     }
 }
 
+/// The three tables a move may put, checked before anything is.
+struct Tables {
+    /// The hold table's text and moves.
+    hold: (String, Vec<Named>),
+    /// The hold table with its holds called off, put when the barrier fails.
+    off: String,
+    /// The switch table's text.
+    switch: String,
+}
+
+/// A move with the name of the region it goes to: each table numbers its
+/// regions its own way.
+#[derive(Clone, Debug)]
+struct Named {
+    rule: MoveRule,
+    to: String,
+}
+
+/// The moves of `cfg`, each with its region's name.
+fn named(cfg: &crate::config::Config) -> Vec<Named> {
+    let name = |i: usize| cfg.regions.get(i).map(|r| r.name.clone()).unwrap_or_default();
+    cfg.moves.iter().map(|m| Named { rule: m.clone(), to: name(m.to) }).collect()
+}
+
+/// Both tables, checked against each other, and the hold table called off.
+fn tables(args: &MoveArgs) -> Result<Tables, String> {
+    let hold = checked(&args.hold, MovePhase::Hold)?;
+    let switch = checked(&args.switch, MovePhase::Switch)?;
+    pair(&hold.1, &switch.1, args.barrier).map_err(|e| format!("shardgate move: {e}"))?;
+    let off = called_off(&hold.0, &hold.1).ok_or_else(|| {
+        format!(
+            "{}: each hold's phase must be written in the move itself (not through an alias), so that a move \
+             the fleet does not confirm can be called off at its epoch",
+            args.hold.display()
+        )
+    })?;
+    Ok(Tables { hold, off, switch: switch.0 })
+}
+
 /// The text of the table at `path` and its moves: valid, with a move in
 /// `phase`. Its other moves are what earlier moves left (a switch kept as
 /// its unit's fence, an abort); a switch table holds nothing.
-fn checked(path: &std::path::Path, phase: MovePhase) -> Result<(String, Vec<MoveRule>), String> {
+fn checked(path: &std::path::Path, phase: MovePhase) -> Result<(String, Vec<Named>), String> {
     let (cfg, text) = crate::config::load_file(path).map_err(|e| format!("{e}\n{}: invalid", path.display()))?;
-    let moving = cfg.moves.iter().any(|m| m.phase == phase);
-    let holding = phase == MovePhase::Switch && held(&cfg.moves).next().is_some();
+    let moves = named(&cfg);
+    let moving = moves.iter().any(|m| m.rule.phase == phase);
+    let holding = phase == MovePhase::Switch && held(&moves).next().is_some();
     if !moving || holding {
         let none_held = if phase == MovePhase::Switch { ", and none in phase hold" } else { "" };
         let name = phase.name();
         return Err(format!("{}: this table must have a move in phase {name}{none_held}", path.display()));
     }
-    Ok((text, cfg.moves))
+    Ok((text, moves))
 }
 
 /// The units a table holds: its moves in phase `hold`.
-fn held(moves: &[MoveRule]) -> impl Iterator<Item = &MoveRule> {
-    moves.iter().filter(|m| m.phase == MovePhase::Hold)
+fn held(moves: &[Named]) -> impl Iterator<Item = &Named> {
+    moves.iter().filter(|m| m.rule.phase == MovePhase::Hold)
+}
+
+/// The rules of `moves`, for [`unfenced`].
+fn rules(moves: &[Named]) -> impl Iterator<Item = &MoveRule> {
+    moves.iter().map(|m| &m.rule)
 }
 
 /// The switch moves the units the hold holds, to the same regions, each at
 /// a higher epoch, and keeps the hold table's other moves as they are (the
 /// fences of earlier moves); and the barrier ends before a held request
 /// gives up.
-fn pair(hold: &[MoveRule], switch: &[MoveRule], barrier: Duration) -> Result<(), String> {
+fn pair(hold: &[Named], switch: &[Named], barrier: Duration) -> Result<(), String> {
     for h in held(hold) {
-        let Some(s) = switch.iter().find(|s| s.unit == h.unit && s.phase == MovePhase::Switch) else {
-            return Err(format!("the switch table does not switch {}", h.unit));
+        let (unit, epoch) = (&h.rule.unit, h.rule.epoch);
+        let Some(s) = switch.iter().find(|s| &s.rule.unit == unit && s.rule.phase == MovePhase::Switch) else {
+            return Err(format!("the switch table does not switch {unit}"));
         };
-        if s.to != h.to || s.epoch <= h.epoch {
-            return Err(format!(
-                "{}: the switch must go to the hold's region at a higher epoch than {}",
-                h.unit, h.epoch
-            ));
+        if s.to != h.to || s.rule.epoch <= epoch {
+            return Err(format!("{unit}: the switch must go to the hold's region at a higher epoch than {epoch}"));
         }
-        if barrier >= h.max_time {
+        if barrier >= h.rule.max_time {
             return Err(format!(
-                "--barrier {barrier:?} is not shorter than {}'s hold.max_time {:?}: held requests would give up first",
-                h.unit, h.max_time
+                "--barrier {barrier:?} is not shorter than {unit}'s hold.max_time {:?}: held requests would give up first",
+                h.rule.max_time
             ));
         }
     }
-    if let Some(s) = switch.iter().find(|s| !hold.iter().any(|h| h.unit == s.unit)) {
-        return Err(format!("the switch table moves {}, which the hold table does not hold", s.unit));
+    if let Some(s) = switch.iter().find(|s| !hold.iter().any(|h| h.rule.unit == s.rule.unit)) {
+        return Err(format!("the switch table moves {}, which the hold table has no move for", s.rule.unit));
     }
-    if let Some(u) = unfenced(hold, switch).first() {
+    if let Some(u) = unfenced(rules(hold), rules(switch)).first() {
         return Err(format!("the switch table gives up a fence the hold table keeps: {u}"));
     }
-    match changed(hold.iter().filter(|h| h.phase != MovePhase::Hold), switch) {
+    match changed(hold.iter().filter(|h| h.rule.phase != MovePhase::Hold), switch) {
         Some(unit) => {
             Err(format!("the switch table changes {unit}'s move, which the hold table keeps from an earlier move"))
         }
@@ -150,24 +188,38 @@ fn pair(hold: &[MoveRule], switch: &[MoveRule], barrier: Duration) -> Result<(),
 /// The first of `kept` (moves earlier moves left) that `next` records
 /// otherwise (another phase, region or epoch). A move changes only the
 /// units it holds.
-fn changed<'a>(kept: impl IntoIterator<Item = &'a MoveRule>, next: &[MoveRule]) -> Option<&'a str> {
-    let same = |k: &MoveRule, n: &MoveRule| (n.phase, n.to, n.epoch) == (k.phase, k.to, k.epoch);
-    kept.into_iter().find(|k| next.iter().any(|n| n.unit == k.unit && !same(k, n))).map(|k| k.unit.as_str())
+fn changed<'a>(kept: impl IntoIterator<Item = &'a Named>, next: &[Named]) -> Option<&'a str> {
+    let same = |k: &Named, n: &Named| (n.rule.phase, &n.to, n.rule.epoch) == (k.rule.phase, &k.to, k.rule.epoch);
+    kept.into_iter()
+        .find(|k| next.iter().any(|n| n.rule.unit == k.rule.unit && !same(k, n)))
+        .map(|k| k.rule.unit.as_str())
 }
 
-/// The hold table with its holds called off: each `phase: hold` made
-/// `phase: abort`, at its epoch, which sends held requests to the source
-/// as the table from before the hold would, without setting the units'
-/// epochs back (and with them the fences of earlier switches). `None` when
-/// the text does not say `phase: hold` plainly for each held move.
-fn called_off(hold: &str, moves: &[MoveRule]) -> Option<String> {
-    let text = ["", "\"", "'"]
-        .iter()
-        .fold(hold.to_string(), |t, q| t.replace(&format!("phase: {q}hold{q}"), &format!("phase: {q}abort{q}")));
-    let cfg = crate::config::load_str(&text, "the hold table, called off").ok()?;
-    let aborted =
-        |h: &MoveRule| cfg.moves.iter().any(|m| m.unit == h.unit && m.phase == MovePhase::Abort && m.epoch == h.epoch);
-    (held(&cfg.moves).next().is_none() && held(moves).all(aborted)).then_some(text)
+/// The hold table with its holds called off: the value of each held move's
+/// `phase` made `abort` where the text writes it, at its epoch, which sends
+/// held requests to the source as the table from before the hold would,
+/// without setting the units' epochs back (and with them the fences of
+/// earlier switches). Nothing else of the text changes. `None` when a
+/// hold's value is not where the text says (an alias) or the result does
+/// not load with every held move an abort.
+fn called_off(hold: &str, moves: &[Named]) -> Option<String> {
+    use crate::config::yaml::{walk, YamlPath};
+    let walked = walk(hold, crate::config::keys::shape()).ok()?;
+    let mut lines: Vec<String> = hold.split('\n').map(str::to_owned).collect();
+    for (i, _) in moves.iter().enumerate().filter(|(_, m)| m.rule.phase == MovePhase::Hold) {
+        let pos = walked.index.value_pos(&YamlPath::root().k("moves").i(i).k("phase"));
+        let line = lines.get_mut(pos.line.checked_sub(1)?)?;
+        let at = line.char_indices().nth(pos.col.checked_sub(1)?)?.0;
+        let word = ["hold", "\"hold\"", "'hold'"].into_iter().find(|w| line[at..].starts_with(w))?;
+        line.replace_range(at..at + word.len(), &word.replace("hold", "abort"));
+    }
+    let text = lines.join("\n");
+    let after = named(&crate::config::load_str(&text, "the hold table, called off").ok()?);
+    let aborted = |(h, a): (&Named, &Named)| match h.rule.phase {
+        MovePhase::Hold => a.rule == MoveRule { phase: MovePhase::Abort, ..h.rule.clone() },
+        _ => a.rule == h.rule,
+    };
+    (after.len() == moves.len() && moves.iter().zip(&after).all(aborted)).then_some(text)
 }
 
 /// Why the table in etcd refuses the hold table, or that table's problems
@@ -178,27 +230,28 @@ fn called_off(hold: &str, moves: &[MoveRule]) -> Option<String> {
 /// - a fence it keeps that the hold table gives up (an earlier move's
 ///   switch left out, or its epoch set back);
 /// - a move of another unit that the hold table changes.
-fn refused(running: &str, hold: &[MoveRule]) -> Option<String> {
+fn refused(running: &str, hold: &[Named]) -> Option<String> {
     let cfg = match crate::config::load_str(running, "the table in etcd") {
         Ok(cfg) => cfg,
         Err(e) => return Some(format!("the table in etcd does not load, so its units' epochs are unknown:\n{e}")),
     };
+    let etcd = named(&cfg);
     let stale = held(hold).find_map(|h| {
-        let m = cfg.moves.iter().find(|m| m.unit == h.unit && m.epoch >= h.epoch)?;
+        let m = etcd.iter().find(|m| m.rule.unit == h.rule.unit && m.rule.epoch >= h.rule.epoch)?;
         Some(format!(
             "{} is at epoch {} in the table in etcd: the hold must raise it (epoch {} or more)",
-            h.unit,
-            m.epoch,
-            m.epoch.saturating_add(1)
+            h.rule.unit,
+            m.rule.epoch,
+            m.rule.epoch.saturating_add(1)
         ))
     });
     stale
         .or_else(|| {
-            let u = unfenced(&cfg.moves, hold).into_iter().next()?;
+            let u = unfenced(rules(&etcd), rules(hold)).into_iter().next()?;
             Some(format!("the hold table gives up a fence the table in etcd keeps: {u}; keep that move in both tables"))
         })
         .or_else(|| {
-            let kept = cfg.moves.iter().filter(|m| !held(hold).any(|h| h.unit == m.unit));
+            let kept = etcd.iter().filter(|m| !held(hold).any(|h| h.rule.unit == m.rule.unit));
             let unit = changed(kept, hold)?;
             Some(format!(
                 "the hold table changes {unit}'s move in the table in etcd: a move changes only the units it holds"
@@ -206,12 +259,11 @@ fn refused(running: &str, hold: &[MoveRule]) -> Option<String> {
         })
 }
 
-/// Hold, barrier, switch (or back to the table before): whether it switched.
+/// Hold, barrier, switch (or the hold called off): whether it switched.
 async fn drive(
     client: &Client,
     target: &Target,
-    (hold, hold_moves): (&str, &[MoveRule]),
-    switch: &str,
+    tables: &Tables,
     barrier: Duration,
     out: &mut impl Write,
 ) -> Result<bool, crate::source::etcd::EtcdError> {
@@ -219,7 +271,7 @@ async fn drive(
         let _ = writeln!(out, "no table at {}: nothing to move", target.key);
         return Ok(false);
     };
-    if let Some(why) = refused(&before.value, hold_moves) {
+    if let Some(why) = refused(&before.value, &tables.hold.1) {
         let _ = writeln!(out, "not moved: {why}");
         return Ok(false);
     }
@@ -227,12 +279,12 @@ async fn drive(
     // (its lease gone) does not leave the barrier open.
     let fleet = format!("{}/fleet/", target.key);
     let expected: Vec<String> = client.list(&fleet).await?.iter().map(|kv| kv.key.clone()).collect();
-    let held = client.put(&target.key, hold, 0).await?;
+    let held = client.put(&target.key, &tables.hold.0, 0).await?;
     let _ = writeln!(out, "hold put at revision {held}; waiting up to {barrier:?} for every instance");
     match confirmed(client, &fleet, &expected, held, barrier).await? {
         Ok(n) => {
             let _ = writeln!(out, "{n} instances hold");
-            let switched = client.put(&target.key, switch, 0).await?;
+            let switched = client.put(&target.key, &tables.switch, 0).await?;
             let _ = writeln!(out, "switch put at revision {switched}");
             match confirmed(client, &fleet, &expected, switched, barrier).await? {
                 Ok(n) => {
@@ -246,12 +298,8 @@ async fn drive(
         }
         Err(behind) => {
             let _ = writeln!(out, "not confirmed in time by: {}; aborting", behind.join(", "));
-            let (back, what) = match called_off(hold, hold_moves) {
-                Some(text) => (text, "the hold table, its holds called off (phase: abort),"),
-                None => (before.value.clone(), "the table from before the hold"),
-            };
-            let at = client.put(&target.key, &back, 0).await?;
-            let _ = writeln!(out, "{what} put at revision {at}");
+            let at = client.put(&target.key, &tables.off, 0).await?;
+            let _ = writeln!(out, "the hold table, its holds called off (phase: abort), put at revision {at}");
             Ok(false)
         }
     }
@@ -294,17 +342,18 @@ async fn confirmed(
 mod tests {
     use super::*;
 
-    fn mv(unit: &str, phase: MovePhase, epoch: u64) -> MoveRule {
-        MoveRule {
+    fn mv(unit: &str, phase: MovePhase, epoch: u64, to: &str) -> Named {
+        let rule = MoveRule {
             unit: unit.into(),
-            to: 1,
+            to: 0,
             phase,
             epoch,
             hold_all: false,
             max_requests: 10,
             max_time: Duration::from_secs(5),
             release_rate: 100,
-        }
+        };
+        Named { rule, to: to.into() }
     }
 
     const IN_ETCD: &str = r#"version: 1
@@ -319,51 +368,59 @@ moves: [{ unit: "country DE", to: us, phase: switch, epoch: 2 }]
     #[test]
     fn a_move_keeps_the_fences_earlier_moves_left() {
         let barrier = Duration::from_secs(3);
-        let kept = mv("country DE", MovePhase::Switch, 2);
-        let (hold, switch) = (mv("country KZ", MovePhase::Hold, 5), mv("country KZ", MovePhase::Switch, 6));
-        let both = |h: &[MoveRule], s: &[MoveRule]| pair(h, s, barrier);
+        let kept = mv("country DE", MovePhase::Switch, 2, "us");
+        let (hold, switch) = (mv("country KZ", MovePhase::Hold, 5, "us"), mv("country KZ", MovePhase::Switch, 6, "us"));
+        let both = |h: &[Named], s: &[Named]| pair(h, s, barrier);
         let fails_with = |r: Result<(), String>, why: &str| matches!(&r, Err(e) if e.contains(why));
-        // DE's earlier switch kept in both tables, as the one in etcd has it.
+        // DE's earlier switch kept in both tables, as the one in etcd has it,
+        // whatever number each table gives its region.
         let hold_table = [kept.clone(), hold.clone()];
-        assert_eq!(both(&hold_table, &[kept.clone(), switch.clone()]), Ok(()));
-        assert_eq!(refused(IN_ETCD, &hold_table), None);
+        assert!(both(&hold_table, &[kept.clone(), switch.clone()]).is_ok());
+        assert!(refused(IN_ETCD, &hold_table).is_none());
+        let more_regions = IN_ETCD.replace("regions:\n", "regions:\n  ap: { upstreams: [\"http://127.0.0.1:3\"] }\n");
+        assert!(refused(&more_regions, &hold_table).is_none());
         // Left out of the switch table, set back there, or changed there.
         let gone = "gives up a fence the hold table keeps: country DE at epoch 2 (switch): its move is removed";
         assert!(fails_with(both(&hold_table, std::slice::from_ref(&switch)), gone));
-        let back = [mv("country DE", MovePhase::Switch, 1), switch.clone()];
+        let back = [mv("country DE", MovePhase::Switch, 1, "us"), switch.clone()];
         assert!(fails_with(both(&hold_table, &back), "country DE at epoch 2 (switch): set back to epoch 1"));
-        let elsewhere = [MoveRule { to: 0, ..kept.clone() }, switch.clone()];
+        let elsewhere = [mv("country DE", MovePhase::Switch, 2, "eu"), switch.clone()];
         assert!(fails_with(both(&hold_table, &elsewhere), "changes country DE's move"));
         // The held unit called off instead of switched is no switch.
-        let aborted = [kept.clone(), mv("country KZ", MovePhase::Abort, 6)];
+        let aborted = [kept.clone(), mv("country KZ", MovePhase::Abort, 6, "us")];
         assert!(fails_with(both(&hold_table, &aborted), "does not switch country KZ"));
         // Left out of the hold table, or changed there: the table in etcd refuses it.
         let why = refused(IN_ETCD, std::slice::from_ref(&hold)).unwrap_or_default();
         assert!(why.contains("gives up a fence the table in etcd keeps: country DE at epoch 2 (switch)"), "{why}");
-        let why = refused(IN_ETCD, &[MoveRule { to: 0, ..kept.clone() }, hold.clone()]).unwrap_or_default();
+        let why = refused(IN_ETCD, &[mv("country DE", MovePhase::Switch, 2, "eu"), hold.clone()]).unwrap_or_default();
         assert!(why.contains("changes country DE's move in the table in etcd"), "{why}");
         // A switch of a unit the hold table has no move for.
         let extra = both(std::slice::from_ref(&hold), &[kept.clone(), switch.clone()]);
-        assert!(fails_with(extra, "moves country DE, which the hold table does not hold"));
+        assert!(fails_with(extra, "moves country DE, which the hold table has no move for"));
         // Holding DE again must raise its epoch.
-        let why = refused(IN_ETCD, &[mv("country DE", MovePhase::Hold, 2)]).unwrap_or_default();
+        let why = refused(IN_ETCD, &[mv("country DE", MovePhase::Hold, 2, "us")]).unwrap_or_default();
         assert!(why.contains("country DE is at epoch 2 in the table in etcd"), "{why}");
     }
 
     #[test]
-    fn a_move_called_off_keeps_its_epochs() -> Result<(), crate::config::ConfigErrors> {
+    fn a_move_called_off_keeps_its_epochs_and_the_rest_of_its_text() -> Result<(), crate::config::ConfigErrors> {
         let hold = IN_ETCD.replace(
             "phase: switch, epoch: 2 }]",
-            "phase: switch, epoch: 2 }, { unit: \"country KZ\", to: us, phase: \"hold\", epoch: 5 }]",
+            "phase: switch, epoch: 2 },\n  { unit: \"country KZ\", to: us, phase:  \"hold\", epoch: 5 }]\n# phase: hold",
         );
-        let moves = crate::config::load_str(&hold, "hold.yaml")?.moves;
+        let moves = named(&crate::config::load_str(&hold, "hold.yaml")?);
         let off = called_off(&hold, &moves).unwrap_or_default();
+        assert_eq!(off, hold.replacen("phase:  \"hold\"", "phase:  \"abort\"", 1));
         let after = crate::config::load_str(&off, "off.yaml")?.moves;
         let phases: Vec<_> = after.iter().map(|m| (m.unit.as_str(), m.phase, m.epoch)).collect();
         assert_eq!(phases, [("country DE", MovePhase::Switch, 2), ("country KZ", MovePhase::Abort, 5)]);
-        // A hold written some other way is not guessed at.
-        let other = hold.replace("phase: \"hold\"", "phase:  hold");
-        assert_eq!(called_off(&other, &moves), None);
+        // A hold whose value is an alias is not where the text says: not guessed at.
+        let aliased = IN_ETCD.replace(
+            "moves: [{ unit: \"country DE\", to: us, phase: switch, epoch: 2 }]",
+            "moves: [{ unit: \"country DE\", to: eu, phase: &p hold, epoch: 2 }, { unit: \"country KZ\", to: us, phase: *p, epoch: 5 }]",
+        );
+        let moves = named(&crate::config::load_str(&aliased, "aliased.yaml")?);
+        assert_eq!(called_off(&aliased, &moves), None);
         Ok(())
     }
 }

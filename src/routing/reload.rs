@@ -344,9 +344,10 @@ impl Reloader {
                     tracing::warn!(
                         path = %name,
                         unit = %u.unit,
+                        phase = u.phase.name(),
                         epoch = u.epoch,
                         next = ?u.next,
-                        "the table gives up a unit's fence (its switched move removed, or its epoch set back): \
+                        "the table gives up a unit's fence (its move removed, or its epoch set back): \
                          a write forwarded by an instance still on an older table is no longer refused"
                     );
                 }
