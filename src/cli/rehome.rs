@@ -17,6 +17,9 @@
 //!    called off (`phase: abort`): the move is aborted, every held request
 //!    goes to the source, and no unit's epoch goes down.
 //!
+//! Each put goes only while the key is still at the revision this tool read
+//! or last put: another writer's table is never overwritten; the move stops.
+//!
 //! Exit 0 when switched, 1 when aborted or refused, 69 when etcd cannot be
 //! reached, 78 when a table is invalid.
 
@@ -279,12 +282,33 @@ async fn drive(
     // (its lease gone) does not leave the barrier open.
     let fleet = format!("{}/fleet/", target.key);
     let expected: Vec<String> = client.list(&fleet).await?.iter().map(|kv| kv.key.clone()).collect();
-    let held = client.put(&target.key, &tables.hold.0, 0).await?;
+    // Each put goes only on the revision this move read or wrote: another
+    // writer's table is never overwritten.
+    let held = match client.put_if(&target.key, &tables.hold.0, before.mod_revision).await? {
+        Ok(revision) => revision,
+        Err(now) => {
+            let _ =
+                writeln!(out, "not moved: the table in etcd changed (revision {now}) after it was read; nothing put");
+            return Ok(false);
+        }
+    };
     let _ = writeln!(out, "hold put at revision {held}; waiting up to {barrier:?} for every instance");
+    let changed_meanwhile = |now: i64| {
+        format!(
+            "the table in etcd changed (revision {now}) during the barrier: that table is kept, and the hold ends \
+             as it says (or at hold.max_time)"
+        )
+    };
     match confirmed(client, &fleet, &expected, held, barrier).await? {
         Ok(n) => {
             let _ = writeln!(out, "{n} instances hold");
-            let switched = client.put(&target.key, &tables.switch, 0).await?;
+            let switched = match client.put_if(&target.key, &tables.switch, held).await? {
+                Ok(revision) => revision,
+                Err(now) => {
+                    let _ = writeln!(out, "not switched: {}", changed_meanwhile(now));
+                    return Ok(false);
+                }
+            };
             let _ = writeln!(out, "switch put at revision {switched}");
             match confirmed(client, &fleet, &expected, switched, barrier).await? {
                 Ok(n) => {
@@ -298,8 +322,14 @@ async fn drive(
         }
         Err(behind) => {
             let _ = writeln!(out, "not confirmed in time by: {}; aborting", behind.join(", "));
-            let at = client.put(&target.key, &tables.off, 0).await?;
-            let _ = writeln!(out, "the hold table, its holds called off (phase: abort), put at revision {at}");
+            match client.put_if(&target.key, &tables.off, held).await? {
+                Ok(at) => {
+                    let _ = writeln!(out, "the hold table, its holds called off (phase: abort), put at revision {at}");
+                }
+                Err(now) => {
+                    let _ = writeln!(out, "not called off: {}", changed_meanwhile(now));
+                }
+            }
             Ok(false)
         }
     }

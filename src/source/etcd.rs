@@ -270,6 +270,25 @@ impl Client {
         Ok(int(&v["header"]["revision"]))
     }
 
+    /// Puts `value` at `key` only if the key is still at `mod_revision`
+    /// (a write between this caller's read and its put is never
+    /// overwritten): `Ok` with the new revision, or `Err` with the key's
+    /// revision now (0: no such key).
+    pub async fn put_if(&self, key: &str, value: &str, mod_revision: i64) -> Result<Result<i64, i64>, EtcdError> {
+        let key = B64.encode(key);
+        let body = json!({
+            "compare": [{ "key": key, "target": "MOD", "result": "EQUAL", "mod_revision": mod_revision.to_string() }],
+            "success": [{ "request_put": { "key": key, "value": B64.encode(value) } }],
+            "failure": [{ "request_range": { "key": key } }],
+        });
+        let v = self.call("/v3/kv/txn", body).await?;
+        if v["succeeded"].as_bool() == Some(true) {
+            return Ok(Ok(int(&v["header"]["revision"])));
+        }
+        let now = v["responses"][0]["response_range"]["kvs"][0]["mod_revision"].clone();
+        Ok(Err(int(&now)))
+    }
+
     /// A lease of `ttl`; its id.
     pub async fn grant(&self, ttl: Duration) -> Result<i64, EtcdError> {
         let v = self.call("/v3/lease/grant", json!({ "TTL": ttl.as_secs().max(1).to_string() })).await?;

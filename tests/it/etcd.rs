@@ -134,6 +134,11 @@ impl Cluster {
         Ok(String::from_utf8(out.stdout)?)
     }
 
+    /// The table key's value now.
+    pub(crate) fn value(&self) -> Result<String, BoxError> {
+        self.etcdctl(&["get", KEY, "--print-value-only"], None)
+    }
+
     /// Puts `text` at the table key; etcd's revision after it.
     pub(crate) fn put(&self, text: &str) -> Result<i64, BoxError> {
         // A cluster that just lost its leader answers again after an election.

@@ -678,6 +678,48 @@ async fn rehoming_a_fleet_under_load_moves_a_country_and_back_and_aborts_with_no
     Ok(())
 }
 
+#[tokio::test]
+async fn rehoming_a_move_never_overwrites_a_table_put_while_it_waits() -> TestResult {
+    if !super::etcd::etcd_installed()? {
+        return Ok(());
+    }
+    let dir = tempfile::tempdir()?;
+    let cluster = super::etcd::Cluster::start(dir.path()).await?;
+    let [eu, kz, us] = three_backends().await?;
+    let t = |extra: &str, kz_owner: &str| {
+        table(eu.addr, kz.addr, us.addr, extra)
+            .replace("KZ: { id: 7, region: kz }", &format!("KZ: {{ id: 7, region: {kz_owner} }}"))
+    };
+    cluster.put(&t("", "kz"))?;
+    let endpoints = cluster.endpoints();
+    let source = format!("etcd://{endpoints}{}", super::etcd::KEY);
+    // The one instance is frozen: it never confirms the hold.
+    let b = super::etcd::Instance::start(dir.path(), &endpoints, "gw-b").await?;
+    let pid = b.child.as_ref().map(|c| c.0.id().to_string()).ok_or("no instance")?;
+    std::process::Command::new("kill").args(["-STOP", &pid]).status()?;
+    let (hold, switch) = (t(&moving("hold", "eu", 1, ""), "kz"), t(&moving("switch", "eu", 2, ""), "eu"));
+    let mover = {
+        let (d, s, h, w) = (dir.path().to_path_buf(), source.clone(), hold.clone(), switch);
+        tokio::spawn(async move { shardgate_move(&d, &s, &h, &w, "3s").await.map_err(|e| e.to_string()) })
+    };
+    // While the move waits on its barrier, another writer puts its own table.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while cluster.value()?.trim_end() != hold.trim_end() {
+        if Instant::now() > deadline {
+            return Err("the hold was never put".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let theirs = t("", "kz").replace("US: { id: 1, region: us }", "US: { id: 1, region: eu }");
+    cluster.put(&theirs)?;
+    let (code, out) = mover.await??;
+    std::process::Command::new("kill").args(["-CONT", &pid]).status()?;
+    assert_eq!(cluster.value()?.trim_end(), theirs.trim_end(), "the move overwrote the other writer's table: {out}");
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("not called off: the table in etcd changed"), "{out}");
+    Ok(())
+}
+
 fn port_of(url: &str) -> u16 {
     url.rsplit(':').next().and_then(|p| p.trim_end_matches('/').parse().ok()).unwrap_or(0)
 }
