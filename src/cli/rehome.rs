@@ -287,16 +287,16 @@ async fn drive(
     let held = match client.put_if(&target.key, &tables.hold.0, before.mod_revision).await? {
         Ok(revision) => revision,
         Err(now) => {
-            let _ =
-                writeln!(out, "not moved: the table in etcd changed (revision {now}) after it was read; nothing put");
+            let _ = writeln!(out, "not moved: the table in etcd {} after it was read; nothing put", rewritten(now));
             return Ok(false);
         }
     };
     let _ = writeln!(out, "hold put at revision {held}; waiting up to {barrier:?} for every instance");
     let changed_meanwhile = |now: i64| {
         format!(
-            "the table in etcd changed (revision {now}) during the barrier: that table is kept, and the hold ends \
-             as it says (or at hold.max_time)"
+            "the table in etcd {} after the hold was put, and is kept. If it still holds the units, put a table \
+             that switches them or calls them off: past hold.max_time their writes are refused (503) until one does",
+            rewritten(now)
         )
     };
     match confirmed(client, &fleet, &expected, held, barrier).await? {
@@ -332,6 +332,15 @@ async fn drive(
             }
             Ok(false)
         }
+    }
+}
+
+/// What became of the table key another writer changed: its revision now,
+/// or its deletion (0).
+fn rewritten(now: i64) -> String {
+    match now {
+        0 => "was deleted".into(),
+        n => format!("changed (revision {n})"),
     }
 }
 

@@ -273,20 +273,23 @@ impl Client {
     /// Puts `value` at `key` only if the key is still at `mod_revision`
     /// (a write between this caller's read and its put is never
     /// overwritten): `Ok` with the new revision, or `Err` with the key's
-    /// revision now (0: no such key).
+    /// revision now (0: no such key). A key that already holds `value` is
+    /// this put's own, committed by a try whose answer was lost (`call`
+    /// tries the next endpoint after a timeout): `Ok` with its revision.
     pub async fn put_if(&self, key: &str, value: &str, mod_revision: i64) -> Result<Result<i64, i64>, EtcdError> {
-        let key = B64.encode(key);
+        let (key, sent) = (B64.encode(key), B64.encode(value));
         let body = json!({
             "compare": [{ "key": key, "target": "MOD", "result": "EQUAL", "mod_revision": mod_revision.to_string() }],
-            "success": [{ "request_put": { "key": key, "value": B64.encode(value) } }],
+            "success": [{ "request_put": { "key": key, "value": sent } }],
             "failure": [{ "request_range": { "key": key } }],
         });
         let v = self.call("/v3/kv/txn", body).await?;
         if v["succeeded"].as_bool() == Some(true) {
             return Ok(Ok(int(&v["header"]["revision"])));
         }
-        let now = v["responses"][0]["response_range"]["kvs"][0]["mod_revision"].clone();
-        Ok(Err(int(&now)))
+        let now = &v["responses"][0]["response_range"]["kvs"][0];
+        let revision = int(&now["mod_revision"]);
+        Ok(if now["value"].as_str() == Some(sent.as_str()) { Ok(revision) } else { Err(revision) })
     }
 
     /// A lease of `ttl`; its id.

@@ -717,6 +717,14 @@ async fn rehoming_a_move_never_overwrites_a_table_put_while_it_waits() -> TestRe
     assert_eq!(cluster.value()?.trim_end(), theirs.trim_end(), "the move overwrote the other writer's table: {out}");
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("not called off: the table in etcd changed"), "{out}");
+    // A put on an older revision: refused, unless the key already holds
+    // what it puts (its own write, whose answer was lost).
+    let target = shardgate::source::etcd::Target::parse(&source)?;
+    let client = shardgate::source::etcd::Client::new(&target, None, None);
+    let key = super::etcd::KEY;
+    assert!(matches!(client.put_if(key, &theirs, 1).await.map_err(|e| e.0)?, Ok(n) if n > 1));
+    assert!(matches!(client.put_if(key, &hold, 1).await.map_err(|e| e.0)?, Err(n) if n > 1));
+    assert_eq!(cluster.value()?.trim_end(), theirs.trim_end());
     Ok(())
 }
 
