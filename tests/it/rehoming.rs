@@ -576,13 +576,8 @@ async fn rehoming_a_fleet_under_load_moves_a_country_and_back_and_aborts_with_no
     let (eu, eu_seen) = recording("eu").await?;
     let (kz, kz_seen) = recording("kz").await?;
     let (us, _) = recording("us").await?;
-    let t = |extra: &str, kz_owner: &str| {
-        table(eu.addr, kz.addr, us.addr, extra)
-            .replace("KZ: { id: 7, region: kz }", &format!("KZ: {{ id: 7, region: {kz_owner} }}"))
-    };
-    cluster.put(&t("", "kz"))?;
-    let endpoints = cluster.endpoints();
-    let source = format!("etcd://{endpoints}{}", super::etcd::KEY);
+    let t = kz_table([eu.addr, kz.addr, us.addr]);
+    let (endpoints, source) = keyed(&cluster, &t("", "kz"))?;
     let a = super::etcd::Instance::start(dir.path(), &endpoints, "gw-a").await?;
     let mut b = super::etcd::Instance::start(dir.path(), &endpoints, "gw-b").await?;
     let admins = vec![("a".to_string(), port_of(&a.url(""))), ("b".to_string(), port_of(&b.url("")))];
@@ -686,13 +681,8 @@ async fn rehoming_a_move_never_overwrites_a_table_put_while_it_waits() -> TestRe
     let dir = tempfile::tempdir()?;
     let cluster = super::etcd::Cluster::start(dir.path()).await?;
     let [eu, kz, us] = three_backends().await?;
-    let t = |extra: &str, kz_owner: &str| {
-        table(eu.addr, kz.addr, us.addr, extra)
-            .replace("KZ: { id: 7, region: kz }", &format!("KZ: {{ id: 7, region: {kz_owner} }}"))
-    };
-    cluster.put(&t("", "kz"))?;
-    let endpoints = cluster.endpoints();
-    let source = format!("etcd://{endpoints}{}", super::etcd::KEY);
+    let t = kz_table([eu.addr, kz.addr, us.addr]);
+    let (endpoints, source) = keyed(&cluster, &t("", "kz"))?;
     // The one instance is frozen: it never confirms the hold.
     let b = super::etcd::Instance::start(dir.path(), &endpoints, "gw-b").await?;
     let pid = b.child.as_ref().map(|c| c.0.id().to_string()).ok_or("no instance")?;
@@ -726,6 +716,24 @@ async fn rehoming_a_move_never_overwrites_a_table_put_while_it_waits() -> TestRe
     assert!(matches!(client.put_if(key, &hold, 1).await.map_err(|e| e.0)?, Err(n) if n > 1));
     assert_eq!(cluster.value()?.trim_end(), theirs.trim_end());
     Ok(())
+}
+
+/// The suite's table with KZ owned by `kz_owner` and `extra` added, for
+/// the backends at `be` (eu, kz, us).
+fn kz_table(be: [std::net::SocketAddr; 3]) -> impl Fn(&str, &str) -> String {
+    move |extra, kz_owner| {
+        table(be[0], be[1], be[2], extra)
+            .replace("KZ: { id: 7, region: kz }", &format!("KZ: {{ id: 7, region: {kz_owner} }}"))
+    }
+}
+
+/// Puts `first` at the table key of `cluster`: its endpoints, and the
+/// `etcd://` source `move` and the instances follow.
+fn keyed(cluster: &super::etcd::Cluster, first: &str) -> Result<(String, String), BoxError> {
+    cluster.put(first)?;
+    let endpoints = cluster.endpoints();
+    let source = format!("etcd://{endpoints}{}", super::etcd::KEY);
+    Ok((endpoints, source))
 }
 
 fn port_of(url: &str) -> u16 {
