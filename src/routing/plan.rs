@@ -32,7 +32,10 @@
 //! an earlier one whose epoch a later hold took over), the table that
 //! forgets its epoch lets such a write land in the region the unit left.
 //! Two tables cannot tell whether it had, so every epoch forgotten is
-//! listed; calling a move off with `phase: abort` keeps it.
+//! listed; calling a move off with `phase: abort` keeps it. The fence is
+//! compared where ids land, not only by name: a unit split out of a moved
+//! one (an override under a moved country, part of a moved range) without
+//! the move is listed too, with `within` ([`Unfenced`]).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -42,8 +45,9 @@ use serde::Serialize;
 use super::rule::RegionId;
 use super::table::{Table, NONE, OVERRIDE_FLAG};
 use super::units::{key_name, node_name, time_name};
-use crate::config::model::MoveRule;
-use crate::config::schema::MovePhase;
+
+mod fences;
+pub use fences::{unfenced, Unfenced};
 
 /// Keys the hash comparison spreads over the key space.
 const HASH_SAMPLES: u64 = 1 << 16;
@@ -96,20 +100,6 @@ pub struct Move {
     pub key_share: Option<f64>,
     /// The traffic it carried (`None`: no window, or not counted apart).
     pub traffic: Option<Traffic>,
-}
-
-/// A unit whose fence the new table gives up: its move removed, or set
-/// back to a lower epoch.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Unfenced {
-    /// The unit, as the tables' `moves` name it.
-    pub unit: String,
-    /// Its move's phase in the running table.
-    pub phase: MovePhase,
-    /// Its epoch in the running table.
-    pub epoch: u64,
-    /// Its epoch in the new table (`None`: the move is removed).
-    pub next: Option<u64>,
 }
 
 /// Every move from one table to another.
@@ -181,24 +171,6 @@ impl<'a> Tally<'a> {
     }
 }
 
-/// The fences a table whose moves are `next` gives up against one whose
-/// moves are `running`: each move of `running` it does not record, or
-/// records at a lower epoch.
-pub fn unfenced<'a, 'b>(
-    running: impl IntoIterator<Item = &'a MoveRule>,
-    next: impl IntoIterator<Item = &'b MoveRule>,
-) -> Vec<Unfenced> {
-    let next: Vec<&MoveRule> = next.into_iter().collect();
-    running
-        .into_iter()
-        .filter_map(|m| {
-            let kept = next.iter().find(|n| n.unit == m.unit).map(|n| n.epoch);
-            let given_up = kept.is_none_or(|epoch| epoch < m.epoch);
-            given_up.then(|| Unfenced { unit: m.unit.clone(), phase: m.phase, epoch: m.epoch, next: kept })
-        })
-        .collect()
-}
-
 /// A region's name in `table`, for cells that hold a region or [`NONE`].
 fn owner(table: &Table, cell: u16) -> Option<String> {
     (cell != NONE).then(|| table.region(RegionId(cell & !OVERRIDE_FLAG)).name.clone())
@@ -214,7 +186,7 @@ impl Plan {
     pub fn between(running: &Table, next: &Table, window: Option<&Window>) -> Plan {
         let mut plan = Plan {
             moves: Vec::new(),
-            unfenced: unfenced(running.moves(), next.moves()),
+            unfenced: fences::between(running, next),
             window: window.map(|w| WindowSummary { seconds: w.seconds, total: w.total }),
         };
         plan.countries(running, next, window);
@@ -481,7 +453,7 @@ fn segments(old: &[u64], new: &[u64], from_zero: bool) -> Vec<(u64, u128)> {
 impl fmt::Display for Plan {
     /// For people: one line per move, then what traffic it carried.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.fmt_unfenced(f)?;
+        fences::write_list(f, &self.unfenced)?;
         let n = self.moves.len();
         if n == 0 {
             return writeln!(f, "nothing moves: every placement unit keeps its owner");
@@ -531,31 +503,6 @@ impl fmt::Display for Plan {
             }
             None => writeln!(f, "traffic: none available (give --admin URL of a running instance)"),
         }
-    }
-}
-
-impl fmt::Display for Unfenced {
-    /// `country KZ at epoch 5 (switch): its move is removed`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} at epoch {} ({}): ", self.unit, self.epoch, self.phase.name())?;
-        match self.next {
-            None => f.write_str("its move is removed"),
-            Some(e) => write!(f, "set back to epoch {e}"),
-        }
-    }
-}
-
-impl Plan {
-    /// The fences given up, first: they are what a reviewer must not miss.
-    fn fmt_unfenced(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.unfenced.is_empty() {
-            return Ok(());
-        }
-        writeln!(f, "fences given up: a write forwarded by an instance still on an older table is no longer refused")?;
-        for u in &self.unfenced {
-            writeln!(f, "  {u}")?;
-        }
-        writeln!(f, "(keep each move at its epoch or a higher one; call a move off with phase: abort)")
     }
 }
 

@@ -344,11 +344,13 @@ impl Reloader {
                     tracing::warn!(
                         path = %name,
                         unit = %u.unit,
+                        within = ?u.within,
                         phase = u.phase.name(),
                         epoch = u.epoch,
                         next = ?u.next,
-                        "the table gives up a unit's fence (its move removed, or its epoch set back): \
-                         a write forwarded by an instance still on an older table is no longer refused"
+                        "the table gives up a unit's fence (its move removed, its epoch set back, or a unit \
+                         split out of it without the move): a write forwarded by an instance still on an \
+                         older table is no longer refused"
                     );
                 }
             }

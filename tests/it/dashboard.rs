@@ -296,6 +296,20 @@ async fn drive(c: &Client, admin: SocketAddr, path: &std::path::Path, yaml: &str
     c.refresh().await?;
     let reloads = until_text(c, "#reloads .unfenced", "fence given up").await?;
     assert!(reloads.contains("country KZ at epoch 2 (switch), its move removed"), "{reloads}");
+    // The switch back, then an override split out of the switched country
+    // without its move: shown with the unit it came out of.
+    let line = "  - { country: KZ, entity: Entity1, region: us }\n";
+    let without = switched.replace(line, "");
+    assert_ne!(without, switched);
+    for table in [without.as_str(), switched.as_str()] {
+        std::fs::write(path, table)?;
+        let req = Request::post(format!("http://{admin}/reload")).body(Full::new(Bytes::new()))?;
+        assert_eq!(send(req).await?.status, 200);
+    }
+    c.refresh().await?;
+    let reloads = until_text(c, "#reloads", "split out of").await?;
+    let split = "override KZ:Entity1, split out of country KZ at epoch 2 (switch), with no move";
+    assert!(reloads.contains(split), "{reloads}");
     // A picture of it all, to look at (`SHARDGATE_SCREENSHOT=path`).
     if let Some(file) = std::env::var_os("SHARDGATE_SCREENSHOT") {
         std::fs::write(file, c.screenshot().await?)?;

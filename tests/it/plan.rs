@@ -205,6 +205,25 @@ async fn the_audit_trail_records_each_change_and_the_fences_it_gives_up_and_fail
     let (code, out, err) = plan(&["--running", before.to_str().ok_or("path")?, after.to_str().ok_or("path")?])?;
     assert_eq!(code, 1, "{out}{err}");
     assert!(out.starts_with("fences given up:") && out.contains("nothing moves"), "{out}");
+    // The switch kept, but an override split out of the moved country
+    // without it: the same warning, naming the unit it came out of.
+    reload(with_switch.clone())?;
+    assert_eq!(post(()).await?.0, 200);
+    let split = with_switch.replace(
+        "  - { country: KZ, entity: WalletAccount, region: eu }",
+        "  - { country: KZ, entity: WalletAccount, region: eu }\n  - { country: DE, entity: IntercityOrder, region: us }",
+    );
+    reload(split.clone())?;
+    let answer: serde_json::Value = serde_json::from_str(&post(()).await?.1)?;
+    let split_out = serde_json::json!([{ "unit": "override DE:IntercityOrder", "within": "country DE",
+        "phase": "switch", "epoch": 2, "next": null }]);
+    assert_eq!(answer["unfenced"], split_out, "{answer}");
+    let overridden = dir.path().join("split.yaml");
+    std::fs::write(&overridden, &split)?;
+    let (code, out, err) = plan(&["--running", before.to_str().ok_or("path")?, overridden.to_str().ok_or("path")?])?;
+    assert_eq!(code, 1, "{out}{err}");
+    let line = "  override DE:IntercityOrder, split out of country DE at epoch 2 (switch): it has no move\n";
+    assert!(out.starts_with("fences given up:") && out.contains(line), "{out}");
     reload(text.replace("version: 1", "version: 1\nbogus: 2"))?;
     assert_eq!(post(()).await?.0, 422);
     let lines: Vec<serde_json::Value> =

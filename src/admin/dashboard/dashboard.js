@@ -118,6 +118,15 @@ function renderTraffic(d) {
   $("traffic").replaceChildren(section("regions", "region"), section("outcomes", "outcome"));
 }
 
+// One fence a reload gave up, as `plan` words it.
+function unfencedText(u) {
+  const at = `at epoch ${u.epoch} (${u.phase})`;
+  if (u.within) {
+    return `${u.unit}, split out of ${u.within} ${at}` + (u.next === null ? ", with no move" : `, its move at ${u.next}`);
+  }
+  return `${u.unit} ${at}` + (u.next === null ? ", its move removed" : `, set back to ${u.next}`);
+}
+
 function renderReloads(d) {
   if (!d.table.path) {
     $("reloads").replaceChildren(el("p", { class: "muted" }, "the table did not come from a file; nothing reloads"));
@@ -144,7 +153,7 @@ function renderReloads(d) {
       ? el("span", {}, `version ${r.version}, sha256 ${String(r.sha256).slice(0, 12)}…`,
           r.needs_restart.length ? ` (restart needed for ${r.needs_restart.join(", ")})` : "",
           r.unfenced.length ? el("div", { class: "unfenced" }, "fence given up (a stale instance's writes are no longer refused): " +
-            r.unfenced.map((u) => `${u.unit} at epoch ${u.epoch} (${u.phase})` + (u.next === null ? ", its move removed" : `, set back to ${u.next}`)).join("; ")) : null)
+            r.unfenced.map(unfencedText).join("; ")) : null)
       : el("ul", { class: "errors" }, r.errors.slice(0, ERRORS_SHOWN).map((e) => el("li", {},
           e.path !== undefined && e.line > 0 ? el("span", { class: "mono" }, `${e.path || "(file)"} line ${e.line}:${e.column} `) : null,
           e.message, e.hint ? el("span", { class: "muted" }, ` (${e.hint})`) : null)),

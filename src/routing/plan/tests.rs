@@ -1,4 +1,5 @@
 use super::*;
+use crate::config::schema::MovePhase;
 use crate::routing::rule::Rule;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -181,7 +182,7 @@ fn a_table_that_forgets_a_moves_epoch_or_sets_it_back_gives_up_its_fence() -> Te
     let unfenced = |old: &str, new: &str| -> Result<Vec<Unfenced>, crate::config::ConfigErrors> {
         Ok(Plan::between(&table(old)?, &table(new)?, None).unfenced)
     };
-    let given_up = |phase, next| vec![Unfenced { unit: "country KZ".into(), phase, epoch: 5, next }];
+    let given_up = |phase, next| vec![Unfenced { unit: "country KZ".into(), within: None, phase, epoch: 5, next }];
     // Kept, or raised by the unit's next move: the fence holds.
     assert_eq!(unfenced(&switched, &switched)?, vec![]);
     assert_eq!(unfenced(&switched, &switched.replace("epoch: 5", "epoch: 6"))?, vec![]);
@@ -200,5 +201,75 @@ fn a_table_that_forgets_a_moves_epoch_or_sets_it_back_gives_up_its_fence() -> Te
     let back = format!("{in_eu}moves: [{{ unit: \"country KZ\", to: kz, phase: hold, epoch: 5 }}]\n");
     assert_eq!(unfenced(&back, &in_eu)?, given_up(MovePhase::Hold, None));
     assert_eq!(unfenced(&back, &back.replace("phase: hold", "phase: abort"))?, vec![]);
+    Ok(())
+}
+
+#[test]
+fn a_unit_split_out_of_a_moved_one_without_the_move_gives_up_its_fence() -> TestResult {
+    let kz = "moves: [{ unit: \"country KZ\", to: kz, phase: switch, epoch: 5 }]\n";
+    let switched =
+        format!("{}{kz}", BASE.replace("overrides: [{ country: KZ, entity: Wallet, region: eu }]", "overrides: []"));
+    let unfenced = |old: &str, new: &str| -> Result<Vec<Unfenced>, crate::config::ConfigErrors> {
+        Ok(Plan::between(&table(old)?, &table(new)?, None).unfenced)
+    };
+    let split = |unit: &str, within: &str, next| Unfenced {
+        unit: unit.into(),
+        within: Some(within.into()),
+        phase: MovePhase::Switch,
+        epoch: 5,
+        next,
+    };
+    // An override under the moved country, in the region the country went
+    // to: nothing moves, and yet Wallet ids have lost the country's epoch.
+    let order = "overrides: [{ country: KZ, entity: Order, region: kz }]";
+    let with_override = switched.replace("overrides: []", order);
+    let plan = Plan::between(&table(&switched)?, &table(&with_override)?, None);
+    assert_eq!((plan.moves.len(), &plan.unfenced), (0, &vec![split("override KZ:Order", "country KZ", None)]));
+    let text = plan.to_string();
+    assert!(
+        text.contains("  override KZ:Order, split out of country KZ at epoch 5 (switch): it has no move\n"),
+        "{text}"
+    );
+    // Given the move at the country's epoch (or a higher one), it keeps the fence; at a lower one, not.
+    let moved_too = |epoch: u64| {
+        with_override.replace(
+            "phase: switch, epoch: 5 }]",
+            &format!(
+                "phase: switch, epoch: 5 }}, {{ unit: \"override KZ:Order\", to: kz, phase: switch, epoch: {epoch} }}]"
+            ),
+        )
+    };
+    assert_eq!(unfenced(&switched, &moved_too(5))?, vec![]);
+    assert_eq!(unfenced(&switched, &moved_too(6))?, vec![]);
+    assert_eq!(unfenced(&switched, &moved_too(3))?, vec![split("override KZ:Order", "country KZ", Some(3))]);
+    // A moved key range split in two: the new part has no move.
+    let ranges =
+        BASE.to_string() + "moves: [{ unit: \"key_range 8000000000000000\", to: kz, phase: switch, epoch: 5 }]\n";
+    let halves = ranges.replace(
+        "{ start: \"8000000000000000\", region: kz }]",
+        "{ start: \"8000000000000000\", region: kz }, { start: \"c000000000000000\", region: kz }]",
+    );
+    let within = "key_range 8000000000000000";
+    assert_eq!(
+        unfenced(&ranges, &halves)?,
+        vec![Unfenced { unit: "key_range c000000000000000".into(), ..split("", within, None) }]
+    );
+    // A moved shard range split, its move given to one part: the old
+    // range's move is gone by name, and that one entry covers both parts.
+    let shards = BASE.to_string() + "moves: [{ unit: \"shards 8-13\", to: eu, phase: hold, epoch: 2 }]\n";
+    let split_shards =
+        shards.replace("kz: \"8-13\"", "kz: [\"8-9\", \"10-13\"]").replace("shards 8-13", "shards 10-13");
+    let listed = unfenced(&shards, &split_shards)?;
+    let named = Unfenced { unit: "shards 8-13".into(), within: None, phase: MovePhase::Hold, epoch: 2, next: None };
+    assert_eq!(listed, vec![named]);
+    // An override that had a move, removed: listed once, by its name (the
+    // country it falls back to has no move of its own).
+    let wallet = BASE.to_string() + "moves: [{ unit: \"override KZ:Wallet\", to: eu, phase: switch, epoch: 5 }]\n";
+    let merged = BASE.replace("overrides: [{ country: KZ, entity: Wallet, region: eu }]", "overrides: []");
+    let listed = unfenced(&wallet, &merged)?;
+    assert_eq!(
+        listed.iter().map(|u| (u.unit.as_str(), u.within.is_some())).collect::<Vec<_>>(),
+        [("override KZ:Wallet", false)]
+    );
     Ok(())
 }
