@@ -6,8 +6,9 @@
 //!    and the switch table switch it; each keeps the moves earlier moves
 //!    left as they are, as neither may give up a fence the table before it
 //!    keeps. Nothing is put when either is invalid, or when the hold table
-//!    gives up a fence of the table in etcd, changes another unit's move
-//!    there, or does not raise its unit's epoch.
+//!    gives up a fence of the table in etcd (a move left out, set back, or
+//!    a unit split out of a moved one without it), changes another unit's
+//!    move there, or does not raise its unit's epoch.
 //! 2. The hold table is put; then every instance of the fleet (each one's
 //!    report under `KEY/fleet/`) must report that it runs it, or a later
 //!    revision, within the barrier: each holds the unit's requests.
@@ -30,7 +31,8 @@ use std::time::{Duration, Instant};
 use super::exit;
 use crate::config::model::MoveRule;
 use crate::config::schema::MovePhase;
-use crate::routing::plan::unfenced;
+use crate::routing::plan::{unfenced, Plan, Unfenced};
+use crate::routing::Table;
 use crate::source::etcd::{Client, Target};
 
 /// `move`'s arguments.
@@ -118,6 +120,9 @@ fn tables(args: &MoveArgs) -> Result<Tables, String> {
     let hold = checked(&args.hold, MovePhase::Hold)?;
     let switch = checked(&args.switch, MovePhase::Switch)?;
     pair(&hold.1, &switch.1, args.barrier).map_err(|e| format!("shardgate move: {e}"))?;
+    if let Some(u) = split_out(&hold.0, &switch.0) {
+        return Err(format!("shardgate move: the switch table gives up a fence the hold table keeps: {u}"));
+    }
     let off = called_off(&hold.0, &hold.1).ok_or_else(|| {
         format!(
             "{}: each hold's phase must be written in the move itself (not through an alias), so that a move \
@@ -225,6 +230,16 @@ fn called_off(hold: &str, moves: &[Named]) -> Option<String> {
     (after.len() == moves.len() && moves.iter().zip(&after).all(aborted)).then_some(text)
 }
 
+/// A unit of the table `next` split out of a moved unit of `running`
+/// without its move (an override under a moved country, a part of a
+/// moved range): the fence the moves' names do not show. `None` when
+/// either does not load; the other checks say why.
+fn split_out(running: &str, next: &str) -> Option<Unfenced> {
+    let table = |text: &str| crate::config::load_str(text, "table").ok().map(|cfg| Table::compile(&cfg));
+    let (running, next) = (table(running)?, table(next)?);
+    Plan::between(&running, &next, None).unfenced.into_iter().find(|u| u.within.is_some())
+}
+
 /// Why the table in etcd refuses the hold table, or that table's problems
 /// when it does not load (its epochs cannot be checked):
 /// - a unit the hold holds that it moves at the hold's epoch or a later
@@ -274,7 +289,11 @@ async fn drive(
         let _ = writeln!(out, "no table at {}: nothing to move", target.key);
         return Ok(false);
     };
-    if let Some(why) = refused(&before.value, &tables.hold.1) {
+    let split = || {
+        let u = split_out(&before.value, &tables.hold.0)?;
+        Some(format!("the hold table gives up a fence the table in etcd keeps: {u}; give that unit the move too"))
+    };
+    if let Some(why) = refused(&before.value, &tables.hold.1).or_else(split) {
         let _ = writeln!(out, "not moved: {why}");
         return Ok(false);
     }
@@ -403,6 +422,22 @@ countries: { KZ: { id: 7, region: eu }, DE: { id: 49, region: us } }
 entities: { Order: 3 }
 moves: [{ unit: "country DE", to: us, phase: switch, epoch: 2 }]
 "#;
+
+    #[test]
+    fn a_move_refuses_a_unit_split_out_of_a_moved_one_without_its_move() {
+        let hold = IN_ETCD.replace(
+            "moves: [",
+            "overrides: [{ country: DE, entity: Order, region: us }]\n\
+             moves: [{ unit: \"country KZ\", to: us, phase: hold, epoch: 5 }, ",
+        );
+        let given_up = split_out(IN_ETCD, &hold).map(|u| u.to_string()).unwrap_or_default();
+        assert_eq!(given_up, "override DE:Order, split out of country DE at epoch 2 (switch): it has no move");
+        // With the move at DE's epoch, the override keeps the fence.
+        let moved =
+            hold.replace("moves: [", "moves: [{ unit: \"override DE:Order\", to: us, phase: switch, epoch: 2 }, ");
+        assert_eq!(split_out(IN_ETCD, &moved), None);
+        assert_eq!(split_out(&hold, &hold), None);
+    }
 
     #[test]
     fn a_move_keeps_the_fences_earlier_moves_left() {
