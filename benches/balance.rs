@@ -15,6 +15,7 @@ use std::convert::Infallible;
 use std::future::{poll_fn, ready};
 use std::hint::black_box;
 use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
 
 use shardgate::config::model::Balance;
 use shardgate::routing::Upstream;
@@ -31,7 +32,7 @@ const ENDPOINTS: usize = 3;
 fn ours(requests: u64) {
     let endpoints: Vec<Upstream> =
         (0..ENDPOINTS).map(|i| Upstream::parse(&format!("http://10.0.0.{i}:8080")).unwrap()).collect();
-    let loads: Vec<AtomicUsize> = (0..ENDPOINTS).map(|_| AtomicUsize::new(0)).collect();
+    let loads: Vec<Arc<AtomicUsize>> = (0..ENDPOINTS).map(|_| Arc::default()).collect();
     let (cursor, health) = (AtomicUsize::new(0), Health::default());
     let c = Candidates { endpoints: &endpoints, weights: &[], loads: &loads, balance: Balance::LeastRequest };
     for _ in 0..requests {

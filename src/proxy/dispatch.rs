@@ -7,6 +7,7 @@
 //! Pure but for the endpoints' health, which it reads.
 
 use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
 
 use http::Uri;
 
@@ -31,7 +32,7 @@ pub struct Target<'t> {
     /// Whether `endpoints` is the region's peer shardgate.
     pub via_peer: bool,
     /// Requests waiting at each backend (empty for a peer).
-    pub loads: &'t [AtomicUsize],
+    pub loads: &'t [Arc<AtomicUsize>],
     /// The region's limits per endpoint.
     pub limits: Limits,
 }

@@ -192,7 +192,7 @@ pub(super) async fn forward<'t>(
         let asked = if target.via_peer { &path } else { rewritten.as_ref().unwrap_or(&path) };
         let out = Outgoing { method: &parts.method, target: asked, host: &endpoint.host, headers, added };
         let attempt = Attempt { endpoint, admit, out, use_, limits: target.limits, count_5xx: !target.via_peer };
-        let waiting = Waiting::on(target.loads.get(at));
+        let waiting = Waiting::on(target.loads.get(at).map(|l| &**l));
         let replay = fence.replay(&b, target.via_peer);
         let answered = reach.upstreams.attempt(attempt, b, &s, reach.health).await;
         drop(waiting);

@@ -109,7 +109,7 @@ impl SharedTable {
         let mut table = Table::compile_with(cfg, &resolved);
         let running = self.snapshot();
         let needs_restart = table.keep_restart_only(&running.table)?;
-        table.units().carry(running.table.units());
+        table.carry(&running.table);
         // Warned of as it runs: with the restart-only values it keeps.
         let mut running_as = cfg.clone();
         running_as.settings.restart = table.settings().restart.clone();
@@ -137,7 +137,7 @@ impl SharedTable {
         if table.keep_restart_only(&running.table).is_err() {
             return false;
         }
-        table.units().carry(running.table.units());
+        table.carry(&running.table);
         let loaded = Loaded {
             table,
             sha256: running.sha256.clone(),

@@ -70,8 +70,9 @@ pub struct Table {
     /// Each region's [`Table::endpoints_hash`].
     endpoints_hashes: Vec<u64>,
     /// Requests waiting for an answer at each backend of each region
-    /// (`balance: least_request`), in `upstreams`' order.
-    loads: Vec<Box<[AtomicUsize]>>,
+    /// (`balance: least_request`), in `upstreams`' order; shared with the
+    /// table this one replaced for each backend both have ([`Table::carry`]).
+    loads: Vec<Box<[Arc<AtomicUsize>]>>,
     /// Each region's peer shardgate: one endpoint per address of its name.
     peers: Vec<Box<[Upstream]>>,
     /// The host names of the endpoints as written, for DNS discovery.
@@ -221,7 +222,7 @@ impl Table {
         let moves = cfg.moves.iter().filter_map(|m| Some((units.index_of(&m.unit)?, m.clone()))).collect();
         let (routes, router) = compile_routes(&cfg.routes, &names_lists);
         Table {
-            loads: regions.iter().map(|r| r.upstreams.iter().map(|_| AtomicUsize::new(0)).collect()).collect(),
+            loads: regions.iter().map(|r| r.upstreams.iter().map(|_| Arc::default()).collect()).collect(),
             regions,
             peers,
             names,
@@ -328,7 +329,7 @@ impl Table {
     }
 
     /// Requests waiting for an answer at each of region `id`'s backends.
-    pub fn loads(&self, id: RegionId) -> &[AtomicUsize] {
+    pub fn loads(&self, id: RegionId) -> &[Arc<AtomicUsize>] {
         self.loads.get(usize::from(id.0)).map_or(&[], |l| &l[..])
     }
 
@@ -493,6 +494,28 @@ impl Table {
             self.time_until.len(),
             self.routes.len()
         )
+    }
+
+    /// Goes on from `running`'s counts, as the table about to replace it:
+    /// each unit's requests ([`super::Units::carry`]), and each backend's
+    /// requests waiting for an answer, shared by address (those under way
+    /// end on the counter they started on, which this table now reads:
+    /// `least_request` still sees them).
+    pub fn carry(&mut self, running: &Table) {
+        self.units.carry(&running.units);
+        let mut waiting: HashMap<&str, &Arc<AtomicUsize>> = HashMap::new();
+        for (region, loads) in running.regions.iter().zip(&running.loads) {
+            for (u, load) in region.upstreams.iter().zip(loads.iter()) {
+                waiting.entry(&u.pool_key).or_insert(load);
+            }
+        }
+        for (region, loads) in self.regions.iter().zip(self.loads.iter_mut()) {
+            for (u, load) in region.upstreams.iter().zip(loads.iter_mut()) {
+                if let Some(&running) = waiting.get(&*u.pool_key) {
+                    *load = Arc::clone(running);
+                }
+            }
+        }
     }
 
     /// Keeps the running values of the restart-only keys

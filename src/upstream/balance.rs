@@ -21,6 +21,7 @@
 //! more, for the same choice.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use rand::Rng;
 
@@ -36,7 +37,7 @@ pub struct Candidates<'e> {
     /// Their weights (`weighted`); empty: 1 each.
     pub weights: &'e [u32],
     /// Requests each has waiting for an answer (`least_request`); empty: not counted.
-    pub loads: &'e [AtomicUsize],
+    pub loads: &'e [Arc<AtomicUsize>],
     /// The policy.
     pub balance: Balance,
 }

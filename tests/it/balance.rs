@@ -84,6 +84,59 @@ async fn least_request_sends_fewer_requests_to_a_slow_backend() -> TestResult {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn least_request_still_sees_the_requests_under_way_after_a_reload() -> TestResult {
+    // `held` answers requests only when released (its health checks at
+    // once); `fast` at once.
+    let release = Arc::new(tokio::sync::Semaphore::new(0));
+    let gate = Arc::clone(&release);
+    let (held, _) = backend_with(move |req| {
+        let gate = Arc::clone(&gate);
+        async move {
+            if req.uri().path() == "/x" {
+                let _ = gate.acquire().await.map(|p| p.forget());
+            }
+            Response::new(full("held"))
+        }
+    })
+    .await?;
+    let fast = delayed(Duration::ZERO).await?;
+    let eu = format!("{{ upstreams: [\"http://{}\", \"http://{}\"], balance: least_request }}", held.addr, fast.addr);
+    let text = table(&eu, "");
+    let p = support::proxy(&text).await?;
+    // One request at a time until one waits at `held` (each of the others
+    // was answered by `fast`).
+    let url = p.url("/x");
+    let mut waiting = None;
+    for _ in 0..64 {
+        let u = url.clone();
+        let mut task = tokio::spawn(async move { get(&u).await.map(|g| g.status) });
+        let answered = tokio::time::timeout(Duration::from_millis(500), &mut task).await;
+        if answered.is_err() && held.hits() == 1 {
+            waiting = Some(task);
+            break;
+        }
+    }
+    let waiting = waiting.ok_or("no request ever reached the held backend")?;
+    // A reload (a route added) compiles a new table: it goes on from the
+    // old one's count, so the waiting request still steers every other one
+    // to `fast`. Counted from zero, each would have an even chance of
+    // `held`, and would wait there too.
+    let next = format!("{text}  - {{ name: other, match: {{ prefix: /other/ }}, to: local }}\n");
+    let cfg = shardgate::config::load_str(&next, "next.yaml")?;
+    p.proxy.as_ref().ok_or("proxy")?.shared().table.publish_config(&cfg, next.clone())?;
+    for _ in 0..20 {
+        let got = tokio::time::timeout(Duration::from_secs(2), get(&url))
+            .await
+            .map_err(|_| "a request waited at `held`")??;
+        assert_eq!(got.status, StatusCode::OK);
+    }
+    assert_eq!(held.hits(), 1);
+    release.add_permits(1);
+    assert_eq!(tokio::time::timeout(Duration::from_secs(5), waiting).await???, StatusCode::OK);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_regions_own_limits_and_timeouts_replace_the_tables() -> TestResult {
     let slow = delayed(Duration::from_millis(400)).await?;
     let kz_like = backend("eu").await?;
