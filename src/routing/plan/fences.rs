@@ -13,8 +13,12 @@
 //! entity) cell, a shard, an Instagram shard, a segment between the key
 //! or time boundaries of both tables) with the unit each table places it
 //! by. Node entries, hash regions and the default are single keys: a unit
-//! of theirs cannot be split, only removed, which the names show.
+//! of theirs cannot be split, only removed, which the names show. The
+//! pieces also clear a move whose name is gone but whose ids all land in
+//! units at its epoch or a higher one (a country renamed with its move):
+//! a gateway fences by the epoch of the unit an id lands in, not by name.
 
+use std::collections::HashMap;
 use std::fmt;
 
 use serde::Serialize;
@@ -72,45 +76,56 @@ pub fn unfenced<'a, 'b>(
 }
 
 /// Every fence `next` gives up against `running`: by name, then the units
-/// split out of moved ones (one entry a pair; none for a moved unit already
-/// listed by name).
+/// split out of moved ones (one entry a pair; none within a moved unit
+/// already listed by name). A move whose name is gone but whose every
+/// piece `next` places by a unit at its epoch or a higher one (a country
+/// renamed with its move) gives nothing up: the fence is the epoch of the
+/// unit an id lands in, whatever its name.
 pub(super) fn between(running: &Table, next: &Table) -> Vec<Unfenced> {
     let mut list = unfenced(running.moves(), next.moves());
     if running.moves().next().is_none() {
         return list;
     }
-    let by_name = list.len();
+    // Pieces of each moved unit of `running`: all, and those still fenced.
+    let mut pieces_of: HashMap<&str, (usize, usize)> = HashMap::new();
+    let mut split: Vec<Unfenced> = Vec::new();
     for (old, new) in pieces(running, next) {
-        let Some(m) = running.move_of(old, ANY) else { continue };
-        let (Some(within), Some(unit)) = (running.units().name(old, ANY), next.units().name(new, ANY)) else {
+        let (Some(m), Some(within)) = (running.move_of(old, ANY), running.units().name(old, ANY)) else {
             continue;
         };
-        let epoch = next.move_of(new, ANY).map(|n| n.epoch);
-        if unit == within || epoch.is_some_and(|e| e >= m.epoch) || list[..by_name].iter().any(|u| u.unit == within) {
+        let epoch = new.and_then(|n| next.move_of(n, ANY)).map(|n| n.epoch);
+        let fenced = epoch.is_some_and(|e| e >= m.epoch);
+        let counted = pieces_of.entry(within).or_default();
+        counted.0 += 1;
+        counted.1 += usize::from(fenced);
+        // Unplaced, nothing lands there; under its own name, listed by name.
+        let Some(unit) = new.and_then(|n| next.units().name(n, ANY)).filter(|u| !fenced && *u != within) else {
             continue;
-        }
-        if !list[by_name..].iter().any(|u| u.unit == unit && u.within.as_deref() == Some(within)) {
+        };
+        if !split.iter().any(|u| u.unit == unit && u.within.as_deref() == Some(within)) {
             let within = Some(within.to_string());
-            list.push(Unfenced { unit: unit.to_string(), within, phase: m.phase, epoch: m.epoch, next: epoch });
+            split.push(Unfenced { unit: unit.to_string(), within, phase: m.phase, epoch: m.epoch, next: epoch });
         }
     }
+    list.retain(|u| pieces_of.get(u.unit.as_str()).is_none_or(|&(all, fenced)| fenced < all));
+    split.retain(|s| !list.iter().any(|u| Some(&u.unit) == s.within.as_ref()));
+    list.extend(split);
     list
 }
 
 /// Each piece of the id space a unit can be split along, with the rule
-/// each table places it by (pieces one of them leaves unplaced are left
-/// out: nothing lands there).
-fn pieces<'t>(running: &'t Table, next: &'t Table) -> impl Iterator<Item = (Rule, Rule)> + 't {
-    let iuid = (0..1usize << 16).filter_map(|cell| Some((iuid_rule(running, cell)?, iuid_rule(next, cell)?)));
-    let shards = (0..running.shards.len().max(next.shards.len()))
+/// each table places it by (`None`: the new table places it nowhere).
+fn pieces<'t>(running: &'t Table, next: &'t Table) -> impl Iterator<Item = (Rule, Option<Rule>)> + 't {
+    let iuid = (0..1usize << 16).filter_map(|cell| Some((iuid_rule(running, cell)?, iuid_rule(next, cell))));
+    let shards = (0..running.shards.len())
         .filter_map(|s| u32::try_from(s).ok())
-        .map(|shard| (Rule::Shard { shard }, Rule::Shard { shard }));
-    let instagram = (0..running.instagram_shard.len().max(next.instagram_shard.len()))
+        .map(|shard| (Rule::Shard { shard }, Some(Rule::Shard { shard })));
+    let instagram = (0..running.instagram_shard.len())
         .filter_map(|s| u16::try_from(s).ok())
-        .map(|shard| (Rule::InstagramShard { shard }, Rule::InstagramShard { shard }));
+        .map(|shard| (Rule::InstagramShard { shard }, Some(Rule::InstagramShard { shard })));
     let key = |t: &Table, at: u64| t.key_starts.partition_point(|&s| s <= at).checked_sub(1);
     let keys = segments(&running.key_starts, &next.key_starts, true).into_iter().filter_map(move |(a, _)| {
-        Some((Rule::KeyRange { index: key(running, a)? }, Rule::KeyRange { index: key(next, a)? }))
+        Some((Rule::KeyRange { index: key(running, a)? }, key(next, a).map(|index| Rule::KeyRange { index })))
     });
     let time = |t: &Table, at: u64| {
         let i = t.time_until.partition_point(|&u| u <= at);
@@ -118,7 +133,7 @@ fn pieces<'t>(running: &'t Table, next: &'t Table) -> impl Iterator<Item = (Rule
     };
     let ends = |t: &Table| -> Vec<u64> { t.time_until.iter().copied().filter(|&u| u != u64::MAX).collect() };
     let times = segments(&ends(running), &ends(next), false).into_iter().filter_map(move |(a, _)| {
-        Some((Rule::TimeRange { index: time(running, a)? }, Rule::TimeRange { index: time(next, a)? }))
+        Some((Rule::TimeRange { index: time(running, a)? }, time(next, a).map(|index| Rule::TimeRange { index })))
     });
     iuid.chain(shards).chain(instagram).chain(keys).chain(times)
 }

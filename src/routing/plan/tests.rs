@@ -271,5 +271,13 @@ fn a_unit_split_out_of_a_moved_one_without_the_move_gives_up_its_fence() -> Test
         listed.iter().map(|u| (u.unit.as_str(), u.within.is_some())).collect::<Vec<_>>(),
         [("override KZ:Wallet", false)]
     );
+    // A country renamed with its move at the same epoch: every id lands in
+    // a unit at that epoch, so nothing is given up; at a lower one, the
+    // old name's move is.
+    let renamed = switched.replace("KZ: { id: 7", "KAZ: { id: 7").replace("\"country KZ\"", "\"country KAZ\"");
+    assert_eq!(unfenced(&switched, &renamed)?, vec![]);
+    let lower = renamed.replace("epoch: 5", "epoch: 4");
+    let named = Unfenced { unit: "country KZ".into(), within: None, phase: MovePhase::Switch, epoch: 5, next: None };
+    assert_eq!(unfenced(&switched, &lower)?, vec![named]);
     Ok(())
 }
