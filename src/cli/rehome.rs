@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use super::exit;
 use crate::config::model::MoveRule;
 use crate::config::schema::MovePhase;
-use crate::routing::plan::{unfenced, Plan, Unfenced};
+use crate::routing::plan::{given_up, Unfenced};
 use crate::routing::Table;
 use crate::source::etcd::{Client, Target};
 
@@ -119,10 +119,10 @@ fn named(cfg: &crate::config::Config) -> Vec<Named> {
 fn tables(args: &MoveArgs) -> Result<Tables, String> {
     let hold = checked(&args.hold, MovePhase::Hold)?;
     let switch = checked(&args.switch, MovePhase::Switch)?;
-    pair(&hold.1, &switch.1, args.barrier).map_err(|e| format!("shardgate move: {e}"))?;
-    if let Some(u) = split_out(&hold.0, &switch.0) {
+    if let Some(u) = fence_given_up(&hold.0, &switch.0) {
         return Err(format!("shardgate move: the switch table gives up a fence the hold table keeps: {u}"));
     }
+    pair(&hold.1, &switch.1, args.barrier).map_err(|e| format!("shardgate move: {e}"))?;
     let off = called_off(&hold.0, &hold.1).ok_or_else(|| {
         format!(
             "{}: each hold's phase must be written in the move itself (not through an alias), so that a move \
@@ -154,11 +154,6 @@ fn held(moves: &[Named]) -> impl Iterator<Item = &Named> {
     moves.iter().filter(|m| m.rule.phase == MovePhase::Hold)
 }
 
-/// The rules of `moves`, for [`unfenced`].
-fn rules(moves: &[Named]) -> impl Iterator<Item = &MoveRule> {
-    moves.iter().map(|m| &m.rule)
-}
-
 /// The switch moves the units the hold holds, to the same regions, each at
 /// a higher epoch, and keeps the hold table's other moves as they are (the
 /// fences of earlier moves); and the barrier ends before a held request
@@ -181,9 +176,6 @@ fn pair(hold: &[Named], switch: &[Named], barrier: Duration) -> Result<(), Strin
     }
     if let Some(s) = switch.iter().find(|s| !hold.iter().any(|h| h.rule.unit == s.rule.unit)) {
         return Err(format!("the switch table moves {}, which the hold table has no move for", s.rule.unit));
-    }
-    if let Some(u) = unfenced(rules(hold), rules(switch)).first() {
-        return Err(format!("the switch table gives up a fence the hold table keeps: {u}"));
     }
     match changed(hold.iter().filter(|h| h.rule.phase != MovePhase::Hold), switch) {
         Some(unit) => {
@@ -230,14 +222,13 @@ fn called_off(hold: &str, moves: &[Named]) -> Option<String> {
     (after.len() == moves.len() && moves.iter().zip(&after).all(aborted)).then_some(text)
 }
 
-/// A unit of the table `next` split out of a moved unit of `running`
-/// without its move (an override under a moved country, a part of a
-/// moved range): the fence the moves' names do not show. `None` when
-/// either does not load; the other checks say why.
-fn split_out(running: &str, next: &str) -> Option<Unfenced> {
+/// The first fence the table `next` gives up that `running` keeps, as
+/// `plan` finds them: a move left out or set back, a unit split out of a
+/// moved one without it (a unit renamed with its move gives none up).
+/// `None` when either does not load: the other checks say why.
+fn fence_given_up(running: &str, next: &str) -> Option<Unfenced> {
     let table = |text: &str| crate::config::load_str(text, "table").ok().map(|cfg| Table::compile(&cfg));
-    let (running, next) = (table(running)?, table(next)?);
-    Plan::between(&running, &next, None).unfenced.into_iter().find(|u| u.within.is_some())
+    given_up(&table(running)?, &table(next)?).into_iter().next()
 }
 
 /// Why the table in etcd refuses the hold table, or that table's problems
@@ -245,9 +236,9 @@ fn split_out(running: &str, next: &str) -> Option<Unfenced> {
 /// - a unit the hold holds that it moves at the hold's epoch or a later
 ///   one: each move of a unit must raise its epoch, or a forward from an
 ///   instance still on an older table would win the fence;
-/// - a fence it keeps that the hold table gives up (an earlier move's
-///   switch left out, or its epoch set back);
 /// - a move of another unit that the hold table changes.
+///
+/// (A fence it keeps that the hold table gives up is [`fence_given_up`]'s.)
 fn refused(running: &str, hold: &[Named]) -> Option<String> {
     let cfg = match crate::config::load_str(running, "the table in etcd") {
         Ok(cfg) => cfg,
@@ -263,18 +254,13 @@ fn refused(running: &str, hold: &[Named]) -> Option<String> {
             m.rule.epoch.saturating_add(1)
         ))
     });
-    stale
-        .or_else(|| {
-            let u = unfenced(rules(&etcd), rules(hold)).into_iter().next()?;
-            Some(format!("the hold table gives up a fence the table in etcd keeps: {u}; keep that move in both tables"))
-        })
-        .or_else(|| {
-            let kept = etcd.iter().filter(|m| !held(hold).any(|h| h.rule.unit == m.rule.unit));
-            let unit = changed(kept, hold)?;
-            Some(format!(
-                "the hold table changes {unit}'s move in the table in etcd: a move changes only the units it holds"
-            ))
-        })
+    stale.or_else(|| {
+        let kept = etcd.iter().filter(|m| !held(hold).any(|h| h.rule.unit == m.rule.unit));
+        let unit = changed(kept, hold)?;
+        Some(format!(
+            "the hold table changes {unit}'s move in the table in etcd: a move changes only the units it holds"
+        ))
+    })
 }
 
 /// Hold, barrier, switch (or the hold called off): whether it switched.
@@ -289,11 +275,14 @@ async fn drive(
         let _ = writeln!(out, "no table at {}: nothing to move", target.key);
         return Ok(false);
     };
-    let split = || {
-        let u = split_out(&before.value, &tables.hold.0)?;
-        Some(format!("the hold table gives up a fence the table in etcd keeps: {u}; give that unit the move too"))
+    let given_up = || {
+        let u = fence_given_up(&before.value, &tables.hold.0)?;
+        Some(format!(
+            "the hold table gives up a fence the table in etcd keeps: {u}; keep each moved unit's epoch, \
+             and give a unit split out of one its move"
+        ))
     };
-    if let Some(why) = refused(&before.value, &tables.hold.1).or_else(split) {
+    if let Some(why) = refused(&before.value, &tables.hold.1).or_else(given_up) {
         let _ = writeln!(out, "not moved: {why}");
         return Ok(false);
     }
@@ -430,13 +419,13 @@ moves: [{ unit: "country DE", to: us, phase: switch, epoch: 2 }]
             "overrides: [{ country: DE, entity: Order, region: us }]\n\
              moves: [{ unit: \"country KZ\", to: us, phase: hold, epoch: 5 }, ",
         );
-        let given_up = split_out(IN_ETCD, &hold).map(|u| u.to_string()).unwrap_or_default();
+        let given_up = fence_given_up(IN_ETCD, &hold).map(|u| u.to_string()).unwrap_or_default();
         assert_eq!(given_up, "override DE:Order, split out of country DE at epoch 2 (switch): it has no move");
         // With the move at DE's epoch, the override keeps the fence.
         let moved =
             hold.replace("moves: [", "moves: [{ unit: \"override DE:Order\", to: us, phase: switch, epoch: 2 }, ");
-        assert_eq!(split_out(IN_ETCD, &moved), None);
-        assert_eq!(split_out(&hold, &hold), None);
+        assert_eq!(fence_given_up(IN_ETCD, &moved), None);
+        assert_eq!(fence_given_up(&hold, &hold), None);
     }
 
     #[test]
@@ -453,19 +442,30 @@ moves: [{ unit: "country DE", to: us, phase: switch, epoch: 2 }]
         assert!(refused(IN_ETCD, &hold_table).is_none());
         let more_regions = IN_ETCD.replace("regions:\n", "regions:\n  ap: { upstreams: [\"http://127.0.0.1:3\"] }\n");
         assert!(refused(&more_regions, &hold_table).is_none());
-        // Left out of the switch table, set back there, or changed there.
-        let gone = "gives up a fence the hold table keeps: country DE at epoch 2 (switch): its move is removed";
-        assert!(fails_with(both(&hold_table, std::slice::from_ref(&switch)), gone));
-        let back = [mv("country DE", MovePhase::Switch, 1, "us"), switch.clone()];
-        assert!(fails_with(both(&hold_table, &back), "country DE at epoch 2 (switch): set back to epoch 1"));
+        // Left out of the switch table or set back there (as the tables'
+        // texts show it), or changed there.
+        let hold_text =
+            IN_ETCD.replace("moves: [", "moves: [{ unit: \"country KZ\", to: us, phase: hold, epoch: 5 }, ");
+        let switch_text = hold_text
+            .replace("KZ: { id: 7, region: eu }", "KZ: { id: 7, region: us }")
+            .replace("phase: hold, epoch: 5", "phase: switch, epoch: 6");
+        let given_up = |a: &str, b: &str| fence_given_up(a, b).map(|u| u.to_string()).unwrap_or_default();
+        assert_eq!(given_up(&hold_text, &switch_text), "");
+        let gone = switch_text.replace(", { unit: \"country DE\", to: us, phase: switch, epoch: 2 }", "");
+        assert_eq!(given_up(&hold_text, &gone), "country DE at epoch 2 (switch): its move is removed");
+        let back = switch_text.replace("phase: switch, epoch: 2", "phase: switch, epoch: 1");
+        assert_eq!(given_up(&hold_text, &back), "country DE at epoch 2 (switch): set back to epoch 1");
+        // DE renamed with its move: the fence is the same, under a new name.
+        let renamed = hold_text.replace("DE: { id: 49", "GER: { id: 49").replace("\"country DE\"", "\"country GER\"");
+        assert_eq!(given_up(IN_ETCD, &renamed), "");
         let elsewhere = [mv("country DE", MovePhase::Switch, 2, "eu"), switch.clone()];
         assert!(fails_with(both(&hold_table, &elsewhere), "changes country DE's move"));
         // The held unit called off instead of switched is no switch.
         let aborted = [kept.clone(), mv("country KZ", MovePhase::Abort, 6, "us")];
         assert!(fails_with(both(&hold_table, &aborted), "does not switch country KZ"));
         // Left out of the hold table, or changed there: the table in etcd refuses it.
-        let why = refused(IN_ETCD, std::slice::from_ref(&hold)).unwrap_or_default();
-        assert!(why.contains("gives up a fence the table in etcd keeps: country DE at epoch 2 (switch)"), "{why}");
+        let without_de = hold_text.replace(", { unit: \"country DE\", to: us, phase: switch, epoch: 2 }", "");
+        assert_eq!(given_up(IN_ETCD, &without_de), "country DE at epoch 2 (switch): its move is removed");
         let why = refused(IN_ETCD, &[mv("country DE", MovePhase::Switch, 2, "eu"), hold.clone()]).unwrap_or_default();
         assert!(why.contains("changes country DE's move in the table in etcd"), "{why}");
         // A switch of a unit the hold table has no move for.

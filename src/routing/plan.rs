@@ -47,7 +47,7 @@ use super::table::{Table, NONE, OVERRIDE_FLAG};
 use super::units::{key_name, node_name, time_name};
 
 mod fences;
-pub use fences::{unfenced, Unfenced};
+pub use fences::{given_up, Unfenced};
 
 /// Keys the hash comparison spreads over the key space.
 const HASH_SAMPLES: u64 = 1 << 16;
@@ -186,7 +186,7 @@ impl Plan {
     pub fn between(running: &Table, next: &Table, window: Option<&Window>) -> Plan {
         let mut plan = Plan {
             moves: Vec::new(),
-            unfenced: fences::between(running, next),
+            unfenced: fences::given_up(running, next),
             window: window.map(|w| WindowSummary { seconds: w.seconds, total: w.total }),
         };
         plan.countries(running, next, window);

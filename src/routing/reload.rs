@@ -344,7 +344,7 @@ impl Reloader {
                     tracing::warn!(
                         path = %name,
                         unit = %u.unit,
-                        within = ?u.within,
+                        within = u.within.as_deref().unwrap_or_default(),
                         phase = u.phase.name(),
                         epoch = u.epoch,
                         next = ?u.next,

@@ -448,7 +448,11 @@ impl Table {
         if self.moves.is_empty() {
             return None;
         }
-        let unit = self.units.unit_of(rule, region);
+        self.move_at(self.units.unit_of(rule, region))
+    }
+
+    /// The move of unit `unit` (by its index in [`Table::units`]), if one is under way.
+    pub(crate) fn move_at(&self, unit: u32) -> Option<&MoveRule> {
         self.moves.iter().find(|(u, _)| *u == unit).map(|(_, m)| m)
     }
 

@@ -279,6 +279,11 @@ impl Units {
         cells.iter().map(|&u| Some((self.names.get(u as usize)?.as_str(), sizes[u as usize]))).collect()
     }
 
+    /// The name of unit `unit` (an index [`Units::unit_of`] gives).
+    pub(crate) fn name_at(&self, unit: u32) -> Option<&str> {
+        self.names.get(unit as usize).map(String::as_str)
+    }
+
     /// The unit name `rule` counts under (`None` for rules that are not a
     /// placement unit: a route's fixed region, the local region).
     pub fn name(&self, rule: Rule, region: RegionId) -> Option<&str> {

@@ -295,7 +295,7 @@ async fn drive(c: &Client, admin: SocketAddr, path: &std::path::Path, yaml: &str
     }
     c.refresh().await?;
     let reloads = until_text(c, "#reloads .unfenced", "fence given up").await?;
-    assert!(reloads.contains("country KZ at epoch 2 (switch), its move removed"), "{reloads}");
+    assert!(reloads.contains("country KZ at epoch 2 (switch): its move is removed"), "{reloads}");
     // The switch back, then an override split out of the switched country
     // without its move: shown with the unit it came out of.
     let line = "  - { country: KZ, entity: Entity1, region: us }\n";
@@ -308,7 +308,7 @@ async fn drive(c: &Client, admin: SocketAddr, path: &std::path::Path, yaml: &str
     }
     c.refresh().await?;
     let reloads = until_text(c, "#reloads", "split out of").await?;
-    let split = "override KZ:Entity1, split out of country KZ at epoch 2 (switch), with no move";
+    let split = "override KZ:Entity1, split out of country KZ at epoch 2 (switch): it has no move";
     assert!(reloads.contains(split), "{reloads}");
     // A picture of it all, to look at (`SHARDGATE_SCREENSHOT=path`).
     if let Some(file) = std::env::var_os("SHARDGATE_SCREENSHOT") {

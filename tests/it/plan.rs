@@ -238,6 +238,8 @@ async fn the_audit_trail_records_each_change_and_the_fences_it_gives_up_and_fail
     assert_eq!(phases["phases"][0]["unit"], "country DE", "{phases}");
     let unfenced = lines.iter().find(|l| !l["unfenced"].is_null()).ok_or("no entry with a fence given up")?;
     assert_eq!(unfenced["unfenced"], given_up, "{unfenced}");
+    let split_entry = lines.iter().find(|l| l["unfenced"][0]["within"] == "country DE").ok_or("no split-out entry")?;
+    assert_eq!(split_entry["unfenced"], split_out, "{split_entry}");
     let rejected = lines.iter().find(|l| l["event"] == "rejected").ok_or("no rejected entry")?;
     assert!(rejected["errors"][0].as_str().is_some_and(|e| e.contains("table.yaml:2:1")), "{rejected}");
     let verify = |path: &std::path::Path| {

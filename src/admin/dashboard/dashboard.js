@@ -122,9 +122,9 @@ function renderTraffic(d) {
 function unfencedText(u) {
   const at = `at epoch ${u.epoch} (${u.phase})`;
   if (u.within) {
-    return `${u.unit}, split out of ${u.within} ${at}` + (u.next === null ? ", with no move" : `, its move at ${u.next}`);
+    return `${u.unit}, split out of ${u.within} ${at}: ` + (u.next === null ? "it has no move" : `its move is at epoch ${u.next}`);
   }
-  return `${u.unit} ${at}` + (u.next === null ? ", its move removed" : `, set back to ${u.next}`);
+  return `${u.unit} ${at}: ` + (u.next === null ? "its move is removed" : `set back to epoch ${u.next}`);
 }
 
 function renderReloads(d) {

@@ -7,18 +7,18 @@
 //! | its epoch set back | `country KZ at epoch 5 (switch): set back to epoch 3` |
 //! | a unit split out of it without the move | `override KZ:Wallet, split out of country KZ at epoch 5 (switch): it has no move` |
 //!
-//! The first two compare moves by unit name ([`unfenced`], which `move`
-//! also uses on the tables it puts). The third compares where ids land:
-//! each piece of the id space a unit can be split along (a (country,
-//! entity) cell, a shard, an Instagram shard, a segment between the key
-//! or time boundaries of both tables) with the unit each table places it
-//! by. Node entries, hash regions and the default are single keys: a unit
-//! of theirs cannot be split, only removed, which the names show. The
-//! pieces also clear a move whose name is gone but whose ids all land in
-//! units at its epoch or a higher one (a country renamed with its move):
-//! a gateway fences by the epoch of the unit an id lands in, not by name.
+//! The first two compare moves by unit name (`unfenced`). The third
+//! compares where ids land ([`given_up`]): each piece of the id space a
+//! moved unit can be split along (a (country, entity) cell, a shard, a
+//! segment between the key boundaries of both tables; moves name no other
+//! kind of unit) with the unit each table places it by, the default
+//! region's when the new table places it nowhere; and UUIDv7 ids that
+//! `auto` stops placing by key range. The pieces also clear a move whose
+//! name is gone but whose ids all land in units at its epoch or a higher
+//! one (a country renamed with its move): a gateway fences by the epoch
+//! of the unit an id lands in, not by name.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 use serde::Serialize;
@@ -26,7 +26,8 @@ use serde::Serialize;
 use super::segments;
 use crate::config::model::MoveRule;
 use crate::config::schema::MovePhase;
-use crate::routing::rule::{RegionId, Rule};
+use crate::ids::Format;
+use crate::routing::rule::{RegionId, Rule, Strategy};
 use crate::routing::table::{Table, NONE, OVERRIDE_FLAG};
 
 /// The region units are looked up with: only hash units depend on it, and
@@ -54,7 +55,7 @@ pub struct Unfenced {
 /// The fences a table whose moves are `next` gives up against one whose
 /// moves are `running`, by unit name: each move of `running` it does not
 /// record, or records at a lower epoch.
-pub fn unfenced<'a, 'b>(
+fn unfenced<'a, 'b>(
     running: impl IntoIterator<Item = &'a MoveRule>,
     next: impl IntoIterator<Item = &'b MoveRule>,
 ) -> Vec<Unfenced> {
@@ -81,61 +82,87 @@ pub fn unfenced<'a, 'b>(
 /// piece `next` places by a unit at its epoch or a higher one (a country
 /// renamed with its move) gives nothing up: the fence is the epoch of the
 /// unit an id lands in, whatever its name.
-pub(super) fn between(running: &Table, next: &Table) -> Vec<Unfenced> {
+pub fn given_up(running: &Table, next: &Table) -> Vec<Unfenced> {
     let mut list = unfenced(running.moves(), next.moves());
-    if running.moves().next().is_none() {
+    let moved = |kind: &str| running.moves().any(|m| m.unit.starts_with(kind));
+    let kinds =
+        Kinds { iuid: moved("country ") || moved("override "), shards: moved("shard"), keys: moved("key_range ") };
+    if !(kinds.iuid || kinds.shards || kinds.keys) {
         return list;
     }
-    // Pieces of each moved unit of `running`: all, and those still fenced.
-    let mut pieces_of: HashMap<&str, (usize, usize)> = HashMap::new();
+    // Pieces of each moved unit of `running`, by unit: all, and those still fenced.
+    let mut pieces_of: HashMap<u32, (usize, usize)> = HashMap::new();
     let mut split: Vec<Unfenced> = Vec::new();
-    for (old, new) in pieces(running, next) {
-        let (Some(m), Some(within)) = (running.move_of(old, ANY), running.units().name(old, ANY)) else {
-            continue;
-        };
-        let epoch = new.and_then(|n| next.move_of(n, ANY)).map(|n| n.epoch);
+    let mut seen: HashSet<(u32, u32)> = HashSet::new();
+    let (old_units, new_units) = (running.units(), next.units());
+    for (old, new) in pieces(running, next, kinds) {
+        let unit = old_units.unit_of(old, ANY);
+        let Some(m) = running.move_at(unit) else { continue };
+        let landed = new.map(|n| new_units.unit_of(n, ANY));
+        let epoch = landed.and_then(|u| next.move_at(u)).map(|n| n.epoch);
         let fenced = epoch.is_some_and(|e| e >= m.epoch);
-        let counted = pieces_of.entry(within).or_default();
+        let counted = pieces_of.entry(unit).or_default();
         counted.0 += 1;
         counted.1 += usize::from(fenced);
-        // Unplaced, nothing lands there; under its own name, listed by name.
-        let Some(unit) = new.and_then(|n| next.units().name(n, ANY)).filter(|u| !fenced && *u != within) else {
+        let (Some(landed), false) = (landed, fenced) else { continue };
+        if !seen.insert((unit, landed)) {
             continue;
-        };
-        if !split.iter().any(|u| u.unit == unit && u.within.as_deref() == Some(within)) {
+        }
+        // Placed nowhere, nothing lands there; under its own name, it is listed by name.
+        let (Some(within), Some(name)) = (old_units.name_at(unit), new_units.name_at(landed)) else { continue };
+        if name != within {
             let within = Some(within.to_string());
-            split.push(Unfenced { unit: unit.to_string(), within, phase: m.phase, epoch: m.epoch, next: epoch });
+            split.push(Unfenced { unit: name.to_string(), within, phase: m.phase, epoch: m.epoch, next: epoch });
         }
     }
-    list.retain(|u| pieces_of.get(u.unit.as_str()).is_none_or(|&(all, fenced)| fenced < all));
+    // UUIDv7 ids under `auto` leave the key ranges when the new table adds
+    // time ranges (or drops every key range): no unit they land in has a move.
+    let uuidv7 = (running.natural_strategy(Format::Uuidv7), next.natural_strategy(Format::Uuidv7));
+    if kinds.keys && uuidv7.0 == Strategy::KeyRange && uuidv7.1 != Strategy::KeyRange {
+        let by = if uuidv7.1 == Strategy::TimeRange { "time_range" } else { "hash" };
+        for m in running.moves().filter(|m| m.unit.starts_with("key_range ")) {
+            let (unit, within) = (format!("uuidv7 ids placed by {by} (auto)"), Some(m.unit.clone()));
+            split.push(Unfenced { unit, within, phase: m.phase, epoch: m.epoch, next: None });
+        }
+    }
+    let named = |u: &Unfenced| old_units.index_of(&u.unit);
+    list.retain(|u| named(u).and_then(|i| pieces_of.get(&i)).is_none_or(|&(all, fenced)| fenced < all));
     split.retain(|s| !list.iter().any(|u| Some(&u.unit) == s.within.as_ref()));
     list.extend(split);
     list
 }
 
-/// Each piece of the id space a unit can be split along, with the rule
-/// each table places it by (`None`: the new table places it nowhere).
-fn pieces<'t>(running: &'t Table, next: &'t Table) -> impl Iterator<Item = (Rule, Option<Rule>)> + 't {
-    let iuid = (0..1usize << 16).filter_map(|cell| Some((iuid_rule(running, cell)?, iuid_rule(next, cell))));
-    let shards = (0..running.shards.len())
-        .filter_map(|s| u32::try_from(s).ok())
-        .map(|shard| (Rule::Shard { shard }, Some(Rule::Shard { shard })));
-    let instagram = (0..running.instagram_shard.len())
-        .filter_map(|s| u16::try_from(s).ok())
-        .map(|shard| (Rule::InstagramShard { shard }, Some(Rule::InstagramShard { shard })));
+/// The kinds of piece compared: only those of a kind some unit moved
+/// (moves name countries, overrides, shard ranges and key ranges).
+#[derive(Clone, Copy)]
+struct Kinds {
+    iuid: bool,
+    shards: bool,
+    keys: bool,
+}
+
+/// Each piece of the id space a moved unit can be split along, with the
+/// rule each table places it by: a (country, entity) cell, a shard, a
+/// segment between the key boundaries of both tables. An id the new table
+/// places nowhere lands in its `default_region`, when it has one.
+fn pieces<'t>(running: &'t Table, next: &'t Table, kinds: Kinds) -> impl Iterator<Item = (Rule, Option<Rule>)> + 't {
+    let or_default = |rule: Option<Rule>| rule.or(next.default_region.map(|_| Rule::Default));
+    let cells = if kinds.iuid { 1usize << 16 } else { 0 };
+    let iuid = (0..cells).filter_map(move |cell| Some((iuid_rule(running, cell)?, or_default(iuid_rule(next, cell)))));
+    let placed = |t: &Table, shard: usize| t.shards.get(shard).is_some_and(|&c| c != NONE);
+    let shards = (0..if kinds.shards { running.shards.len() } else { 0 })
+        .filter(move |&s| placed(running, s))
+        .filter_map(|s| Some((s, u32::try_from(s).ok()?)))
+        .map(move |(s, shard)| (Rule::Shard { shard }, or_default(placed(next, s).then_some(Rule::Shard { shard }))));
     let key = |t: &Table, at: u64| t.key_starts.partition_point(|&s| s <= at).checked_sub(1);
-    let keys = segments(&running.key_starts, &next.key_starts, true).into_iter().filter_map(move |(a, _)| {
-        Some((Rule::KeyRange { index: key(running, a)? }, key(next, a).map(|index| Rule::KeyRange { index })))
+    let segments = if kinds.keys { segments(&running.key_starts, &next.key_starts, true) } else { Vec::new() };
+    let keys = segments.into_iter().filter_map(move |(a, _)| {
+        Some((
+            Rule::KeyRange { index: key(running, a)? },
+            or_default(key(next, a).map(|index| Rule::KeyRange { index })),
+        ))
     });
-    let time = |t: &Table, at: u64| {
-        let i = t.time_until.partition_point(|&u| u <= at);
-        (i < t.time_regions.len()).then_some(i)
-    };
-    let ends = |t: &Table| -> Vec<u64> { t.time_until.iter().copied().filter(|&u| u != u64::MAX).collect() };
-    let times = segments(&ends(running), &ends(next), false).into_iter().filter_map(move |(a, _)| {
-        Some((Rule::TimeRange { index: time(running, a)? }, time(next, a).map(|index| Rule::TimeRange { index })))
-    });
-    iuid.chain(shards).chain(instagram).chain(keys).chain(times)
+    iuid.chain(shards).chain(keys)
 }
 
 /// The rule `t` places an iUID's (country, entity) `cell` by, as

@@ -254,6 +254,16 @@ fn a_unit_split_out_of_a_moved_one_without_the_move_gives_up_its_fence() -> Test
         unfenced(&ranges, &halves)?,
         vec![Unfenced { unit: "key_range c000000000000000".into(), ..split("", within, None) }]
     );
+    // Time ranges added: UUIDv7 ids under `auto` leave the key ranges for them.
+    let time_ranges = "time_ranges: [{ until: \"2024-01-01T00:00:00Z\", region: us }, { region: eu }]\n";
+    let by_key = ranges.replace(time_ranges, "");
+    assert_ne!(by_key, ranges);
+    let by_time = Unfenced { unit: "uuidv7 ids placed by time_range (auto)".into(), ..split("", within, None) };
+    assert_eq!(unfenced(&by_key, &ranges)?, vec![by_time]);
+    // A moved country's id changed, its name and move kept: its old ids
+    // land in the default region, which has no move.
+    let recoded = switched.replace("KZ: { id: 7", "KZ: { id: 8");
+    assert_eq!(unfenced(&switched, &recoded)?, vec![split("default", "country KZ", None)]);
     // A moved shard range split, its move given to one part: the old
     // range's move is gone by name, and that one entry covers both parts.
     let shards = BASE.to_string() + "moves: [{ unit: \"shards 8-13\", to: eu, phase: hold, epoch: 2 }]\n";
