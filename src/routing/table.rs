@@ -221,8 +221,14 @@ impl Table {
         // Validation checked that each move names a unit of the table.
         let moves = cfg.moves.iter().filter_map(|m| Some((units.index_of(&m.unit)?, m.clone()))).collect();
         let (routes, router) = compile_routes(&cfg.routes, &names_lists);
+        // One counter a backend address, however many regions list it.
+        let mut by_address: HashMap<&str, Arc<AtomicUsize>> = HashMap::new();
+        let loads = regions
+            .iter()
+            .map(|r| r.upstreams.iter().map(|u| Arc::clone(by_address.entry(&u.pool_key).or_default())).collect())
+            .collect();
         Table {
-            loads: regions.iter().map(|r| r.upstreams.iter().map(|_| Arc::default()).collect()).collect(),
+            loads,
             regions,
             peers,
             names,
