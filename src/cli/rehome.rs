@@ -20,9 +20,12 @@
 //!
 //! Each put goes only while the key is still at the revision this tool read
 //! or last put: another writer's table is never overwritten; the move stops.
+//! When etcd fails after the hold was put, the tool asks again until the
+//! holds would end, and ends the move by what the key holds by then.
 //!
 //! Exit 0 when switched, 1 when aborted or refused, 69 when etcd cannot be
-//! reached, 78 when a table is invalid.
+//! reached (before the hold, or until the holds end), 78 when a table is
+//! invalid.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -290,6 +293,8 @@ async fn drive(
     // (its lease gone) does not leave the barrier open.
     let fleet = format!("{}/fleet/", target.key);
     let expected: Vec<String> = client.list(&fleet).await?.iter().map(|kv| kv.key.clone()).collect();
+    // Past the shortest hold.max_time, held requests give up (503).
+    let hold_time = held(&tables.hold.1).map(|h| h.rule.max_time).min().unwrap_or_default();
     // Each put goes only on the revision this move read or wrote: another
     // writer's table is never overwritten.
     let held = match client.put_if(&target.key, &tables.hold.0, before.mod_revision).await? {
@@ -300,17 +305,107 @@ async fn drive(
         }
     };
     let _ = writeln!(out, "hold put at revision {held}; waiting up to {barrier:?} for every instance");
-    let changed_meanwhile = |now: i64| {
-        format!(
-            "the table in etcd {} after the hold was put, and is kept. If it still holds the units, put a table \
-             that switches them or calls them off: past hold.max_time their writes are refused (503) until one does",
-            rewritten(now)
-        )
-    };
-    match confirmed(client, &fleet, &expected, held, barrier).await? {
+    let until = Instant::now() + hold_time;
+    let put = Put { client, key: &target.key, tables, held };
+    match after_hold(&put, &fleet, &expected, barrier, out).await {
+        Ok(switched) => Ok(switched),
+        Err(failed) => put.recover(failed, until, out).await,
+    }
+}
+
+/// The move's puts after its hold: on the key, at the hold's revision.
+struct Put<'a> {
+    client: &'a Client,
+    key: &'a str,
+    tables: &'a Tables,
+    held: i64,
+}
+
+/// Why a put after the hold did not go: another writer's table, kept.
+fn changed_meanwhile(now: i64) -> String {
+    format!(
+        "the table in etcd {} after the hold was put, and is kept. If it still holds the units, put a table \
+         that switches them or calls them off: past hold.max_time their writes are refused (503) until one does",
+        rewritten(now)
+    )
+}
+
+impl Put<'_> {
+    /// The hold table with its holds called off, on the hold's revision.
+    async fn call_off(&self, out: &mut impl Write) -> Result<bool, crate::source::etcd::EtcdError> {
+        match self.client.put_if(self.key, &self.tables.off, self.held).await? {
+            Ok(at) => {
+                let _ = writeln!(out, "the hold table, its holds called off (phase: abort), put at revision {at}");
+            }
+            Err(now) => {
+                let _ = writeln!(out, "not called off: {}", changed_meanwhile(now));
+            }
+        }
+        Ok(false)
+    }
+
+    /// etcd failed after the hold was put: the move ends as soon as etcd
+    /// answers again, until `until` (the holds' end). What the key holds
+    /// then says how: the switch (its put went, its answer was lost), the
+    /// hold still (called off now), or another writer's table (kept).
+    async fn recover(
+        &self,
+        failed: crate::source::etcd::EtcdError,
+        until: Instant,
+        out: &mut impl Write,
+    ) -> Result<bool, crate::source::etcd::EtcdError> {
+        let _ = writeln!(out, "etcd failed after the hold was put ({failed}); calling the move off when it answers");
+        let mut last = failed;
+        while Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let kv = match self.client.get(self.key).await {
+                Ok((kv, _)) => kv,
+                Err(e) => {
+                    last = e;
+                    continue;
+                }
+            };
+            return match kv {
+                Some(kv) if kv.value == self.tables.switch => {
+                    let _ =
+                        writeln!(out, "the switch is the table in etcd (revision {}); not confirmed", kv.mod_revision);
+                    Ok(true)
+                }
+                Some(kv) if kv.value == self.tables.off => {
+                    let _ = writeln!(out, "the hold table, its holds called off, is at revision {}", kv.mod_revision);
+                    Ok(false)
+                }
+                Some(kv) if kv.mod_revision == self.held => match self.call_off(out).await {
+                    Ok(switched) => Ok(switched),
+                    Err(e) => {
+                        last = e;
+                        continue;
+                    }
+                },
+                other => {
+                    let now = other.map_or(0, |kv| kv.mod_revision);
+                    let _ = writeln!(out, "not called off: {}", changed_meanwhile(now));
+                    Ok(false)
+                }
+            };
+        }
+        Err(last)
+    }
+}
+
+/// Barrier, switch (or the hold called off), once the hold is put.
+async fn after_hold(
+    put: &Put<'_>,
+    fleet: &str,
+    expected: &[String],
+    barrier: Duration,
+    out: &mut impl Write,
+) -> Result<bool, crate::source::etcd::EtcdError> {
+    let (client, held) = (put.client, put.held);
+    match confirmed(client, fleet, expected, held, barrier).await? {
         Ok(n) => {
             let _ = writeln!(out, "{n} instances hold");
-            let switched = match client.put_if(&target.key, &tables.switch, held).await? {
+            let switched = match client.put_if(put.key, &put.tables.switch, held).await? {
                 Ok(revision) => revision,
                 Err(now) => {
                     let _ = writeln!(out, "not switched: {}", changed_meanwhile(now));
@@ -318,7 +413,7 @@ async fn drive(
                 }
             };
             let _ = writeln!(out, "switch put at revision {switched}");
-            match confirmed(client, &fleet, &expected, switched, barrier).await? {
+            match confirmed(client, fleet, expected, switched, barrier).await? {
                 Ok(n) => {
                     let _ = writeln!(out, "{n} instances switched");
                 }
@@ -330,15 +425,7 @@ async fn drive(
         }
         Err(behind) => {
             let _ = writeln!(out, "not confirmed in time by: {}; aborting", behind.join(", "));
-            match client.put_if(&target.key, &tables.off, held).await? {
-                Ok(at) => {
-                    let _ = writeln!(out, "the hold table, its holds called off (phase: abort), put at revision {at}");
-                }
-                Err(now) => {
-                    let _ = writeln!(out, "not called off: {}", changed_meanwhile(now));
-                }
-            }
-            Ok(false)
+            put.call_off(out).await
         }
     }
 }

@@ -96,6 +96,8 @@ pub enum Event {
 #[derive(Debug)]
 pub struct EtcdError(pub String);
 
+impl std::error::Error for EtcdError {}
+
 impl std::fmt::Display for EtcdError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)

@@ -90,6 +90,23 @@ impl Cluster {
         self.members[i].child = None;
     }
 
+    /// Stops every member: etcd refuses every call until [`Cluster::restart`].
+    pub(crate) fn stop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+    }
+
+    /// Starts every stopped member again on its data, and waits for quorum.
+    pub(crate) async fn restart(&mut self) -> TestResult {
+        for i in 0..self.members.len() {
+            if self.members[i].child.is_none() {
+                self.run(i, "existing")?;
+            }
+        }
+        self.wait_healthy(Duration::from_secs(20)).await
+    }
+
     pub(crate) fn endpoints(&self) -> String {
         self.members.iter().map(|m| format!("127.0.0.1:{}", m.client)).collect::<Vec<_>>().join(",")
     }

@@ -718,6 +718,42 @@ async fn rehoming_a_move_never_overwrites_a_table_put_while_it_waits() -> TestRe
     Ok(())
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rehoming_a_move_whose_etcd_fails_after_the_hold_calls_it_off_once_etcd_is_back() -> TestResult {
+    if !super::etcd::etcd_installed()? {
+        return Ok(());
+    }
+    let dir = tempfile::tempdir()?;
+    let mut cluster = super::etcd::Cluster::start(dir.path()).await?;
+    let [eu, kz, us] = three_backends().await?;
+    let t = kz_table([eu.addr, kz.addr, us.addr]);
+    let (_, source) = keyed(&cluster, &t("", "kz"))?;
+    let held_for = ", hold: { max_time: 30s }";
+    let (hold, switch) = (t(&moving("hold", "eu", 1, held_for), "kz"), t(&moving("switch", "eu", 2, ""), "eu"));
+    // No instance reports, so the barrier waits its whole 5 s; etcd goes
+    // down meanwhile, and comes back well before the holds would end.
+    let mover = {
+        let (d, s, h, w) = (dir.path().to_path_buf(), source.clone(), hold.clone(), switch);
+        tokio::spawn(async move { shardgate_move(&d, &s, &h, &w, "5s").await.map_err(|e| e.to_string()) })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while cluster.value()?.trim_end() != hold.trim_end() {
+        if Instant::now() > deadline {
+            return Err("the hold was never put".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cluster.stop();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    cluster.restart().await?;
+    let (code, out) = mover.await??;
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("etcd failed after the hold was put"), "{out}");
+    assert!(out.contains("its holds called off (phase: abort), put at revision"), "{out}");
+    assert_eq!(cluster.value()?.trim_end(), hold.replace("phase: hold", "phase: abort").trim_end());
+    Ok(())
+}
+
 /// The suite's table with KZ owned by `kz_owner` and `extra` added, for
 /// the backends at `be` (eu, kz, us).
 fn kz_table(be: [std::net::SocketAddr; 3]) -> impl Fn(&str, &str) -> String {
