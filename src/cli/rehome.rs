@@ -20,12 +20,11 @@
 //!
 //! Each put goes only while the key is still at the revision this tool read
 //! or last put: another writer's table is never overwritten; the move stops.
-//! When etcd fails after the hold was put, the tool asks again until the
-//! holds would end, and ends the move by what the key holds by then.
+//! When etcd fails once the hold may be in, the tool asks again (for
+//! `--recover`) and ends the move by what the key holds by then.
 //!
 //! Exit 0 when switched, 1 when aborted or refused, 69 when etcd cannot be
-//! reached (before the hold, or until the holds end), 78 when a table is
-//! invalid.
+//! reached, 78 when a table is invalid.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -53,6 +52,9 @@ pub struct MoveArgs {
     /// How long every instance has to confirm the hold (shorter than the moves' hold.max_time).
     #[arg(long, default_value = "3s", value_parser = crate::config::duration::parse_duration)]
     pub barrier: Duration,
+    /// When etcd fails once the hold may be in: how long to keep asking it, to end the move.
+    #[arg(long, default_value = "5m", value_parser = crate::config::duration::parse_duration)]
+    pub recover: Duration,
     /// With etcd authentication: the user (the password from SHARDGATE_ETCD_PASSWORD).
     #[arg(long, env = "SHARDGATE_ETCD_USER")]
     pub etcd_user: Option<String>,
@@ -84,7 +86,7 @@ pub fn run(args: &MoveArgs, out: &mut impl Write, err: &mut impl Write) -> i32 {
 
     let user = args.etcd_user.clone().map(|u| (u, std::env::var("SHARDGATE_ETCD_PASSWORD").unwrap_or_default()));
     let client = Client::new(&target, None, user);
-    match rt.block_on(drive(&client, &target, &tables, args.barrier, out)) {
+    match rt.block_on(drive(&client, &target, &tables, (args.barrier, args.recover), out)) {
         Ok(true) => exit::OK,
         Ok(false) => exit::FAILURE,
         Err(e) => {
@@ -267,11 +269,12 @@ fn refused(running: &str, hold: &[Named]) -> Option<String> {
 }
 
 /// Hold, barrier, switch (or the hold called off): whether it switched.
+/// `waits`: the barrier, and how long to keep asking a failed etcd.
 async fn drive(
     client: &Client,
     target: &Target,
     tables: &Tables,
-    barrier: Duration,
+    (barrier, recover): (Duration, Duration),
     out: &mut impl Write,
 ) -> Result<bool, crate::source::etcd::EtcdError> {
     let Some(before) = client.get(&target.key).await?.0 else {
@@ -293,32 +296,33 @@ async fn drive(
     // (its lease gone) does not leave the barrier open.
     let fleet = format!("{}/fleet/", target.key);
     let expected: Vec<String> = client.list(&fleet).await?.iter().map(|kv| kv.key.clone()).collect();
-    // Past the shortest hold.max_time, held requests give up (503).
-    let hold_time = held(&tables.hold.1).map(|h| h.rule.max_time).min().unwrap_or_default();
     // Each put goes only on the revision this move read or wrote: another
     // writer's table is never overwritten.
-    let held = match client.put_if(&target.key, &tables.hold.0, before.mod_revision).await? {
-        Ok(revision) => revision,
-        Err(now) => {
+    let put = Put { client, key: &target.key, tables, read: before.mod_revision };
+    let held = match client.put_if(&target.key, &tables.hold.0, before.mod_revision).await {
+        Ok(Ok(revision)) => revision,
+        Ok(Err(now)) => {
             let _ = writeln!(out, "not moved: the table in etcd {} after it was read; nothing put", rewritten(now));
             return Ok(false);
         }
+        // The hold may have gone in, its answer lost.
+        Err(failed) => return put.recover(failed, recover, out).await,
     };
     let _ = writeln!(out, "hold put at revision {held}; waiting up to {barrier:?} for every instance");
-    let until = Instant::now() + hold_time;
-    let put = Put { client, key: &target.key, tables, held };
-    match after_hold(&put, &fleet, &expected, barrier, out).await {
+    match after_hold(&put, held, (&fleet, &expected), barrier, out).await {
         Ok(switched) => Ok(switched),
-        Err(failed) => put.recover(failed, until, out).await,
+        Err(failed) => put.recover(failed, recover, out).await,
     }
 }
 
-/// The move's puts after its hold: on the key, at the hold's revision.
+/// The move's puts once its hold may be in: on the key, never over
+/// another writer's table.
 struct Put<'a> {
     client: &'a Client,
     key: &'a str,
     tables: &'a Tables,
-    held: i64,
+    /// The revision of the table read before the hold.
+    read: i64,
 }
 
 /// Why a put after the hold did not go: another writer's table, kept.
@@ -331,9 +335,9 @@ fn changed_meanwhile(now: i64) -> String {
 }
 
 impl Put<'_> {
-    /// The hold table with its holds called off, on the hold's revision.
-    async fn call_off(&self, out: &mut impl Write) -> Result<bool, crate::source::etcd::EtcdError> {
-        match self.client.put_if(self.key, &self.tables.off, self.held).await? {
+    /// The hold table with its holds called off, on the hold's revision `held`.
+    async fn call_off(&self, held: i64, out: &mut impl Write) -> Result<bool, crate::source::etcd::EtcdError> {
+        match self.client.put_if(self.key, &self.tables.off, held).await? {
             Ok(at) => {
                 let _ = writeln!(out, "the hold table, its holds called off (phase: abort), put at revision {at}");
             }
@@ -344,64 +348,76 @@ impl Put<'_> {
         Ok(false)
     }
 
-    /// etcd failed after the hold was put: the move ends as soon as etcd
-    /// answers again, until `until` (the holds' end). What the key holds
-    /// then says how: the switch (its put went, its answer was lost), the
-    /// hold still (called off now), or another writer's table (kept).
+    /// etcd failed once the hold may be in: the move ends as soon as etcd
+    /// answers again (asked at least once, and again until `recover` has
+    /// passed), by what the key holds: the switch (its put went through),
+    /// the called-off table, the hold (called off now), the table read
+    /// before (the hold never went in), or another writer's table (kept).
     async fn recover(
         &self,
         failed: crate::source::etcd::EtcdError,
-        until: Instant,
+        recover: Duration,
         out: &mut impl Write,
     ) -> Result<bool, crate::source::etcd::EtcdError> {
-        let _ = writeln!(out, "etcd failed after the hold was put ({failed}); calling the move off when it answers");
-        let mut last = failed;
-        while Instant::now() < until {
+        let _ = writeln!(out, "etcd failed once the hold may be in ({failed}); asking again for up to {recover:?}");
+        let until = Instant::now() + recover;
+        loop {
             tokio::time::sleep(Duration::from_millis(250)).await;
-            let kv = match self.client.get(self.key).await {
-                Ok((kv, _)) => kv,
-                Err(e) => {
-                    last = e;
-                    continue;
-                }
+            let failed = match self.ended(out).await {
+                Ok(switched) => return Ok(switched),
+                Err(e) => e,
             };
-            return match kv {
-                Some(kv) if kv.value == self.tables.switch => {
-                    let _ =
-                        writeln!(out, "the switch is the table in etcd (revision {}); not confirmed", kv.mod_revision);
-                    Ok(true)
-                }
-                Some(kv) if kv.value == self.tables.off => {
-                    let _ = writeln!(out, "the hold table, its holds called off, is at revision {}", kv.mod_revision);
-                    Ok(false)
-                }
-                Some(kv) if kv.mod_revision == self.held => match self.call_off(out).await {
-                    Ok(switched) => Ok(switched),
-                    Err(e) => {
-                        last = e;
-                        continue;
-                    }
-                },
-                other => {
-                    let now = other.map_or(0, |kv| kv.mod_revision);
-                    let _ = writeln!(out, "not called off: {}", changed_meanwhile(now));
-                    Ok(false)
-                }
-            };
+            if Instant::now() >= until {
+                let _ = writeln!(
+                    out,
+                    "etcd did not answer: the hold may still be in. Put a table that switches the held units or \
+                     calls them off (the hold table with phase: abort), or their writes wait and are refused (503)"
+                );
+                return Err(failed);
+            }
         }
-        Err(last)
+    }
+
+    /// Ends the move by what the key holds now (one read, and a put when
+    /// the hold is still there).
+    async fn ended(&self, out: &mut impl Write) -> Result<bool, crate::source::etcd::EtcdError> {
+        let kv = self.client.get(self.key).await?.0;
+        let tables = self.tables;
+        match kv {
+            // Another writer's identical table cannot be told from this move's.
+            Some(kv) if kv.value == tables.switch => {
+                let _ = writeln!(out, "the switch is the table in etcd (revision {}); not confirmed", kv.mod_revision);
+                Ok(true)
+            }
+            Some(kv) if kv.value == tables.off => {
+                let _ = writeln!(out, "the hold table, its holds called off, is at revision {}", kv.mod_revision);
+                Ok(false)
+            }
+            Some(kv) if kv.value == tables.hold.0 && kv.mod_revision > self.read => {
+                self.call_off(kv.mod_revision, out).await
+            }
+            Some(kv) if kv.mod_revision == self.read => {
+                let _ = writeln!(out, "not moved: the hold was never put; nothing changed");
+                Ok(false)
+            }
+            other => {
+                let _ = writeln!(out, "not called off: {}", changed_meanwhile(other.map_or(0, |kv| kv.mod_revision)));
+                Ok(false)
+            }
+        }
     }
 }
 
-/// Barrier, switch (or the hold called off), once the hold is put.
+/// Barrier, switch (or the hold called off), once the hold is put at
+/// revision `held`; `fleet`: the reports' prefix, and the ones expected.
 async fn after_hold(
     put: &Put<'_>,
-    fleet: &str,
-    expected: &[String],
+    held: i64,
+    (fleet, expected): (&str, &[String]),
     barrier: Duration,
     out: &mut impl Write,
 ) -> Result<bool, crate::source::etcd::EtcdError> {
-    let (client, held) = (put.client, put.held);
+    let client = put.client;
     match confirmed(client, fleet, expected, held, barrier).await? {
         Ok(n) => {
             let _ = writeln!(out, "{n} instances hold");
@@ -413,19 +429,23 @@ async fn after_hold(
                 }
             };
             let _ = writeln!(out, "switch put at revision {switched}");
-            match confirmed(client, fleet, expected, switched, barrier).await? {
-                Ok(n) => {
+            // Switched: a failure now only leaves the confirmation unread.
+            match confirmed(client, fleet, expected, switched, barrier).await {
+                Ok(Ok(n)) => {
                     let _ = writeln!(out, "{n} instances switched");
                 }
-                Err(behind) => {
+                Ok(Err(behind)) => {
                     let _ = writeln!(out, "switched; not yet confirmed by: {}", behind.join(", "));
+                }
+                Err(e) => {
+                    let _ = writeln!(out, "switched; its confirmation could not be read ({e})");
                 }
             }
             Ok(true)
         }
         Err(behind) => {
             let _ = writeln!(out, "not confirmed in time by: {}; aborting", behind.join(", "));
-            put.call_off(out).await
+            put.call_off(held, out).await
         }
     }
 }
