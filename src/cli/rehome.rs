@@ -1,6 +1,6 @@
 //! `shardgate move --source etcd://…/KEY --hold HOLD.yaml --switch SWITCH.yaml
-//! [--barrier 3s]`: re-homes a placement unit across a fleet that follows
-//! one etcd key, phase by phase.
+//! [--barrier 3s] [--recover 5m]`: re-homes a placement unit across a fleet
+//! that follows one etcd key, phase by phase.
 //!
 //! 1. Both tables are checked here first: the hold table must hold a move
 //!    and the switch table switch it; each keeps the moves earlier moves
@@ -183,20 +183,22 @@ fn pair(hold: &[Named], switch: &[Named], barrier: Duration) -> Result<(), Strin
         return Err(format!("the switch table moves {}, which the hold table has no move for", s.rule.unit));
     }
     match changed(hold.iter().filter(|h| h.rule.phase != MovePhase::Hold), switch) {
-        Some(unit) => {
-            Err(format!("the switch table changes {unit}'s move, which the hold table keeps from an earlier move"))
-        }
+        Some(unit) => Err(format!(
+            "the switch table changes {unit}'s move, or leaves it out, which the hold table keeps from an \
+                 earlier move (rename a moved unit in a revision of its own)"
+        )),
         None => Ok(()),
     }
 }
 
 /// The first of `kept` (moves earlier moves left) that `next` records
-/// otherwise (another phase, region or epoch). A move changes only the
-/// units it holds.
+/// otherwise (another phase, region or epoch) or not under its name. A move
+/// changes only the units it holds; a moved unit is renamed in a revision
+/// of its own.
 fn changed<'a>(kept: impl IntoIterator<Item = &'a Named>, next: &[Named]) -> Option<&'a str> {
     let same = |k: &Named, n: &Named| (n.rule.phase, &n.to, n.rule.epoch) == (k.rule.phase, &k.to, k.rule.epoch);
     kept.into_iter()
-        .find(|k| next.iter().any(|n| n.rule.unit == k.rule.unit && !same(k, n)))
+        .find(|k| !next.iter().any(|n| n.rule.unit == k.rule.unit && same(k, n)))
         .map(|k| k.rule.unit.as_str())
 }
 
@@ -241,10 +243,10 @@ fn fence_given_up(running: &str, next: &str) -> Option<Unfenced> {
 /// - a unit the hold holds that it moves at the hold's epoch or a later
 ///   one: each move of a unit must raise its epoch, or a forward from an
 ///   instance still on an older table would win the fence;
+/// - a fence it keeps that the hold table gives up (`fences`: the tables'
+///   [`fence_given_up`], said in full);
 /// - a move of another unit that the hold table changes.
-///
-/// (A fence it keeps that the hold table gives up is [`fence_given_up`]'s.)
-fn refused(running: &str, hold: &[Named]) -> Option<String> {
+fn refused(running: &str, hold: &[Named], fences: impl FnOnce() -> Option<String>) -> Option<String> {
     let cfg = match crate::config::load_str(running, "the table in etcd") {
         Ok(cfg) => cfg,
         Err(e) => return Some(format!("the table in etcd does not load, so its units' epochs are unknown:\n{e}")),
@@ -259,17 +261,18 @@ fn refused(running: &str, hold: &[Named]) -> Option<String> {
             m.rule.epoch.saturating_add(1)
         ))
     });
-    stale.or_else(|| {
+    stale.or_else(fences).or_else(|| {
         let kept = etcd.iter().filter(|m| !held(hold).any(|h| h.rule.unit == m.rule.unit));
         let unit = changed(kept, hold)?;
         Some(format!(
-            "the hold table changes {unit}'s move in the table in etcd: a move changes only the units it holds"
+            "the hold table changes {unit}'s move in the table in etcd, or leaves it out: a move changes only the \
+             units it holds (rename a moved unit in a revision of its own)"
         ))
     })
 }
 
 /// Hold, barrier, switch (or the hold called off): whether it switched.
-/// `waits`: the barrier, and how long to keep asking a failed etcd.
+/// The barrier, and how long to keep asking a failed etcd (`--recover`).
 async fn drive(
     client: &Client,
     target: &Target,
@@ -284,11 +287,11 @@ async fn drive(
     let given_up = || {
         let u = fence_given_up(&before.value, &tables.hold.0)?;
         Some(format!(
-            "the hold table gives up a fence the table in etcd keeps: {u}; keep each moved unit's epoch, \
-             and give a unit split out of one its move"
+            "the hold table gives up a fence the table in etcd keeps: {u}; {}",
+            crate::routing::plan::KEEP_FENCES
         ))
     };
-    if let Some(why) = refused(&before.value, &tables.hold.1).or_else(given_up) {
+    if let Some(why) = refused(&before.value, &tables.hold.1, given_up) {
         let _ = writeln!(out, "not moved: {why}");
         return Ok(false);
     }
@@ -327,12 +330,12 @@ struct Put<'a> {
 
 /// Why a put after the hold did not go: another writer's table, kept.
 fn changed_meanwhile(now: i64) -> String {
-    format!(
-        "the table in etcd {} after the hold was put, and is kept. If it still holds the units, put a table \
-         that switches them or calls them off: past hold.max_time their writes are refused (503) until one does",
-        rewritten(now)
-    )
+    format!("the table in etcd {} after the hold was put, and is kept. {ANOTHER_WRITER}", rewritten(now))
 }
+
+/// What an operator must do about another writer's table.
+const ANOTHER_WRITER: &str = "If it still holds the units, put a table that switches them or calls them off: \
+                              past hold.max_time their writes are refused (503) until one does";
 
 impl Put<'_> {
     /// The hold table with its holds called off, on the hold's revision `held`.
@@ -401,7 +404,8 @@ impl Put<'_> {
                 Ok(false)
             }
             other => {
-                let _ = writeln!(out, "not called off: {}", changed_meanwhile(other.map_or(0, |kv| kv.mod_revision)));
+                let now = rewritten(other.map_or(0, |kv| kv.mod_revision));
+                let _ = writeln!(out, "not called off: the table in etcd {now} since it was read. {ANOTHER_WRITER}");
                 Ok(false)
             }
         }
@@ -546,9 +550,9 @@ moves: [{ unit: "country DE", to: us, phase: switch, epoch: 2 }]
         // whatever number each table gives its region.
         let hold_table = [kept.clone(), hold.clone()];
         assert!(both(&hold_table, &[kept.clone(), switch.clone()]).is_ok());
-        assert!(refused(IN_ETCD, &hold_table).is_none());
+        assert!(refused(IN_ETCD, &hold_table, || None).is_none());
         let more_regions = IN_ETCD.replace("regions:\n", "regions:\n  ap: { upstreams: [\"http://127.0.0.1:3\"] }\n");
-        assert!(refused(&more_regions, &hold_table).is_none());
+        assert!(refused(&more_regions, &hold_table, || None).is_none());
         // Left out of the switch table or set back there (as the tables'
         // texts show it), or changed there.
         let hold_text =
@@ -565,6 +569,10 @@ moves: [{ unit: "country DE", to: us, phase: switch, epoch: 2 }]
         // DE renamed with its move: the fence is the same, under a new name.
         let renamed = hold_text.replace("DE: { id: 49", "GER: { id: 49").replace("\"country DE\"", "\"country GER\"");
         assert_eq!(given_up(IN_ETCD, &renamed), "");
+        // ... but a move renames nothing: that is a revision of its own.
+        let why = refused(IN_ETCD, &[mv("country GER", MovePhase::Switch, 2, "us"), hold.clone()], || None)
+            .unwrap_or_default();
+        assert!(why.contains("changes country DE's move in the table in etcd, or leaves it out"), "{why}");
         let elsewhere = [mv("country DE", MovePhase::Switch, 2, "eu"), switch.clone()];
         assert!(fails_with(both(&hold_table, &elsewhere), "changes country DE's move"));
         // The held unit called off instead of switched is no switch.
@@ -573,13 +581,14 @@ moves: [{ unit: "country DE", to: us, phase: switch, epoch: 2 }]
         // Left out of the hold table, or changed there: the table in etcd refuses it.
         let without_de = hold_text.replace(", { unit: \"country DE\", to: us, phase: switch, epoch: 2 }", "");
         assert_eq!(given_up(IN_ETCD, &without_de), "country DE at epoch 2 (switch): its move is removed");
-        let why = refused(IN_ETCD, &[mv("country DE", MovePhase::Switch, 2, "eu"), hold.clone()]).unwrap_or_default();
+        let why = refused(IN_ETCD, &[mv("country DE", MovePhase::Switch, 2, "eu"), hold.clone()], || None)
+            .unwrap_or_default();
         assert!(why.contains("changes country DE's move in the table in etcd"), "{why}");
         // A switch of a unit the hold table has no move for.
         let extra = both(std::slice::from_ref(&hold), &[kept.clone(), switch.clone()]);
         assert!(fails_with(extra, "moves country DE, which the hold table has no move for"));
         // Holding DE again must raise its epoch.
-        let why = refused(IN_ETCD, &[mv("country DE", MovePhase::Hold, 2, "us")]).unwrap_or_default();
+        let why = refused(IN_ETCD, &[mv("country DE", MovePhase::Hold, 2, "us")], || None).unwrap_or_default();
         assert!(why.contains("country DE is at epoch 2 in the table in etcd"), "{why}");
     }
 

@@ -47,7 +47,7 @@ use super::table::{Table, NONE, OVERRIDE_FLAG};
 use super::units::{key_name, node_name, time_name};
 
 mod fences;
-pub use fences::{given_up, Unfenced};
+pub use fences::{given_up, Unfenced, KEEP_FENCES};
 
 /// Keys the hash comparison spreads over the key space.
 const HASH_SAMPLES: u64 = 1 << 16;

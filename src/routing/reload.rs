@@ -344,7 +344,7 @@ impl Reloader {
                     tracing::warn!(
                         path = %name,
                         unit = %u.unit,
-                        within = u.within.as_deref().unwrap_or_default(),
+                        within = ?u.within,
                         phase = u.phase.name(),
                         epoch = u.epoch,
                         next = ?u.next,

@@ -294,7 +294,7 @@ async fn drive(c: &Client, admin: SocketAddr, path: &std::path::Path, yaml: &str
         assert_eq!(send(req).await?.status, 200);
     }
     c.refresh().await?;
-    let reloads = until_text(c, "#reloads .unfenced", "fence given up").await?;
+    let reloads = until_text(c, "#reloads .unfenced", "fences given up").await?;
     assert!(reloads.contains("country KZ at epoch 2 (switch): its move is removed"), "{reloads}");
     // The switch back, then an override split out of the switched country
     // without its move: shown with the unit it came out of.

@@ -152,7 +152,7 @@ function renderReloads(d) {
     r.result === "success"
       ? el("span", {}, `version ${r.version}, sha256 ${String(r.sha256).slice(0, 12)}…`,
           r.needs_restart.length ? ` (restart needed for ${r.needs_restart.join(", ")})` : "",
-          r.unfenced.length ? el("div", { class: "unfenced" }, "fence given up (a stale instance's writes are no longer refused): " +
+          r.unfenced.length ? el("div", { class: "unfenced" }, "fences given up (a stale instance's writes are no longer refused): " +
             r.unfenced.map(unfencedText).join("; ")) : null)
       : el("ul", { class: "errors" }, r.errors.slice(0, ERRORS_SHOWN).map((e) => el("li", {},
           e.path !== undefined && e.line > 0 ? el("span", { class: "mono" }, `${e.path || "(file)"} line ${e.line}:${e.column} `) : null,

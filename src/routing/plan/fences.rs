@@ -6,6 +6,7 @@
 //! | the unit's move removed | `country KZ at epoch 5 (switch): its move is removed` |
 //! | its epoch set back | `country KZ at epoch 5 (switch): set back to epoch 3` |
 //! | a unit split out of it without the move | `override KZ:Wallet, split out of country KZ at epoch 5 (switch): it has no move` |
+//! | … with the move at a lower epoch | `…: its move is at epoch 3` |
 //!
 //! The first two compare moves by unit name (`unfenced`). The third
 //! compares where ids land ([`given_up`]): each piece of the id space a
@@ -38,8 +39,9 @@ const ANY: RegionId = RegionId(0);
 /// to a lower epoch, or a unit split out of it without the move.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Unfenced {
-    /// The unit, as the tables' `moves` name it (the new table's unit when
-    /// it was split out of another).
+    /// The unit, as the tables' `moves` name it; when split out of another,
+    /// the new table's unit its ids land in (`default`, or `uuidv7 ids
+    /// placed by …` for those `auto` takes off the key ranges).
     pub unit: String,
     /// The running table's moved unit it was split out of.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -98,17 +100,17 @@ pub fn given_up(running: &Table, next: &Table) -> Vec<Unfenced> {
     for (old, new) in pieces(running, next, kinds) {
         let unit = old_units.unit_of(old, ANY);
         let Some(m) = running.move_at(unit) else { continue };
-        let landed = new.map(|n| new_units.unit_of(n, ANY));
-        let epoch = landed.and_then(|u| next.move_at(u)).map(|n| n.epoch);
+        // Placed nowhere, nothing lands there: no fence is needed.
+        let Some(landed) = new.map(|n| new_units.unit_of(n, ANY)) else { continue };
+        let epoch = next.move_at(landed).map(|n| n.epoch);
         let fenced = epoch.is_some_and(|e| e >= m.epoch);
         let counted = pieces_of.entry(unit).or_default();
         counted.0 += 1;
         counted.1 += usize::from(fenced);
-        let (Some(landed), false) = (landed, fenced) else { continue };
-        if !seen.insert((unit, landed)) {
+        if fenced || !seen.insert((unit, landed)) {
             continue;
         }
-        // Placed nowhere, nothing lands there; under its own name, it is listed by name.
+        // Under its own name, it is listed by name.
         let (Some(within), Some(name)) = (old_units.name_at(unit), new_units.name_at(landed)) else { continue };
         if name != within {
             let within = Some(within.to_string());
@@ -191,6 +193,11 @@ impl fmt::Display for Unfenced {
     }
 }
 
+/// What keeps every fence, as `plan` and `move` advise it.
+pub const KEEP_FENCES: &str = "keep each move at its epoch or a higher one; give a unit split out of a moved one \
+                               the move too, at that epoch; keep a moved unit's ids out of default_region, and \
+                               UUIDv7 ids by key range while one is moved";
+
 /// The fences given up, for people: first in a plan, since they are what
 /// a reviewer must not miss.
 pub(super) fn write_list(f: &mut fmt::Formatter<'_>, list: &[Unfenced]) -> fmt::Result {
@@ -201,9 +208,5 @@ pub(super) fn write_list(f: &mut fmt::Formatter<'_>, list: &[Unfenced]) -> fmt::
     for u in list {
         writeln!(f, "  {u}")?;
     }
-    writeln!(
-        f,
-        "(keep each move at its epoch or a higher one, and give a unit split out of a moved one the move too; \
-         call a move off with phase: abort)"
-    )
+    writeln!(f, "({KEEP_FENCES}; call a move off with phase: abort)")
 }
