@@ -688,18 +688,8 @@ async fn rehoming_a_move_never_overwrites_a_table_put_while_it_waits() -> TestRe
     let pid = b.child.as_ref().map(|c| c.0.id().to_string()).ok_or("no instance")?;
     std::process::Command::new("kill").args(["-STOP", &pid]).status()?;
     let (hold, switch) = (t(&moving("hold", "eu", 1, ""), "kz"), t(&moving("switch", "eu", 2, ""), "eu"));
-    let mover = {
-        let (d, s, h, w) = (dir.path().to_path_buf(), source.clone(), hold.clone(), switch);
-        tokio::spawn(async move { shardgate_move(&d, &s, &h, &w, "3s").await.map_err(|e| e.to_string()) })
-    };
+    let mover = move_until_held(dir.path(), &cluster, &source, (&hold, &switch), "3s").await?;
     // While the move waits on its barrier, another writer puts its own table.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while cluster.value()?.trim_end() != hold.trim_end() {
-        if Instant::now() > deadline {
-            return Err("the hold was never put".into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
     let theirs = t("", "kz").replace("US: { id: 1, region: us }", "US: { id: 1, region: eu }");
     cluster.put(&theirs)?;
     let (code, out) = mover.await??;
@@ -732,17 +722,7 @@ async fn rehoming_a_move_whose_etcd_fails_after_the_hold_calls_it_off_once_etcd_
     let (hold, switch) = (t(&moving("hold", "eu", 1, held_for), "kz"), t(&moving("switch", "eu", 2, ""), "eu"));
     // No instance reports, so the barrier waits its whole 5 s; etcd goes
     // down meanwhile, and comes back within `move`'s --recover (5 min).
-    let mover = {
-        let (d, s, h, w) = (dir.path().to_path_buf(), source.clone(), hold.clone(), switch);
-        tokio::spawn(async move { shardgate_move(&d, &s, &h, &w, "5s").await.map_err(|e| e.to_string()) })
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while cluster.value()?.trim_end() != hold.trim_end() {
-        if Instant::now() > deadline {
-            return Err("the hold was never put".into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let mover = move_until_held(dir.path(), &cluster, &source, (&hold, &switch), "5s").await?;
     cluster.stop();
     tokio::time::sleep(Duration::from_secs(1)).await;
     cluster.restart().await?;
@@ -752,6 +732,29 @@ async fn rehoming_a_move_whose_etcd_fails_after_the_hold_calls_it_off_once_etcd_
     assert!(out.contains("its holds called off (phase: abort), put at revision"), "{out}");
     assert_eq!(cluster.value()?.trim_end(), hold.replace("phase: hold", "phase: abort").trim_end());
     Ok(())
+}
+
+/// `shardgate move` with these (hold, switch) tables, started in the
+/// background and returned once its hold is the key's value.
+async fn move_until_held(
+    dir: &std::path::Path,
+    cluster: &super::etcd::Cluster,
+    source: &str,
+    (hold, switch): (&str, &str),
+    barrier: &'static str,
+) -> Result<tokio::task::JoinHandle<Result<(i32, String), String>>, BoxError> {
+    let mover = {
+        let (d, s, h, w) = (dir.to_path_buf(), source.to_string(), hold.to_string(), switch.to_string());
+        tokio::spawn(async move { shardgate_move(&d, &s, &h, &w, barrier).await.map_err(|e| e.to_string()) })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while cluster.value()?.trim_end() != hold.trim_end() {
+        if Instant::now() > deadline {
+            return Err("the hold was never put".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(mover)
 }
 
 /// The suite's table with KZ owned by `kz_owner` and `extra` added, for
