@@ -287,7 +287,7 @@ impl Units {
     /// The unit name `rule` counts under (`None` for rules that are not a
     /// placement unit: a route's fixed region, the local region).
     pub fn name(&self, rule: Rule, region: RegionId) -> Option<&str> {
-        self.names.get(self.unit_of(rule, region) as usize).map(String::as_str)
+        self.name_at(self.unit_of(rule, region))
     }
 }
 
