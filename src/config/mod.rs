@@ -37,6 +37,7 @@ pub mod schema;
 pub mod settings;
 pub mod template;
 pub mod tls;
+pub mod unit;
 pub mod validate;
 pub mod values;
 pub mod yaml;

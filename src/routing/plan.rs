@@ -44,7 +44,7 @@ use serde::Serialize;
 
 use super::rule::RegionId;
 use super::table::{Table, NONE, OVERRIDE_FLAG};
-use super::units::{key_name, node_name, time_name};
+use crate::config::unit::{Node, Unit};
 
 mod fences;
 pub use fences::{given_up, Unfenced, KEEP_FENCES};
@@ -201,8 +201,9 @@ impl Plan {
         let (from, to) = (name_of(running, running.default_region), name_of(next, next.default_region));
         if from != to {
             let mut tally = Tally::new(window);
-            tally.add("default", 1.0, Measure::Exact);
-            plan.push("default".into(), from, to, None, &tally);
+            let unit = Unit::Default.to_string();
+            tally.add(&unit, 1.0, Measure::Exact);
+            plan.push(unit, from, to, None, &tally);
         }
         plan
     }
@@ -225,9 +226,9 @@ impl Plan {
             let name = next.country_name(id).or(running.country_name(id)).map_or(id.to_string(), str::to_string);
             let mut tally = Tally::new(window);
             if let Some(old) = running.country_name(id) {
-                tally.add(&format!("country {old}"), 1.0, Measure::Exact);
+                tally.add(&Unit::Country(old).to_string(), 1.0, Measure::Exact);
             }
-            self.push(format!("country {name}"), from, to, None, &tally);
+            self.push(Unit::Country(&name).to_string(), from, to, None, &tally);
         }
     }
 
@@ -249,9 +250,9 @@ impl Plan {
             // Without an override, the running table counted it with its country.
             if is_override(old) {
                 let (c, e) = named(running).unwrap_or((country.to_string(), entity.to_string()));
-                tally.add(&format!("override {c}:{e}"), 1.0, Measure::Exact);
+                tally.add(&Unit::Override { country: &c, entity: &e }.to_string(), 1.0, Measure::Exact);
             }
-            self.push(format!("override {c}:{e}"), from, to, None, &tally);
+            self.push(Unit::Override { country: &c, entity: &e }.to_string(), from, to, None, &tally);
         }
     }
 
@@ -296,11 +297,11 @@ impl Plan {
 
     fn nodes(&mut self, running: &Table, next: &Table, window: Option<&Window>) {
         let maps = [
-            (0, &running.locality_mac, &next.locality_mac),
-            (1, &running.locality_pid, &next.locality_pid),
-            (2, &running.snowflake_dc, &next.snowflake_dc),
-            (3, &running.snowflake_worker, &next.snowflake_worker),
-            (4, &running.sonyflake_machine, &next.sonyflake_machine),
+            (Node::LocalityMac, &running.locality_mac, &next.locality_mac),
+            (Node::LocalityPid, &running.locality_pid, &next.locality_pid),
+            (Node::SnowflakeDatacenter, &running.snowflake_dc, &next.snowflake_dc),
+            (Node::SnowflakeWorker, &running.snowflake_worker, &next.snowflake_worker),
+            (Node::SonyflakeMachine, &running.sonyflake_machine, &next.sonyflake_machine),
         ];
         for (kind, old, new) in maps {
             let mut keys: Vec<u64> = old.keys().chain(new.keys()).copied().collect();
@@ -310,7 +311,7 @@ impl Plan {
                 let from = old.get(&key).and_then(|&r| owner(running, r));
                 let to = new.get(&key).and_then(|&r| owner(next, r));
                 if from != to {
-                    let name = node_name(kind, key);
+                    let name = Unit::Node(kind, key).to_string();
                     let mut tally = Tally::new(window);
                     if old.contains_key(&key) {
                         tally.add(&name, 1.0, Measure::Exact);
@@ -339,7 +340,7 @@ impl Plan {
             if let Some(i) = old {
                 let start = running.key_starts[i];
                 let end = running.key_starts.get(i + 1).map_or(1u128 << 64, |&e| u128::from(e));
-                run.3.push((key_name(start), b - u128::from(a), end - u128::from(start)));
+                run.3.push((Unit::KeyRange(start).to_string(), b - u128::from(a), end - u128::from(start)));
             }
         }
         for (a, b, (from, to), parts) in runs {
@@ -371,7 +372,7 @@ impl Plan {
                 let until = running.time_until[i];
                 let starts_here = if i == 0 { a == 0 } else { running.time_until[i - 1] == a };
                 let whole = starts_here && u128::from(until) == b;
-                let name = time_name((until != u64::MAX).then_some(until));
+                let name = Unit::TimeRange((until != u64::MAX).then_some(until)).to_string();
                 // A part of a range: time is not uniform, so its whole count bounds it.
                 tally.add(&name, 1.0, if whole { Measure::Exact } else { Measure::AtMost });
             }
@@ -420,7 +421,11 @@ impl Plan {
                 if Some(name) == from.as_deref() {
                     // The keys leaving `from` are a share of all keys; of `from`'s own, more.
                     let own = running_share(running, c.region);
-                    tally.add(&format!("hash {name}"), if own > 0.0 { share / own } else { 0.0 }, Measure::Estimated);
+                    tally.add(
+                        &Unit::Hash(name).to_string(),
+                        if own > 0.0 { share / own } else { 0.0 },
+                        Measure::Estimated,
+                    );
                 }
             }
             self.push("hash".to_string(), from, to, Some(share), &tally);
@@ -476,7 +481,7 @@ impl fmt::Display for Plan {
                     };
                     write!(f, "  {how}{:.2}% of traffic ({how}{:.0} requests)", t.share * 100.0, t.requests)?;
                 }
-                (None, Some(_)) if m.unit.starts_with("override ") => {
+                (None, Some(_)) if matches!(Unit::movable(&m.unit), Some(Unit::Override { .. })) => {
                     f.write_str("  traffic not counted apart (the running table counts it with its country)")?
                 }
                 (None, Some(_)) => f.write_str("  no traffic counted (no entry in the running table)")?,

@@ -1,18 +1,8 @@
 //! Placement units: the entries of a table that own ids, named as operators
 //! write them, each with the number of requests it placed.
 //!
-//! A unit is one line of the table's placement sections:
-//!
-//! | unit | name |
-//! |---|---|
-//! | a country | `country KZ` |
-//! | a (country, entity) override | `override KZ:WalletAccount` |
-//! | a shard range of a region | `shards 0-7` (`shard 5` when one) |
-//! | a node entry | `locality_mac c110002`, `snowflake_datacenter 1`, `instagram_shard 0-4095`, … |
-//! | a key range, by its start | `key_range 8000000000000000` |
-//! | a time range, by its end | `time_range until 2024-01-01T00:00:00Z` (`time_range open` for the last) |
-//! | a region of rendezvous hashing | `hash eu` |
-//! | `default_region` | `default` |
+//! A unit is one line of the table's placement sections, named as
+//! [`Unit`] writes it (`country KZ`, `shards 0-7`, `key_range 8000000000000000`, …).
 //!
 //! [`Units::count`] is called once per placed request (`proxy::respond`):
 //! a match on the rule, one array load or a binary search over the table's
@@ -25,16 +15,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::rule::{RegionId, Rule};
 use crate::config::model::Config;
+use crate::config::unit::{Node, Unit};
 
 /// No unit.
 const NO: u32 = u32::MAX;
-
-/// The node tables, in [`Rule`] order.
-const LOCALITY_MAC: u8 = 0;
-const LOCALITY_PID: u8 = 1;
-const SNOWFLAKE_DC: u8 = 2;
-const SNOWFLAKE_WORKER: u8 = 3;
-const SONYFLAKE: u8 = 4;
 
 /// A table's placement units and their request counts.
 #[derive(Debug, Default)]
@@ -50,7 +34,7 @@ pub struct Units {
     /// Instagram ranges (first, last), sorted, → unit.
     instagram: Box<[(u16, u16, u32)]>,
     /// (node table, key), sorted, → unit.
-    nodes: Box<[((u8, u64), u32)]>,
+    nodes: Box<[((Node, u64), u32)]>,
     /// The first key range's unit (the others follow in order).
     key_ranges: u32,
     /// The first time range's unit (the others follow in order).
@@ -58,41 +42,6 @@ pub struct Units {
     /// Hash region, → unit.
     hash: Box<[(u16, u32)]>,
     default: u32,
-}
-
-/// `a-b` as written, `a` when one.
-fn span<T: std::fmt::Display + PartialEq>(a: T, b: T) -> String {
-    if a == b {
-        a.to_string()
-    } else {
-        format!("{a}-{b}")
-    }
-}
-
-/// A time range's end, as a unit name.
-pub(crate) fn time_name(until: Option<u64>) -> String {
-    match until.and_then(|ms| crate::ids::clock::iso8601(ms.saturating_mul(1000), 0)) {
-        Some(t) => format!("time_range until {t}"),
-        None if until.is_some() => format!("time_range until {}", until.unwrap_or_default()),
-        None => "time_range open".to_string(),
-    }
-}
-
-/// The unit name of the node table entry `key` of table `kind` (0 to 4:
-/// Locality MAC and pid, Snowflake datacenter and worker, Sonyflake machine).
-pub(crate) fn node_name(kind: u8, key: u64) -> String {
-    match kind {
-        LOCALITY_MAC => format!("locality_mac {key:07x}"),
-        LOCALITY_PID => format!("locality_pid {key}"),
-        SNOWFLAKE_DC => format!("snowflake_datacenter {key}"),
-        SNOWFLAKE_WORKER => format!("snowflake_worker {key}"),
-        _ => format!("sonyflake_machine {key}"),
-    }
-}
-
-/// The unit name of a key range starting at `start`.
-pub(crate) fn key_name(start: u64) -> String {
-    format!("key_range {start:016x}")
 }
 
 /// Unit names as they are given out.
@@ -105,9 +54,9 @@ impl Names {
         u32::try_from(self.0.len()).unwrap_or(NO)
     }
 
-    fn add(&mut self, name: String) -> u32 {
+    fn add(&mut self, unit: Unit<'_>) -> u32 {
         let i = self.next();
-        self.0.push(name);
+        self.0.push(unit.to_string());
         i
     }
 }
@@ -123,59 +72,57 @@ impl Units {
             |code: u8| cfg.entities.iter().find(|e| e.code == code).map_or(code.to_string(), |e| e.name.clone());
         let mut countries = vec![NO; 256].into_boxed_slice();
         for c in &cfg.countries {
-            countries[usize::from(c.id)] = names.add(format!("country {}", c.name));
+            countries[usize::from(c.id)] = names.add(Unit::Country(&c.name));
         }
         let mut overrides: Vec<(u16, u32)> = cfg
             .overrides
             .iter()
             .map(|o| {
                 let key = (u16::from(o.country) << 8) | u16::from(o.entity);
-                (key, names.add(format!("override {}:{}", country_name(o.country), entity_name(o.entity))))
+                let (country, entity) = (country_name(o.country), entity_name(o.entity));
+                (key, names.add(Unit::Override { country: &country, entity: &entity }))
             })
             .collect();
         overrides.sort_unstable();
         let mut shards = vec![NO; cfg.shards.as_ref().map_or(0, |s| s.count as usize)].into_boxed_slice();
         for &(a, b, _) in cfg.shards.iter().flat_map(|s| &s.ranges) {
-            let unit = names.add(format!("{} {}", if a == b { "shard" } else { "shards" }, span(a, b)));
+            let unit = names.add(Unit::Shards(a, b));
             if let Some(cells) = shards.get_mut(a as usize..=b as usize) {
                 cells.fill(unit);
             }
         }
         let n = &cfg.nodes;
-        let mut nodes: Vec<((u8, u64), u32)> = Vec::new();
+        let mut nodes: Vec<((Node, u64), u32)> = Vec::new();
         let keys = [
-            (LOCALITY_MAC, n.locality_mac.iter().map(|&(k, _)| u64::from(k)).collect::<Vec<_>>()),
-            (LOCALITY_PID, n.locality_pid.iter().map(|&(k, _)| u64::from(k)).collect()),
-            (SNOWFLAKE_DC, n.snowflake_datacenter.iter().map(|&(k, _)| k).collect()),
-            (SNOWFLAKE_WORKER, n.snowflake_worker.iter().map(|&(k, _)| k).collect()),
-            (SONYFLAKE, n.sonyflake_machine.iter().map(|&(k, _)| u64::from(k)).collect()),
+            (Node::LocalityMac, n.locality_mac.iter().map(|&(k, _)| u64::from(k)).collect::<Vec<_>>()),
+            (Node::LocalityPid, n.locality_pid.iter().map(|&(k, _)| u64::from(k)).collect()),
+            (Node::SnowflakeDatacenter, n.snowflake_datacenter.iter().map(|&(k, _)| k).collect()),
+            (Node::SnowflakeWorker, n.snowflake_worker.iter().map(|&(k, _)| k).collect()),
+            (Node::SonyflakeMachine, n.sonyflake_machine.iter().map(|&(k, _)| u64::from(k)).collect()),
         ];
         for (kind, keys) in keys {
             for key in keys {
-                nodes.push(((kind, key), names.add(node_name(kind, key))));
+                nodes.push(((kind, key), names.add(Unit::Node(kind, key))));
             }
         }
         nodes.sort_unstable();
-        let mut instagram: Vec<(u16, u16, u32)> = n
-            .instagram_shard
-            .iter()
-            .map(|&(a, b, _)| (a, b, names.add(format!("instagram_shard {}", span(a, b)))))
-            .collect();
+        let mut instagram: Vec<(u16, u16, u32)> =
+            n.instagram_shard.iter().map(|&(a, b, _)| (a, b, names.add(Unit::InstagramShards(a, b)))).collect();
         instagram.sort_unstable();
         let key_ranges = names.next();
         for &(start, _) in &cfg.key_ranges {
-            names.add(key_name(start));
+            names.add(Unit::KeyRange(start));
         }
         let time_ranges = names.next();
         for &(until, _) in &cfg.time_ranges {
-            names.add(time_name(until));
+            names.add(Unit::TimeRange(until));
         }
         let hash = cfg
             .hash
             .iter()
-            .map(|&(r, _)| (u16::try_from(r).unwrap_or(u16::MAX), names.add(format!("hash {}", cfg.regions[r].name))))
+            .map(|&(r, _)| (u16::try_from(r).unwrap_or(u16::MAX), names.add(Unit::Hash(&cfg.regions[r].name))))
             .collect();
-        let default = if cfg.default_region.is_some() { names.add("default".to_string()) } else { NO };
+        let default = if cfg.default_region.is_some() { names.add(Unit::Default) } else { NO };
         Units {
             counts: names.0.iter().map(|_| AtomicU64::new(0)).collect(),
             names: names.0.into_boxed_slice(),
@@ -198,7 +145,7 @@ impl Units {
 
     /// The unit that placed a request by `rule` in `region`.
     pub(crate) fn unit_of(&self, rule: Rule, region: RegionId) -> u32 {
-        let node = |kind: u8, key: u64| {
+        let node = |kind: Node, key: u64| {
             self.nodes.binary_search_by_key(&(kind, key), |&(k, _)| k).map_or(NO, |i| self.nodes[i].1)
         };
         let offset = |base: u32, index: usize| match u32::try_from(index) {
@@ -212,11 +159,11 @@ impl Units {
                 self.overrides.binary_search_by_key(&key, |&(k, _)| k).map_or(NO, |i| self.overrides[i].1)
             }
             Rule::Shard { shard } => self.shards.get(shard as usize).copied().unwrap_or(NO),
-            Rule::LocalityMac { fragment } => node(LOCALITY_MAC, u64::from(fragment)),
-            Rule::LocalityPid { pid } => node(LOCALITY_PID, u64::from(pid)),
-            Rule::SnowflakeDatacenter { id } => node(SNOWFLAKE_DC, id),
-            Rule::SnowflakeWorker { id } => node(SNOWFLAKE_WORKER, id),
-            Rule::SonyflakeMachine { id } => node(SONYFLAKE, u64::from(id)),
+            Rule::LocalityMac { fragment } => node(Node::LocalityMac, u64::from(fragment)),
+            Rule::LocalityPid { pid } => node(Node::LocalityPid, u64::from(pid)),
+            Rule::SnowflakeDatacenter { id } => node(Node::SnowflakeDatacenter, id),
+            Rule::SnowflakeWorker { id } => node(Node::SnowflakeWorker, id),
+            Rule::SonyflakeMachine { id } => node(Node::SonyflakeMachine, u64::from(id)),
             Rule::InstagramShard { shard } => self.instagram_unit(shard),
             Rule::KeyRange { index } => offset(self.key_ranges, index),
             Rule::TimeRange { index } => offset(self.time_ranges, index),

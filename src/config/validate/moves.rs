@@ -13,6 +13,7 @@ use crate::config::model::{Country, Entity, MoveRule, Override, Shards};
 use crate::config::report::Ctx;
 use crate::config::schema::{File, MovePhase};
 use crate::config::show;
+use crate::config::unit::{Unit, MOVABLE_FORMS};
 use crate::config::yaml::YamlPath;
 
 /// The placement sections a move's unit is looked up in.
@@ -24,39 +25,20 @@ pub(super) struct Owners<'a> {
     pub(super) key_ranges: &'a [(u64, usize)],
 }
 
-const UNIT_FORMS: &str = "a unit of this table, named as `plan` names it: `country KZ`, `override KZ:WalletAccount`, `shard 5`, `shards 6-7` (a range as the table lists it) or `key_range c000000000000000` (16 lowercase hex digits)";
-
 impl Owners<'_> {
-    /// The region that owns `unit` in this table; `None` when it is not a unit of it.
+    /// The region that owns `unit` in this table; `None` when it is not a
+    /// unit of it that a move can name.
     fn owner(&self, unit: &str) -> Option<usize> {
-        let (kind, rest) = unit.split_once(' ')?;
-        match kind {
-            "country" => self.countries.iter().find(|c| c.name == rest).map(|c| c.region),
-            "override" => {
-                let (c, e) = rest.split_once(':')?;
-                let country = self.countries.iter().find(|x| x.name == c)?.id;
-                let entity = self.entities.iter().find(|x| x.name == e)?.code;
+        match Unit::movable(unit)? {
+            Unit::Country(c) => self.countries.iter().find(|x| x.name == c).map(|x| x.region),
+            Unit::Override { country, entity } => {
+                let country = self.countries.iter().find(|x| x.name == country)?.id;
+                let entity = self.entities.iter().find(|x| x.name == entity)?.code;
                 self.overrides.iter().find(|o| o.country == country && o.entity == entity).map(|o| o.region)
             }
-            "shard" | "shards" => {
-                let (a, b) = rest.split_once('-').unwrap_or((rest, rest));
-                let (a, b) = (a.parse::<u32>().ok()?, b.parse::<u32>().ok()?);
-                // Only as the table's units are named: `shard 5`, `shards 6-7`.
-                let canonical = if a == b { format!("shard {a}") } else { format!("shards {a}-{b}") };
-                if canonical != unit {
-                    return None;
-                }
-                let ranges = &self.shards?.ranges;
-                ranges.iter().find(|&&(x, y, _)| x == a && y == b).map(|r| r.2)
-            }
-            "key_range" => {
-                let start = u64::from_str_radix(rest, 16).ok()?;
-                if format!("{start:016x}") != rest {
-                    return None;
-                }
-                self.key_ranges.iter().find(|&&(s, _)| s == start).map(|r| r.1)
-            }
-            _ => None,
+            Unit::Shards(a, b) => self.shards?.ranges.iter().find(|&&(x, y, _)| x == a && y == b).map(|r| r.2),
+            Unit::KeyRange(start) => self.key_ranges.iter().find(|&&(s, _)| s == start).map(|r| r.1),
+            Unit::Node(..) | Unit::InstagramShards(..) | Unit::TimeRange(_) | Unit::Hash(_) | Unit::Default => None,
         }
     }
 }
@@ -70,7 +52,11 @@ pub(super) fn moves(file: &File, names: &Names<'_>, owners: &Owners<'_>, ctx: &m
         let to = names.region(ctx, &p.k("to"), &m.to);
         let owner = owners.owner(&m.unit);
         if owner.is_none() {
-            ctx.at(&p.k("unit"), format!("{} is not a placement unit of this table", show(&m.unit)), Some(UNIT_FORMS));
+            ctx.at(
+                &p.k("unit"),
+                format!("{} is not a placement unit of this table", show(&m.unit)),
+                Some(MOVABLE_FORMS),
+            );
         }
         if !seen.insert(m.unit.as_str()) {
             ctx.at(&p.k("unit"), format!("{} is moved twice", show(&m.unit)), Some("one move per unit at a time"));

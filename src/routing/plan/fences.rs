@@ -27,6 +27,7 @@ use serde::Serialize;
 use super::segments;
 use crate::config::model::MoveRule;
 use crate::config::schema::MovePhase;
+use crate::config::unit::Unit;
 use crate::ids::Format;
 use crate::routing::rule::{RegionId, Rule, Strategy};
 use crate::routing::table::{Table, NONE, OVERRIDE_FLAG};
@@ -86,9 +87,7 @@ fn unfenced<'a, 'b>(
 /// unit an id lands in, whatever its name.
 pub fn given_up(running: &Table, next: &Table) -> Vec<Unfenced> {
     let mut list = unfenced(running.moves(), next.moves());
-    let moved = |kind: &str| running.moves().any(|m| m.unit.starts_with(kind));
-    let kinds =
-        Kinds { iuid: moved("country ") || moved("override "), shards: moved("shard"), keys: moved("key_range ") };
+    let kinds = Kinds::moved(running);
     if !(kinds.iuid || kinds.shards || kinds.keys) {
         return list;
     }
@@ -122,7 +121,7 @@ pub fn given_up(running: &Table, next: &Table) -> Vec<Unfenced> {
     let uuidv7 = (running.natural_strategy(Format::Uuidv7), next.natural_strategy(Format::Uuidv7));
     if kinds.keys && uuidv7.0 == Strategy::KeyRange && uuidv7.1 != Strategy::KeyRange {
         let by = if uuidv7.1 == Strategy::TimeRange { "time_range" } else { "hash" };
-        for m in running.moves().filter(|m| m.unit.starts_with("key_range ")) {
+        for m in running.moves().filter(|m| matches!(Unit::movable(&m.unit), Some(Unit::KeyRange(_)))) {
             let (unit, within) = (format!("uuidv7 ids placed by {by} (auto)"), Some(m.unit.clone()));
             split.push(Unfenced { unit, within, phase: m.phase, epoch: m.epoch, next: None });
         }
@@ -134,13 +133,31 @@ pub fn given_up(running: &Table, next: &Table) -> Vec<Unfenced> {
     list
 }
 
-/// The kinds of piece compared: only those of a kind some unit moved
-/// (moves name countries, overrides, shard ranges and key ranges).
-#[derive(Clone, Copy)]
+/// The kinds of piece compared: only those of a kind some unit moved.
+#[derive(Clone, Copy, Default)]
 struct Kinds {
     iuid: bool,
     shards: bool,
     keys: bool,
+}
+
+impl Kinds {
+    /// The kinds of the units `running` moves.
+    fn moved(running: &Table) -> Kinds {
+        let mut kinds = Kinds::default();
+        for m in running.moves() {
+            match Unit::movable(&m.unit) {
+                Some(Unit::Country(_) | Unit::Override { .. }) => kinds.iuid = true,
+                Some(Unit::Shards(..)) => kinds.shards = true,
+                Some(Unit::KeyRange(_)) => kinds.keys = true,
+                Some(
+                    Unit::Node(..) | Unit::InstagramShards(..) | Unit::TimeRange(_) | Unit::Hash(_) | Unit::Default,
+                )
+                | None => {}
+            }
+        }
+        kinds
+    }
 }
 
 /// Each piece of the id space a moved unit can be split along, with the
