@@ -69,11 +69,13 @@ pub enum Command {
     },
     /// List every placement unit a new table moves and the traffic it
     /// carried, and the re-homed units' fences it gives up; exit 0 when
-    /// nothing moves, 1 when something does or a fence is given up, 78 when invalid.
+    /// nothing moves, 1 when something does or a fence is given up, 69 when
+    /// the instance cannot be reached, 78 when invalid.
     Plan(plan::PlanArgs),
     /// Re-home a placement unit across the fleet following an etcd key: put the
     /// hold table, wait until every instance holds, then put the switch table
-    /// (or call the hold off). Exit 0 switched, 1 aborted or refused.
+    /// (or call the hold off). Exit 0 switched, 1 aborted or refused, 69 etcd
+    /// unreachable, 78 a table invalid.
     Move(rehome::MoveArgs),
     /// Audit trail tools.
     Audit {
