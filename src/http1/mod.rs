@@ -76,6 +76,11 @@ pub enum Reason {
     NotChunked,
     /// `Transfer-Encoding` in an HTTP/1.0 message.
     EncodingInHttp10,
+    /// A response's `Transfer-Encoding` names a coding other than
+    /// `chunked`, which the client never asked for (the proxy sends no
+    /// `TE` upstream) and which could not reach it faithfully: the body
+    /// is framed anew on the client's leg.
+    OtherCoding,
     /// The peer closed in the middle of a head.
     HeadIncomplete,
     /// The peer closed before the body's end.
@@ -111,6 +116,7 @@ impl Reason {
             Reason::LengthAndEncoding => "length_and_encoding",
             Reason::NotChunked => "not_chunked",
             Reason::EncodingInHttp10 => "encoding_in_http10",
+            Reason::OtherCoding => "transfer_coding_not_chunked",
             Reason::HeadIncomplete => "head_incomplete",
             Reason::BodyIncomplete => "body_incomplete",
             Reason::ChunkSize => "bad_chunk_size",
@@ -138,6 +144,7 @@ impl Reason {
             Reason::LengthAndEncoding => "both Content-Length and Transfer-Encoding are present",
             Reason::NotChunked => "Transfer-Encoding does not end in chunked",
             Reason::EncodingInHttp10 => "Transfer-Encoding is not allowed in HTTP/1.0",
+            Reason::OtherCoding => "Transfer-Encoding names a coding other than chunked",
             Reason::HeadIncomplete => "the connection closed in the middle of a message head",
             Reason::BodyIncomplete => "the connection closed before the end of the body",
             Reason::ChunkSize => "a chunk size is not hexadecimal",
@@ -280,6 +287,12 @@ pub fn has_token(value: &[u8], token: &str) -> bool {
 /// Whether the last coding of a `Transfer-Encoding` value is `chunked`.
 fn ends_chunked(value: &[u8]) -> bool {
     value.rsplit(|&b| b == b',').next().is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"))
+}
+
+/// The first coding of a `Transfer-Encoding` value other than `chunked`
+/// (the proxy passes on no other: it frames every body anew).
+pub fn other_coding(value: &[u8]) -> Option<&[u8]> {
+    value.split(|&b| b == b',').map(<[u8]>::trim_ascii).find(|c| !c.is_empty() && !c.eq_ignore_ascii_case(b"chunked"))
 }
 
 /// The byte range of `part` inside `whole` (both from the same buffer).

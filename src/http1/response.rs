@@ -4,13 +4,16 @@
 //! ```text
 //! status-line = HTTP-version SP status-code SP [ reason-phrase ] CRLF
 //! body        = none      for HEAD, 1xx, 204, 304
-//!             | chunked   Transfer-Encoding ending in chunked
-//!             | to close  any other Transfer-Encoding, or no length at all
+//!             | chunked   Transfer-Encoding: chunked
+//!             | to close  no length at all
 //!             | n bytes   Content-Length (repeats and lists must agree)
 //! ```
 //!
-//! Refused: lengths that disagree, and any `Transfer-Encoding` in HTTP/1.0.
-//! Of agreeing length fields only the first is kept for the client.
+//! Refused: lengths that disagree, any `Transfer-Encoding` in HTTP/1.0,
+//! and on a body a coding other than `chunked` (the client never asked for
+//! one, and the body is framed anew on its leg, so the coding could not
+//! reach it) or a field that does not end in `chunked`. Of agreeing length fields only the first value is kept for
+//! the client.
 //!
 //! Keep-alive: HTTP/1.1 unless `Connection: close`, HTTP/1.0 only with
 //! `Connection: keep-alive`, never for a body delimited by the close.
@@ -20,7 +23,9 @@ use std::mem::MaybeUninit;
 use bytes::BytesMut;
 use http::{Method, StatusCode, Version};
 
-use super::{connection, content_length, ends_chunked, parse_error, range_in, Error, Fields, Framing, Part, Reason};
+use super::{
+    connection, content_length, ends_chunked, other_coding, parse_error, range_in, Error, Fields, Framing, Part, Reason,
+};
 
 /// Most header fields in a response head.
 pub const MAX_HEADERS: usize = 100;
@@ -90,7 +95,7 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Resp
     // it lies: only the ranges are kept, the head's bytes join them once
     // they leave the buffer.
     let mut out = Fields::with_capacity(resp.headers.len());
-    let FramingFields { length, bad_length, encoded, chunked } =
+    let FramingFields { length, bad_length, encoded, chunked, other } =
         read_fields(resp.headers, bytes, http11, &mut keep_alive, &mut out);
     out.set_head(buf.split_to(len).freeze());
     // Transfer-Encoding beside a length (valid or not): the length is
@@ -107,10 +112,15 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Resp
         return Err(err(Reason::EncodingInHttp10));
     }
     let bodiless = bodiless(status, *method == Method::HEAD);
+    if other && !bodiless {
+        return Err(err(Reason::OtherCoding));
+    }
     let framing = match (bodiless, encoded, length) {
         (true, _, _) => Framing::Empty,
         (false, true, _) if chunked => Framing::Chunked,
-        (false, true, _) => Framing::UntilClose,
+        // No coding at all (`Transfer-Encoding: chunked,`, an empty field):
+        // read to the close, the client would get the chunks' framing.
+        (false, true, _) => return Err(err(Reason::NotChunked)),
         (false, false, _) if bad_length => return Err(err(Reason::ContentLength)),
         (false, false, Some(0)) => Framing::Empty,
         (false, false, Some(n)) => Framing::Length(n),
@@ -134,6 +144,8 @@ struct FramingFields {
     bad_length: bool,
     encoded: bool,
     chunked: bool,
+    /// A coding other than `chunked` is named.
+    other: bool,
 }
 
 /// Puts the parsed fields (slices of `head`) into `out` as ranges,
@@ -146,7 +158,7 @@ fn read_fields(
     keep_alive: &mut bool,
     out: &mut Fields,
 ) -> FramingFields {
-    let mut seen = FramingFields { length: None, bad_length: false, encoded: false, chunked: false };
+    let mut seen = FramingFields { length: None, bad_length: false, encoded: false, chunked: false, other: false };
     let mut close = false;
     for h in fields {
         let (name, value) = (h.name.as_bytes(), h.value);
@@ -155,21 +167,32 @@ fn read_fields(
             17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
                 seen.encoded = true;
                 seen.chunked = ends_chunked(value);
+                // `chunked` alone, as nearly every chunked answer says, names no other.
+                seen.other |= !(seen.chunked && value.len() == 7) && other_coding(value).is_some();
                 false
             }
             14 if name.eq_ignore_ascii_case(b"content-length") => {
                 // A list (`5, 5`) or a repeat is fine when every element
-                // agrees. Only the first field goes on (a client may refuse
-                // a repeat; a HEAD or 304 answer's length is in no body).
+                // agrees. Only the first field's first element goes on: a
+                // client may refuse a repeat or a list (an HTTP/2 client
+                // resets the stream), and a HEAD or 304 answer's length is
+                // in no body.
                 let first = seen.length.is_none() && !seen.bad_length;
+                let mut parts = 0;
                 for part in value.split(|&b| b == b',') {
+                    parts += 1;
                     match (content_length(part.trim_ascii()), seen.length) {
                         (None, _) => seen.bad_length = true,
                         (Some(n), Some(prev)) if n != prev => seen.bad_length = true,
                         (Some(n), _) => seen.length = Some(n),
                     }
                 }
-                first
+                if first && parts > 1 {
+                    first_of_list(out, head, name, value);
+                    false
+                } else {
+                    first
+                }
             }
             10 if name.eq_ignore_ascii_case(b"connection") => {
                 connection(value, http11, &mut close, keep_alive);
@@ -182,6 +205,14 @@ fn read_fields(
         out.push(range_in(head, name), range_in(head, value), kept);
     }
     seen
+}
+
+/// A length list's first value, as a field of its own (the list itself is
+/// not kept). Out of line: nearly every answer gives one length.
+#[cold]
+fn first_of_list(out: &mut Fields, head: &[u8], name: &[u8], value: &[u8]) {
+    let one = value.split(|&b| b == b',').next().unwrap_or(value).trim_ascii();
+    out.push(range_in(head, name), range_in(head, one), true);
 }
 
 #[cfg(test)]
@@ -214,10 +245,6 @@ mod tests {
         assert_eq!(
             framing("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", get.clone()),
             Some((Framing::Chunked, true))
-        );
-        assert_eq!(
-            framing("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", get.clone()),
-            Some((Framing::UntilClose, false))
         );
         assert_eq!(framing("HTTP/1.1 200 OK\r\n\r\n", get.clone()), Some((Framing::UntilClose, false)));
         assert_eq!(
@@ -304,10 +331,35 @@ mod tests {
     }
 
     #[test]
+    fn a_coding_other_than_chunked_on_a_body_is_refused() -> TestResult {
+        for text in [
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n",
+        ] {
+            assert_eq!(parse(text, Method::GET).err().map(|e| e.reason), Some(Reason::OtherCoding), "{text:?}");
+        }
+        for text in [
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked,\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: \r\n\r\n",
+        ] {
+            assert_eq!(parse(text, Method::GET).err().map(|e| e.reason), Some(Reason::NotChunked), "{text:?}");
+        }
+        // Where no body comes, the field only describes one: nothing to refuse.
+        let text = "HTTP/1.1 304 Not Modified\r\nTransfer-Encoding: gzip, chunked\r\n\r\n";
+        assert_eq!(parse(text, Method::GET)?.map(|h| h.framing), Some(Framing::Empty));
+        let text = "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n";
+        assert_eq!(parse(text, Method::HEAD)?.map(|h| h.framing), Some(Framing::Empty));
+        Ok(())
+    }
+
+    #[test]
     fn one_length_goes_on_however_many_agreed() -> TestResult {
         for text in [
             "HTTP/1.1 200 OK\r\nContent-Length: 5\r\ncontent-length: 5\r\n\r\n",
             "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5, 5\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Length:  5 ,5\r\ncontent-length: 5\r\n\r\n",
         ] {
             let head = parse(text, Method::GET)?.ok_or("complete")?;
             assert_eq!(head.framing, Framing::Length(5));

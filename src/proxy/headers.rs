@@ -198,11 +198,9 @@ pub fn check_framing(parts: &Parts) -> Result<(), ProxyError> {
         }
     }
     for value in parts.headers.get_all(header::TRANSFER_ENCODING) {
-        let text = String::from_utf8_lossy(value.as_bytes());
-        for coding in text.split(',').map(str::trim).filter(|c| !c.is_empty()) {
-            if !coding.eq_ignore_ascii_case("chunked") {
-                return Err(ProxyError::UnsupportedTransferCoding { coding: coding.to_string() });
-            }
+        if let Some(coding) = crate::http1::other_coding(value.as_bytes()) {
+            let coding = String::from_utf8_lossy(coding).into_owned();
+            return Err(ProxyError::UnsupportedTransferCoding { coding });
         }
     }
     Ok(())

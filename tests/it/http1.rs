@@ -359,6 +359,56 @@ async fn an_upstream_length_given_twice_goes_on_once_and_an_http10_chunked_answe
     Ok(())
 }
 
+#[tokio::test]
+async fn an_upstream_length_list_goes_on_as_one_value_and_a_coding_the_client_cannot_get_is_refused() -> TestResult {
+    let kz = raw_backend(|mut s: TcpStream| async move {
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3, 3\r\n\r\nabc").await;
+        let _ = s.shutdown().await;
+    })
+    .await?;
+    // A transfer coding the client never asked for: the body is framed anew
+    // on the client's leg, so passed on it would reach the client as raw
+    // gzip bytes with nothing saying so.
+    let us = raw_backend(|mut s: TcpStream| async move {
+        let gzip = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n";
+        let _ = s.write_all(gzip).await;
+        let _ = s.shutdown().await;
+    })
+    .await?;
+    let eu = backend("eu").await?;
+    let p = proxy(&table(eu.addr, kz.addr, us.addr, "upstream: { health: { interval: 0s }, retries: 0 }")).await?;
+    // Two requests on one connection: the list is one length, so the
+    // connection stays open for the second.
+    let id = id();
+    let two = format!(
+        "GET /v1/orders/{id} HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/orders/{id} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    );
+    let r = raw(p.addr, two.as_bytes(), WAIT).await?;
+    let (status, head, body, rest) = next_response(&r.bytes).ok_or("no first answer")?;
+    assert_eq!((status, body.as_slice()), (200, &b"abc"[..]), "{}", r.text());
+    assert_eq!(field(&head, "content-length").as_deref(), Some("3"), "{head}");
+    assert!(field(&head, "connection").is_none(), "{head}");
+    let (status, _, body, _) = next_response(rest).ok_or("no second answer")?;
+    assert_eq!((status, body.as_slice()), (200, &b"abc"[..]), "{}", r.text());
+    // An HTTP/2 client would reset a stream whose head has a length list.
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<http_body_util::Full<bytes::Bytes>>();
+    let resp = tokio::time::timeout(WAIT, client.get(format!("http://{}/v1/orders/{id}", p.addr).parse()?)).await??;
+    assert_eq!(resp.headers().get("content-length").map(|v| v.as_bytes()), Some(&b"3"[..]));
+    assert_eq!(http_body_util::BodyExt::collect(resp.into_body()).await?.to_bytes(), "abc");
+    let us_id = Iuid::from_fields(1_700_000_000_000, 1, 3, 12345).to_string();
+    let r = raw(
+        p.addr,
+        format!("GET /v1/orders/{us_id} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        WAIT,
+    )
+    .await?;
+    assert_eq!(r.status(), Some(502), "{}", r.text());
+    assert!(!r.text().contains("abc"), "{}", r.text());
+    Ok(())
+}
+
 /// An upstream answer with every kind of field a proxy must not pass on
 /// (hop-by-hop, named by `Connection`, the mesh's), beside fields it must
 /// (repeated, `Date`, `Via`, a request id the proxy replaces).
