@@ -6,7 +6,7 @@
 //! handle  request ─▶ Handler::handle ─▶ answer (the client's RST_STREAM drops it)
 //! send    head (no connection fields; Date; Content-Length of a body of
 //!         known size) ─▶ body under the client's window (reset when it
-//!         stays shut for idle_timeout) ─▶ trailers
+//!         stays shut, or nothing moves either way, for idle_timeout) ─▶ trailers
 //! close   shutdown ─▶ GOAWAY; the streams in flight finish, then the connection
 //! ```
 //!
@@ -36,7 +36,7 @@ use super::upgrade::ClientIo;
 use super::{AnswerBody, Handler};
 use crate::cork::{self, Corked};
 use crate::http1::HOP_BY_HOP;
-use crate::upstream::pipe::pipe;
+use crate::upstream::pipe::{pipe, Stall};
 use crate::upstream::{RecvBody, RequestBody};
 
 /// A stream's flow-control window: what one request body may hold at the
@@ -116,8 +116,9 @@ async fn accept<H: Handler, S: ClientIo + 'static>(
 
 /// One stream: its request handled, its answer sent. A client that resets
 /// the stream before the answer drops the handling (and the upstream's
-/// stream or connection with it); one that gives its answer no window for
-/// `stall` (`server.idle_timeout`) has it reset.
+/// stream or connection with it); an answer that gets no window, or
+/// whose stream moves no byte either way, for `stall`
+/// (`server.idle_timeout`) is reset.
 async fn stream<H: Handler>(
     handler: Arc<H>,
     req: Request<RecvStream>,
@@ -126,6 +127,7 @@ async fn stream<H: Handler>(
     stall: Duration,
 ) {
     let head_only = req.method() == Method::HEAD;
+    let mut arrived = None;
     let answer = {
         let (mut head, recv) = req.into_parts();
         // A CONNECT stream would carry a tunnel, not a body (none is opened
@@ -133,7 +135,9 @@ async fn stream<H: Handler>(
         let body = if recv.is_end_stream() || head.method == Method::CONNECT {
             RequestBody::Empty
         } else {
-            RequestBody::H2(RecvBody::new(recv, &head.headers))
+            let mut body = RecvBody::new(recv, &head.headers);
+            arrived = Some(body.arrived());
+            RequestBody::H2(body)
         };
         // In the task's own state, which is boxed as it is spawned: one
         // allocation and one copy a stream, not a second box for this.
@@ -147,14 +151,15 @@ async fn stream<H: Handler>(
         .await
     };
     let Some(answer) = answer else { return };
-    send(respond, answer.into_response(handler.via()), head_only, stall).await;
+    send(respond, answer.into_response(handler.via()), head_only, Stall { after: stall, arrived }).await;
 }
 
 /// Sends `response` on the stream: its head, then (unless `head_only`, the
 /// answer to a HEAD) its body as the client's window takes it, and its
-/// trailers. A head `h2` refuses, a body that fails, or a window that
-/// stays shut for `stall`, resets the stream.
-async fn send(mut respond: SendResponse<Bytes>, response: Response<AnswerBody>, head_only: bool, stall: Duration) {
+/// trailers. A head `h2` refuses, a body that fails, or a [`Stall`] (its
+/// window shut, or nothing moving either way, for `server.idle_timeout`),
+/// resets the stream.
+async fn send(mut respond: SendResponse<Bytes>, response: Response<AnswerBody>, head_only: bool, stall: Stall) {
     let (mut parts, body) = response.into_parts();
     let headers = &mut parts.headers;
     // HTTP/2 has no connection fields (RFC 9113, 8.2.2); `h2` refuses a

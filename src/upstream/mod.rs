@@ -44,4 +44,4 @@ pub use connect::{connector, ClientSettings, Connector};
 pub use exchange::{fields_into_map, ResponseBody};
 pub use health::{Admit, Health};
 pub use pool::{Conn, Full, Limits, Use};
-pub use recv::{RecvBody, TakeIn};
+pub use recv::{Arrived, RecvBody, TakeIn};

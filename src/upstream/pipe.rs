@@ -16,7 +16,7 @@ use hyper::body::Body;
 use tokio::sync::oneshot;
 
 use super::body::UpstreamBody;
-use super::recv::TakeIn;
+use super::recv::{Arrived, TakeIn};
 
 /// Sends a request's body on its stream (nothing, when its head ended
 /// the stream): one read whole at once (the
@@ -86,9 +86,52 @@ impl<T> Drop for Piping<T> {
 }
 
 /// What ended a body's piping early: the body failed, the stream did (its
-/// connection gone), or the piping was told to stop.
+/// connection gone), the piping was told to stop, or it stalled.
 #[derive(Debug)]
 pub struct Stopped;
+
+/// How long an answer to an HTTP/2 client may go with nothing moving
+/// (`server.idle_timeout`): no window from the client for it, or no byte
+/// from its upstream while none of the request's body arrives either.
+/// Its connection may be busy with other streams and pings, so the
+/// connection's idleness never ends it: without this, a stalled upstream
+/// would hold its connection for as long as it liked.
+#[derive(Clone, Debug)]
+pub struct Stall {
+    /// The time nothing may move.
+    pub after: Duration,
+    /// What arrives of the request's body, when it has one.
+    pub arrived: Option<Arrived>,
+}
+
+impl Stall {
+    /// `next` (the body's next frame), unless nothing arrives of it, or of
+    /// the request's body, for `after` (no bound without a `stall`).
+    async fn wait<T>(
+        stall: Option<&Stall>,
+        next: impl std::future::Future<Output = Result<T, Stopped>>,
+    ) -> Result<T, Stopped> {
+        let mut next = std::pin::pin!(next);
+        let Some(stall) = stall else { return next.await };
+        // The clock is read only when the frame is not there already.
+        if let Some(ready) = futures_util::FutureExt::now_or_never(next.as_mut()) {
+            return ready;
+        }
+        // Looked at eight times a period, as a connection's idleness is:
+        // reset at most an eighth of it after `after` with nothing moving.
+        let arrived = || stall.arrived.as_ref().map_or(0, Arrived::bytes);
+        let (mut seen, mut quiet) = (arrived(), 0);
+        while quiet < 8 {
+            if let Ok(ready) = tokio::time::timeout(stall.after / 8, next.as_mut()).await {
+                return ready;
+            }
+            let now = arrived();
+            quiet = if now == seen { quiet + 1 } else { 0 };
+            seen = now;
+        }
+        Err(Stopped)
+    }
+}
 
 /// What the piping found first.
 enum Next<F> {
@@ -100,15 +143,15 @@ enum Next<F> {
 /// `body`'s frames onto `tx` under the peer's flow control, until the
 /// end (a last chunk carries it when the body says it is the last), its
 /// trailers, the peer's reset, word from `stop` (a request body's
-/// `Piping`) to stop, or a wait of `stall` for the peer's window that
-/// brings none (a client that takes nothing of its answer holds no
-/// upstream connection past it): `send_body`'s task, and the client leg's
-/// answers (`server::h2`).
+/// `Piping`) to stop, or a [`Stall`] (a client that takes nothing of its
+/// answer, or an upstream that sends nothing of it, holds no upstream
+/// connection past it): `send_body`'s task, and the client leg's answers
+/// (`server::h2`).
 pub async fn pipe<B>(
     body: B,
     tx: &mut SendStream<Bytes>,
     stop: Option<oneshot::Receiver<()>>,
-    stall: Option<Duration>,
+    stall: Option<Stall>,
 ) -> Result<(), Stopped>
 where
     B: Body<Data = Bytes> + TakeIn,
@@ -136,8 +179,8 @@ where
                 return Poll::Ready(Ok(Next::Reset));
             }
             body.as_mut().poll_frame(cx).map(|f| Ok(Next::Frame(f)))
-        })
-        .await?;
+        });
+        let next = Stall::wait(stall.as_ref(), next).await?;
         let frame = match next {
             Next::Reset => return Ok(()),
             Next::Frame(None) => return tx.send_data(Bytes::new(), true).map_err(|_| Stopped),
@@ -163,9 +206,9 @@ where
             });
             // The stall's clock is read only when the window is shut.
             let mut waiting = std::pin::pin!(waiting);
-            let room = match (stall, futures_util::FutureExt::now_or_never(waiting.as_mut())) {
+            let room = match (&stall, futures_util::FutureExt::now_or_never(waiting.as_mut())) {
                 (_, Some(room)) => room,
-                (Some(stall), None) => tokio::time::timeout(stall, waiting).await.map_err(|_| Stopped)?,
+                (Some(stall), None) => tokio::time::timeout(stall.after, waiting).await.map_err(|_| Stopped)?,
                 (None, None) => waiting.await,
             };
             match room {

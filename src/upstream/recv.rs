@@ -8,6 +8,8 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
@@ -27,8 +29,10 @@ use crate::http1;
 #[derive(Debug)]
 pub struct RecvBody {
     recv: h2::RecvStream,
-    /// Bytes still to come, when the head said (`content-length`).
-    remaining: Option<u64>,
+    /// Bytes still to come, when the head said (`content-length`); else
+    /// [`UNSAID`]. Not an `Option`: the body, moved with its request, stays
+    /// as small as it can (no body is 2^64 - 1 bytes long).
+    remaining: u64,
     /// Taken in while the reader waited, not yet read (boxed: only a
     /// stream whose reader falls behind has one, and the body, moved with
     /// its request, stays small).
@@ -36,6 +40,30 @@ pub struct RecvBody {
     /// The data is taken off; trailers (or the end) come next.
     data_done: bool,
     done: bool,
+    /// A client's request body: what has arrived, for its stream's answer.
+    arrived: Option<Arrived>,
+}
+
+/// [`RecvBody::remaining`] when the head gave no length.
+const UNSAID: u64 = u64::MAX;
+
+/// How many bytes of a client's request body have arrived on its stream,
+/// shared by its [`RecvBody`] and the stream's answer: an answer whose
+/// upstream stays quiet is waited on while the client's body still moves
+/// (`upstream::pipe::Stall`), as an HTTP/1.1 connection is while any byte
+/// moves either way.
+#[derive(Clone, Debug, Default)]
+pub struct Arrived(Arc<AtomicU64>);
+
+impl Arrived {
+    /// The bytes that have arrived so far.
+    pub fn bytes(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn add(&self, n: usize) {
+        self.0.fetch_add(n as u64, Ordering::Relaxed);
+    }
 }
 
 impl RecvBody {
@@ -43,8 +71,20 @@ impl RecvBody {
     pub fn new(recv: h2::RecvStream, headers: &http::HeaderMap) -> RecvBody {
         let said = headers.get(http::header::CONTENT_LENGTH).and_then(|v| http1::content_length(v.as_bytes()));
         // A message that came whole with its head (no body) has nothing to come.
-        let remaining = said.or(recv.is_end_stream().then_some(0));
-        RecvBody { recv, remaining, held: None, data_done: false, done: false }
+        let remaining = said.or(recv.is_end_stream().then_some(0)).unwrap_or(UNSAID);
+        RecvBody { recv, remaining, held: None, data_done: false, done: false, arrived: None }
+    }
+
+    /// What arrives of this body from now on, counted for its stream's answer.
+    pub fn arrived(&mut self) -> Arrived {
+        self.arrived.get_or_insert_with(Arrived::default).clone()
+    }
+
+    /// `data` came off the stream.
+    fn came(&self, data: &Bytes) {
+        if let Some(arrived) = &self.arrived {
+            arrived.add(data.len());
+        }
     }
 
     /// Takes every data frame that has arrived off the connection.
@@ -55,6 +95,9 @@ impl RecvBody {
                 self.data_done = true;
                 return;
             };
+            if let Ok(data) = &got {
+                self.came(data);
+            }
             let held = self.held.get_or_insert_with(Box::default);
             match got {
                 Ok(data) => held.push(data),
@@ -69,8 +112,8 @@ impl RecvBody {
     /// `data` goes on to the reader: the peer may send as much again.
     fn hand_out(&mut self, data: Bytes) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
         let _ = self.recv.flow_control().release_capacity(data.len());
-        if let Some(n) = self.remaining.as_mut() {
-            *n = n.saturating_sub(data.len() as u64);
+        if self.remaining != UNSAID {
+            self.remaining = self.remaining.saturating_sub(data.len() as u64);
         }
         Poll::Ready(Some(Ok(Frame::data(data))))
     }
@@ -96,7 +139,10 @@ impl Body for RecvBody {
         }
         if !this.data_done {
             match std::task::ready!(this.recv.poll_data(cx)) {
-                Some(Ok(data)) => return this.hand_out(data),
+                Some(Ok(data)) => {
+                    this.came(&data);
+                    return this.hand_out(data);
+                }
                 Some(Err(e)) => {
                     this.done = true;
                     return Poll::Ready(Some(Err(e)));
@@ -119,8 +165,8 @@ impl Body for RecvBody {
 
     fn size_hint(&self) -> SizeHint {
         match self.remaining {
-            Some(n) => SizeHint::with_exact(n),
-            None => SizeHint::default(),
+            UNSAID => SizeHint::default(),
+            n => SizeHint::with_exact(n),
         }
     }
 }

@@ -4,8 +4,9 @@
 //! body of known size, and a HEAD's is its head alone; a request body sent
 //! in frames reaches the backend whole; a client that resets its stream
 //! mid-body leaves the connection serving; an answer its client gives no
-//! window is reset after the idle timeout, however busy the client keeps
-//! the connection; a body its backend does not take holds up none of the
+//! window, or whose upstream goes quiet, is reset after the idle timeout,
+//! however busy the client keeps the connection (an upload still moving
+//! keeps it, as `h2_upstream` shows); a body its backend does not take holds up none of the
 //! connection's other streams. (The reset reaching an HTTP/2 backend is
 //! `h2_upstream`'s.)
 
@@ -177,6 +178,62 @@ async fn h2_an_answer_its_client_gives_no_window_is_reset_after_the_idle_timeout
     // The stream was reset, not the connection closed.
     assert!(!pinging.is_finished(), "the connection was closed, not the stream reset");
     pinging.abort();
+    Ok(())
+}
+
+#[tokio::test]
+async fn h2_an_answer_whose_upstream_goes_quiet_is_reset_after_the_idle_timeout() -> TestResult {
+    // kz's backend sends a head and the start of a body, then nothing, its
+    // socket open until the proxy closes it.
+    let (closed, mut was_closed) = tokio::sync::mpsc::channel::<Duration>(1);
+    let kz = crate::support::raw_backend(move |mut stream| {
+        let closed = closed.clone();
+        async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nabc").await;
+            let quiet = Instant::now();
+            let mut buf = [0u8; 64];
+            if let Ok(Ok(0) | Err(_)) = tokio::time::timeout(Duration::from_secs(30), stream.read(&mut buf)).await {
+                let _ = closed.send(quiet.elapsed()).await;
+            }
+        }
+    })
+    .await?;
+    let [eu, _, us] = three_backends().await?;
+    let extra = "server: { idle_timeout: 1s }\nupstream: { health: { interval: 0s }, max_connections: 1 }";
+    let p = crate::support::proxy(&table(eu.addr, kz.addr, us.addr, extra)).await?;
+    let client = connect(p.addr).await?;
+    // The connection is never idle: another region's answer every 200 ms.
+    let busy = {
+        let client = client.clone();
+        let addr = p.addr;
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                if !matches!(get(&client, addr, &format!("/v1/orders/{}", iuid(49))).await, Ok((200, _))) {
+                    return;
+                }
+            }
+        })
+    };
+    let req = Request::get(format!("http://{}/v1/orders/{}", p.addr, iuid(7))).body(())?;
+    let (answer, _) = client.clone().ready().await?.send_request(req, true)?;
+    let answer = tokio::time::timeout(Duration::from_secs(10), answer).await??;
+    assert_eq!(answer.status(), 200);
+    let mut body = answer.into_body();
+    let first = tokio::time::timeout(Duration::from_secs(10), body.data()).await?;
+    assert_eq!(first.ok_or("no first bytes")??, "abc");
+    let started = Instant::now();
+    let ended = tokio::time::timeout(Duration::from_secs(10), body.data()).await;
+    let ended = ended.map_err(|_| "the answer waited on its quiet upstream past the idle timeout")?;
+    assert!(matches!(ended, Some(Err(_))), "not reset: {ended:?}");
+    assert!(started.elapsed() >= Duration::from_millis(900), "reset after {:?}", started.elapsed());
+    // Its upstream connection was closed, not kept.
+    let quiet_for = tokio::time::timeout(Duration::from_secs(5), was_closed.recv()).await?;
+    assert!(quiet_for.is_some_and(|d| d < Duration::from_secs(10)), "{quiet_for:?}");
+    // The stream was reset, not the connection closed.
+    assert!(!busy.is_finished(), "the connection was closed, not the stream reset");
+    busy.abort();
     Ok(())
 }
 

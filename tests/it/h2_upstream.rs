@@ -32,6 +32,9 @@ enum First {
     /// As `HeadAlone`, then the body is read but no window given back:
     /// past the first 64 KiB the body stalls.
     HeadAloneNoWindow,
+    /// A head, then nothing until the body's end, then the number of bytes
+    /// it had and `grpc-status: 0` in trailers.
+    HeadThenCount,
 }
 
 /// An HTTP/2 backend that answers each call as `first` says, then reads
@@ -66,6 +69,9 @@ async fn backend(first: First) -> Result<(SocketAddr, mpsc::Receiver<String>), B
                                     },
                                 )
                             }
+                            First::HeadThenCount => {
+                                head.body(()).ok().and_then(|h| respond.send_response(h, false).ok())
+                            }
                             First::HeadAlone | First::HeadAloneNoWindow => head
                                 .header("grpc-status", "0")
                                 .body(())
@@ -73,9 +79,11 @@ async fn backend(first: First) -> Result<(SocketAddr, mpsc::Receiver<String>), B
                                 .and_then(|h| respond.send_response(h, true).ok()),
                         };
                         let mut first_bytes = true;
+                        let mut count = 0;
                         let ended = loop {
                             match body.data().await {
                                 Some(Ok(data)) => {
+                                    count += data.len();
                                     if !matches!(first, First::HeadAloneNoWindow) {
                                         let _ = body.flow_control().release_capacity(data.len());
                                     }
@@ -88,6 +96,13 @@ async fn backend(first: First) -> Result<(SocketAddr, mpsc::Receiver<String>), B
                                 None => break "end".into(),
                             }
                         };
+                        let mut answer = answer;
+                        if let (First::HeadThenCount, "end", Some(stream)) = (first, ended.as_str(), answer.as_mut()) {
+                            let _ = stream.send_data(Bytes::from(count.to_string()), false);
+                            let mut trailers = http::HeaderMap::new();
+                            trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                            let _ = stream.send_trailers(trailers);
+                        }
                         let _ = seen.send(ended).await;
                         drop((respond, answer));
                     });
@@ -434,5 +449,34 @@ async fn h2_upstream_the_connections_of_an_endpoint_a_reload_took_out_are_let_go
         assert!(std::time::Instant::now() < deadline, "the old endpoint's connection is still open");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    Ok(())
+}
+
+#[tokio::test]
+async fn h2_upstream_an_answer_whose_backend_waits_for_the_body_is_not_reset_while_the_body_moves() -> TestResult {
+    // The backend answers with a head, then sends nothing until the body
+    // ends: for three times the idle timeout only the client's body moves,
+    // which keeps the stream from being idle, as it would an HTTP/1.1
+    // connection.
+    let (at, mut seen) = backend(First::HeadThenCount).await?;
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let extra = "upstream: { health: { interval: 0s } }\nserver: { idle_timeout: 1s }";
+    let yaml = table(dead, dead, dead, extra) + ECHO_ROUTE;
+    let p = proxy(&region_as(&yaml, dead, "kz", &format!("upstreams: [\"h2c://{at}\"]"))).await?;
+    let (answer, mut body) = open_call(&p, None).await?;
+    let answer = tokio::time::timeout(Duration::from_secs(10), answer).await??;
+    assert_eq!(answer.status(), 200);
+    let message = Bytes::from_static(&[0, 0, 0, 0, 2, b'h', b'i']);
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        body.send_data(message.clone(), false)?;
+    }
+    body.send_data(message, true)?;
+    let mut answer = answer.into_body();
+    let data = tokio::time::timeout(Duration::from_secs(10), answer.data()).await?;
+    let data = data.ok_or("the answer ended without its count")?.map_err(|e| format!("the answer was reset: {e}"))?;
+    assert_eq!(data, "70", "the backend counts the ten messages");
+    assert_eq!(after_length(&mut seen).await?, "first");
+    assert_eq!(next(&mut seen).await?, "end");
     Ok(())
 }
