@@ -506,11 +506,12 @@ impl Table {
         )
     }
 
-    /// Goes on from `running`'s counts, as the table about to replace it:
-    /// each unit's requests ([`super::Units::carry`]), and each backend's
-    /// requests waiting for an answer, shared by address (those under way
-    /// end on the counter they started on, which this table now reads:
-    /// `least_request` still sees them).
+    /// Goes on from `running`'s counts, as the table about to replace it,
+    /// sharing them (the requests under way on `running` end on the
+    /// counter they started on, which this table now reads): each unit's
+    /// requests, by name ([`super::Units::carry`]), and each backend's
+    /// requests waiting for an answer, by address (`least_request` still
+    /// sees them).
     pub fn carry(&mut self, running: &Table) {
         self.units.carry(&running.units);
         let mut waiting: HashMap<&str, &Arc<AtomicUsize>> = HashMap::new();

@@ -7,11 +7,13 @@
 //! [`Units::count`] is called once per placed request (`proxy::respond`):
 //! a match on the rule, one array load or a binary search over the table's
 //! few entries, and one relaxed atomic add. The counts are exported as
-//! `shardgate_placement_requests_total{unit}` and carried over a reload by
-//! name ([`Units::carry`]), so a unit's series stays monotonic; `plan`
+//! `shardgate_placement_requests_total{unit}` and shared with the table a
+//! reload brings by name ([`Units::carry`]), so a unit's series stays
+//! monotonic and counts the requests that end after the swap; `plan`
 //! reads them to say how much traffic a change moves.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use super::rule::{RegionId, Rule};
 use crate::config::model::Config;
@@ -24,7 +26,8 @@ const NO: u32 = u32::MAX;
 #[derive(Debug, Default)]
 pub struct Units {
     names: Box<[String]>,
-    counts: Box<[AtomicU64]>,
+    /// Shared, by name, with the table this one replaced ([`Units::carry`]).
+    counts: Box<[Arc<AtomicU64>]>,
     /// Country id → unit.
     countries: Box<[u32]>,
     /// `(country << 8) | entity`, sorted, → unit.
@@ -124,7 +127,7 @@ impl Units {
             .collect();
         let default = if cfg.default_region.is_some() { names.add(Unit::Default) } else { NO };
         Units {
-            counts: names.0.iter().map(|_| AtomicU64::new(0)).collect(),
+            counts: names.0.iter().map(|_| Arc::default()).collect(),
             names: names.0.into_boxed_slice(),
             countries,
             overrides: overrides.into_boxed_slice(),
@@ -189,13 +192,14 @@ impl Units {
         }
     }
 
-    /// Adds the counts of `running`'s units to the units of the same name
-    /// here (a table about to replace `running`), so each series goes on
-    /// from where it was.
-    pub fn carry(&self, running: &Units) {
-        for (name, n) in running.counts() {
+    /// Shares the counts of `running`'s units with the units of the same
+    /// name here (a table about to replace `running`), so each series goes
+    /// on from where it was, and the requests still under way on `running`
+    /// count where this table reads them.
+    pub fn carry(&mut self, running: &Units) {
+        for (name, count) in running.names.iter().zip(running.counts.iter()) {
             if let Some(i) = self.names.iter().position(|m| m == name) {
-                self.counts[i].fetch_add(n, Ordering::Relaxed);
+                self.counts[i] = Arc::clone(count);
             }
         }
     }
@@ -297,7 +301,7 @@ time_ranges: [{ until: 1600000000000, region: eu }, { region: kz }]
     }
 
     #[test]
-    fn counts_carry_over_to_the_units_of_the_same_name() -> Result<(), crate::config::ConfigErrors> {
+    fn counts_are_shared_with_the_units_of_the_same_name() -> Result<(), crate::config::ConfigErrors> {
         let old = units(TEXT)?;
         for _ in 0..3 {
             old.count(Rule::Country { country: 7 }, RegionId(1));
@@ -308,9 +312,12 @@ time_ranges: [{ until: 1600000000000, region: eu }, { region: kz }]
                 .replace("KZ: { id: 7, region: kz }", "KZ: { id: 7, region: eu }")
                 .replace(r#"eu: "0-5""#, r#"eu: ["0-4", "5"]"#),
         )?;
+        let mut new = new;
         new.carry(&old);
+        // A request under way on the old table ends after the swap.
+        old.count(Rule::Country { country: 7 }, RegionId(1));
         let counts: std::collections::HashMap<_, _> = new.counts().collect();
-        assert_eq!(counts["country KZ"], 3);
+        assert_eq!(counts["country KZ"], 4);
         // The range was split: its units are new.
         assert_eq!(counts["shards 0-4"], 0);
         Ok(())

@@ -1,6 +1,8 @@
 //! A region's own upstream settings and how its requests are spread over
 //! its backends: weights, least outstanding requests, the region's limits
-//! and timeouts, on real sockets against real backends.
+//! and timeouts, and the counts a reload goes on from (requests under way
+//! at each backend, and at each placement unit), on real sockets against
+//! real backends.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -133,6 +135,48 @@ async fn least_request_still_sees_the_requests_under_way_after_a_reload() -> Tes
     assert_eq!(held.hits(), 1);
     release.add_permits(1);
     assert_eq!(tokio::time::timeout(Duration::from_secs(5), waiting).await???, StatusCode::OK);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_request_under_way_over_a_reload_counts_for_its_unit_in_the_new_table() -> TestResult {
+    let release = Arc::new(tokio::sync::Semaphore::new(0));
+    let gate = Arc::clone(&release);
+    let (held, _) = backend_with(move |req| {
+        let gate = Arc::clone(&gate);
+        async move {
+            if req.uri().path() == "/x" {
+                let _ = gate.acquire().await.map(|p| p.forget());
+            }
+            Response::new(full("held"))
+        }
+    })
+    .await?;
+    // The table has no countries: an iUID is placed by `default_region`.
+    let text = format!(
+        "version: 1\nregions:\n  eu: {{ upstreams: [\"http://{}\"] }}\ndefault_region: eu\nroutes:\n  - {{ name: ids, match: {{ prefix: /x }}, id: {{ header: x-id, formats: [iuid] }} }}\n",
+        held.addr
+    );
+    let p = support::proxy(&text).await?;
+    let req = http::Request::get(p.url("/x")).header("x-id", support::iuid(7)).body(Default::default())?;
+    let waiting = tokio::spawn(support::send(req));
+    for _ in 0..100 {
+        if held.hits() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(held.hits(), 1, "the request never reached its backend");
+    let next = format!("{text}  - {{ name: other, match: {{ prefix: /other/ }}, to: local }}\n");
+    let cfg = shardgate::config::load_str(&next, "next.yaml")?;
+    let shared = &p.proxy.as_ref().ok_or("proxy")?.shared().table;
+    shared.publish_config(&cfg, next.clone())?;
+    release.add_permits(1);
+    assert_eq!(tokio::time::timeout(Duration::from_secs(5), waiting).await???.status, StatusCode::OK);
+    // Counted as it ends, on the table it started on: the new table reads that count.
+    let counts: std::collections::HashMap<String, u64> =
+        shared.snapshot().table.units().counts().map(|(n, c)| (n.to_string(), c)).collect();
+    assert_eq!(counts.get("default"), Some(&1), "{counts:?}");
     Ok(())
 }
 
