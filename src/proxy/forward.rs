@@ -162,13 +162,13 @@ pub(super) async fn forward<'t>(
     let mut deposited = false;
     journal.upstream_started = Some(Instant::now());
     let mut tried: Vec<&'t str> = Vec::new();
-    let mut last = None;
+    let mut last = Last::default();
     let mut fence = Fence { used: false };
     loop {
-        let fail_over = leg.can_fail_over && !matches!(last, Some(ProxyError::UpstreamSaturated { .. }));
+        let fail_over = leg.can_fail_over && !last.saturated;
         let target = match dispatch(table, reach.health, &mut leg.chain, fail_over, &tried) {
             Ok(t) => t,
-            Err(e) => return Err(last.unwrap_or(e)),
+            Err(e) => return Err(last.error.unwrap_or(e)),
         };
         note_target(&leg, &target, journal)?;
         if !std::mem::replace(&mut deposited, true) {
@@ -182,10 +182,10 @@ pub(super) async fn forward<'t>(
         };
         let to_peer = peer_headers(reach.node, &leg, &target, &parts.headers)?;
         let headers = to_peer.as_ref().unwrap_or(&parts.headers);
-        let Some(b) = body.take() else { return Err(last.unwrap_or(ProxyError::RequestTimeout)) };
+        let Some(b) = body.take() else { return Err(last.error.unwrap_or(ProxyError::RequestTimeout)) };
         journal.attempts += 1;
         let traced = reach.traces.zip(journal.trace.as_deref()).map(|(traces, parent)| {
-            let why = last.as_ref().map(ProxyError::reason);
+            let why = last.error.as_ref().map(ProxyError::reason);
             trace_attempt(traces, parent, &target.attempt(&parts.method, &endpoint.uri, journal.attempts, why), headers)
         });
         let headers = traced.as_deref().map_or(headers, |(_, h)| h);
@@ -201,8 +201,8 @@ pub(super) async fn forward<'t>(
                 span_ends(traced.as_deref(), Ok(resp.status().as_u16()));
                 // A peer with a newer epoch for the unit names its owner: once, there.
                 let Some(again) = fence.redirect(&resp, replay, &mut leg) else { return Ok(resp) };
+                (last.saturated, body) = (false, Some(again));
                 tried.push(&endpoint.pool_key);
-                body = Some(again);
                 continue;
             }
             Err(f) => f,
@@ -217,7 +217,23 @@ pub(super) async fn forward<'t>(
             None if again.allowed(failure.error, (target.id, &s), reach.upstreams) => UpstreamBody::Empty,
             None => return Err(error),
         });
-        last = Some(error);
+        last.failed(error);
+    }
+}
+
+/// The last failure of a request's attempts, and whether one of them found
+/// its endpoint full: the request then stays in its region, whatever the
+/// endpoints tried after it said (a peer's redirect to the owner aside).
+#[derive(Default)]
+struct Last {
+    error: Option<ProxyError>,
+    saturated: bool,
+}
+
+impl Last {
+    fn failed(&mut self, error: ProxyError) {
+        self.saturated |= matches!(error, ProxyError::UpstreamSaturated { .. });
+        self.error = Some(error);
     }
 }
 

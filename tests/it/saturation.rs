@@ -108,6 +108,42 @@ async fn a_wait_for_a_connection_is_saturation_never_an_upstream_failure() -> Te
 }
 
 #[tokio::test]
+async fn a_request_that_found_its_region_full_never_fails_over_whatever_its_other_endpoints_say() -> TestResult {
+    let (kz, _) = reading_backend().await?;
+    // kz's second endpoint refuses connections, and is never ejected here.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let extra = "upstream: { max_connections: 2, upload_share: 1.0, queue_timeout: 300ms, attempt_timeout: 1s, \
+                 eject_after: 1000, retries: 0, health: { interval: 0s } }";
+    let (eu, us) = (backend("eu").await?, backend("us").await?);
+    let yaml = table(eu.addr, kz.addr, us.addr, extra).replace(
+        &format!("kz: {{ upstreams: [\"http://{}\"] }}", kz.addr),
+        &format!("kz: {{ upstreams: [\"http://{}\", \"http://{dead}\"], failover: eu }}", kz.addr),
+    );
+    let p = proxy(&yaml).await?;
+    let path = format!("/v1/orders/{}", iuid(7));
+    // Two slow uploads hold both of the live endpoint's connections (one
+    // that tries the dead endpoint first moves on to the live one).
+    let _uploads = [
+        trickle(&p, &path, 100_000, Duration::from_millis(100)).await?,
+        trickle(&p, &path, 100_000, Duration::from_millis(100)).await?,
+    ];
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Reads at once, so that each tries the two endpoints in either order:
+    // full then refused, or refused then full. Neither leaves kz.
+    let mut readers = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let url = p.url(&path);
+        readers.spawn(async move { get(&url).await });
+    }
+    while let Some(got) = readers.join_next().await {
+        let got = got??;
+        assert!(matches!(got.status.as_u16(), 502 | 503), "{} {:?}", got.status, got.body);
+    }
+    assert_eq!(eu.hits(), 0, "a read of a full region went to its failover region");
+    Ok(())
+}
+
+#[tokio::test]
 async fn slow_uploads_keep_to_their_share_and_others_are_served() -> TestResult {
     let (kz, conns) = reading_backend().await?;
     // Four connections, half of them for uploads.
