@@ -212,10 +212,22 @@ impl Pace {
         if self.min_rate == 0 {
             return None;
         }
-        let earned = Duration::from_secs(received / self.min_rate)
-            + Duration::from_nanos((received % self.min_rate) * 1_000_000_000 / self.min_rate);
+        let rest = received % self.min_rate;
+        let part = match rest.checked_mul(1_000_000_000) {
+            Some(scaled) => scaled / self.min_rate,
+            None => nanos_of_a_vast_rate(rest, self.min_rate),
+        };
+        let earned = Duration::from_secs(received / self.min_rate) + Duration::from_nanos(part);
         Some(self.since + self.grace + earned)
     }
+}
+
+/// `rest * 10^9 / rate` for a rate past 2^64 / 10^9 bytes a second (the
+/// table takes any 64-bit number), in 128 bits; below a billion again.
+/// Out of line: no table worth running has such a rate.
+#[cold]
+fn nanos_of_a_vast_rate(rest: u64, rate: u64) -> u64 {
+    (u128::from(rest) * 1_000_000_000 / u128::from(rate)) as u64
 }
 
 /// Why a client's body could not be taken.
@@ -532,6 +544,18 @@ mod tests {
     /// Polls `body` once, with a waker that is never woken.
     fn poll_once(body: &mut ClientBody) -> Poll<Option<Result<Frame<Bytes>, RequestBodyError>>> {
         Pin::new(body).poll_frame(&mut Context::from_waker(std::task::Waker::noop()))
+    }
+
+    #[test]
+    fn a_pace_earns_a_second_per_rate_and_any_rate_the_table_gives_is_safe() {
+        let since = Instant::now();
+        let pace = |grace: Duration, min_rate: u64| Pace { since, grace, min_rate };
+        let grace = Duration::from_secs(10);
+        assert_eq!(pace(grace, 0).deadline(5), None);
+        assert_eq!(pace(grace, 1000).deadline(2500), Some(since + Duration::from_millis(12_500)));
+        // A rate past 2^64 / 10^9 bytes a second: the part of a second is right.
+        let rate = u64::MAX;
+        assert_eq!(pace(grace, rate).deadline(rate / 2), Some(since + grace + Duration::from_nanos(499_999_999)));
     }
 
     #[test]
