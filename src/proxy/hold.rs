@@ -182,7 +182,14 @@ impl Holds {
     }
 }
 
-/// Holds `head`'s request while its unit's move holds it: the table to
+/// A request as a hold sees it: its head, and a gRPC call's first message
+/// when its route reads the id there.
+pub(super) struct Asked<'a> {
+    pub(super) head: &'a Parts,
+    pub(super) message: Option<&'a [u8]>,
+}
+
+/// Holds `asked`'s request while its unit's move holds it: the table to
 /// route it with (`loaded` itself when it is not held) and how it passed,
 /// or why it is refused. A request released into a table that holds its
 /// unit again (another move of it) waits again.
@@ -191,12 +198,13 @@ pub(super) async fn hold(
     holds: &Holds,
     metrics: &Metrics,
     minters: &Minters,
-    head: &Parts,
+    asked: Asked<'_>,
     mut loaded: Arc<Loaded>,
 ) -> Result<(Arc<Loaded>, Passed), ProxyError> {
     let mut passed = Passed::Free;
+    let head = asked.head;
     loop {
-        let Ok(Plan::One(located)) = locate::locate(&loaded.table, head, None, minters, false) else {
+        let Ok(Plan::One(located)) = locate::locate(&loaded.table, head, asked.message, minters, false) else {
             return Ok((loaded, passed));
         };
         let (rule, region) = (located.placement.rule, located.placement.region);

@@ -65,7 +65,7 @@ use crate::http1::rules::RuleFields;
 use crate::ids::{SystemClock, Uuid7Minter};
 use crate::mesh;
 use crate::metrics::Metrics;
-use crate::routing::{Found, RegionId, SharedTable, Table};
+use crate::routing::{Found, Loaded, RegionId, SharedTable, Table};
 use crate::server::{Answer, AnswerBody, ConnInfo, Drain, Handler};
 use crate::telemetry::traces::{TraceSettings, Traces};
 use crate::upstream::{ClientSettings, Health, RequestBody, Upstreams};
@@ -162,6 +162,15 @@ pub struct Proxy {
     handled: AtomicU64,
 }
 
+/// What the hold stage hands on: the table to route with (the one that
+/// released the request, when it was held), how the request passed, and
+/// its body.
+struct Through {
+    loaded: Arc<Loaded>,
+    passed: hold::Passed,
+    body: RequestBody,
+}
+
 impl Proxy {
     /// A proxy on `shared`, named `name` (in `Via`, `Proxy-Status`,
     /// `Forwarded: by=`). The Locality minting node is the table's at this
@@ -195,7 +204,7 @@ impl Proxy {
     /// stays where the caller built it while every stage reads it (a head
     /// moved from stage to stage is copied into each one's future), and
     /// what the upstream leg needs changed in it is changed in place.
-    pub async fn handle(&self, head: &mut Parts, body: RequestBody, conn: ConnInfo) -> Answer {
+    pub async fn handle(&self, head: &mut Parts, mut body: RequestBody, conn: ConnInfo) -> Answer {
         // What is matched (the listener's own paths, a move's hold, the
         // routes) is what is forwarded: the path without dot segments.
         if let Some(normal) = path::without_dot_segments(&head.uri) {
@@ -207,20 +216,21 @@ impl Proxy {
         {
             return Answer { response, request_id: None, from_upstream: false, rules: RuleFields::new() };
         }
-        // A unit being re-homed: its requests wait before anything of them is read.
+        // A unit being re-homed: its requests wait before anything of them
+        // is read (but a call's first message, when its id is there).
+        let arrived = Instant::now();
         let (mut refused, mut held) = (None, hold::Passed::Free);
         if loaded.table.is_holding() {
-            let (holds, metrics) = (&shared.holds, &shared.metrics);
-            match Box::pin(hold::hold(&shared.table, holds, metrics, &self.minters, head, Arc::clone(&loaded))).await {
-                Ok((next, passed)) => (loaded, held) = (next, passed),
-                Err(e) => refused = Some(e),
+            match Box::pin(self.hold(head, body, Arc::clone(&loaded), arrived)).await {
+                Ok(through) => (loaded, held, body) = (through.loaded, through.passed, through.body),
+                Err(e) => (refused, body) = (Some(e), RequestBody::Empty),
             }
         }
         let table = &loaded.table;
         self.handled.fetch_add(1, Ordering::Relaxed);
         let (request_id, fresh_request_id) = self.request_id(head);
         let arrival = Arrival {
-            started: Instant::now(),
+            started: arrived,
             request_id,
             fresh_request_id,
             method: head.method.clone(),
@@ -240,6 +250,28 @@ impl Proxy {
         let (response, rules) = respond::finish(report, &loaded, &ctx, result);
         let from_upstream = matches!(response.body(), Either::Left(_));
         Answer { response, request_id: Some(ctx.arrival.request_id), from_upstream, rules }
+    }
+
+    /// The hold stage ([`hold::hold`]). A call whose route reads its id
+    /// from its first message has that message read first: without it the
+    /// call's unit is unknown, and its write would pass the hold. The body
+    /// handed on starts with what was read (the route reads the message
+    /// again from memory).
+    async fn hold(
+        &self,
+        head: &Parts,
+        body: RequestBody,
+        loaded: Arc<Loaded>,
+        arrived: Instant,
+    ) -> Result<Through, ProxyError> {
+        let (first, body) = match is_call(head) {
+            true => message::if_routed_by(&loaded.table, head, arrived, body).await?,
+            false => (None, body),
+        };
+        let asked = hold::Asked { head, message: first.as_ref().map(message::First::message) };
+        let s = &self.shared;
+        let (loaded, passed) = hold::hold(&s.table, &s.holds, &s.metrics, &self.minters, asked, loaded).await?;
+        Ok(Through { loaded, passed, body })
     }
 
     /// What the upstream leg needs of this proxy.

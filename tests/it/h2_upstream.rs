@@ -480,3 +480,52 @@ async fn h2_upstream_an_answer_whose_backend_waits_for_the_body_is_not_reset_whi
     assert_eq!(next(&mut seen).await?, "end");
     Ok(())
 }
+
+#[tokio::test]
+async fn h2_upstream_a_call_routed_by_its_first_message_is_held_while_its_unit_moves() -> TestResult {
+    // Its unit is known only once its first message is read: it must still
+    // wait out the hold, and then go to the unit's new owner.
+    let (kz_at, mut kz_seen) = backend(First::Trailers).await?;
+    let (eu_at, mut eu_seen) = backend(First::Trailers).await?;
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let route = "  - name: by-field\n    match: { path: \"/field.Echo/{method}\" }\n    id: { grpc_field: \"1\", formats: [iuid] }\n";
+    let text = |moves: &str| {
+        let yaml = table(dead, dead, dead, &format!("upstream: {{ health: {{ interval: 0s }} }}\n{moves}")) + route;
+        let yaml = region_as(&yaml, dead, "kz", &format!("upstreams: [\"h2c://{kz_at}\"]"));
+        region_as(&yaml, dead, "eu", &format!("upstreams: [\"h2c://{eu_at}\"]"))
+    };
+    let p = proxy(&text("")).await?;
+    let publish = |yaml: &str| -> TestResult {
+        let cfg = shardgate::config::load_str(yaml, "t.yaml").map_err(|e| format!("{e}"))?;
+        p.proxy.as_ref().ok_or("not a proxy")?.shared().table.publish_config(&cfg, yaml.to_string())?;
+        Ok(())
+    };
+    publish(&text("moves:\n  - { unit: \"country KZ\", to: eu, phase: hold, epoch: 1 }\n"))?;
+    // A unary call whose field 1 is a KZ entity's id.
+    let id = iuid(7);
+    let mut message = vec![0x0a, u8::try_from(id.len())?];
+    message.extend_from_slice(id.as_bytes());
+    let mut framed = vec![0, 0, 0, 0, u8::try_from(message.len())?];
+    framed.extend_from_slice(&message);
+    let socket = tokio::net::TcpStream::connect(p.addr).await?;
+    let (client, conn) = h2::client::handshake(socket).await?;
+    tokio::spawn(conn);
+    let head = http::Request::post(format!("http://{}/field.Echo/Unary", p.addr))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())?;
+    let (answer, mut body) = client.ready().await?.send_request(head, false)?;
+    body.send_data(Bytes::from(framed), true)?;
+    let mut answer = tokio::spawn(answer);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!answer.is_finished(), "the call was answered during the hold");
+    assert!(kz_seen.try_recv().is_err(), "the call reached the unit's source during the hold");
+    let switched = text("moves:\n  - { unit: \"country KZ\", to: eu, phase: switch, epoch: 2 }\n")
+        .replace("KZ: { id: 7, region: kz }", "KZ: { id: 7, region: eu }");
+    publish(&switched)?;
+    let answer = tokio::time::timeout(Duration::from_secs(10), &mut answer).await???;
+    assert_eq!(answer.status(), 200);
+    assert!(next(&mut eu_seen).await?.starts_with("length"), "the call went to the new owner");
+    assert!(kz_seen.try_recv().is_err(), "the call reached the old owner");
+    Ok(())
+}
