@@ -58,6 +58,23 @@ pub enum AdminError {
         /// What.
         detail: String,
     },
+    /// `POST /reload` with a query it does not take (only `dry_run`, as
+    /// `dry_run`, `=1`, `=true`, `=0` or `=false`): applying the file when
+    /// a dry run was meant would be the worst reading of a typo.
+    BadQuery {
+        /// What was not understood.
+        detail: String,
+    },
+    /// `POST /reload?dry_run` with a table over the size it reads.
+    TableTooLarge {
+        /// The most bytes read.
+        max: usize,
+    },
+    /// `POST /reload?dry_run` whose table could not be read, or is not text.
+    BadTableBody {
+        /// Why.
+        detail: &'static str,
+    },
     /// `POST /reload` failed to run.
     ReloadFailed {
         /// Why.
@@ -82,6 +99,17 @@ const INVALID: Spec = row(
     Outcome::BadRequest,
 );
 const RESTART: Spec = row(S::CONFLICT, "needs_restart", REQ, "Conflict", "admin-needs-restart", Outcome::BadRequest);
+const BAD_QUERY: Spec = row(S::BAD_REQUEST, "bad_query", REQ, "Bad Request", "admin-bad-query", Outcome::BadRequest);
+const TOO_LARGE: Spec = row(
+    S::PAYLOAD_TOO_LARGE,
+    "table_too_large",
+    REQ,
+    "Content Too Large",
+    "admin-table-too-large",
+    Outcome::BadRequest,
+);
+const BAD_BODY: Spec =
+    row(S::BAD_REQUEST, "bad_table_body", REQ, "Bad Request", "admin-bad-table-body", Outcome::BadRequest);
 const RELOAD_FAILED: Spec = row(
     S::INTERNAL_SERVER_ERROR,
     "reload_failed",
@@ -104,6 +132,9 @@ impl Problem for AdminError {
             E::NoTableFile => NO_FILE,
             E::InvalidTable { .. } => INVALID,
             E::NeedsRestart { .. } => RESTART,
+            E::BadQuery { .. } => BAD_QUERY,
+            E::TableTooLarge { .. } => TOO_LARGE,
+            E::BadTableBody { .. } => BAD_BODY,
             E::ReloadFailed { .. } => RELOAD_FAILED,
         }
     }
@@ -157,6 +188,9 @@ impl fmt::Display for AdminError {
                 write!(f, "{} problem(s) in {}; the running table is kept", errors.len(), errors.source_name)
             }
             E::NeedsRestart { detail } => f.write_str(detail),
+            E::BadQuery { detail } => f.write_str(detail),
+            E::TableTooLarge { max } => write!(f, "the table is larger than the {max} bytes a dry run reads"),
+            E::BadTableBody { detail } => f.write_str(detail),
             E::ReloadFailed { detail } => write!(f, "the reload task failed: {detail}"),
         }
     }
@@ -181,6 +215,9 @@ mod tests {
             (E::NoTableFile, "no_file"),
             (E::InvalidTable { errors: ConfigErrors::single("t.yaml", "bad".into(), None) }, "invalid_config"),
             (E::NeedsRestart { detail: "why".into() }, "needs_restart"),
+            (E::BadQuery { detail: "why".into() }, "bad_query"),
+            (E::TableTooLarge { max: 8 }, "table_too_large"),
+            (E::BadTableBody { detail: "why" }, "bad_table_body"),
             (E::ReloadFailed { detail: "why".into() }, "reload_failed"),
         ];
         for (err, reason) in &every {

@@ -329,8 +329,11 @@ pub async fn handle(state: &AdminState, req: Request<Incoming>, local: Option<So
             resp
         }
         Endpoint::Config => config(state),
-        Endpoint::Reload if query_flag(req.uri().query(), "dry_run") => dry_run(state, req).await,
-        Endpoint::Reload => reload(state).await,
+        Endpoint::Reload => match dry_run_asked(req.uri().query()) {
+            Ok(true) => dry_run(state, req).await,
+            Ok(false) => reload(state).await,
+            Err(e) => problem(&e, path),
+        },
         Endpoint::Placement => json_response(StatusCode::OK, &json!(state.placement_window())),
         Endpoint::Fleet => json_response(StatusCode::OK, &state.fleet().await),
         Endpoint::Drain => drain(state),
@@ -461,12 +464,26 @@ fn config(state: &AdminState) -> Response<AdminBody> {
     )
 }
 
-/// Whether `name` is in `query` as `name`, `name=1` or `name=true`.
-fn query_flag(query: Option<&str>, name: &str) -> bool {
-    query.unwrap_or("").split('&').any(|p| {
-        let (k, v) = p.split_once('=').unwrap_or((p, "1"));
-        k == name && matches!(v, "1" | "true" | "")
-    })
+/// Whether `POST /reload`'s query asks for a dry run: `dry_run`,
+/// `dry_run=1` or `=true` yes, `=0` or `=false` (or no query) no; anything
+/// else is refused, never read as a reload.
+fn dry_run_asked(query: Option<&str>) -> Result<bool, AdminError> {
+    let mut asked = false;
+    for part in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = part.split_once('=').unwrap_or((part, "1"));
+        asked = match (key, value) {
+            ("dry_run", "1" | "true" | "") => true,
+            ("dry_run", "0" | "false") => false,
+            _ => {
+                let detail = format!(
+                    "POST /reload takes only dry_run (=1, =true, =0 or =false), not {}",
+                    crate::problem::quote(part)
+                );
+                return Err(AdminError::BadQuery { detail });
+            }
+        };
+    }
+    Ok(asked)
 }
 
 /// The largest table text `POST /reload?dry_run=1` reads.
@@ -479,14 +496,18 @@ async fn dry_run(state: &AdminState, req: Request<Incoming>) -> Response<AdminBo
     };
     let body = match http_body_util::Limited::new(req.into_body(), MAX_TABLE_BYTES).collect().await {
         Ok(b) => b.to_bytes(),
-        Err(e) => {
-            return problem(&AdminError::ReloadFailed { detail: format!("cannot read the table: {e}") }, "/reload")
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            return problem(&AdminError::TableTooLarge { max: MAX_TABLE_BYTES }, "/reload")
+        }
+        Err(_) => {
+            let detail = "the table could not be read from the request";
+            return problem(&AdminError::BadTableBody { detail }, "/reload");
         }
     };
     let text = match String::from_utf8(body.to_vec()) {
         Ok(t) if t.trim().is_empty() => None,
         Ok(t) => Some(t),
-        Err(_) => return problem(&AdminError::ReloadFailed { detail: "the table is not UTF-8".into() }, "/reload"),
+        Err(_) => return problem(&AdminError::BadTableBody { detail: "the table is not UTF-8 text" }, "/reload"),
     };
     let window = state.placement_window();
     let plan = tokio::task::spawn_blocking(move || reloader.dry_run(text, Some(&window))).await;

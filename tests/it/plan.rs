@@ -94,6 +94,16 @@ async fn plan_lists_each_moved_unit_with_the_traffic_a_running_instance_carried(
     assert_eq!(config["version"], 1, "a dry run applied the table");
     let bad = reqwest_post(&format!("{admin_url}/reload?dry_run=1"), "version: 1\nbogus: 1\n".into()).await?;
     assert_eq!(bad.0, 422, "{}", bad.1);
+    // A query it does not read is refused, never taken for a reload of the file.
+    for query in ["dry_run=yes", "dry-run=1", "dryrun"] {
+        let typo = reqwest_post(&format!("{admin_url}/reload?{query}"), new.clone()).await?;
+        assert_eq!(typo.0, 400, "{query}: {}", typo.1);
+        assert!(typo.1.contains("\"bad_query\""), "{query}: {}", typo.1);
+    }
+    let large = reqwest_post(&format!("{admin_url}/reload?dry_run"), "#".repeat(9 << 20)).await?;
+    assert_eq!(large.0, 413, "{}", large.1);
+    let config = get(&format!("{admin_url}/config")).await?.json()?;
+    assert_eq!(config["version"], 1, "a refused dry run applied the table");
 
     // Exit codes without an instance: nothing moves 0, invalid 78, no running table 2.
     let old_file = dir.path().join("table.yaml");
