@@ -568,11 +568,14 @@ fn spawn_reload_triggers(reloader: &Arc<Reloader>, stop: watch::Receiver<bool>) 
             };
             loop {
                 tokio::select! {
-                    _ = hup.recv() => {
-                        let _ = r.reload_now(&reload::Provenance::by("SIGHUP"));
-                    }
+                    _ = hup.recv() => {}
                     _ = stop.wait_for(|s| *s) => return,
                 }
+                // Off the runtime's workers: a reload reads the file,
+                // compiles the table and syncs the audit trail, and requests
+                // must not wait on that. The next signal is read once it ends.
+                let r = Arc::clone(&r);
+                let _ = tokio::task::spawn_blocking(move || r.reload_now(&reload::Provenance::by("SIGHUP"))).await;
             }
         });
     }
