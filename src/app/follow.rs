@@ -17,9 +17,10 @@ pub(super) fn access_file(table: Weak<SharedTable>) {
     tokio::spawn(async move {
         loop {
             let Some(shared) = table.upgrade() else { return };
-            let path = shared.snapshot().table.settings().log.access_file.clone();
-            drop(shared);
-            let followed = tokio::task::spawn_blocking(move || ACCESS_FILE.follow(path.as_ref()));
+            let loaded = shared.snapshot();
+            let (path, version) = (loaded.table.settings().log.access_file.clone(), loaded.version);
+            drop((shared, loaded));
+            let followed = tokio::task::spawn_blocking(move || ACCESS_FILE.follow(path.as_ref(), version));
             // Not awaited past a change: a follow stuck on a stalled disk
             // does not keep the next table's from being asked for.
             tokio::select! {

@@ -445,7 +445,7 @@ pub async fn serve(options: ServeOptions) -> Result<Exit, ServeError> {
     }
     let tls_on = tls.is_some();
     // Opened now, so a path that cannot be written is told at start.
-    ACCESS_FILE.follow(cfg.settings.log.access_file.as_ref());
+    ACCESS_FILE.follow(cfg.settings.log.access_file.as_ref(), 0);
     let source = match &options.table {
         TableFrom::File(p) => reload::Source::File(p.clone()),
         TableFrom::Etcd(_) => reload::Source::Pushed(name.clone()),

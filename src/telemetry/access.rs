@@ -15,7 +15,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tracing_subscriber::fmt::MakeWriter;
@@ -28,12 +28,19 @@ pub struct AccessFile {
     /// The address of the path last followed: a request compares it with
     /// its table's, so following costs a load when nothing changed.
     followed: AtomicUsize,
+    /// The version of the table last followed, set under `open`'s lock: a
+    /// follow for an older table that takes the lock late changes nothing.
+    version: AtomicU64,
     open: Mutex<Option<(Arc<Path>, File)>>,
 }
 
 /// The process's access-log file.
-pub static ACCESS_FILE: AccessFile =
-    AccessFile { on: AtomicBool::new(false), followed: AtomicUsize::new(0), open: Mutex::new(None) };
+pub static ACCESS_FILE: AccessFile = AccessFile {
+    on: AtomicBool::new(false),
+    followed: AtomicUsize::new(0),
+    version: AtomicU64::new(0),
+    open: Mutex::new(None),
+};
 
 impl AccessFile {
     /// Whether access lines go to a file.
@@ -42,14 +49,20 @@ impl AccessFile {
     }
 
     /// Writes to `path` from now on (`None`: standard error again), when it
-    /// is not the one followed already. Called with the table in force.
-    pub fn follow(&self, path: Option<&Arc<Path>>) {
+    /// is not the one followed already. Called with the table in force, of
+    /// `version` (0 at start): followers of two tables published in a row
+    /// may take the lock in either order, and the later table's path wins.
+    pub fn follow(&self, path: Option<&Arc<Path>>, version: u64) {
         let addr = path.map_or(0, |p| Arc::as_ptr(p).cast::<u8>() as usize);
         if self.followed.load(Ordering::Relaxed) == addr {
             return;
         }
-        self.followed.store(addr, Ordering::Relaxed);
         let Ok(mut open) = self.open.lock() else { return };
+        if self.version.load(Ordering::Relaxed) > version {
+            return;
+        }
+        self.version.store(version, Ordering::Relaxed);
+        self.followed.store(addr, Ordering::Relaxed);
         match path {
             // The same path in a new table: the file open already stays,
             // under the new table's path (held, so its address stays its own).
@@ -118,5 +131,29 @@ impl<'a> MakeWriter<'a> for &'static AccessFile {
 
     fn make_writer(&'a self) -> LineWriter {
         LineWriter(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_follow_for_an_older_table_that_comes_late_changes_nothing() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let file = AccessFile {
+            on: AtomicBool::new(false),
+            followed: AtomicUsize::new(0),
+            version: AtomicU64::new(0),
+            open: Mutex::new(None),
+        };
+        let (a, b): (Arc<Path>, Arc<Path>) = (dir.path().join("a.log").into(), dir.path().join("b.log").into());
+        // Tables 2 (a) and 3 (b) published in a row; 3's follower takes the lock first.
+        file.follow(Some(&b), 3);
+        file.follow(Some(&a), 2);
+        LineWriter(Box::leak(Box::new(file))).write_all(b"line\n")?;
+        assert_eq!(std::fs::read_to_string(&*b)?, "line\n");
+        assert!(!a.exists(), "the older table's file was opened");
+        Ok(())
     }
 }
