@@ -85,10 +85,9 @@ async fn least_request_sends_fewer_requests_to_a_slow_backend() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn least_request_still_sees_the_requests_under_way_after_a_reload() -> TestResult {
-    // `held` answers requests only when released (its health checks at
-    // once); `fast` at once.
+/// A backend that answers `/x` only once released (one request a permit
+/// added), anything else at once.
+async fn held_backend() -> Result<(Running, Arc<tokio::sync::Semaphore>), BoxError> {
     let release = Arc::new(tokio::sync::Semaphore::new(0));
     let gate = Arc::clone(&release);
     let (held, _) = backend_with(move |req| {
@@ -101,6 +100,14 @@ async fn least_request_still_sees_the_requests_under_way_after_a_reload() -> Tes
         }
     })
     .await?;
+    Ok((held, release))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn least_request_still_sees_the_requests_under_way_after_a_reload() -> TestResult {
+    // `held` answers requests only when released (its health checks at
+    // once); `fast` at once.
+    let (held, release) = held_backend().await?;
     let fast = delayed(Duration::ZERO).await?;
     let eu = format!("{{ upstreams: [\"http://{}\", \"http://{}\"], balance: least_request }}", held.addr, fast.addr);
     let text = table(&eu, "");
@@ -140,18 +147,7 @@ async fn least_request_still_sees_the_requests_under_way_after_a_reload() -> Tes
 
 #[tokio::test]
 async fn a_request_under_way_over_a_reload_counts_for_its_unit_in_the_new_table() -> TestResult {
-    let release = Arc::new(tokio::sync::Semaphore::new(0));
-    let gate = Arc::clone(&release);
-    let (held, _) = backend_with(move |req| {
-        let gate = Arc::clone(&gate);
-        async move {
-            if req.uri().path() == "/x" {
-                let _ = gate.acquire().await.map(|p| p.forget());
-            }
-            Response::new(full("held"))
-        }
-    })
-    .await?;
+    let (held, release) = held_backend().await?;
     // The table has no countries: an iUID is placed by `default_region`.
     let text = format!(
         "version: 1\nregions:\n  eu: {{ upstreams: [\"http://{}\"] }}\ndefault_region: eu\nroutes:\n  - {{ name: ids, match: {{ prefix: /x }}, id: {{ header: x-id, formats: [iuid] }} }}\n",
