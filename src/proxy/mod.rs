@@ -218,10 +218,9 @@ impl Proxy {
         }
         // A unit being re-homed: its requests wait before anything of them
         // is read (but a call's first message, when its id is there).
-        let arrived = Instant::now();
         let (mut refused, mut held) = (None, hold::Passed::Free);
         if loaded.table.is_holding() {
-            match Box::pin(self.hold(head, body, Arc::clone(&loaded), arrived)).await {
+            match Box::pin(self.hold(head, body, Arc::clone(&loaded))).await {
                 Ok(through) => (loaded, held, body) = (through.loaded, through.passed, through.body),
                 Err(e) => (refused, body) = (Some(e), RequestBody::Empty),
             }
@@ -230,7 +229,7 @@ impl Proxy {
         self.handled.fetch_add(1, Ordering::Relaxed);
         let (request_id, fresh_request_id) = self.request_id(head);
         let arrival = Arrival {
-            started: arrived,
+            started: Instant::now(),
             request_id,
             fresh_request_id,
             method: head.method.clone(),
@@ -256,16 +255,10 @@ impl Proxy {
     /// from its first message has that message read first: without it the
     /// call's unit is unknown, and its write would pass the hold. The body
     /// handed on starts with what was read (the route reads the message
-    /// again from memory).
-    async fn hold(
-        &self,
-        head: &Parts,
-        body: RequestBody,
-        loaded: Arc<Loaded>,
-        arrived: Instant,
-    ) -> Result<Through, ProxyError> {
+    /// again from memory). Its timers start once the hold lets it go.
+    async fn hold(&self, head: &Parts, body: RequestBody, loaded: Arc<Loaded>) -> Result<Through, ProxyError> {
         let (first, body) = match is_call(head) {
-            true => message::if_routed_by(&loaded.table, head, arrived, body).await?,
+            true => message::if_routed_by(&loaded.table, head, Instant::now(), body).await?,
             false => (None, body),
         };
         let asked = hold::Asked { head, message: first.as_ref().map(message::First::message) };

@@ -896,3 +896,23 @@ async fn rehoming_phases_applied_one_instance_after_another_fail_no_held_write()
     assert!(failed.is_empty(), "{} failed: {:?}", failed.len(), &failed[..failed.len().min(5)]);
     Ok(())
 }
+
+#[tokio::test]
+async fn rehoming_a_write_held_longer_than_its_request_timeout_is_timed_from_its_release() -> TestResult {
+    // The hold's wait is the move's, not the upstream's: the request's
+    // timers start once it is let go.
+    let [eu, kz, us] = three_backends().await?;
+    let timed = "upstream: { request_timeout: 500ms, attempt_timeout: 500ms }\n";
+    let p = proxy(&table(eu.addr, kz.addr, us.addr, timed)).await?;
+    publish(&p, &table(eu.addr, kz.addr, us.addr, &format!("{timed}{}", moving("hold", "eu", 1, ""))))?;
+    let req = put(&p, 7)?;
+    let held = tokio::spawn(send(req));
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(!held.is_finished(), "the write was answered during the hold");
+    let switched = table(eu.addr, kz.addr, us.addr, &format!("{timed}{}", moving("switch", "eu", 2, "")))
+        .replace("KZ: { id: 7, region: kz }", "KZ: { id: 7, region: eu }");
+    publish(&p, &switched)?;
+    let got = held.await??;
+    assert_eq!((got.status.as_u16(), region(&got)), (200, "eu".into()));
+    Ok(())
+}
