@@ -63,17 +63,6 @@ pub enum Node {
     SonyflakeMachine,
 }
 
-impl Node {
-    /// Every node table.
-    pub const ALL: [Node; 5] = [
-        Node::LocalityMac,
-        Node::LocalityPid,
-        Node::SnowflakeDatacenter,
-        Node::SnowflakeWorker,
-        Node::SonyflakeMachine,
-    ];
-}
-
 /// `a-b`, or `a` when one.
 fn span<T: fmt::Display + PartialEq>(f: &mut fmt::Formatter<'_>, a: T, b: T) -> fmt::Result {
     if a == b {

@@ -12,8 +12,8 @@
 //! Refused: lengths that disagree, any `Transfer-Encoding` in HTTP/1.0,
 //! and on a body a coding other than `chunked` (the client never asked for
 //! one, and the body is framed anew on its leg, so the coding could not
-//! reach it) or a field that does not end in `chunked`. Of agreeing length fields only the first value is kept for
-//! the client.
+//! reach it) or a field that does not end in `chunked`. Of agreeing length
+//! fields only the first value is kept for the client.
 //!
 //! Keep-alive: HTTP/1.1 unless `Connection: close`, HTTP/1.0 only with
 //! `Connection: keep-alive`, never for a body delimited by the close.
