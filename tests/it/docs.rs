@@ -29,14 +29,14 @@ fn docs_restart_only_keys_are_documented_as_the_code_lists_them() -> Result<(), 
 
 #[test]
 fn docs_request_outcomes_are_documented_as_the_code_lists_them() -> Result<(), String> {
-    let readme = read("README.md")?;
-    let paragraph = readme
+    let operating = read("docs/operating.md")?;
+    let paragraph = operating
         .split("\n\n")
         .find(|p| p.starts_with("A request's `outcome` is"))
-        .ok_or("README.md has no paragraph listing the request outcomes")?;
+        .ok_or("docs/operating.md has no paragraph listing the request outcomes")?;
     let listed: Vec<&str> = code_words(paragraph).into_iter().skip(1).collect();
     let code: Vec<&str> = Outcome::ALL.iter().map(|o| o.as_str()).collect();
-    assert_eq!(listed, code, "README.md's outcomes and shardgate::outcome::Outcome differ");
+    assert_eq!(listed, code, "docs/operating.md's outcomes and shardgate::outcome::Outcome differ");
     Ok(())
 }
 
