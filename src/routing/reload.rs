@@ -474,6 +474,9 @@ pub async fn watch_with(reloader: Arc<Reloader>, options: WatchOptions, shutdown
         i
     });
     tokio::pin!(shutdown);
+    // Events stop when the watcher is gone (or was never made); from then on
+    // only the poll (or nothing) wakes the loop.
+    let mut events_open = true;
     loop {
         let tick = async {
             match poll.as_mut() {
@@ -485,13 +488,9 @@ pub async fn watch_with(reloader: Arc<Reloader>, options: WatchOptions, shutdown
         };
         tokio::select! {
             _ = &mut shutdown => break,
-            ev = rx.recv() => {
+            ev = rx.recv(), if events_open => {
                 if ev.is_none() {
-                    // The watcher is gone; keep polling (or wait for shutdown).
-                    if poll.is_none() {
-                        shutdown.as_mut().await;
-                        break;
-                    }
+                    events_open = false;
                     continue;
                 }
                 // Debounce: wait for a quiet period, bounded so a file that

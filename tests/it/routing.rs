@@ -289,7 +289,11 @@ struct Watching {
 
 impl Watching {
     fn new(r: &Arc<Reloader>, options: WatchOptions) -> Result<Watching, Box<dyn std::error::Error>> {
-        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name(WATCHER_THREAD)
+            .enable_all()
+            .build()?;
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let task = runtime.spawn(watch_with(Arc::clone(r), options, async move {
             let _ = rx.await;
@@ -309,6 +313,29 @@ impl Drop for Watching {
             let _ = self.runtime.block_on(async { tokio::time::timeout(Duration::from_secs(5), task).await });
         }
     }
+}
+
+/// The name of the watcher runtime's threads.
+const WATCHER_THREAD: &str = "table-watcher";
+
+/// CPU time (user and system, in clock ticks) used so far by this process's
+/// threads named `name` (Linux `/proc`).
+fn cpu_ticks_of_threads(name: &str) -> Result<u64, Box<dyn std::error::Error>> {
+    let mut ticks = 0;
+    for task in std::fs::read_dir("/proc/self/task")? {
+        let dir = task?.path();
+        let Ok(comm) = std::fs::read_to_string(dir.join("comm")) else { continue };
+        if comm.trim_end() != name {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(dir.join("stat")) else { continue };
+        // Fields after the parenthesised name: state is the 3rd field, utime the 14th, stime the 15th.
+        let rest = stat.rsplit_once(')').map(|(_, r)| r).ok_or("stat without a name")?;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        ticks +=
+            fields.get(11).ok_or("no utime")?.parse::<u64>()? + fields.get(12).ok_or("no stime")?.parse::<u64>()?;
+    }
+    Ok(ticks)
 }
 
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -386,6 +413,12 @@ fn routing_poll_fallback_picks_up_changes() -> Result<(), Box<dyn std::error::Er
     let _w = Watching::new(&r, options)?;
     std::fs::write(&file, mini("eu"))?;
     assert!(eventually(DEADLINE, || owner_of_kz(r.shared()) == "eu"), "poll did not pick up the change");
+    // Between polls the watcher sleeps: over a second its thread uses a few
+    // ticks (100 a second is one core's whole time), not a core.
+    let before = cpu_ticks_of_threads(WATCHER_THREAD)?;
+    std::thread::sleep(Duration::from_secs(1));
+    let used = cpu_ticks_of_threads(WATCHER_THREAD)? - before;
+    assert!(used < 20, "the watcher's thread used {used} clock ticks in a second of polling every 50 ms");
     Ok(())
 }
 
