@@ -157,6 +157,7 @@ pub(super) async fn forward<'t>(
     let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
     let rewritten = leg.rewrite.map(|rule| rewrite::target(table, rule, &parts.method, &parts.uri)).transpose()?;
     let (body, use_) = prepare(parts, body, table, s.pace, call).await?;
+    let s = AttemptSettings { started: Instant::now(), ..s }; // The upload was the client's time.
     let mut again = Again::new(parts, &body);
     let mut body = Some(body);
     let mut deposited = false;

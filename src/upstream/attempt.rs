@@ -54,7 +54,8 @@ pub struct AttemptSettings<'p> {
     /// while the client is still sending, nor while the request waits for a
     /// connection), retries and their budget, limits, passive health.
     pub policy: &'p UpstreamPolicy,
-    /// When the request arrived.
+    /// When the request was ready to go: its arrival, or once its body
+    /// was read whole (`request_timeout` never counts a slow upload).
     pub started: Instant,
     /// How fast the client must send a body that is passed on as it arrives.
     pub pace: Pace,
@@ -204,7 +205,9 @@ impl Upstreams {
         // `a`, and with it the endpoint's admission (a trial request's), is
         // held until the attempt ends.
         let endpoint = a.endpoint;
-        let record = |failed: bool| health.record(&endpoint.pool_key, failed, s.policy.eject_after, s.policy.eject_for);
+        let trial = matches!(a.admit, Admit::Trial(_));
+        let record =
+            |failed: bool| health.record(&endpoint.pool_key, failed, trial, s.policy.eject_after, s.policy.eject_for);
         let watch = body.watch();
         if is_h2(endpoint.uri.scheme_str()) {
             // Boxed: its state (hyper's) would otherwise widen every HTTP/1 attempt's future.

@@ -96,6 +96,31 @@ async fn an_upload_longer_than_the_timeouts_finishes() -> TestResult {
     Ok(())
 }
 
+#[tokio::test]
+async fn a_small_body_sent_slowly_is_timed_from_its_last_byte_and_never_blamed_on_the_backend() -> TestResult {
+    // A body this small is read whole before it goes; its upload (1.5 s)
+    // outlasts the request's whole timeout (1 s), and one failure held
+    // against kz's only endpoint would eject it.
+    let extra = "upstream: { attempt_timeout: 1s, request_timeout: 1s, eject_after: 1, eject_for: 30s, retries: 0, \
+                 health: { interval: 0s } }";
+    let (p, [_eu, _kz, _us]) = world(extra, false).await?;
+    let path = format!("/v1/orders/{}", iuid(7));
+    for _ in 0..2 {
+        let mut s = TcpStream::connect(p.addr).await?;
+        let head = format!("POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 20\r\nConnection: close\r\n\r\n");
+        s.write_all(format!("{head}0123456789").as_bytes()).await?;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        s.write_all(b"abcdefghij").await?;
+        let r = read_until_closed(&mut s, WAIT).await?;
+        let text = r.text();
+        assert!(text.starts_with("HTTP/1.1 200"), "{}", &text[..text.len().min(400)]);
+        let json: serde_json::Value = serde_json::from_str(text.split_once("\r\n\r\n").ok_or("no body")?.1)?;
+        assert_eq!((json["region"].as_str(), json["body_bytes"].as_u64()), (Some("kz"), Some(20)));
+    }
+    assert!(all_up(&p, "kz")?, "{:?}", health_of(&p, "kz")?);
+    Ok(())
+}
+
 /// A backend that answers `ok` after `delay`.
 async fn slow_ok(delay: Duration) -> Result<(Running, Arc<support::Conns>), BoxError> {
     backend_with(move |req| async move {
