@@ -127,7 +127,7 @@ routes: []
         let h = Health::default();
         h.track_table(t);
         for key in down {
-            h.record(key, true, 1, Duration::from_secs(60));
+            h.record(key, true, false, 1, Duration::from_secs(60));
         }
         h
     }

@@ -293,18 +293,20 @@ impl Health {
     /// judged by what the upstream did (the caller never counts a client's
     /// fault). A failure counts against it; `eject_after` in a row eject it for
     /// `eject_for` (0 disables ejection). The outcome of a half-open trial
-    /// re-admits the endpoint or ejects it again.
-    pub fn record(&self, key: &str, failed: bool, eject_after: u32, eject_for: Duration) {
+    /// (`trial`: the request was admitted as one) re-admits the endpoint or
+    /// ejects it again; an ejected endpoint's other requests, sent before it
+    /// was ejected, decide nothing.
+    pub fn record(&self, key: &str, failed: bool, trial: bool, eject_after: u32, eject_for: Duration) {
         if !failed && self.failing.load(Ordering::Relaxed) == 0 && self.held.load(Ordering::Relaxed) == 0 {
             return;
         }
         let states = self.states.load();
         let Some(s) = states.get(key) else { return };
         if s.is_held() {
-            if failed {
-                self.eject(s, eject_for, "trial request failed");
-            } else {
-                self.readmit(s, "trial request succeeded");
+            match (trial, failed) {
+                (true, true) => self.eject(s, eject_for, "trial request failed"),
+                (true, false) => self.readmit(s, "trial request succeeded"),
+                (false, _) => {}
             }
             return;
         }
@@ -540,15 +542,15 @@ mod tests {
         assert!(h.all_clear() && h.usable(a));
 
         // Passive failures: counted once per streak, cleared by a success.
-        h.record(b, true, 3, Duration::from_secs(60));
-        h.record(b, true, 3, Duration::from_secs(60));
+        h.record(b, true, false, 3, Duration::from_secs(60));
+        h.record(b, true, false, 3, Duration::from_secs(60));
         assert_eq!(h.failing.load(Ordering::Relaxed), 1);
-        h.record(b, false, 3, Duration::from_secs(60));
+        h.record(b, false, false, 3, Duration::from_secs(60));
         assert_eq!(h.failing.load(Ordering::Relaxed), 0);
 
         // Ejection: out for eject_for, the streak cleared.
         for _ in 0..3 {
-            h.record(b, true, 3, Duration::from_secs(60));
+            h.record(b, true, false, 3, Duration::from_secs(60));
         }
         assert_eq!(h.failing.load(Ordering::Relaxed), 0);
         assert!(!h.all_clear() && !h.usable(b) && h.usable(a));
@@ -571,7 +573,7 @@ mod tests {
         let a = "http://10.0.0.1:1";
         let h = health_with(&[a]);
         h.checks_off();
-        h.record(a, true, 1, Duration::from_secs(60));
+        h.record(a, true, false, 1, Duration::from_secs(60));
         assert!(matches!(h.admit(a), Admit::No), "ejected");
         expire(&h, a);
         // One trial at a time.
@@ -579,16 +581,36 @@ mod tests {
         assert!(matches!(trial, Admit::Trial(_)));
         assert!(matches!(h.admit(a), Admit::No) && !h.usable(a));
         // A failed trial ejects it again; a trial dropped without a verdict frees the slot.
-        h.record(a, true, 1, Duration::from_secs(60));
+        h.record(a, true, true, 1, Duration::from_secs(60));
         drop(trial);
         assert!(matches!(h.admit(a), Admit::No), "ejected again");
         expire(&h, a);
         drop(h.admit(a));
         let trial = h.admit(a);
         assert!(matches!(trial, Admit::Trial(_)));
-        h.record(a, false, 1, Duration::from_secs(60));
+        // A request sent before the ejection, answered now, decides nothing.
+        h.record(a, false, false, 1, Duration::from_secs(60));
+        assert!(matches!(h.admit(a), Admit::No) && !h.usable(a), "still out while the trial runs");
+        h.record(a, false, true, 1, Duration::from_secs(60));
         drop(trial);
         assert!(h.all_clear() && matches!(h.admit(a), Admit::Yes));
+    }
+
+    #[test]
+    fn an_ejected_endpoints_requests_sent_before_its_ejection_decide_nothing() {
+        let a = "http://10.0.0.1:1";
+        let h = health_with(&[a]);
+        h.checks_off();
+        h.record(a, true, false, 1, Duration::from_secs(60));
+        let until = |h: &Health| h.states.load().get(a).map(|s| s.ejected_until_ms.load(Ordering::Relaxed));
+        let ejected_until = until(&h);
+        // Answered after the ejection: neither back in at once, nor out longer.
+        h.record(a, false, false, 1, Duration::from_secs(60));
+        assert!(matches!(h.admit(a), Admit::No), "a success that was no trial re-admitted it");
+        h.record(a, true, false, 1, Duration::from_secs(3600));
+        assert_eq!(until(&h), ejected_until, "a failure that was no trial ejected it again");
+        expire(&h, a);
+        assert!(matches!(h.admit(a), Admit::Trial(_)));
     }
 
     #[test]
@@ -618,8 +640,8 @@ mod tests {
         // a down, b ejected, c one passive failure; then the table names d
         // alone (DNS dropped the others).
         h.apply_check(a, false, 1, 1);
-        h.record(b, true, 1, Duration::from_secs(60));
-        h.record(c, true, 3, Duration::from_secs(60));
+        h.record(b, true, false, 1, Duration::from_secs(60));
+        h.record(c, true, false, 3, Duration::from_secs(60));
         let counts = |h: &Health| {
             let n = |c: &AtomicU32| c.load(Ordering::Relaxed);
             (n(&h.down), n(&h.held), n(&h.failing))
