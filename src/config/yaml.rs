@@ -10,8 +10,10 @@
 //! out of the tree (so they are reported once, with a "did you mean" hint).
 //!
 //! Hostile input is bounded: the text is capped at [`MAX_INPUT_BYTES`],
-//! nesting at [`MAX_DEPTH`], and the number of nodes, aliases expanded
-//! included, at [`MAX_NODES`] (a "billion laughs" document stops there).
+//! nesting at [`MAX_DEPTH`], and the number of nodes and the bytes of their
+//! text, aliases expanded included, at [`MAX_NODES`] and
+//! [`MAX_EXPANDED_BYTES`] (a "billion laughs" document stops there, as does
+//! one repeating a long string); an alias counts its anchor's nesting too.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -27,6 +29,34 @@ pub const MAX_INPUT_BYTES: usize = 4 << 20;
 pub const MAX_DEPTH: usize = 64;
 /// Most nodes a document may expand to, aliases included.
 pub const MAX_NODES: usize = 1_000_000;
+/// Most bytes of keys and scalars a document may expand to, aliases included.
+pub const MAX_EXPANDED_BYTES: usize = 64 << 20;
+
+/// What a node adds to its document: nodes, bytes of text, and how many
+/// levels of mappings and sequences it holds (0 for a scalar).
+#[derive(Clone, Copy, Debug, Default)]
+struct Size {
+    nodes: usize,
+    bytes: usize,
+    height: usize,
+}
+
+impl Size {
+    /// A collection's own node, before its children.
+    const COLLECTION: Size = Size { nodes: 1, bytes: 0, height: 1 };
+
+    /// A scalar of `bytes` bytes.
+    fn scalar(bytes: usize) -> Size {
+        Size { nodes: 1, bytes, height: 0 }
+    }
+
+    /// This collection with `child` (and `key_bytes` of its key) in it.
+    fn hold(&mut self, child: Size, key_bytes: usize) {
+        self.nodes = self.nodes.saturating_add(child.nodes);
+        self.bytes = self.bytes.saturating_add(child.bytes).saturating_add(key_bytes);
+        self.height = self.height.max(child.height + 1);
+    }
+}
 
 /// One step of a YAML path.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -178,6 +208,7 @@ pub fn walk(text: &str, shape: &Shape) -> Result<Walked, Vec<ConfigError>> {
         parser: Parser::new(StrInput::new(text)),
         anchors: HashMap::new(),
         nodes: 0,
+        bytes: 0,
         index: SpanIndex::default(),
         errors: Vec::new(),
     };
@@ -201,8 +232,9 @@ fn pos(span: &Span) -> Pos {
 struct Walker<'a> {
     shape: &'a Shape,
     parser: Parser<'a, StrInput<'a>>,
-    anchors: HashMap<usize, (Value, usize)>,
+    anchors: HashMap<usize, (Value, Size)>,
     nodes: usize,
+    bytes: usize,
     index: SpanIndex,
     errors: Vec<ConfigError>,
 }
@@ -261,20 +293,25 @@ impl<'a> Walker<'a> {
         }
     }
 
-    fn count(&mut self, n: usize, span: &Span) -> Result<(), Fatal> {
-        self.nodes = self.nodes.saturating_add(n);
-        if self.nodes > MAX_NODES {
-            return Err(err(
-                &YamlPath::root(),
-                pos(span),
-                format!("document expands to more than {MAX_NODES} nodes (aliases included)"),
-                Some("remove deeply repeated aliases"),
-            ));
-        }
-        Ok(())
+    fn count(&mut self, n: Size, span: &Span) -> Result<(), Fatal> {
+        self.nodes = self.nodes.saturating_add(n.nodes);
+        self.bytes = self.bytes.saturating_add(n.bytes);
+        let over = if self.nodes > MAX_NODES {
+            format!("{MAX_NODES} nodes")
+        } else if self.bytes > MAX_EXPANDED_BYTES {
+            format!("{} MiB of text", MAX_EXPANDED_BYTES >> 20)
+        } else {
+            return Ok(());
+        };
+        Err(err(
+            &YamlPath::root(),
+            pos(span),
+            format!("document expands to more than {over} (aliases included)"),
+            Some("remove deeply repeated aliases"),
+        ))
     }
 
-    /// Builds the node that starts with `ev`; returns it and its node count.
+    /// Builds the node that starts with `ev`; returns it and its size.
     fn node(
         &mut self,
         ev: Event<'a>,
@@ -282,10 +319,11 @@ impl<'a> Walker<'a> {
         path: &mut YamlPath,
         shape: &Shape,
         depth: usize,
-    ) -> Result<(Value, usize), Fatal> {
+    ) -> Result<(Value, Size), Fatal> {
         match ev {
             Event::Scalar(text, style, anchor, tag) => {
-                self.count(1, &span)?;
+                let size = Size::scalar(text.len());
+                self.count(size, &span)?;
                 let force_str = match &tag {
                     None => false,
                     Some(t) if t.handle == "tag:yaml.org,2002:" && t.suffix == "str" => true,
@@ -305,27 +343,32 @@ impl<'a> Walker<'a> {
                     resolve_plain(&text)
                 };
                 if anchor > 0 {
-                    self.anchors.insert(anchor, (value.clone(), 1));
+                    self.anchors.insert(anchor, (value.clone(), size));
                 }
-                Ok((value, 1))
+                Ok((value, size))
             }
             Event::Alias(id) => {
-                let Some((value, n)) = self.anchors.get(&id).cloned() else {
+                let Some(&(_, size)) = self.anchors.get(&id) else {
                     return Err(err(path, pos(&span), "alias to an unknown anchor".into(), None));
                 };
-                self.count(n, &span)?;
-                Ok((value, n))
+                // Counted before it is copied: the copy is what costs.
+                self.count(size, &span)?;
+                if size.height > 0 {
+                    self.check_depth(depth + size.height - 1, &span, path)?;
+                }
+                let value = self.anchors.get(&id).map(|(v, _)| v.clone()).unwrap_or(Value::Null);
+                Ok((value, size))
             }
             Event::SequenceStart(anchor, tag) => {
                 self.check_depth(depth, &span, path)?;
                 self.check_tag(tag.is_some(), path, &span);
-                self.count(1, &span)?;
+                self.count(Size::COLLECTION, &span)?;
                 let item_shape = match shape {
                     Shape::Seq(inner) => inner,
                     _ => &Shape::Any,
                 };
                 let mut items = Vec::new();
-                let mut total = 1usize;
+                let mut total = Size::COLLECTION;
                 loop {
                     let (ev, span) = self.next()?;
                     if matches!(ev, Event::SequenceEnd) {
@@ -335,7 +378,7 @@ impl<'a> Walker<'a> {
                     self.index.map.insert(path.clone(), Entry { key: None, value: pos(&span) });
                     let (v, n) = self.node(ev, span, path, item_shape, depth + 1)?;
                     path.0.pop();
-                    total = total.saturating_add(n);
+                    total.hold(n, 0);
                     items.push(v);
                 }
                 let value = Value::Sequence(items);
@@ -347,10 +390,10 @@ impl<'a> Walker<'a> {
             Event::MappingStart(anchor, tag) => {
                 self.check_depth(depth, &span, path)?;
                 self.check_tag(tag.is_some(), path, &span);
-                self.count(1, &span)?;
+                self.count(Size::COLLECTION, &span)?;
                 let mut map = Mapping::new();
                 let mut seen: HashMap<String, Pos> = HashMap::new();
-                let mut total = 1usize;
+                let mut total = Size::COLLECTION;
                 loop {
                     let (kev, kspan) = self.next()?;
                     if matches!(kev, Event::MappingEnd) {
@@ -408,7 +451,9 @@ impl<'a> Walker<'a> {
                     path.0.push(Seg::Key(key.clone()));
                     let (v, n) = self.node(vev, vspan, path, child_shape, depth + 1)?;
                     path.0.pop();
-                    total = total.saturating_add(n);
+                    // The key's bytes count once here, and again with every alias of the mapping.
+                    self.count(Size { nodes: 0, ..Size::scalar(key.len()) }, &kspan)?;
+                    total.hold(n, key.len());
                     map.insert(Value::String(key), v);
                 }
                 let value = Value::Mapping(map);
@@ -560,81 +605,4 @@ fn is_float(s: &str) -> bool {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-
-    /// Walks `text` against the routing table's schema.
-    fn walk(text: &str) -> Result<Walked, Vec<ConfigError>> {
-        super::walk(text, crate::config::keys::shape())
-    }
-
-    #[test]
-    fn records_positions_and_paths() {
-        let w = walk("version: 1\nregions:\n  eu:\n    upstreams: [\"http://a:1\", \"http://b:2\"]\n").unwrap();
-        assert!(w.errors.is_empty());
-        let p = YamlPath::root().k("regions").k("eu").k("upstreams").i(1);
-        assert_eq!(p.to_string(), "regions.eu.upstreams[1]");
-        assert_eq!(w.index.value_pos(&p), Pos { line: 4, col: 31 });
-        assert_eq!(w.index.key_pos(&YamlPath::root().k("regions").k("eu")), Pos { line: 3, col: 3 });
-    }
-
-    #[test]
-    fn reports_every_duplicate_and_unknown_key() {
-        let w =
-            walk("version: 1\nversion: 2\nregoins: {}\nregions:\n  eu: { upstreamz: [], peer: x, peer: y }\n").unwrap();
-        let msgs: Vec<String> = w.errors.iter().map(|e| format!("{}:{} {}", e.line, e.path, e.message)).collect();
-        assert_eq!(msgs.len(), 4, "{msgs:?}");
-        assert!(msgs[0].starts_with("2:version duplicate key"));
-        assert!(msgs[1].starts_with("3:regoins unknown key"));
-        assert_eq!(w.errors[1].hint.as_deref(), Some("did you mean `regions`?"));
-        assert!(msgs[2].starts_with("5:regions.eu.upstreamz unknown key"));
-        assert!(msgs[3].starts_with("5:regions.eu.peer duplicate key"));
-    }
-
-    #[test]
-    fn resolves_scalars_like_yaml_1_2() {
-        assert_eq!(resolve_plain("16"), Value::Number(Number::from(16u64)));
-        assert_eq!(resolve_plain("-3"), Value::Number(Number::from(-3i64)));
-        assert_eq!(resolve_plain("0x10"), Value::Number(Number::from(16u64)));
-        assert_eq!(resolve_plain("0-7"), Value::String("0-7".into()));
-        assert_eq!(resolve_plain("yes"), Value::String("yes".into()));
-        assert_eq!(resolve_plain("~"), Value::Null);
-        assert_eq!(resolve_plain("1.5"), Value::Number(Number::from(1.5)));
-        assert_eq!(resolve_plain("1e3"), Value::Number(Number::from(1e3)));
-        assert_eq!(resolve_plain("c110002"), Value::String("c110002".into()));
-    }
-
-    #[test]
-    fn stops_billion_laughs_and_deep_nesting() {
-        let mut doc = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
-        for i in 1..12 {
-            let p = i - 1;
-            doc.push_str(&format!(
-                "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
-            ));
-        }
-        let errs = walk(&doc).unwrap_err();
-        assert!(errs.iter().any(|e| e.message.contains("nodes")), "{errs:?}");
-
-        // Flow nesting: the scanner's own recursion limit or ours, either way an error.
-        let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
-        let errs = walk(&deep).unwrap_err();
-        assert!(errs.iter().any(|e| e.message.contains("nesting") || e.message.contains("recursion")), "{errs:?}");
-        // Block nesting below the scanner's limit: ours.
-        let mut block = String::new();
-        for depth in 0..100 {
-            block.push_str(&"  ".repeat(depth));
-            block.push_str("a:\n");
-        }
-        let errs = walk(&block).unwrap_err();
-        assert!(errs.iter().any(|e| e.message.contains("nesting deeper than 64")), "{errs:?}");
-    }
-
-    #[test]
-    fn syntax_errors_have_positions() {
-        let errs = walk("version: 1\nregions: [a, b\n").unwrap_err();
-        assert!(errs[0].message.starts_with("yaml syntax error"));
-        assert!(errs[0].line >= 2);
-    }
-}
+mod tests;
