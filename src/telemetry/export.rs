@@ -33,6 +33,9 @@ pub struct ExportCounts {
     pub failed: AtomicU64,
 }
 
+/// The most spans `OTEL_BSP_MAX_QUEUE_SIZE` can ask the queue to hold.
+pub const MAX_QUEUE: usize = 65_536;
+
 /// The queue's sizes and pace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QueueSettings {
@@ -50,7 +53,8 @@ impl QueueSettings {
         let num = |key: &str, default: u64| {
             env(key).and_then(|v| v.trim().parse::<u64>().ok()).filter(|n| *n > 0).unwrap_or(default)
         };
-        let max_queue = usize::try_from(num("OTEL_BSP_MAX_QUEUE_SIZE", 2048)).unwrap_or(2048);
+        // The queue's slots are made at start: a number past any real need is cut to `MAX_QUEUE`.
+        let max_queue = usize::try_from(num("OTEL_BSP_MAX_QUEUE_SIZE", 2048)).unwrap_or(2048).min(MAX_QUEUE);
         let max_batch = usize::try_from(num("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512)).unwrap_or(512).min(max_queue);
         QueueSettings { max_queue, max_batch, delay: Duration::from_millis(num("OTEL_BSP_SCHEDULE_DELAY", 1000)) }
     }
@@ -191,6 +195,13 @@ impl<E: SpanExporter> Worker<E> {
 #[cfg(test)]
 mod tests {
     use std::sync::mpsc::Sender;
+
+    #[test]
+    fn a_queue_size_past_any_need_is_cut_to_the_most_the_queue_holds() {
+        let env = |k: &str| (k == "OTEL_BSP_MAX_QUEUE_SIZE").then(|| "10000000000".to_string());
+        let s = QueueSettings::from_env(env);
+        assert_eq!((s.max_queue, s.max_batch), (super::MAX_QUEUE, 512));
+    }
 
     use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState};
     use opentelemetry::InstrumentationScope;

@@ -230,6 +230,10 @@ pub(super) fn typed(file: &File, top: &TopLevel, ids: &IdSettings) -> Settings {
 
 /// Largest `server.request_buffer_bytes`: a body that size is held in memory.
 const MAX_REQUEST_BUFFER: usize = 16 * 1024 * 1024;
+/// The largest `server.max_header_bytes`: a head is held whole while it is read.
+const MAX_HEAD_BYTES: usize = 1024 * 1024;
+/// The most `server.max_headers`: every head is parsed into that many slots.
+const MAX_HEADERS: usize = 10_000;
 
 /// `server` and `upstream`: positive limits and timeouts, an attempt that
 /// fits in the request, a retry ratio that is a fraction.
@@ -265,6 +269,15 @@ pub(super) fn limits_and_timeouts(file: &File, ctx: &mut Ctx<'_>) {
             format!("backlog {} is above 65535", server.backlog),
             Some("the kernel caps it at net.core.somaxconn (4096 by default)"),
         );
+    }
+    for (key, v, max) in [
+        ("max_header_bytes", server.max_header_bytes, MAX_HEAD_BYTES),
+        ("max_headers", server.max_headers, MAX_HEADERS),
+    ] {
+        if v > max {
+            let hint = "each request's head is read and parsed within this limit; the default is far below it";
+            ctx.at(&root.k("server").k(key), format!("{key} {v} is above {max}"), Some(hint));
+        }
     }
     if server.request_buffer_bytes > MAX_REQUEST_BUFFER {
         ctx.at(
