@@ -162,6 +162,8 @@ pub struct CertReloader {
     cert: String,
     key: String,
     resolver: Arc<CertResolver>,
+    /// The listener's cipher suites: a new pair must have one it can use.
+    suites: Vec<SupportedCipherSuite>,
     /// Stamps of the last (cert, key) pair tried, so a bad pair is reported once.
     tried: Mutex<(Option<Stamp>, Option<Stamp>)>,
 }
@@ -184,9 +186,11 @@ impl CertReloader {
         self.reload_now().map(|()| true)
     }
 
-    /// Loads the files now and swaps the pair in.
+    /// Loads the files now and swaps the pair in, when one of the
+    /// listener's cipher suites can use its key.
     pub fn reload_now(&self) -> Result<(), TlsError> {
         let key = load_certified_key(&self.cert, &self.key)?;
+        usable_suites(&self.suites, &self.cert, &key)?;
         self.resolver.set(key);
         Ok(())
     }
@@ -234,6 +238,7 @@ impl ServerTls {
         let key = load_certified_key(&cfg.cert, &cfg.key)?;
         let suited = listener_provider(cfg)?;
         usable_suites(&suited.cipher_suites, &cfg.cert, &key)?;
+        let suites = suited.cipher_suites.clone();
         let resolver = Arc::new(CertResolver::new(key));
         let builder = ServerConfig::builder_with_provider(suited)
             .with_protocol_versions(cfg.min_version.versions())
@@ -265,6 +270,7 @@ impl ServerTls {
             cert: cfg.cert.clone(),
             key: cfg.key.clone(),
             resolver,
+            suites,
             tried: Mutex::new((stamp(&cfg.cert), stamp(&cfg.key))),
         };
         Ok(ServerTls {
@@ -522,6 +528,22 @@ mod tests {
         assert!(e.as_deref().is_some_and(|e| e.contains("no suite for the ECDSA key")), "{e:?}");
         assert!(ServerTls::load(&tls(&["TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"])).is_ok());
         assert!(ServerTls::load(&tls(&["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", "TLS13_AES_128_GCM_SHA256"])).is_ok());
+
+        // A rotation to an RSA pair, which the listener's ECDSA suite cannot
+        // use, is refused; the ECDSA pair stays. With a TLS 1.3 suite
+        // beside it, the RSA pair is taken.
+        let served = ServerTls::load(&tls(&["TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"]))?;
+        let both = ServerTls::load(&tls(&["TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", "TLS13_AES_128_GCM_SHA256"]))?;
+        assert_eq!(both.reloader().resolver().current().key.algorithm(), rustls::SignatureAlgorithm::ECDSA);
+        let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls");
+        std::fs::copy(fixtures.join("rsa-cert.pem"), &c)?;
+        std::fs::copy(fixtures.join("rsa-key.pem"), &k)?;
+        let e = served.reloader().reload_now().err().map(|e| e.0);
+        assert!(e.as_deref().is_some_and(|e| e.contains("no suite for the RSA key")), "{e:?}");
+        let kept = served.reloader().resolver().current().key.algorithm();
+        assert_eq!(kept, rustls::SignatureAlgorithm::ECDSA);
+        both.reloader().reload_now()?;
+        assert_eq!(both.reloader().resolver().current().key.algorithm(), rustls::SignatureAlgorithm::RSA);
         Ok(())
     }
 
