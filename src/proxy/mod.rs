@@ -65,7 +65,7 @@ use crate::http1::rules::RuleFields;
 use crate::ids::{SystemClock, Uuid7Minter};
 use crate::mesh;
 use crate::metrics::Metrics;
-use crate::routing::{Found, Loaded, RegionId, SharedTable, Table};
+use crate::routing::{Found, Loaded, RegionId, SharedTable};
 use crate::server::{Answer, AnswerBody, ConnInfo, Drain, Handler};
 use crate::telemetry::traces::{TraceSettings, Traces};
 use crate::upstream::{ClientSettings, Health, RequestBody, Upstreams};
@@ -368,7 +368,8 @@ impl Proxy {
         let reach = self.reach();
         // A peer's fan-out or search leg: this region's answer, as it is.
         if let Some(name) = &relay.leg {
-            let region = serve_leg_here(table, name, &self.me.name)?;
+            let writes = !only_reads(&parts.method, tunnel.is_some());
+            let region = serve_leg_here(ctx, (&plan, writes), name, &self.me.name)?;
             let (rewrite, policy) = (route.rewrite.as_ref(), table.policy(route, region));
             let leg = Leg { started: ctx.arrival.started, rewrite, policy, ..Leg::alone(table, region, ctx.hops) };
             let resp = Box::pin(forward::forward(reach, leg, parts, &added, body, &mut ctx.journal)).await?;
@@ -536,15 +537,44 @@ impl Handler for Proxy {
     }
 }
 
-/// The region a peer's leg names, when it is the one this instance serves.
-fn serve_leg_here(table: &Table, name: &str, me: &str) -> Result<RegionId, ProxyError> {
-    match (table.region_by_name(name), table.local_region()) {
-        (Some(r), Some(local)) if r == local => Ok(r),
-        _ => Err(ProxyError::Loop {
-            detail: format!(
-                "a peer asked this instance ({me}) to serve region {} from its backends, which it does not hold",
-                error::quote(name)
-            ),
-        }),
+/// The region a peer's leg names, when it is the one this instance serves,
+/// and the leg's request is this region's to take. A write (`writes`) this
+/// table places (`plan`) in another region is refused, as is one of a unit
+/// whose move this instance gave up: the sender's table may not agree with
+/// this one (a search route here by id, during a rollout), and a leg is
+/// served as it is, without the forward's fence.
+fn serve_leg_here(
+    ctx: &Ctx<'_>,
+    (plan, writes): (&Plan<'_>, bool),
+    name: &str,
+    me: &str,
+) -> Result<RegionId, ProxyError> {
+    let table = ctx.table;
+    let region = match (table.region_by_name(name), table.local_region()) {
+        (Some(r), Some(local)) if r == local => r,
+        _ => {
+            return Err(ProxyError::Loop {
+                detail: format!(
+                    "a peer asked this instance ({me}) to serve region {} from its backends, which it does not hold",
+                    error::quote(name)
+                ),
+            })
+        }
+    };
+    let Plan::One(located) = plan else { return Ok(region) };
+    if !writes {
+        return Ok(region);
     }
+    let m = table.move_of(located.placement.rule, located.placement.region);
+    if let (Some(m), hold::Passed::GivenUp) = (m, ctx.held) {
+        return Err(ProxyError::HoldExpired { unit: m.unit.clone() });
+    }
+    if located.placement.region == region {
+        return Ok(region);
+    }
+    let owner = table.region(located.placement.region).name.clone();
+    Err(match m {
+        Some(m) => ProxyError::StaleEpoch { unit: m.unit.clone(), owner, epoch: m.epoch },
+        None => ProxyError::NotOwner { owner },
+    })
 }

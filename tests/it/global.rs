@@ -411,6 +411,36 @@ async fn a_legacy_id_is_found_through_every_gateway_and_then_asked_of_its_region
 }
 
 #[tokio::test]
+async fn a_search_leg_that_writes_where_the_peers_table_places_the_entity_elsewhere_is_refused() -> TestResult {
+    // The front door searches for legacy ids; gw-us's table (say, a newer
+    // one during a rollout) sends that route to eu. The front finds the id
+    // in us through gw-us, and its PUT goes there as a leg.
+    let [eu, kz, us] = three_backends().await?;
+    let be = [eu.addr, kz.addr, us.addr];
+    let (listeners, addrs) = three_listeners().await?;
+    let [front_l, us_l, _] = listeners;
+    let gws = [None, None, Some(addrs[1])];
+    let searched = "    id: { path_param: id, formats: [uuidv7] }\n    placement: search\n";
+    let us_table = mesh_table(Some("us"), &be, &gws);
+    assert!(us_table.contains(searched));
+    let _gw_us = proxy_on(us_l, &us_table.replace(searched, "    to: { region: eu }\n")).await?;
+    let front = proxy_on(front_l, &mesh_table(None, &be, &gws)).await?;
+    let legacy = shardgate::cli::backend::legacy_ids("us").into_iter().next().ok_or("no legacy id")?;
+    let url = front.url(&format!("/v1/legacy/{legacy}"));
+    let before = (eu.hits(), us.hits());
+    let got = send(Request::put(url.as_str()).body(Full::new(Bytes::from("{}")))?).await?;
+    assert_eq!(got.status, 421, "{}", String::from_utf8_lossy(&got.body));
+    let problem = got.json()?;
+    assert_eq!((problem["reason"].as_str(), problem["owner"].as_str()), (Some("not_owner"), Some("eu")), "{problem}");
+    // us's backend got the search's HEAD, never the PUT; eu's only its HEAD.
+    assert_eq!((eu.hits(), us.hits()), (before.0 + 1, before.1 + 1));
+    // Reads are served where the leg asks.
+    let got = get(&url).await?;
+    assert_eq!((got.status.as_u16(), got.header("x-backend-region")), (200, Some("us")));
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_reload_that_moves_a_regions_backends_forgets_what_was_found_there() -> TestResult {
     let [eu, kz, us] = three_backends().await?;
     let us2 = crate::support::backend("us").await?;

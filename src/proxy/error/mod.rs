@@ -117,6 +117,13 @@ pub enum ProxyError {
         /// Its epoch in this table.
         epoch: u64,
     },
+    /// A peer's leg of a search or fan-out that writes an entity this
+    /// instance's table places in another region (the two tables disagree
+    /// about the route): it goes to `owner`.
+    NotOwner {
+        /// Its owner in this table.
+        owner: String,
+    },
     /// The owning region has no usable endpoint.
     RegionUnavailable {
         /// The region's name.
@@ -344,6 +351,7 @@ impl fmt::Display for ProxyError {
             E::StaleEpoch { unit, owner, epoch } => {
                 write!(f, "{unit} moved to region {owner} (epoch {epoch}); the forwarding instance's table is older")
             }
+            E::NotOwner { owner } => write!(f, "this instance's table places the entity in region {owner}"),
             E::HoldFull { unit, max } => {
                 write!(
                     f,
@@ -419,6 +427,9 @@ impl Problem for ProxyError {
             ProxyError::NotFoundAnywhere { asked } => {
                 body.insert("asked".into(), asked.clone().into());
             }
+            ProxyError::NotOwner { owner } => {
+                body.insert("owner".into(), owner.clone().into());
+            }
             ProxyError::StaleEpoch { unit, owner, epoch } => {
                 body.insert("unit".into(), unit.clone().into());
                 body.insert("owner".into(), owner.clone().into());
@@ -437,6 +448,11 @@ impl Problem for ProxyError {
                 h.insert(crate::mesh::OWNER, v);
             }
             h.insert(crate::mesh::EPOCH, HeaderValue::from(*epoch));
+        }
+        if let ProxyError::NotOwner { owner } = self {
+            if let Ok(v) = HeaderValue::from_str(owner) {
+                h.insert(crate::mesh::OWNER, v);
+            }
         }
         if let ProxyError::MethodNotAllowed { allow, .. } = self {
             if let Ok(v) = HeaderValue::from_str(allow) {

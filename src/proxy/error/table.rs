@@ -77,6 +77,14 @@ const STALE_EPOCH: Spec = row(
     "stale-epoch",
     Outcome::Misdirected,
 );
+const NOT_OWNER: Spec = row(
+    S::MISDIRECTED_REQUEST,
+    "not_owner",
+    "destination_not_found",
+    "Entity owned by another region",
+    "not-owner",
+    Outcome::Misdirected,
+);
 const UPSTREAM_TIMEOUT: Spec =
     row(S::GATEWAY_TIMEOUT, "upstream_timeout", LATE, "Upstream timeout", "timeout", Outcome::Timeout);
 const CONNECT: Spec = row(
@@ -173,6 +181,7 @@ impl ProxyError {
             E::HoldFull { .. } => HOLD_FULL,
             E::HoldExpired { .. } => HOLD_EXPIRED,
             E::StaleEpoch { .. } => STALE_EPOCH,
+            E::NotOwner { .. } => NOT_OWNER,
             E::UpstreamSaturated { .. } => SATURATED,
             E::UpstreamTimeout { .. } => UPSTREAM_TIMEOUT,
             E::UpstreamConnect { .. } => CONNECT,
