@@ -125,14 +125,12 @@ pub(super) async fn search<'t>(
     send(reach, ctx, region, parts, body.take().unwrap_or(RequestBody::Empty)).await
 }
 
-/// Whether `uri` asks for the entity itself: its `exists` path (and query,
-/// when `exists` has one: the id's parameter alone).
+/// Whether `uri` asks for the entity itself: its `exists` target exactly
+/// (path, and query when `exists` has one). A query of the client's own
+/// is not: its answer, remembered for every client's later writes, must
+/// say where the entity is, not what a backend makes of the query.
 fn is_itself(uri: &http::Uri, exists: &str) -> bool {
-    if exists.contains('?') {
-        uri.path_and_query().is_some_and(|pq| pq.as_str() == exists)
-    } else {
-        uri.path() == exists
-    }
+    uri.path_and_query().is_some_and(|pq| pq.as_str() == exists)
 }
 
 /// The request, with its body, to `region` alone.

@@ -107,6 +107,33 @@ async fn one_clients_read_never_sends_another_clients_write_astray() -> TestResu
     Ok(())
 }
 
+#[tokio::test]
+async fn a_read_with_a_query_of_its_own_teaches_the_search_nothing() -> TestResult {
+    // eu does not hold X but answers any GET with a query at once (a view it
+    // computes for whatever it is asked); us holds X and answers late.
+    let (eu, eu_log) = logged_region(false, |method, uri| match (method == http::Method::GET, uri.query()) {
+        (true, Some(_)) => (StatusCode::OK, "{}", Duration::ZERO),
+        _ => (StatusCode::NOT_FOUND, "{}", Duration::ZERO),
+    })
+    .await?;
+    let (us, _) = logged_region(true, |_, uri| match uri.path().starts_with(&format!("/s/{X}")) {
+        true => (StatusCode::OK, "{}", Duration::from_millis(200)),
+        false => (StatusCode::NOT_FOUND, "{}", Duration::ZERO),
+    })
+    .await?;
+    let p = proxy(&table(eu.addr, us.addr).replace("/s/{id}/{*rest}", "/s/{id}")).await?;
+    // One client reads X with a query: asked where X is first, then of us.
+    let read = get(&p.url(&format!("/s/{X}?view=mine"))).await?;
+    assert_eq!((read.status.as_u16(), read.header("x-holds")), (200, Some("yes")));
+    // Another writes X: it goes to us, which holds it.
+    let put = Request::put(p.url(&format!("/s/{X}"))).body(Full::new(Bytes::from("{}")))?;
+    let got = send(put).await?;
+    assert_eq!((got.status.as_u16(), got.header("x-holds")), (200, Some("yes")));
+    let eu_saw = eu_log.lock().map_err(|_| "log")?.clone();
+    assert!(eu_saw.iter().all(|r| r == &format!("HEAD /s/{X}")), "{eu_saw:?}");
+    Ok(())
+}
+
 /// A region's backend that holds X, on raw HTTP/1.1 keep-alive
 /// connections that read each request's body by its `Content-Length` (as
 /// nginx and Go do, where hyper would close): `HEAD`/`GET /s/X` 200, a
