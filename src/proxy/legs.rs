@@ -56,7 +56,11 @@ pub(super) async fn ask<'t>(
         Ok(Ok(mut resp)) => {
             // A leg's answer is read (or sent on whole), its fields looked up.
             crate::upstream::fields_into_map(&mut resp);
-            Ok(resp)
+            if proxy_made_404(&resp) {
+                Err(proxy_404(name))
+            } else {
+                Ok(resp)
+            }
         }
         Ok(Err(e)) => Err(failure(name, &e)),
         Err(_) => Err(LegFailure {
@@ -107,6 +111,28 @@ pub(super) fn leg_head(parts: &Parts, method: Method, uri: http::Uri, whole: boo
 /// The failure of a leg that `error` ended.
 pub(super) fn failure(region: &str, error: &ProxyError) -> LegFailure {
     LegFailure { region: region.to_string(), reason: error.reason(), detail: error.to_string() }
+}
+
+/// Whether `resp` is a 404 a proxy on the way made itself (its
+/// `Proxy-Status` names an error, RFC 9209): a peer gateway whose table has
+/// no such route, say. It says nothing of whether the region holds the
+/// entity, so it is a leg's failure, never a "none here".
+/// The answer's fields may still be the bytes it came with (a request's
+/// answer sent on as it is) or already in its map (a leg's).
+pub(super) fn proxy_made_404(resp: &Response<ResponseBody>) -> bool {
+    let names_an_error = |v: &[u8]| v.split(|&b| b == b';').skip(1).any(|p| p.trim_ascii().starts_with(b"error="));
+    resp.status() == http::StatusCode::NOT_FOUND
+        && (resp.headers().get_all("proxy-status").iter().any(|v| names_an_error(v.as_bytes()))
+            || resp.body().fields().get("proxy-status").is_some_and(names_an_error))
+}
+
+/// The failure of `region`'s leg whose 404 a proxy made ([`proxy_made_404`]).
+pub(super) fn proxy_404(region: &str) -> LegFailure {
+    LegFailure {
+        region: region.to_string(),
+        reason: "status",
+        detail: "answered 404 from a proxy on the way (Proxy-Status), not from the region's backends".into(),
+    }
 }
 
 /// A leg that answered with a status it should not have.

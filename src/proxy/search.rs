@@ -83,6 +83,12 @@ pub(super) async fn search<'t>(
         if resp.status() != StatusCode::NOT_FOUND {
             return Ok(resp);
         }
+        // A proxy on the way made that 404 (a peer without the route): the
+        // entity may well be there still; the region failed, and stays remembered.
+        if legs::proxy_made_404(&resp) {
+            let failed = vec![legs::proxy_404(&table.region(region).name)];
+            return Err(ProxyError::LegsFailed { what: "search", asked: 1, failed });
+        }
         // It has gone from there (moved, or deleted): forget it; a read searches again.
         found.forget(&route.name, &id);
         if !again {

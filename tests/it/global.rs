@@ -372,6 +372,71 @@ async fn a_fanout_or_search_through_a_mesh_peer_is_served_there_and_never_fanned
 }
 
 #[tokio::test]
+async fn a_peer_without_the_route_is_a_failed_leg_not_an_empty_region() -> TestResult {
+    // gw-us's table (an older one, during a rollout) has no fan-out route:
+    // it answers the leg 404 itself (no_route), which says nothing of us's orders.
+    let eu = list(&orders("eu", 49, 1_700_000_000_000, 1000, 2)).await?;
+    let kz = list(&orders("kz", 7, 1_700_000_000_300, 1000, 2)).await?;
+    let us = list(&orders("us", 1, 1_700_000_000_600, 1000, 2)).await?;
+    let be = [eu.addr, kz.addr, us.addr];
+    let (listeners, addrs) = three_listeners().await?;
+    let [front_l, us_l, _] = listeners;
+    let gws = [None, None, Some(addrs[1])];
+    let full_table = mesh_table(Some("us"), &be, &gws);
+    let routes = full_table.find("routes:").ok_or("routes")?;
+    let older = format!(
+        "{}routes:\n  - name: other\n    match: {{ path: \"/other\" }}\n    to: local\n",
+        &full_table[..routes]
+    );
+    let _gw_us = proxy_on(us_l, &older).await?;
+    let front = proxy_on(front_l, &mesh_table(None, &be, &gws)).await?;
+    // The list: eu's and kz's orders, and us named as failed, not as empty.
+    let got = get(&front.url("/v1/users/alice/orders")).await?;
+    assert_eq!(got.status, 200, "{}", String::from_utf8_lossy(&got.body));
+    assert!(got.header("x-shardgate-partial").is_some(), "no partial mark");
+    let body = got.json()?;
+    assert_eq!(ids(&body).len(), 4, "{body}");
+    let failed: Vec<&str> =
+        body["failed"].as_array().ok_or("failed")?.iter().filter_map(|f| f["region"].as_str()).collect();
+    assert_eq!(failed, ["us"], "{body}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_remembered_region_whose_peer_lost_the_route_fails_and_is_not_forgotten() -> TestResult {
+    // The front door finds a legacy id in us through gw-us; then gw-us takes
+    // a table without the route (a rollout going back).
+    let [eu, kz, us] = three_backends().await?;
+    let be = [eu.addr, kz.addr, us.addr];
+    let (listeners, addrs) = three_listeners().await?;
+    let [front_l, us_l, _] = listeners;
+    let gws = [None, None, Some(addrs[1])];
+    let us_table = mesh_table(Some("us"), &be, &gws);
+    let gw_us = proxy_on(us_l, &us_table).await?;
+    let front = proxy_on(front_l, &mesh_table(None, &be, &gws)).await?;
+    let legacy = shardgate::cli::backend::legacy_ids("us").into_iter().next().ok_or("no legacy id")?;
+    let url = front.url(&format!("/v1/legacy/{legacy}"));
+    assert_eq!(get(&url).await?.status, 200);
+    let routes = us_table.find("routes:").ok_or("routes")?;
+    let older =
+        format!("{}routes:\n  - name: other\n    match: {{ path: \"/other\" }}\n    to: local\n", &us_table[..routes]);
+    let cfg = shardgate::config::load_str(&older, "t.yaml").map_err(|e| e.to_string())?;
+    gw_us.proxy.as_ref().ok_or("proxy")?.shared().table.publish_config(&cfg, older.clone())?;
+    // A write to the remembered region: gw-us's own 404 is us's failure, not "no such entity".
+    let got = send(Request::put(url.as_str()).body(Full::new(Bytes::from("{}")))?).await?;
+    assert_eq!(got.status, 502, "{}", String::from_utf8_lossy(&got.body));
+    assert_eq!(got.json()?["reason"], "regions_failed");
+    // Still remembered: once gw-us has the route again, the write goes to us alone.
+    let cfg = shardgate::config::load_str(&us_table, "t.yaml").map_err(|e| e.to_string())?;
+    gw_us.proxy.as_ref().ok_or("proxy")?.shared().table.publish_config(&cfg, us_table.clone())?;
+    let before = (eu.hits(), kz.hits());
+    let got = send(Request::put(url.as_str()).body(Full::new(Bytes::from("{}")))?).await?;
+    assert_eq!((got.status.as_u16(), got.header("x-backend-region")), (200, Some("us")));
+    assert_eq!((eu.hits(), kz.hits()), before, "searched again");
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_legacy_id_is_found_through_every_gateway_and_then_asked_of_its_region_alone() -> TestResult {
     // Echo backends that hold the demo's legacy records of their region.
     let [eu, kz, us] = three_backends().await?;
