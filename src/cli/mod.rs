@@ -74,8 +74,9 @@ pub enum Command {
     Plan(plan::PlanArgs),
     /// Re-home a placement unit across the fleet following an etcd key: put the
     /// hold table, wait until every instance holds, then put the switch table
-    /// (or call the hold off). Exit 0 switched, 1 aborted or refused, 69 etcd
-    /// unreachable, 78 a table invalid.
+    /// (or call the hold off). Exit 0 switched, 1 aborted or refused, 2 a
+    /// usage error (a barrier not shorter than a hold), 69 etcd unreachable,
+    /// 78 a table invalid.
     Move(rehome::MoveArgs),
     /// Audit trail tools.
     Audit {

@@ -1,6 +1,8 @@
 //! `shardgate move --source etcd://…/KEY --hold HOLD.yaml --switch SWITCH.yaml
-//! [--barrier 3s] [--recover 5m]`: re-homes a placement unit across a fleet
-//! that follows one etcd key, phase by phase.
+//! [--barrier 3s] [--recover 5m] [--region R]`: re-homes a placement unit
+//! across a fleet that follows one etcd key, phase by phase. The tables are
+//! checked as an instance serving `--region` loads them (a shared fleet
+//! table names no region of its own).
 //!
 //! 1. Both tables are checked here first: the hold table must hold a move
 //!    and the switch table switch it; each keeps the moves earlier moves
@@ -23,14 +25,16 @@
 //! When etcd fails once the hold may be in, the tool asks again (for
 //! `--recover`) and ends the move by what the key holds by then.
 //!
-//! Exit 0 when switched, 1 when aborted or refused, 69 when etcd cannot be
-//! reached, 78 when a table is invalid.
+//! Exit 0 when switched, 1 when aborted or refused, 2 for a barrier not
+//! shorter than a hold's `max_time`, 69 when etcd cannot be reached, 78
+//! when a table is invalid (or the two do not make a move together).
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::exit;
+use crate::config::instance::InstanceFlags;
 use crate::config::model::MoveRule;
 use crate::config::schema::MovePhase;
 use crate::routing::plan::{given_up, Unfenced};
@@ -58,6 +62,10 @@ pub struct MoveArgs {
     /// With etcd authentication: the user (the password from SHARDGATE_ETCD_PASSWORD).
     #[arg(long, env = "SHARDGATE_ETCD_USER")]
     pub etcd_user: Option<String>,
+    /// Check the tables as an instance serving this region loads them
+    /// (`serve --region`), for a shared table that names none.
+    #[arg(long)]
+    pub region: Option<String>,
 }
 
 /// Runs `move`; returns the exit code.
@@ -71,9 +79,9 @@ pub fn run(args: &MoveArgs, out: &mut impl Write, err: &mut impl Write) -> i32 {
     };
     let tables = match tables(args) {
         Ok(t) => t,
-        Err(e) => {
+        Err((code, e)) => {
             let _ = writeln!(err, "{e}");
-            return exit::CONFIG;
+            return code;
         }
     };
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
@@ -104,6 +112,8 @@ struct Tables {
     off: String,
     /// The switch table's text.
     switch: String,
+    /// How each table is loaded (`--region`).
+    flags: InstanceFlags,
 }
 
 /// A move with the name of the region it goes to: each table numbers its
@@ -120,36 +130,55 @@ fn named(cfg: &crate::config::Config) -> Vec<Named> {
     cfg.moves.iter().map(|m| Named { rule: m.clone(), to: name(m.to) }).collect()
 }
 
-/// Both tables, checked against each other, and the hold table called off.
-fn tables(args: &MoveArgs) -> Result<Tables, String> {
-    let hold = checked(&args.hold, MovePhase::Hold)?;
-    let switch = checked(&args.switch, MovePhase::Switch)?;
-    if let Some(u) = fence_given_up(&hold.0, &switch.0) {
-        return Err(format!("shardgate move: the switch table gives up a fence the hold table keeps: {u}"));
+/// Both tables, checked against each other, and the hold table called off;
+/// else the exit code and why.
+fn tables(args: &MoveArgs) -> Result<Tables, (i32, String)> {
+    let flags = InstanceFlags::in_region(args.region.clone());
+    let hold = checked(&args.hold, MovePhase::Hold, &flags)?;
+    let switch = checked(&args.switch, MovePhase::Switch, &flags)?;
+    let invalid = |e: String| (exit::CONFIG, format!("shardgate move: {e}"));
+    if let Some(u) = fence_given_up(&hold.0, &switch.0, &flags) {
+        return Err(invalid(format!("the switch table gives up a fence the hold table keeps: {u}")));
     }
-    pair(&hold.1, &switch.1, args.barrier).map_err(|e| format!("shardgate move: {e}"))?;
-    let off = called_off(&hold.0, &hold.1).ok_or_else(|| {
-        format!(
+    if let Some(h) = held(&hold.1).find(|h| args.barrier >= h.rule.max_time) {
+        let (unit, max_time) = (&h.rule.unit, h.rule.max_time);
+        return Err((
+            exit::USAGE,
+            format!(
+                "shardgate move: --barrier {:?} is not shorter than {unit}'s hold.max_time {max_time:?}: held \
+                 requests would give up first",
+                args.barrier
+            ),
+        ));
+    }
+    pair(&hold.1, &switch.1).map_err(invalid)?;
+    let off = called_off(&hold.0, &hold.1, &flags).ok_or_else(|| {
+        invalid(format!(
             "{}: each hold's phase must be written in the move itself (not through an alias), so that a move \
              the fleet does not confirm can be called off at its epoch",
             args.hold.display()
-        )
+        ))
     })?;
-    Ok(Tables { hold, off, switch: switch.0 })
+    Ok(Tables { hold, off, switch: switch.0, flags })
 }
 
 /// The text of the table at `path` and its moves: valid, with a move in
 /// `phase`. Its other moves are what earlier moves left (a switch kept as
 /// its unit's fence, an abort); a switch table holds nothing.
-fn checked(path: &std::path::Path, phase: MovePhase) -> Result<(String, Vec<Named>), String> {
-    let (cfg, text) = crate::config::load_file(path).map_err(|e| format!("{e}\n{}: invalid", path.display()))?;
+fn checked(
+    path: &std::path::Path,
+    phase: MovePhase,
+    flags: &InstanceFlags,
+) -> Result<(String, Vec<Named>), (i32, String)> {
+    let (cfg, text) = flags.load_file(path).map_err(|e| (exit::CONFIG, format!("{e}\n{}: invalid", path.display())))?;
     let moves = named(&cfg);
     let moving = moves.iter().any(|m| m.rule.phase == phase);
     let holding = phase == MovePhase::Switch && held(&moves).next().is_some();
     if !moving || holding {
         let none_held = if phase == MovePhase::Switch { ", and none in phase hold" } else { "" };
         let name = phase.name();
-        return Err(format!("{}: this table must have a move in phase {name}{none_held}", path.display()));
+        let why = format!("{}: this table must have a move in phase {name}{none_held}", path.display());
+        return Err((exit::CONFIG, why));
     }
     Ok((text, moves))
 }
@@ -161,9 +190,8 @@ fn held(moves: &[Named]) -> impl Iterator<Item = &Named> {
 
 /// The switch moves the units the hold holds, to the same regions, each at
 /// a higher epoch, and keeps the hold table's other moves as they are (the
-/// fences of earlier moves); and the barrier ends before a held request
-/// gives up.
-fn pair(hold: &[Named], switch: &[Named], barrier: Duration) -> Result<(), String> {
+/// fences of earlier moves).
+fn pair(hold: &[Named], switch: &[Named]) -> Result<(), String> {
     for h in held(hold) {
         let (unit, epoch) = (&h.rule.unit, h.rule.epoch);
         let Some(s) = switch.iter().find(|s| &s.rule.unit == unit && s.rule.phase == MovePhase::Switch) else {
@@ -171,12 +199,6 @@ fn pair(hold: &[Named], switch: &[Named], barrier: Duration) -> Result<(), Strin
         };
         if s.to != h.to || s.rule.epoch <= epoch {
             return Err(format!("{unit}: the switch must go to the hold's region at a higher epoch than {epoch}"));
-        }
-        if barrier >= h.rule.max_time {
-            return Err(format!(
-                "--barrier {barrier:?} is not shorter than {unit}'s hold.max_time {:?}: held requests would give up first",
-                h.rule.max_time
-            ));
         }
     }
     if let Some(s) = switch.iter().find(|s| !hold.iter().any(|h| h.rule.unit == s.rule.unit)) {
@@ -209,7 +231,7 @@ fn changed<'a>(kept: impl IntoIterator<Item = &'a Named>, next: &[Named]) -> Opt
 /// earlier switches). Nothing else of the text changes. `None` when a
 /// hold's value is not where the text says (an alias) or the result does
 /// not load with every held move an abort.
-fn called_off(hold: &str, moves: &[Named]) -> Option<String> {
+fn called_off(hold: &str, moves: &[Named], flags: &InstanceFlags) -> Option<String> {
     use crate::config::yaml::{walk, YamlPath};
     let walked = walk(hold, crate::config::keys::shape()).ok()?;
     let mut lines: Vec<String> = hold.split('\n').map(str::to_owned).collect();
@@ -221,7 +243,7 @@ fn called_off(hold: &str, moves: &[Named]) -> Option<String> {
         line.replace_range(at..at + word.len(), &word.replace("hold", "abort"));
     }
     let text = lines.join("\n");
-    let after = named(&crate::config::load_str(&text, "the hold table, called off").ok()?);
+    let after = named(&flags.load(&text, "the hold table, called off").ok()?);
     let aborted = |(h, a): (&Named, &Named)| match h.rule.phase {
         MovePhase::Hold => a.rule == MoveRule { phase: MovePhase::Abort, ..h.rule.clone() },
         _ => a.rule == h.rule,
@@ -233,8 +255,8 @@ fn called_off(hold: &str, moves: &[Named]) -> Option<String> {
 /// `plan` finds them: a move left out or set back, a unit split out of a
 /// moved one without it (a unit renamed with its move gives none up).
 /// `None` when either does not load: the other checks say why.
-fn fence_given_up(running: &str, next: &str) -> Option<Unfenced> {
-    let table = |text: &str| crate::config::load_str(text, "table").ok().map(|cfg| Table::compile(&cfg));
+fn fence_given_up(running: &str, next: &str, flags: &InstanceFlags) -> Option<Unfenced> {
+    let table = |text: &str| flags.load(text, "table").ok().map(|cfg| Table::compile(&cfg));
     given_up(&table(running)?, &table(next)?).into_iter().next()
 }
 
@@ -246,8 +268,13 @@ fn fence_given_up(running: &str, next: &str) -> Option<Unfenced> {
 /// - a fence it keeps that the hold table gives up (`fences`: the tables'
 ///   [`fence_given_up`], said in full);
 /// - a move of another unit that the hold table changes.
-fn refused(running: &str, hold: &[Named], fences: impl FnOnce() -> Option<String>) -> Option<String> {
-    let cfg = match crate::config::load_str(running, "the table in etcd") {
+fn refused(
+    running: &str,
+    hold: &[Named],
+    flags: &InstanceFlags,
+    fences: impl FnOnce() -> Option<String>,
+) -> Option<String> {
+    let cfg = match flags.load(running, "the table in etcd") {
         Ok(cfg) => cfg,
         Err(e) => return Some(format!("the table in etcd does not load, so its units' epochs are unknown:\n{e}")),
     };
@@ -285,13 +312,13 @@ async fn drive(
         return Ok(false);
     };
     let given_up = || {
-        let u = fence_given_up(&before.value, &tables.hold.0)?;
+        let u = fence_given_up(&before.value, &tables.hold.0, &tables.flags)?;
         Some(format!(
             "the hold table gives up a fence the table in etcd keeps: {u}; {}",
             crate::routing::plan::KEEP_FENCES
         ))
     };
-    if let Some(why) = refused(&before.value, &tables.hold.1, given_up) {
+    if let Some(why) = refused(&before.value, &tables.hold.1, &tables.flags, given_up) {
         let _ = writeln!(out, "not moved: {why}");
         return Ok(false);
     }
@@ -530,29 +557,29 @@ moves: [{ unit: "country DE", to: us, phase: switch, epoch: 2 }]
             "overrides: [{ country: DE, entity: Order, region: us }]\n\
              moves: [{ unit: \"country KZ\", to: us, phase: hold, epoch: 5 }, ",
         );
-        let given_up = fence_given_up(IN_ETCD, &hold).map(|u| u.to_string()).unwrap_or_default();
+        let given_up =
+            fence_given_up(IN_ETCD, &hold, &InstanceFlags::default()).map(|u| u.to_string()).unwrap_or_default();
         assert_eq!(given_up, "override DE:Order, split out of country DE at epoch 2 (switch): it has no move");
         // With the move at DE's epoch, the override keeps the fence.
         let moved =
             hold.replace("moves: [", "moves: [{ unit: \"override DE:Order\", to: us, phase: switch, epoch: 2 }, ");
-        assert_eq!(fence_given_up(IN_ETCD, &moved), None);
-        assert_eq!(fence_given_up(&hold, &hold), None);
+        assert_eq!(fence_given_up(IN_ETCD, &moved, &InstanceFlags::default()), None);
+        assert_eq!(fence_given_up(&hold, &hold, &InstanceFlags::default()), None);
     }
 
     #[test]
     fn a_move_keeps_the_fences_earlier_moves_left() {
-        let barrier = Duration::from_secs(3);
         let kept = mv("country DE", MovePhase::Switch, 2, "us");
         let (hold, switch) = (mv("country KZ", MovePhase::Hold, 5, "us"), mv("country KZ", MovePhase::Switch, 6, "us"));
-        let both = |h: &[Named], s: &[Named]| pair(h, s, barrier);
+        let both = |h: &[Named], s: &[Named]| pair(h, s);
         let fails_with = |r: Result<(), String>, why: &str| matches!(&r, Err(e) if e.contains(why));
         // DE's earlier switch kept in both tables, as the one in etcd has it,
         // whatever number each table gives its region.
         let hold_table = [kept.clone(), hold.clone()];
         assert!(both(&hold_table, &[kept.clone(), switch.clone()]).is_ok());
-        assert!(refused(IN_ETCD, &hold_table, || None).is_none());
+        assert!(refused(IN_ETCD, &hold_table, &InstanceFlags::default(), || None).is_none());
         let more_regions = IN_ETCD.replace("regions:\n", "regions:\n  ap: { upstreams: [\"http://127.0.0.1:3\"] }\n");
-        assert!(refused(&more_regions, &hold_table, || None).is_none());
+        assert!(refused(&more_regions, &hold_table, &InstanceFlags::default(), || None).is_none());
         // Left out of the switch table or set back there (as the tables'
         // texts show it), or changed there.
         let hold_text =
@@ -560,7 +587,9 @@ moves: [{ unit: "country DE", to: us, phase: switch, epoch: 2 }]
         let switch_text = hold_text
             .replace("KZ: { id: 7, region: eu }", "KZ: { id: 7, region: us }")
             .replace("phase: hold, epoch: 5", "phase: switch, epoch: 6");
-        let given_up = |a: &str, b: &str| fence_given_up(a, b).map(|u| u.to_string()).unwrap_or_default();
+        let given_up = |a: &str, b: &str| {
+            fence_given_up(a, b, &InstanceFlags::default()).map(|u| u.to_string()).unwrap_or_default()
+        };
         assert_eq!(given_up(&hold_text, &switch_text), "");
         let gone = switch_text.replace(", { unit: \"country DE\", to: us, phase: switch, epoch: 2 }", "");
         assert_eq!(given_up(&hold_text, &gone), "country DE at epoch 2 (switch): its move is removed");
@@ -570,8 +599,13 @@ moves: [{ unit: "country DE", to: us, phase: switch, epoch: 2 }]
         let renamed = hold_text.replace("DE: { id: 49", "GER: { id: 49").replace("\"country DE\"", "\"country GER\"");
         assert_eq!(given_up(IN_ETCD, &renamed), "");
         // ... but a move renames nothing: that is a revision of its own.
-        let why = refused(IN_ETCD, &[mv("country GER", MovePhase::Switch, 2, "us"), hold.clone()], || None)
-            .unwrap_or_default();
+        let why = refused(
+            IN_ETCD,
+            &[mv("country GER", MovePhase::Switch, 2, "us"), hold.clone()],
+            &InstanceFlags::default(),
+            || None,
+        )
+        .unwrap_or_default();
         assert!(why.contains("changes country DE's move in the table in etcd, or leaves it out"), "{why}");
         let elsewhere = [mv("country DE", MovePhase::Switch, 2, "eu"), switch.clone()];
         assert!(fails_with(both(&hold_table, &elsewhere), "changes country DE's move"));
@@ -581,14 +615,20 @@ moves: [{ unit: "country DE", to: us, phase: switch, epoch: 2 }]
         // Left out of the hold table, or changed there: the table in etcd refuses it.
         let without_de = hold_text.replace(", { unit: \"country DE\", to: us, phase: switch, epoch: 2 }", "");
         assert_eq!(given_up(IN_ETCD, &without_de), "country DE at epoch 2 (switch): its move is removed");
-        let why = refused(IN_ETCD, &[mv("country DE", MovePhase::Switch, 2, "eu"), hold.clone()], || None)
-            .unwrap_or_default();
+        let why = refused(
+            IN_ETCD,
+            &[mv("country DE", MovePhase::Switch, 2, "eu"), hold.clone()],
+            &InstanceFlags::default(),
+            || None,
+        )
+        .unwrap_or_default();
         assert!(why.contains("changes country DE's move in the table in etcd"), "{why}");
         // A switch of a unit the hold table has no move for.
         let extra = both(std::slice::from_ref(&hold), &[kept.clone(), switch.clone()]);
         assert!(fails_with(extra, "moves country DE, which the hold table has no move for"));
         // Holding DE again must raise its epoch.
-        let why = refused(IN_ETCD, &[mv("country DE", MovePhase::Hold, 2, "us")], || None).unwrap_or_default();
+        let why = refused(IN_ETCD, &[mv("country DE", MovePhase::Hold, 2, "us")], &InstanceFlags::default(), || None)
+            .unwrap_or_default();
         assert!(why.contains("country DE is at epoch 2 in the table in etcd"), "{why}");
     }
 
@@ -599,7 +639,7 @@ moves: [{ unit: "country DE", to: us, phase: switch, epoch: 2 }]
             "phase: switch, epoch: 2 },\n  { unit: \"country KZ\", to: us, phase:  \"hold\", epoch: 5 }]\n# phase: hold",
         );
         let moves = named(&crate::config::load_str(&hold, "hold.yaml")?);
-        let off = called_off(&hold, &moves).unwrap_or_default();
+        let off = called_off(&hold, &moves, &InstanceFlags::default()).unwrap_or_default();
         assert_eq!(off, hold.replacen("phase:  \"hold\"", "phase:  \"abort\"", 1));
         let after = crate::config::load_str(&off, "off.yaml")?.moves;
         let phases: Vec<_> = after.iter().map(|m| (m.unit.as_str(), m.phase, m.epoch)).collect();
@@ -610,7 +650,7 @@ moves: [{ unit: "country DE", to: us, phase: switch, epoch: 2 }]
             "moves: [{ unit: \"country DE\", to: eu, phase: &p hold, epoch: 2 }, { unit: \"country KZ\", to: us, phase: *p, epoch: 5 }]",
         );
         let moves = named(&crate::config::load_str(&aliased, "aliased.yaml")?);
-        assert_eq!(called_off(&aliased, &moves), None);
+        assert_eq!(called_off(&aliased, &moves, &InstanceFlags::default()), None);
         Ok(())
     }
 }

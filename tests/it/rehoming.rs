@@ -916,3 +916,51 @@ async fn rehoming_a_write_held_longer_than_its_request_timeout_is_timed_from_its
     assert_eq!((got.status.as_u16(), region(&got)), (200, "eu".into()));
     Ok(())
 }
+
+#[tokio::test]
+async fn move_checks_a_shared_table_in_the_region_given_and_a_barrier_too_long_is_a_usage_error() -> TestResult {
+    // A fleet's shared table: `to: local` needs the region each instance serves.
+    let shared = |kz: &str, phase: &str, epoch: u32| {
+        format!(
+            "version: 1\nregions:\n  eu: {{ upstreams: [\"http://127.0.0.1:9001\"] }}\n  kz: {{ upstreams: \
+             [\"http://127.0.0.1:9002\"] }}\n  us: {{ upstreams: [\"http://127.0.0.1:9003\"] }}\ncountries:\n  \
+             KZ: {{ id: 7, region: {kz} }}\nroutes:\n  - name: health\n    match: {{ path: /v1/health }}\n    \
+             to: local\n{}",
+            moving(phase, "eu", epoch, "")
+        )
+    };
+    let (hold, switch) = (shared("kz", "hold", 1), shared("eu", "switch", 2));
+    let dir = tempfile::tempdir()?;
+    let (closed, _) = super::support::binary::free_ports()?;
+    let source = format!("etcd://127.0.0.1:{closed}/shardgate/table");
+    let run = |extra: &'static [&'static str], switch: String| {
+        let (dir, source, hold) = (dir.path().to_path_buf(), source.clone(), hold.clone());
+        async move {
+            let (h, s) = (dir.join("hold.yaml"), dir.join("switch.yaml"));
+            std::fs::write(&h, hold)?;
+            std::fs::write(&s, switch)?;
+            let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_shardgate"));
+            command.args(["move", "--source", &source]).args(extra).arg("--hold").arg(&h).arg("--switch").arg(&s);
+            let out = tokio::task::spawn_blocking(move || command.output()).await??;
+            let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            Ok::<_, BoxError>((out.status.code().unwrap_or(-1), text))
+        }
+    };
+    // Without a region the table does not load: 78.
+    let (code, out) = run(&[], switch.clone()).await?;
+    assert_eq!(code, 78, "{out}");
+    assert!(out.contains("hold.yaml: invalid"), "{out}");
+    // In kz's region it does; the tables make a move, and etcd is not there: 69.
+    let (code, out) = run(&["--region", "kz"], switch.clone()).await?;
+    assert_eq!(code, 69, "{out}");
+    // A barrier not shorter than the hold's max_time (5 s) is a usage error: 2.
+    let (code, out) = run(&["--region", "kz", "--barrier", "5s"], switch.clone()).await?;
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("--barrier"), "{out}");
+    // A switch to another region than the hold's makes no move with it: 78.
+    let to_us = switch.replace("to: eu", "to: us").replace("region: eu }\nroutes", "region: us }\nroutes");
+    let (code, out) = run(&["--region", "kz"], to_us).await?;
+    assert_eq!(code, 78, "{out}");
+    assert!(out.contains("the switch must go to the hold's region"), "{out}");
+    Ok(())
+}
