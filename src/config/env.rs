@@ -36,10 +36,17 @@ pub fn expand<'t>(text: &'t str, lookup: impl Fn(&str) -> Option<String>) -> Res
             continue;
         }
         out.push_str(&rest[..at]);
-        let Some(end) = rest[at..].find('}') else {
-            errors.push(error(text, offset, "a `${` is not closed".into(), "write ${NAME} or ${NAME:-default}"));
-            rest = "";
-            break;
+        // A variable stands within its line: a `}` on a later one closes nothing.
+        let line = rest[at..].find(['\n', '\r']).map_or(&rest[at..], |n| &rest[at..at + n]);
+        let Some(end) = line.find('}') else {
+            errors.push(error(
+                text,
+                offset,
+                "a `${` is not closed on its line".into(),
+                "write ${NAME} or ${NAME:-default}",
+            ));
+            rest = &rest[at + line.len()..];
+            continue;
         };
         let inner = &rest[at + 2..at + end];
         rest = &rest[at + end + 1..];
@@ -119,7 +126,8 @@ mod tests {
 
     #[test]
     fn errors_are_located() {
-        let errors = expand("a: 1\nb: x ${NOPE}\nc: ${1X}\nd: ${BROKEN}\ne: ${EU", env).err().unwrap_or_default();
+        let text = "a: 1\nb: x ${NOPE}\nc: ${1X}\nd: ${BROKEN}\ne: [\"${EU\"]\nf: { a: ${NOPE2} }\ng: ${EU";
+        let errors = expand(text, env).err().unwrap_or_default();
         let at: Vec<(usize, usize, &str)> = errors.iter().map(|e| (e.line, e.col, e.message.as_str())).collect();
         assert_eq!(
             at,
@@ -127,7 +135,9 @@ mod tests {
                 (2, 6, "environment variable NOPE is not set"),
                 (3, 4, "`${1X}` does not name a variable"),
                 (4, 4, "environment variable BROKEN holds a line break"),
-                (5, 4, "a `${` is not closed"),
+                (5, 6, "a `${` is not closed on its line"),
+                (6, 9, "environment variable NOPE2 is not set"),
+                (7, 4, "a `${` is not closed on its line"),
             ]
         );
     }
