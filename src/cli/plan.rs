@@ -117,6 +117,10 @@ fn from_admin(url: &str, region: Option<&str>) -> Result<Result<Running, crate::
             bytes::Bytes::new(),
             Duration::from_secs(10),
         ))?;
+        if status == StatusCode::UNAUTHORIZED {
+            let hint = if auth.is_some() { "it refused SHARDGATE_ADMIN_TOKEN's" } else { "set SHARDGATE_ADMIN_TOKEN" };
+            return Err(format!("GET {path}: {status}: the admin listener wants its token ({hint})"));
+        }
         if status != StatusCode::OK {
             return Err(format!("GET {path}: {status}: {}", String::from_utf8_lossy(&body)));
         }

@@ -123,6 +123,19 @@ async fn ops_admin_token_methods_and_unknown_paths() -> TestResult {
     assert_eq!(send(wrong).await?.status, 401);
     let right = Request::get(o.admin_url("/config")).header("authorization", "Bearer s3cret").body(Full::default())?;
     assert_eq!(send(right).await?.status, 200);
+    // `plan --admin` without the token, or with a wrong one, says so.
+    let base = o.admin_url("");
+    for (token, says) in [(None, "set SHARDGATE_ADMIN_TOKEN"), (Some("nope"), "refused SHARDGATE_ADMIN_TOKEN's")] {
+        let mut plan = std::process::Command::new(env!("CARGO_BIN_EXE_shardgate"));
+        plan.args(["plan", "--admin", &base, "new.yaml"]).env_remove("SHARDGATE_ADMIN_TOKEN");
+        if let Some(t) = token {
+            plan.env("SHARDGATE_ADMIN_TOKEN", t);
+        }
+        let out = tokio::task::spawn_blocking(move || plan.output()).await??;
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(69), "{err}");
+        assert!(err.contains("401") && err.contains(says), "{err}");
+    }
     // The scheme name is case-insensitive (RFC 9110 §11.1); the token is not.
     for (auth, status) in [("bearer s3cret", 200), ("BEARER s3cret", 200), ("bearer S3CRET", 401), ("Bearer", 401)] {
         let req = Request::get(o.admin_url("/config")).header("authorization", auth).body(Full::default())?;
