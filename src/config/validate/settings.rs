@@ -457,7 +457,7 @@ pub(super) fn telemetry(t: &Telemetry, ctx: &mut Ctx<'_>) {
         }
     }
     if let Some(name) = &t.service_name {
-        if name.is_empty() || name.len() > 255 || name.chars().any(char::is_control) {
+        if name.is_empty() || name.chars().count() > 255 || name.chars().any(char::is_control) {
             ctx.at(
                 &p.k("service_name"),
                 format!("service_name {} is not 1 to 255 printable characters", show(name)),
