@@ -158,8 +158,7 @@ pub(super) async fn forward<'t>(
     let rewritten = leg.rewrite.map(|rule| rewrite::target(table, rule, &parts.method, &parts.uri)).transpose()?;
     let (body, use_) = prepare(parts, body, table, s.pace, call).await?;
     let s = AttemptSettings { started: Instant::now(), ..s }; // The upload was the client's time.
-    let mut again = Again::new(parts, &body);
-    let mut body = Some(body);
+    let (mut again, mut body) = (Again::new(parts, &body), Some(body));
     let mut deposited = false;
     journal.upstream_started = Some(Instant::now());
     let mut tried: Vec<&'t str> = Vec::new();
@@ -192,7 +191,8 @@ pub(super) async fn forward<'t>(
         let headers = traced.as_deref().map_or(headers, |(_, h)| h);
         let asked = if target.via_peer { &path } else { rewritten.as_ref().unwrap_or(&path) };
         let out = Outgoing { method: &parts.method, target: asked, host: &endpoint.host, headers, added };
-        let attempt = Attempt { endpoint, admit, out, use_, limits: target.limits, count_5xx: !target.via_peer };
+        let (limits, count_5xx, retry) = (target.limits, !target.via_peer, journal.attempts > 1);
+        let attempt = Attempt { endpoint, admit, out, use_, limits, count_5xx, retry };
         let waiting = Waiting::on(target.loads.get(at).map(|l| &**l));
         let replay = fence.replay(&b, target.via_peer);
         let answered = reach.upstreams.attempt(attempt, b, &s, reach.health).await;

@@ -118,6 +118,9 @@ pub struct Attempt<'a> {
     pub limits: Limits,
     /// Whether a 5xx answer counts against the endpoint (not a peer's).
     pub count_5xx: bool,
+    /// Whether an attempt of the request went before it: its time may be
+    /// cut short by what is left of the request's.
+    pub retry: bool,
 }
 
 impl Upstreams {
@@ -205,7 +208,7 @@ impl Upstreams {
         // `a`, and with it the endpoint's admission (a trial request's), is
         // held until the attempt ends.
         let endpoint = a.endpoint;
-        let trial = matches!(a.admit, Admit::Trial(_));
+        let (trial, retry) = (matches!(a.admit, Admit::Trial(_)), a.retry);
         let record =
             |failed: bool| health.record(&endpoint.pool_key, failed, trial, s.policy.eject_after, s.policy.eject_for);
         let watch = body.watch();
@@ -262,7 +265,7 @@ impl Upstreams {
                 }
                 Timed::Answered(Err(e)) => return Err(failed(e, watch.as_deref(), endpoint, record)),
                 Timed::Slow => return Err(Failure { error: AttemptError::BodyTimeout, unsent: None }),
-                Timed::Late => return Err(late(watch.as_deref(), s, record)),
+                Timed::Late => return Err(late(watch.as_deref(), s, retry, record)),
             }
         }
     }
@@ -336,7 +339,7 @@ impl Upstreams {
                     return Err(failed(ExchangeError::Io(e), watch, endpoint, record))
                 }
                 Timed::Slow => return Err(Failure { error: AttemptError::BodyTimeout, unsent: None }),
-                Timed::Late => return Err(late(watch, s, record)),
+                Timed::Late => return Err(late(watch, s, a.retry, record)),
             }
         }
         // Closed twice under it: the endpoint is going away, not failing.
@@ -345,16 +348,15 @@ impl Upstreams {
 }
 
 /// The failure of an exchange its timer ran out on: held against the
-/// endpoint unless the client's own deadline set the timer.
-fn late(watch: Option<&BodyWatch>, s: &AttemptSettings<'_>, record: impl Fn(bool)) -> Failure {
-    if s.client_deadline.is_none_or(|d| Instant::now() < d) {
+/// endpoint unless the client's own deadline set the timer, or the
+/// request's did on a `retry` (what was left of `request_timeout` after
+/// the attempts before it says nothing of this endpoint).
+fn late(watch: Option<&BodyWatch>, s: &AttemptSettings<'_>, retry: bool, record: impl Fn(bool)) -> Failure {
+    let cut = watch.is_none() && Instant::now() >= s.started + s.policy.request_timeout;
+    if !(retry && cut) && s.client_deadline.is_none_or(|d| Instant::now() < d) {
         record(true);
     }
-    let error = if watch.is_none() && Instant::now() >= s.started + s.policy.request_timeout {
-        AttemptError::RequestTimeout
-    } else {
-        AttemptError::Timeout
-    };
+    let error = if cut { AttemptError::RequestTimeout } else { AttemptError::Timeout };
     Failure { error, unsent: None }
 }
 
@@ -362,7 +364,7 @@ fn late(watch: Option<&BodyWatch>, s: &AttemptSettings<'_>, record: impl Fn(bool
 enum Timed<T> {
     /// It ended by itself.
     Answered(T),
-    /// No answer in time: the upstream's fault.
+    /// No answer in time: the upstream's fault (see [`late`]).
     Late,
     /// The client's body fell behind its pace: the client's fault.
     Slow,

@@ -278,6 +278,45 @@ async fn an_ejected_endpoint_comes_back_only_after_a_successful_check() -> TestR
 }
 
 #[tokio::test]
+async fn a_retry_cut_short_by_the_requests_timeout_is_not_held_against_its_endpoint() -> TestResult {
+    // a never answers in time; b answers in 600 ms, within an attempt's
+    // timeout (1 s) but not within what a's attempt left of the request's
+    // (1.3 s). One failure held against an endpoint ejects it.
+    let (a, _) = slow_ok(Duration::from_secs(5)).await?;
+    let (b, _) = slow_ok(Duration::from_millis(600)).await?;
+    let extra = "upstream: { attempt_timeout: 1s, request_timeout: 1300ms, retries: 1, eject_after: 1, \
+                 eject_for: 30s, health: { interval: 0s } }";
+    let (p, _eu, _us) = with_kz(&[a.addr, b.addr], extra).await?;
+    let url = p.url(&format!("/v1/orders/{}", iuid(7)));
+    // Round robin: one of two requests starts at a, and its retry at b is cut short.
+    let mut statuses = Vec::new();
+    for _ in 0..2 {
+        statuses.push(get(&url).await?.status.as_u16());
+    }
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 504]);
+    let health = health_of(&p, "kz")?;
+    let ejected = |addr: SocketAddr| health.iter().find(|(e, ..)| e.contains(&addr.to_string())).map(|h| h.2);
+    assert_eq!((ejected(a.addr), ejected(b.addr)), (Some(true), Some(false)), "{health:?}");
+    // b serves on.
+    assert_eq!(get(&url).await?.status, 200);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_first_attempt_cut_by_the_requests_timeout_is_still_held_against_its_endpoint() -> TestResult {
+    // The attempt's and the request's timeouts are equal: the request's, which
+    // counts from before the connection, runs out first, on the endpoint's time.
+    let (a, _) = slow_ok(Duration::from_secs(5)).await?;
+    let extra = "upstream: { attempt_timeout: 1s, request_timeout: 1s, retries: 0, eject_after: 1, eject_for: 30s, \
+                 health: { interval: 0s } }";
+    let (p, _eu, _us) = with_kz(&[a.addr], extra).await?;
+    assert_eq!(get(&p.url(&format!("/v1/orders/{}", iuid(7)))).await?.status, 504);
+    assert!(health_of(&p, "kz")?.iter().all(|(_, _, ejected)| *ejected), "{:?}", health_of(&p, "kz")?);
+    Ok(())
+}
+
+#[tokio::test]
 async fn without_active_checks_one_trial_request_decides() -> TestResult {
     let broken = Arc::new(AtomicBool::new(false));
     let a = switchable("a", Arc::clone(&broken)).await?;
