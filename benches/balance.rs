@@ -34,9 +34,10 @@ fn ours(requests: u64) {
         (0..ENDPOINTS).map(|i| Upstream::parse(&format!("http://10.0.0.{i}:8080")).unwrap()).collect();
     let loads: Vec<Arc<AtomicUsize>> = (0..ENDPOINTS).map(|_| Arc::default()).collect();
     let (cursor, health) = (AtomicUsize::new(0), Health::default());
-    let c = Candidates { endpoints: &endpoints, weights: &[], loads: &loads, balance: Balance::LeastRequest };
+    let (weights, balance, turn) = (&[], Balance::LeastRequest, &cursor);
+    let c = Candidates { endpoints: &endpoints, weights, loads: &loads, balance, turn };
     for _ in 0..requests {
-        let (i, endpoint, _) = pick(c, &cursor, &[], &health).unwrap();
+        let (i, endpoint, _) = pick(c, &[], &health).unwrap();
         let waiting = Waiting::on(Some(&loads[i]));
         black_box(endpoint);
         drop(waiting);

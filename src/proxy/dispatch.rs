@@ -33,6 +33,8 @@ pub struct Target<'t> {
     pub via_peer: bool,
     /// Requests waiting at each backend (empty for a peer).
     pub loads: &'t [Arc<AtomicUsize>],
+    /// The region's round-robin turn among `endpoints`.
+    pub turn: &'t AtomicUsize,
     /// The region's limits per endpoint.
     pub limits: Limits,
 }
@@ -42,10 +44,23 @@ impl<'t> Target<'t> {
     /// its balance, a peer alone.
     pub fn candidates(&self) -> Candidates<'t> {
         if self.via_peer {
-            return Candidates { endpoints: self.endpoints, weights: &[], loads: &[], balance: Balance::RoundRobin };
+            let (weights, loads) = (&[], &[]);
+            return Candidates {
+                endpoints: self.endpoints,
+                weights,
+                loads,
+                balance: Balance::RoundRobin,
+                turn: self.turn,
+            };
         }
-        let region = self.region;
-        Candidates { endpoints: self.endpoints, weights: &region.weights, loads: self.loads, balance: region.balance }
+        let (region, turn) = (self.region, self.turn);
+        Candidates {
+            endpoints: self.endpoints,
+            weights: &region.weights,
+            loads: self.loads,
+            balance: region.balance,
+            turn,
+        }
     }
 
     /// What the trace says of attempt `number` at `endpoint` of this
@@ -82,11 +97,12 @@ pub fn dispatch<'t>(
         let remote = table.local_region().is_some_and(|local| local != id);
         let peers = table.peers(id);
         if (remote || region.upstreams.is_empty()) && peers.iter().any(usable) {
-            return Ok(Target { region, id, endpoints: peers, via_peer: true, loads: &[], limits });
+            let turn = table.turn(id, true);
+            return Ok(Target { region, id, endpoints: peers, via_peer: true, loads: &[], turn, limits });
         }
         if region.upstreams.iter().any(usable) {
-            let loads = table.loads(id);
-            return Ok(Target { region, id, endpoints: &region.upstreams, via_peer: false, loads, limits });
+            let (loads, turn) = (table.loads(id), table.turn(id, false));
+            return Ok(Target { region, id, endpoints: &region.upstreams, via_peer: false, loads, turn, limits });
         }
         match table.failover(id) {
             Some(next) if can_fail_over && !chain.contains(&next) => chain.push(next),

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 pub use crate::config::model::{
@@ -73,6 +73,8 @@ pub struct Table {
     /// (`balance: least_request`), in `upstreams`' order; shared with the
     /// table this one replaced for each backend both have ([`Table::carry`]).
     loads: Vec<Box<[Arc<AtomicUsize>]>>,
+    /// Each region's round-robin turn: its backends', then its peers'.
+    turns: Box<[AtomicUsize]>,
     /// Each region's peer shardgate: one endpoint per address of its name.
     peers: Vec<Box<[Upstream]>>,
     /// The host names of the endpoints as written, for DNS discovery.
@@ -229,6 +231,7 @@ impl Table {
             .collect();
         Table {
             loads,
+            turns: (0..regions.len() * 2).map(|_| AtomicUsize::new(0)).collect(),
             regions,
             peers,
             names,
@@ -337,6 +340,14 @@ impl Table {
     /// Requests waiting for an answer at each of region `id`'s backends.
     pub fn loads(&self, id: RegionId) -> &[Arc<AtomicUsize>] {
         self.loads.get(usize::from(id.0)).map_or(&[], |l| &l[..])
+    }
+
+    /// Region `id`'s round-robin turn: among its backends, or (`via_peer`)
+    /// its peer shardgate's addresses. Each region keeps its own, so one
+    /// region's traffic never sets where another's goes.
+    pub fn turn(&self, id: RegionId, via_peer: bool) -> &AtomicUsize {
+        static NONE: AtomicUsize = AtomicUsize::new(0);
+        self.turns.get(usize::from(id.0) * 2 + usize::from(via_peer)).unwrap_or(&NONE)
     }
 
     /// The `upstream` settings of region `id`'s endpoints: its own, else the table's.
@@ -511,7 +522,7 @@ impl Table {
     /// counter they started on, which this table now reads): each unit's
     /// requests, by name ([`super::Units::carry`]), and each backend's
     /// requests waiting for an answer, by address (`least_request` still
-    /// sees them).
+    /// sees them); and each region's round-robin turns, by name (copied).
     pub fn carry(&mut self, running: &Table) {
         self.units.carry(&running.units);
         let mut waiting: HashMap<&str, &Arc<AtomicUsize>> = HashMap::new();
@@ -525,6 +536,15 @@ impl Table {
                 if let Some(&running) = waiting.get(&*u.pool_key) {
                     *load = Arc::clone(running);
                 }
+            }
+        }
+        // Each region's turns go on from the running table's, by name: a
+        // reload (or a DNS refresh) never sends a region back to its first backend.
+        for (i, region) in self.regions.iter().enumerate() {
+            let (Some(before), Ok(i)) = (running.region_by_name(&region.name), u16::try_from(i)) else { continue };
+            for via_peer in [false, true] {
+                let at = running.turn(before, via_peer).load(Ordering::Relaxed);
+                self.turn(RegionId(i), via_peer).store(at, Ordering::Relaxed);
             }
         }
     }

@@ -8,7 +8,7 @@
 //! (another endpoint, or the failover region), is the caller's loop: an
 //! endpoint already tried is never tried again.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use http::Response;
@@ -32,13 +32,12 @@ use crate::routing::{RegionId, Upstream};
 /// otherwise receive it once per kept connection.
 const STALE_RESENDS: u32 = 2;
 
-/// The upstream connections, the round-robin cursor and the retry budget.
+/// The upstream connections and the retry budget.
 #[derive(Debug)]
 pub struct Upstreams {
     pool: Pool,
     /// HTTP/2 endpoints' connections.
     h2: H2,
-    cursor: AtomicUsize,
     budgets: RegionBudgets,
     /// Retries sent so far (for `shardgate_retries_total`).
     retries: AtomicU64,
@@ -136,7 +135,6 @@ impl Upstreams {
         Upstreams {
             h2: H2::new(connector.clone()),
             pool: Pool::new(connector, settings.pool_idle_timeout, 256),
-            cursor: AtomicUsize::new(0),
             budgets: RegionBudgets::default(),
             retries: AtomicU64::new(0),
         }
@@ -187,7 +185,7 @@ impl Upstreams {
         tried: &[&str],
         health: &Health,
     ) -> Option<(usize, &'e Upstream, Admit)> {
-        balance::pick(candidates, &self.cursor, tried, health)
+        balance::pick(candidates, tried, health)
     }
 
     /// One attempt of the request (`a`) with `body`. Records the outcome in

@@ -40,16 +40,13 @@ pub struct Candidates<'e> {
     pub loads: &'e [Arc<AtomicUsize>],
     /// The policy.
     pub balance: Balance,
+    /// The region's round-robin turn (`round_robin`, `weighted`).
+    pub turn: &'e AtomicUsize,
 }
 
 /// The endpoint a request goes to, with its position and its admission;
 /// `None` when every one was tried or is not admitted.
-pub fn pick<'e>(
-    c: Candidates<'e>,
-    cursor: &AtomicUsize,
-    tried: &[&str],
-    health: &Health,
-) -> Option<(usize, &'e Upstream, Admit)> {
+pub fn pick<'e>(c: Candidates<'e>, tried: &[&str], health: &Health) -> Option<(usize, &'e Upstream, Admit)> {
     let n = c.endpoints.len();
     if n == 0 {
         return None;
@@ -65,8 +62,8 @@ pub fn pick<'e>(
         }
     };
     let start = match c.balance {
-        Balance::RoundRobin => cursor.fetch_add(1, Ordering::Relaxed) % n,
-        Balance::Weighted => weighted_start(c.weights, cursor.fetch_add(1, Ordering::Relaxed)).min(n - 1),
+        Balance::RoundRobin => c.turn.fetch_add(1, Ordering::Relaxed) % n,
+        Balance::Weighted => weighted_start(c.weights, c.turn.fetch_add(1, Ordering::Relaxed)).min(n - 1),
         Balance::LeastRequest if n > 1 && c.loads.len() == n => {
             let mut rng = rand::rng();
             let a = rng.random_range(0..n);

@@ -217,3 +217,24 @@ fn region_settings_are_checked_with_their_line() {
         assert!(err.contains(want) && err.contains("t.yaml:4:"), "{eu}: {err}");
     }
 }
+
+#[tokio::test]
+async fn each_region_takes_its_own_turns_among_its_backends() -> TestResult {
+    // Requests alternate between eu and kz, two backends each: with one
+    // turn for every region, each region would always land on the same one.
+    let (e1, e2, k1, k2) = (backend("eu").await?, backend("eu").await?, backend("kz").await?, backend("kz").await?);
+    let text = format!(
+        "version: 1\nregions:\n  eu: {{ upstreams: [\"http://{}\", \"http://{}\"] }}\n  kz: {{ upstreams: \
+         [\"http://{}\", \"http://{}\"] }}\nroutes:\n  - {{ name: eu, match: {{ prefix: /eu }}, to: {{ region: eu }} \
+         }}\n  - {{ name: kz, match: {{ prefix: /kz }}, to: {{ region: kz }} }}\n",
+        e1.addr, e2.addr, k1.addr, k2.addr
+    );
+    let p = support::proxy(&text).await?;
+    for _ in 0..4 {
+        for region in ["/eu", "/kz"] {
+            assert_eq!(get(&p.url(region)).await?.status, 200);
+        }
+    }
+    assert_eq!([e1.hits(), e2.hits(), k1.hits(), k2.hits()], [2, 2, 2, 2]);
+    Ok(())
+}
