@@ -38,6 +38,12 @@ use crate::server::AnswerBody;
 /// The header naming the regions a partial answer lacks.
 const PARTIAL: &str = "x-shardgate-partial";
 
+/// The room one parsed element takes as it waits to be merged, beside
+/// its text (counted as its answer arrived): its [`merge::Item`], its
+/// place in the splitter's list and in the merge's sort, about as much
+/// again. A list of small elements takes several times its text.
+const ITEM_BYTES: usize = 2 * std::mem::size_of::<merge::Item<'static>>() + 32;
+
 /// What the client asked of the merged list.
 #[derive(Debug)]
 struct PageRequest {
@@ -70,15 +76,24 @@ pub(super) async fn fanout<'t>(
     let mut answered = Vec::new();
     let mut not_found = Vec::new();
     let mut legs = Legs { kind: "fanout", answers: Vec::with_capacity(answers.len()) };
+    let mut elements_room = Vec::with_capacity(answers.len());
     for (region, answer) in &answers {
         let name = table.region(*region).name.as_str();
         let said = match answer {
             Ok(Answer::List { body, .. }) => match merge::items(&rule.merge, table.id_params(), name, body) {
-                Ok(items) => {
-                    answered.push((name, items.len()));
-                    all.extend(items);
-                    "ok"
-                }
+                Ok(items) => match room_for(reach.room, name, items.len()) {
+                    Ok(taken) => {
+                        elements_room.push(taken);
+                        answered.push((name, items.len()));
+                        all.extend(items);
+                        "ok"
+                    }
+                    Err(f) => {
+                        let reason = f.reason;
+                        failed.push(f);
+                        reason
+                    }
+                },
                 Err(e) => {
                     failed.push(LegFailure { region: name.to_string(), reason: e.reason(), detail: e.to_string() });
                     e.reason()
@@ -109,6 +124,26 @@ pub(super) async fn fanout<'t>(
     let page_items = merge::page(&rule.merge, all, page.after.as_ref(), page.limit);
     let body = write_answer(rule, &page_items, &answered, &failed);
     Ok(answer(body, &failed))
+}
+
+/// Room for `region`'s `n` parsed elements as they wait to be merged; or
+/// the region's failure: `proxy_full` when the fan-outs in flight hold the
+/// rest, `too_large` when they could never fit.
+fn room_for(room: &super::room::Room, region: &str, n: usize) -> Result<super::room::Taken, LegFailure> {
+    let need = n.saturating_mul(ITEM_BYTES);
+    room.take_now(need).ok_or_else(|| {
+        let size = room.size();
+        let (reason, detail) = if need > size {
+            ("too_large", format!("its {n} elements, parsed, need more than server.fanout_buffer_bytes ({size})"))
+        } else {
+            let held = "beside what the fan-outs in flight hold";
+            (
+                LegFailure::PROXY_FULL,
+                format!("its {n} elements do not fit in server.fanout_buffer_bytes ({size}) {held}"),
+            )
+        };
+        LegFailure { region: region.to_string(), reason, detail }
+    })
 }
 
 /// `limit`, `cursor` and the country list, checked; the regions to ask.

@@ -3,8 +3,9 @@
 //! many fan-outs at once (one client's streams on one HTTP/2 connection,
 //! say) cannot take the process's memory. Each answer is gathered into one
 //! allocation, and room is taken for all of it, its spare capacity
-//! included, before it grows; the room goes back when the answer is
-//! dropped, at the end of its request.
+//! included, before it grows; so is the room its elements take once
+//! parsed, as they wait to be merged. The room goes back when the answer
+//! is dropped, at the end of its request.
 
 use std::sync::Arc;
 
@@ -28,6 +29,13 @@ impl Room {
     /// Its size.
     pub(super) fn size(&self) -> usize {
         self.size
+    }
+
+    /// Room for `n` bytes now, held until the [`Taken`] is dropped; `None`
+    /// when the fan-outs in flight hold the rest.
+    pub(super) fn take_now(&self, n: usize) -> Option<Taken> {
+        let mut taken = Taken::default();
+        self.take(n, &mut taken).then_some(taken)
     }
 
     /// `n` more bytes into `taken`; `false` when the fan-outs in flight

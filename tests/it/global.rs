@@ -755,16 +755,40 @@ async fn a_reload_that_brings_a_fanout_deadline_too_short_for_its_legs_is_warned
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fanouts_at_once_hold_no_more_answers_than_their_room() -> TestResult {
-    // eu answers more than half the room at once, kz an empty list, us an empty list a second late.
+async fn an_answer_whose_parsed_elements_do_not_fit_the_room_is_its_regions_failure() -> TestResult {
+    // eu's text (under 500 kB) fits a room of 1 MB; its 6000 elements, as
+    // they wait to be merged, take it past that.
     let eu_items = orders("eu", 49, 1_700_000_000_000, 1000, 6000);
     let eu_bytes = serde_json::Value::from(eu_items.clone()).to_string().len();
-    assert!((250_000..500_000).contains(&eu_bytes), "{eu_bytes}");
+    assert!(eu_bytes < 500_000, "{eu_bytes}");
+    let (eu, kz, us) = (list(&eu_items).await?, list(&[]).await?, list(&[]).await?);
+    let yaml =
+        table(eu.addr, kz.addr, us.addr, "sort: { formats: [iuid] }") + "server: { fanout_buffer_bytes: 1000000 }\n";
+    let p = proxy(&yaml).await?;
+    let got = get(&p.url("/v1/users/alice/orders?limit=10")).await?;
+    assert_eq!(got.header("x-shardgate-partial"), Some("eu"), "{}", String::from_utf8_lossy(&got.body));
+    let body = got.json()?;
+    assert_eq!((&body["failed"][0]["region"], &body["failed"][0]["reason"]), (&"eu".into(), &"too_large".into()));
+    assert!(body["failed"][0]["detail"].as_str().is_some_and(|d| d.contains("6000 elements")), "{body}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn fanouts_at_once_hold_no_more_answers_than_their_room() -> TestResult {
+    // eu answers more than half the room at once (600 large elements: its
+    // text, and little more once parsed), kz an empty list, us an empty
+    // list a second late.
+    let mut eu_items = orders("eu", 49, 1_700_000_000_000, 1000, 600);
+    for item in &mut eu_items {
+        item["pad"] = "x".repeat(600).into();
+    }
+    let eu_bytes = serde_json::Value::from(eu_items.clone()).to_string().len();
+    assert!((360_000..500_000).contains(&eu_bytes), "{eu_bytes}");
     let eu = list(&eu_items).await?;
     let kz = list(&[]).await?;
     let us = answering(200, Bytes::from("[]"), Duration::from_secs(1)).await?;
     let yaml =
-        table(eu.addr, kz.addr, us.addr, "sort: { formats: [iuid] }") + "server: { fanout_buffer_bytes: 500000 }\n";
+        table(eu.addr, kz.addr, us.addr, "sort: { formats: [iuid] }") + "server: { fanout_buffer_bytes: 700000 }\n";
     let p = proxy(&yaml).await?;
     let url = p.url("/v1/users/alice/orders?limit=10");
     // The first fan-out holds eu's answer while it waits for us.
