@@ -126,15 +126,17 @@ impl fmt::Debug for TicketKeys {
     }
 }
 
-/// Seconds since the Unix epoch.
-fn unix_now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+/// Seconds on a clock that never steps back (from this process's first
+/// call): keys roll every period whatever is done to the wall clock.
+fn process_seconds() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed().as_secs()
 }
 
 impl TicketKeys {
-    /// Keys that roll every `period` (whole seconds, 1 s to a day) by the system clock.
+    /// Keys that roll every `period` (whole seconds, 1 s to a day) by a monotonic clock.
     pub(super) fn new(period: Duration) -> Result<Arc<TicketKeys>, TlsError> {
-        TicketKeys::with_clock(period, unix_now)
+        TicketKeys::with_clock(period, process_seconds)
     }
 
     fn with_clock(period: Duration, clock: fn() -> u64) -> Result<Arc<TicketKeys>, TlsError> {

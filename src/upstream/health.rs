@@ -29,7 +29,6 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 
 use super::connect::Connector;
-use crate::ids::{Clock, SystemClock};
 use crate::routing::shared::SharedTable;
 use crate::routing::{RegionId, Upstream};
 
@@ -76,7 +75,8 @@ impl EndpointState {
         self.up.load(Ordering::Relaxed)
     }
 
-    /// Whether passive ejection holds it out at `now_ms`.
+    /// Whether passive ejection holds it out at `now_ms` (milliseconds on
+    /// this module's monotonic clock, from the process's first reading).
     pub fn is_ejected(&self, now_ms: u64) -> bool {
         self.ejected_until_ms.load(Ordering::Relaxed) > now_ms
     }
@@ -166,6 +166,15 @@ impl Default for Health {
     }
 }
 
+/// Milliseconds on a clock that never steps back (from this process's
+/// first call, never 0): an ejection lasts its `eject_for` whatever is done
+/// to the wall clock meanwhile.
+fn now_ms() -> u64 {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let start = *START.get_or_init(Instant::now);
+    u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX).saturating_add(1)
+}
+
 impl Health {
     /// No endpoint is down or ejected right now, so every one is usable.
     fn all_clear(&self) -> bool {
@@ -188,7 +197,7 @@ impl Health {
     /// Whether a held endpoint may take a trial request: its ejection has
     /// run out and no active check will re-admit it.
     fn half_open(&self, s: &EndpointState) -> bool {
-        !self.active.load(Ordering::Relaxed) && !s.is_ejected(SystemClock.unix_millis())
+        !self.active.load(Ordering::Relaxed) && !s.is_ejected(now_ms())
     }
 
     /// Claims the endpoint `key` for one request: [`Admit::Trial`] when it
@@ -326,7 +335,7 @@ impl Health {
 
     /// Holds `s` out for `eject_for`, and until a check or trial re-admits it.
     fn eject(&self, s: &EndpointState, eject_for: Duration, why: &'static str) {
-        let until = SystemClock.unix_millis().saturating_add(u64::try_from(eject_for.as_millis()).unwrap_or(u64::MAX));
+        let until = now_ms().saturating_add(u64::try_from(eject_for.as_millis()).unwrap_or(u64::MAX));
         s.ejected_until_ms.store(until, Ordering::Relaxed);
         if !s.held.swap(true, Ordering::Relaxed) {
             self.held.fetch_add(1, Ordering::Relaxed);
@@ -372,7 +381,7 @@ impl Health {
     fn apply_check(&self, key: &str, ok: bool, rise: u32, fall: u32) {
         let states = self.states.load();
         let Some(s) = states.get(key) else { return };
-        if ok && s.is_held() && !s.is_ejected(SystemClock.unix_millis()) {
+        if ok && s.is_held() && !s.is_ejected(now_ms()) {
             self.readmit(s, "active check succeeded");
         }
         let changed = if ok {
