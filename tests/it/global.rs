@@ -342,6 +342,29 @@ regions:
     )
 }
 
+/// A front door and gw-us on backends `be`: eu and kz reached directly, us
+/// through gw-us, whose table is `us_table` of its mesh table. The front,
+/// gw-us, and gw-us's mesh table.
+async fn front_and_gw_us(
+    be: [SocketAddr; 3],
+    us_table: impl FnOnce(&str) -> String,
+) -> Result<(Running, Running, String), BoxError> {
+    let (listeners, addrs) = three_listeners().await?;
+    let [front_l, us_l, _] = listeners;
+    let gws = [None, None, Some(addrs[1])];
+    let table = mesh_table(Some("us"), &be, &gws);
+    let gw_us = proxy_on(us_l, &us_table(&table)).await?;
+    let front = proxy_on(front_l, &mesh_table(None, &be, &gws)).await?;
+    Ok((front, gw_us, table))
+}
+
+/// `mesh`'s table with one route of its own, none of the mesh's (an
+/// older table, during a rollout).
+fn without_the_routes(mesh: &str) -> String {
+    let routes = mesh.find("routes:").unwrap_or(mesh.len());
+    format!("{}routes:\n  - name: other\n    match: {{ path: \"/other\" }}\n    to: local\n", &mesh[..routes])
+}
+
 #[tokio::test]
 async fn a_fanout_or_search_through_a_mesh_peer_is_served_there_and_never_fanned_out_again() -> TestResult {
     let eu = list(&orders("eu", 49, 1_700_000_000_000, 1000, 2)).await?;
@@ -378,18 +401,7 @@ async fn a_peer_without_the_route_is_a_failed_leg_not_an_empty_region() -> TestR
     let eu = list(&orders("eu", 49, 1_700_000_000_000, 1000, 2)).await?;
     let kz = list(&orders("kz", 7, 1_700_000_000_300, 1000, 2)).await?;
     let us = list(&orders("us", 1, 1_700_000_000_600, 1000, 2)).await?;
-    let be = [eu.addr, kz.addr, us.addr];
-    let (listeners, addrs) = three_listeners().await?;
-    let [front_l, us_l, _] = listeners;
-    let gws = [None, None, Some(addrs[1])];
-    let full_table = mesh_table(Some("us"), &be, &gws);
-    let routes = full_table.find("routes:").ok_or("routes")?;
-    let older = format!(
-        "{}routes:\n  - name: other\n    match: {{ path: \"/other\" }}\n    to: local\n",
-        &full_table[..routes]
-    );
-    let _gw_us = proxy_on(us_l, &older).await?;
-    let front = proxy_on(front_l, &mesh_table(None, &be, &gws)).await?;
+    let (front, _gw_us, _) = front_and_gw_us([eu.addr, kz.addr, us.addr], without_the_routes).await?;
     // The list: eu's and kz's orders, and us named as failed, not as empty.
     let got = get(&front.url("/v1/users/alice/orders")).await?;
     assert_eq!(got.status, 200, "{}", String::from_utf8_lossy(&got.body));
@@ -407,19 +419,11 @@ async fn a_remembered_region_whose_peer_lost_the_route_fails_and_is_not_forgotte
     // The front door finds a legacy id in us through gw-us; then gw-us takes
     // a table without the route (a rollout going back).
     let [eu, kz, us] = three_backends().await?;
-    let be = [eu.addr, kz.addr, us.addr];
-    let (listeners, addrs) = three_listeners().await?;
-    let [front_l, us_l, _] = listeners;
-    let gws = [None, None, Some(addrs[1])];
-    let us_table = mesh_table(Some("us"), &be, &gws);
-    let gw_us = proxy_on(us_l, &us_table).await?;
-    let front = proxy_on(front_l, &mesh_table(None, &be, &gws)).await?;
+    let (front, gw_us, us_table) = front_and_gw_us([eu.addr, kz.addr, us.addr], str::to_string).await?;
     let legacy = shardgate::cli::backend::legacy_ids("us").into_iter().next().ok_or("no legacy id")?;
     let url = front.url(&format!("/v1/legacy/{legacy}"));
     assert_eq!(get(&url).await?.status, 200);
-    let routes = us_table.find("routes:").ok_or("routes")?;
-    let older =
-        format!("{}routes:\n  - name: other\n    match: {{ path: \"/other\" }}\n    to: local\n", &us_table[..routes]);
+    let older = without_the_routes(&us_table);
     let cfg = shardgate::config::load_str(&older, "t.yaml").map_err(|e| e.to_string())?;
     gw_us.proxy.as_ref().ok_or("proxy")?.shared().table.publish_config(&cfg, older.clone())?;
     // A write to the remembered region: gw-us's own 404 is us's failure, not "no such entity".
@@ -481,15 +485,10 @@ async fn a_search_leg_that_writes_where_the_peers_table_places_the_entity_elsewh
     // one during a rollout) sends that route to eu. The front finds the id
     // in us through gw-us, and its PUT goes there as a leg.
     let [eu, kz, us] = three_backends().await?;
-    let be = [eu.addr, kz.addr, us.addr];
-    let (listeners, addrs) = three_listeners().await?;
-    let [front_l, us_l, _] = listeners;
-    let gws = [None, None, Some(addrs[1])];
     let searched = "    id: { path_param: id, formats: [uuidv7] }\n    placement: search\n";
-    let us_table = mesh_table(Some("us"), &be, &gws);
+    let to_eu = |mesh: &str| mesh.replace(searched, "    to: { region: eu }\n");
+    let (front, _gw_us, us_table) = front_and_gw_us([eu.addr, kz.addr, us.addr], to_eu).await?;
     assert!(us_table.contains(searched));
-    let _gw_us = proxy_on(us_l, &us_table.replace(searched, "    to: { region: eu }\n")).await?;
-    let front = proxy_on(front_l, &mesh_table(None, &be, &gws)).await?;
     let legacy = shardgate::cli::backend::legacy_ids("us").into_iter().next().ok_or("no legacy id")?;
     let url = front.url(&format!("/v1/legacy/{legacy}"));
     let before = (eu.hits(), us.hits());
